@@ -1,0 +1,77 @@
+"""netparity: find where two runs of the same network stop agreeing.
+
+Public API (each returns small typed results that are truthy when they pass)::
+
+    import netparity
+    with netparity.capture(model, "runs/ref", level="both") as cap:
+        for x, y in data:
+            loss = step(x, y); cap.record_loss(loss); cap.step()
+    result = netparity.compare("runs/ref", "runs/cand")
+    print(result.first_divergence)
+
+Frameworks are imported lazily, only when the objects handed over come from them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from netparity.errors import (
+    CheckpointError,
+    FrameworkError,
+    MappingError,
+    NetparityError,
+    SchemaError,
+    TraceError,
+    UsageError,
+)
+from netparity.trace import Record, Trace, TraceWriter, open_trace
+
+__all__ = [
+    "CheckpointError",
+    "FrameworkError",
+    "MappingError",
+    "NetparityError",
+    "Record",
+    "SchemaError",
+    "Trace",
+    "TraceError",
+    "TraceWriter",
+    "UsageError",
+    "capture",
+    "compare",
+    "open_trace",
+    "seed_everything",
+]
+
+
+def capture(model: Any, path: str, **kwargs: Any) -> Any:
+    """Capture what ``model`` computes into the trace directory ``path``.
+
+    Dispatches on the model's framework (PyTorch ``nn.Module``, MindSpore ``nn.Cell``). See
+    :func:`netparity.frameworks.torch_capture.capture` for the arguments.
+    """
+    from netparity.frameworks.base import adapter_for
+
+    name = adapter_for(model).name
+    if name == "torch":
+        from netparity.frameworks.torch_capture import capture as _cap
+    elif name == "mindspore":
+        from netparity.frameworks.mindspore_capture import capture as _cap  # type: ignore[no-redef]
+    else:
+        raise FrameworkError(f"capture does not support {name} models yet")
+    return _cap(model, path, **kwargs)
+
+
+def compare(ref: Any, cand: Any, **kwargs: Any) -> Any:
+    """Compare two traces; see :func:`netparity.compare.engine.compare`."""
+    from netparity.compare.engine import compare as _compare
+
+    return _compare(ref, cand, **kwargs)
+
+
+def seed_everything(seed: int, **kwargs: Any) -> dict[str, Any]:
+    """Seed Python, NumPy and every installed framework; see :mod:`netparity.seeding`."""
+    from netparity.seeding import seed_everything as _seed
+
+    return _seed(seed, **kwargs)

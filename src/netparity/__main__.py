@@ -1,0 +1,5 @@
+"""``python -m netparity`` entry point."""
+
+from netparity.cli import main
+
+raise SystemExit(main())

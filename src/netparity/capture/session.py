@@ -1,0 +1,177 @@
+"""The framework-independent half of a capture session.
+
+A framework capture (``netparity.frameworks.torch_capture``, ``...mindspore_capture``) installs
+hooks and calls :meth:`CaptureSession.emit` for every tensor it sees. The session applies the
+policy, starts statistics on the tensor's device, snapshots payloads, and hands records to the
+trace writer in batches: statistics of a batch are fetched to the host in one transfer
+(:meth:`FrameworkAdapter.resolve_stats`), never one device→host sync per tensor.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from netparity.capture.policy import CapturePolicy
+from netparity.frameworks.base import FrameworkAdapter
+from netparity.trace.schema import Record
+from netparity.trace.writer import TraceWriter
+
+_PKG_DIR = str(Path(__file__).resolve().parents[1])
+
+
+def user_source(skip_prefixes: tuple[str, ...] = ()) -> str:
+    """``file:line`` of the innermost stack frame in user code (not netparity, not a framework).
+
+    ``skip_prefixes`` are directory prefixes of framework installations to skip.
+    """
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not (
+            fn.startswith(_PKG_DIR)
+            or fn.startswith("<")
+            or any(fn.startswith(p) for p in skip_prefixes)
+        ):
+            return f"{os.path.basename(fn)}:{f.f_lineno}"
+        f = f.f_back  # type: ignore[assignment]
+    return ""
+
+
+class CaptureSession:
+    """Policy, step counter, batching and the writer; subclasses add framework hooks.
+
+    Args:
+        path: trace directory.
+        adapter: the framework adapter used for statistics and payloads.
+        policy: what to capture.
+        rank, world_size: this process in a distributed job.
+        manifest: extra manifest facts (seeds, precision flags...).
+        overwrite: replace an existing trace of this rank.
+        batch: number of records whose statistics are fetched together.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        adapter: FrameworkAdapter,
+        policy: CapturePolicy | None = None,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        manifest: dict[str, Any] | None = None,
+        overwrite: bool = False,
+        batch: int = 256,
+    ):
+        self.path = Path(path)
+        self.adapter = adapter
+        self.policy = policy or CapturePolicy()
+        self.rank = rank
+        self.world_size = world_size
+        self.step_no = 0
+        self.batch = batch
+        self.payload_bytes = 0
+        self._pending: list[tuple[Record, Any, Any, int]] = []
+        facts = dict(adapter.facts())
+        facts.update(
+            {
+                "world_size": world_size,
+                "capture": {
+                    "level": self.policy.level,
+                    "payload": self.policy.payload,
+                    "directions": list(self.policy.directions),
+                    "steps": sorted(self.policy.steps) if self.policy.steps is not None else None,
+                },
+            }
+        )
+        facts.update(manifest or {})
+        self.writer: TraceWriter | None = None
+        if self.policy.wants_rank(rank):
+            self.writer = TraceWriter(
+                self.path, rank=rank, manifest=facts, overwrite=overwrite
+            )
+
+    # ---- state -----------------------------------------------------------------------------
+    @property
+    def active(self) -> bool:
+        """True when the current step and rank are being captured."""
+        return self.writer is not None and self.policy.wants_step(self.step_no)
+
+    def next_event(self) -> int:
+        return self.writer.next_event() if self.writer is not None else -1
+
+    # ---- recording -------------------------------------------------------------------------
+    def emit(self, rec: Record, tensor: Any) -> None:
+        """Record one tensor: statistics always, payload or hash as the policy says."""
+        if self.writer is None:
+            return
+        a = self.adapter
+        rec.step = self.step_no
+        rec.rank = self.rank
+        rec.dtype = a.dtype_name(tensor)
+        rec.shape = a.shape(tensor)
+        handle = a.stats_handle(tensor)
+        payload = None
+        nbytes = 0
+        p = self.policy
+        if p.tensors or p.hashes:
+            size = rec.numel * _itemsize(rec.dtype)
+            if p.hashes or p.max_bytes is None or self.payload_bytes + size <= p.max_bytes:
+                payload, nbytes = a.snapshot(tensor)
+                if p.tensors:
+                    self.payload_bytes += nbytes
+            else:
+                rec.extra["payload_skipped"] = "max_bytes"
+        self._pending.append((rec, handle, payload, nbytes))
+        if len(self._pending) >= self.batch:
+            self.resolve()
+
+    def emit_value(self, rec: Record, tensor: Any) -> None:
+        """Like :meth:`emit` but ignores name filters (used for the loss)."""
+        self.emit(rec, tensor)
+
+    def resolve(self) -> None:
+        """Fetch pending statistics in one batch and pass the records to the writer."""
+        if not self._pending or self.writer is None:
+            self._pending.clear()
+            return
+        pending, self._pending = self._pending, []
+        stats = self.adapter.resolve_stats([h for _, h, _, _ in pending])
+        store = self.policy.tensors
+        for (rec, _, payload, nbytes), st in zip(pending, stats):
+            rec.stats = st
+            self.writer.add(
+                rec,
+                payload,
+                nbytes=nbytes,
+                want_hash=self.policy.hashes,
+                store=store,
+            )
+
+    def step(self) -> None:
+        """Mark the end of a training iteration."""
+        self.resolve()
+        self.step_no += 1
+
+    def flush(self) -> None:
+        self.resolve()
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self) -> None:
+        try:
+            self.resolve()
+        finally:
+            if self.writer is not None:
+                self.writer.close()
+
+
+def _itemsize(dtype: str) -> int:
+    from netparity.dtypes import storage_dtype
+
+    try:
+        return storage_dtype(dtype).itemsize
+    except Exception:
+        return 1

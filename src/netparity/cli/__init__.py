@@ -1,0 +1,73 @@
+"""Command-line interface: ``netparity SUBCOMMAND ...``.
+
+Each subcommand lives in its own module under ``netparity.cli`` and exposes
+``register(subparsers) -> None``; the parser it adds sets ``func=run`` where
+``run(args) -> int`` returns the exit status. Heavy imports (frameworks) happen inside ``run``.
+
+Exit status: 0 success / agreement, 1 divergence found, 2 usage or input error (one line on
+stderr, no traceback). Bugs keep their traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from netparity.errors import NetparityError
+
+#: subcommand modules, in the order ``--help`` lists them
+COMMANDS = (
+    "netparity.cli.inspect_cmd",
+    "netparity.cli.export_cmd",
+    "netparity.cli.run_cmd",
+    "netparity.cli.align_cmd",
+    "netparity.cli.compare_cmd",
+    "netparity.cli.recheck_cmd",
+    "netparity.cli.ckpt_cmd",
+    "netparity.cli.msdump_cmd",
+    "netparity.cli.step_cmd",
+    "netparity.cli.demo_cmd",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="netparity",
+        description="Find where two runs of the same network stop agreeing.",
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for modname in COMMANDS:
+        try:
+            mod = importlib.import_module(modname)
+        except ModuleNotFoundError as e:
+            if e.name == modname:  # subcommand not written yet
+                continue
+            raise
+        mod.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from netparity.trace.writer import netparity_version
+
+        print(netparity_version())
+        return 0
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except NetparityError as e:
+        print(f"netparity: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("netparity: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

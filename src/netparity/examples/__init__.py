@@ -1,0 +1,1 @@
+"""netparity.examples."""
