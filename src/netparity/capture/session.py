@@ -86,6 +86,10 @@ class CaptureSession:
                 },
             }
         )
+        from netparity.seeding import last_seeds
+
+        if last_seeds():
+            facts["seeds"] = last_seeds()
         facts.update(manifest or {})
         self.writer: TraceWriter | None = None
         if self.policy.wants_rank(rank):

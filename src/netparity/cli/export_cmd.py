@@ -1,0 +1,33 @@
+"""``netparity export TRACE -o OUT.npz|DIR``: selected tensors to .npz or .npy files."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("export", help="export captured tensors to .npz or a folder of .npy")
+    p.add_argument("trace", help="trace directory")
+    p.add_argument("-o", "--out", required=True, help="OUT.npz or a directory")
+    p.add_argument("--step", help="steps, e.g. 0 or 0,2-4")
+    p.add_argument("--rank", type=int)
+    p.add_argument("--kind", action="append", help="module, op, param, grad, loss, custom, data")
+    p.add_argument("--direction", action="append", help="forward, backward, update")
+    p.add_argument("--name", help="glob on module path or op name, e.g. 'layer1.*'")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from netparity.capture.policy import parse_int_set
+    from netparity.errors import UsageError
+    from netparity.trace import open_trace
+
+    steps = parse_int_set(args.step)
+    with open_trace(args.trace) as tr:
+        recs = tr.iter_records(step=sorted(steps) if steps is not None else None, rank=args.rank,
+                               kind=args.kind, direction=args.direction, name=args.name)
+        n = tr.export(recs, args.out)
+    if n == 0:
+        raise UsageError("no captured tensor payloads match (capture with payload='tensors')")
+    print(f"exported {n} tensor(s) to {args.out}")
+    return 0
