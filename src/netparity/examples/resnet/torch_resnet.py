@@ -262,3 +262,49 @@ FACTORIES: dict[int, Callable[..., ResNet]] = {
     101: resnet101,
     152: resnet152,
 }
+
+
+def load_numpy_state(model: nn.Module, state: dict[str, object]) -> None:
+    """Copy numpy arrays keyed by torchvision names into ``model`` (strict, no pickle involved).
+
+    ``num_batches_tracked`` may be absent from ``state``; it is then left as is.
+
+    Raises:
+        MappingError: a name is missing on either side or a shape differs.
+
+    Example:
+        >>> from netparity.examples.resnet.weights import make_weights
+        >>> net = resnet18(num_classes=10)
+        >>> load_numpy_state(net, make_weights(18, 10, seed=1))
+    """
+    import numpy as np
+
+    from netparity.errors import MappingError
+
+    own = {k: v for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")}
+    missing = sorted(set(own) - set(state))
+    extra = sorted(set(state) - set(own) - {k for k in state if k.endswith("num_batches_tracked")})
+    if missing or extra:
+        raise MappingError(
+            f"state does not fit the model: missing {missing[:3]}, unexpected {extra[:3]}"
+        )
+    with torch.no_grad():
+        for key, tensor in own.items():
+            value = torch.from_numpy(np.ascontiguousarray(state[key], dtype=np.float32))
+            if tuple(value.shape) != tuple(tensor.shape):
+                raise MappingError(f"{key}: shape {tuple(value.shape)} != {tuple(tensor.shape)}")
+            tensor.copy_(value)
+
+
+def numpy_state(model: nn.Module) -> dict[str, object]:
+    """``state_dict`` as numpy copies (``num_batches_tracked`` left out).
+
+    Example:
+        >>> len(numpy_state(resnet18(num_classes=10)))
+        120
+    """
+    return {
+        k: v.detach().cpu().numpy().copy()
+        for k, v in model.state_dict().items()
+        if not k.endswith("num_batches_tracked")
+    }
