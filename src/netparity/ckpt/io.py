@@ -1,0 +1,468 @@
+"""Reading and writing checkpoints as numpy dicts (name -> array), whatever the file format.
+
+Formats, chosen by suffix (and by sniffing the first bytes when the suffix says nothing or
+lies, e.g. a PyTorch-Lightning ``.ckpt`` that is really a PyTorch zip):
+
+========================  ======================================================================
+``.pt .pth .bin .tar``    PyTorch, ``torch.load(weights_only=True, map_location="cpu")``: a file
+                          that needs arbitrary unpickling is refused. Wrapped state dicts
+                          (``{"state_dict": ...}``, ``{"model": ...}``) are unwrapped and the key
+                          used is reported. Written with ``torch.save``.
+``.safetensors``          parsed and written directly (:mod:`.safetensors_io`); bf16/fp8 work.
+``.ckpt``                 MindSpore, parsed without MindSpore (:mod:`.msproto`); written with
+                          ``mindspore.save_checkpoint`` when MindSpore is installed, else by
+                          netparity's own encoder (same bytes layout).
+``.npz``                  ``np.load(allow_pickle=False)`` / ``np.savez``.
+========================  ======================================================================
+
+bf16 and fp8 have no numpy dtype: arrays keep their raw bits (``uint16`` / ``uint8``, see
+:mod:`netparity.dtypes`) and the real dtype name is in :attr:`CheckpointDict.dtypes`.
+:func:`save_checkpoint` reads that attribute (or an explicit ``dtypes=``) to write them back as
+bf16/fp8; a plain ``uint16`` array without it is written as ``uint16``. In ``.npz`` files the
+names of such dtypes are kept in an extra entry ``__netparity_dtypes__`` (a JSON string).
+
+Example:
+    >>> import numpy as np, tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "w.npz")
+    >>> save_checkpoint({"fc.weight": np.ones((2, 3), np.float32)}, p)
+    >>> ck = load_checkpoint(p)
+    >>> list(ck), ck["fc.weight"].shape, ck.dtypes["fc.weight"], ck.format
+    (['fc.weight'], (2, 3), 'float32', 'npz')
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pickle
+import struct
+import warnings
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from netparity.ckpt import msproto
+from netparity.ckpt.safetensors_io import read_safetensors, write_safetensors
+from netparity.dtypes import DTYPES, decode, storage_dtype
+from netparity.errors import CheckpointError, FrameworkError
+
+FORMATS = ("torch", "safetensors", "mindspore", "npz")
+_SUFFIX = {
+    ".pt": "torch", ".pth": "torch", ".bin": "torch", ".tar": "torch",
+    ".safetensors": "safetensors", ".ckpt": "mindspore", ".npz": "npz",
+}
+#: keys that wrap a state dict in training checkpoints, tried in this order
+WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network",
+                "model_state", "params", "weights")
+_NPZ_DTYPES_KEY = "__netparity_dtypes__"
+
+
+class CheckpointDict(dict):
+    """``dict[name, np.ndarray]`` plus what was learnt while reading the file.
+
+    Attributes:
+        dtypes: name -> canonical dtype name (``"bfloat16"`` for uint16-stored bf16 arrays).
+        format: ``"torch"``, ``"safetensors"``, ``"mindspore"``, ``"npz"`` or ``"memory"``.
+        source_key: the wrapper key the state dict came from (``"state_dict"``...), or None.
+        extras: non-tensor values found next to the tensors (MindSpore strings, epoch...).
+        notes: human-readable remarks (skipped entries, unwrapping...).
+        path: the file read, if any.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.dtypes: dict[str, str] = {}
+        self.format = "memory"
+        self.source_key: str | None = None
+        self.extras: dict[str, Any] = {}
+        self.notes: list[str] = []
+        self.path: str | None = None
+
+    def dtype(self, name: str) -> str:
+        """Canonical dtype of tensor ``name``."""
+        return self.dtypes.get(name) or dtype_name(self[name])
+
+
+def dtype_name(arr: np.ndarray) -> str:
+    """Canonical dtype name of a numpy array (its own dtype; bf16 needs an explicit name)."""
+    name = "bool" if arr.dtype == np.bool_ else arr.dtype.name
+    if name not in DTYPES:
+        raise CheckpointError(f"unsupported numpy dtype {arr.dtype}")
+    return name
+
+
+def as_checkpoint(tensors: Mapping[str, Any], dtypes: Mapping[str, str] | None = None) -> CheckpointDict:
+    """Wrap any mapping of arrays as a :class:`CheckpointDict` (kept as is if already one)."""
+    if isinstance(tensors, CheckpointDict) and not dtypes:
+        return tensors
+    out = CheckpointDict()
+    known = dict(getattr(tensors, "dtypes", {}) or {})
+    known.update(dtypes or {})
+    for k, v in tensors.items():
+        arr = np.asarray(v)
+        out[str(k)] = arr
+        out.dtypes[str(k)] = known.get(k) or dtype_name(arr)
+        if storage_dtype(out.dtypes[str(k)]) != arr.dtype:
+            raise CheckpointError(
+                f"{k!r}: dtype {out.dtypes[str(k)]} is stored as {storage_dtype(out.dtypes[str(k)])},"
+                f" got a {arr.dtype} array"
+            )
+    for attr in ("format", "source_key", "extras", "notes", "path"):
+        if hasattr(tensors, attr):
+            setattr(out, attr, getattr(tensors, attr))
+    return out
+
+
+# --- format detection ------------------------------------------------------------------------
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """The checkpoint format of ``path`` from its first bytes, falling back to its suffix."""
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(f"no such file: {p}")
+    if p.is_dir():
+        raise CheckpointError(f"{p} is a directory, not a checkpoint file")
+    with open(p, "rb") as f:
+        head = f.read(16)
+    by_suffix = _SUFFIX.get(p.suffix.lower())
+    if head[:4] == b"PK\x03\x04":  # zip: PyTorch >= 1.6 or npz
+        try:
+            with zipfile.ZipFile(p) as z:
+                names = z.namelist()
+        except (zipfile.BadZipFile, OSError):
+            return by_suffix or "torch"
+        if names and all(n.endswith(".npy") for n in names):
+            return "npz"
+        return "torch"
+    if head[:1] == b"\x80" and by_suffix in (None, "torch", "mindspore"):
+        return "torch"  # legacy (pre-zip) PyTorch pickle
+    if len(head) >= 9 and by_suffix in (None, "safetensors"):
+        (n,) = struct.unpack("<Q", head[:8])
+        if head[8:9] == b"{" and n < 100 * 1024 * 1024:
+            return "safetensors"
+    if by_suffix:
+        return by_suffix
+    if head[:1] == b"\x0a":
+        return "mindspore"
+    raise CheckpointError(f"cannot tell the checkpoint format of {p} (suffix {p.suffix!r})")
+
+
+def format_for_path(path: str | os.PathLike, fmt: str | None = None) -> str:
+    """The format to *write* ``path`` in (``fmt`` wins; else the suffix)."""
+    if fmt:
+        aliases = {"pt": "torch", "pytorch": "torch", "ms": "mindspore", "ckpt": "mindspore"}
+        fmt = aliases.get(fmt, fmt)
+        if fmt not in FORMATS:
+            raise CheckpointError(f"unknown checkpoint format {fmt!r} (one of {', '.join(FORMATS)})")
+        return fmt
+    suffix = Path(path).suffix.lower()
+    if suffix not in _SUFFIX:
+        raise CheckpointError(
+            f"cannot tell the format to write from suffix {suffix!r}; use one of "
+            f"{', '.join(sorted(_SUFFIX))} or pass fmt="
+        )
+    return _SUFFIX[suffix]
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+def load_checkpoint(path: str | os.PathLike, fmt: str | None = None) -> CheckpointDict:
+    """Read a checkpoint file into ``{name: np.ndarray}`` (a :class:`CheckpointDict`).
+
+    Args:
+        path: a ``.pt/.pth/.bin``, ``.safetensors``, MindSpore ``.ckpt`` or ``.npz`` file.
+        fmt: force a format instead of detecting it.
+
+    Raises:
+        CheckpointError: missing, unreadable, truncated, corrupt or unsafe (pickled code) file.
+
+    Example:
+        >>> import numpy as np, tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "w.safetensors")
+        >>> save_checkpoint({"b": np.arange(3, dtype=np.int64)}, p)
+        >>> load_checkpoint(p)["b"].tolist()
+        [0, 1, 2]
+    """
+    p = Path(path)
+    fmt = format_for_path(p, fmt) if fmt else detect_format(p)
+    try:
+        if fmt == "torch":
+            out = _load_torch(p)
+        elif fmt == "safetensors":
+            out = _load_safetensors(p)
+        elif fmt == "mindspore":
+            out = _load_mindspore(p)
+        else:
+            out = _load_npz(p)
+    except CheckpointError as e:
+        raise CheckpointError(f"{p}: {e}") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, struct.error) as e:
+        raise CheckpointError(f"{p}: cannot read {fmt} checkpoint: {_one_line(e)}") from None
+    out.format = fmt
+    out.path = str(p)
+    return out
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return (text[0] if text else type(e).__name__)[:300]
+
+
+def _load_safetensors(p: Path) -> CheckpointDict:
+    tensors, meta = read_safetensors(p)
+    out = CheckpointDict()
+    for name, (dtype, arr) in tensors.items():
+        out[name] = arr
+        out.dtypes[name] = dtype
+    if meta:
+        out.extras["metadata"] = meta
+    return out
+
+
+def _load_mindspore(p: Path) -> CheckpointDict:
+    entries = msproto.decode_checkpoint(p.read_bytes())
+    out = CheckpointDict()
+    for e in entries:
+        if e.dtype == "str":
+            out.extras[e.name] = str(e.array)
+            out.notes.append(f"{e.name!r} is a string ({str(e.array)!r}), kept in extras")
+            continue
+        out[e.name] = e.array
+        out.dtypes[e.name] = e.dtype
+    if not out and not out.extras:
+        raise CheckpointError("no tensors in this MindSpore checkpoint")
+    return out
+
+
+def _load_npz(p: Path) -> CheckpointDict:
+    out = CheckpointDict()
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            names = list(z.files)
+            special = {}
+            if _NPZ_DTYPES_KEY in names:
+                special = json.loads(str(z[_NPZ_DTYPES_KEY]))
+                names.remove(_NPZ_DTYPES_KEY)
+            for name in names:
+                arr = z[name]
+                out[name] = arr
+                out.dtypes[name] = special.get(name) or dtype_name(arr)
+    except ValueError as e:
+        if "pickle" in str(e).lower():
+            raise CheckpointError("npz holds pickled objects; refusing to unpickle") from None
+        raise
+    return out
+
+
+def _torch():
+    try:
+        import torch  # noqa: PLC0415 - lazy: only PyTorch files need it
+    except ImportError:
+        raise FrameworkError(
+            "reading/writing PyTorch checkpoints needs PyTorch (pip install 'netparity[torch]')"
+        ) from None
+    return torch
+
+
+def _load_torch(p: Path) -> CheckpointDict:
+    torch = _torch()
+    try:
+        with warnings.catch_warnings():  # torch warns about pickle protocols; errors say enough
+            warnings.simplefilter("ignore")
+            obj = torch.load(p, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as e:
+        msg = str(e)
+        detail = next((ln.strip() for ln in msg.splitlines() if ln.strip().startswith("Unsupported")), "")
+        if "weights only load failed" in msg.lower() or detail:
+            raise CheckpointError(
+                "refused: loading needs arbitrary unpickling (torch.load weights_only=True "
+                f"rejected it{': ' + detail if detail else ''}); only load such a file if you "
+                "trust it, then re-save its state_dict"
+            ) from None
+        raise CheckpointError(f"corrupt PyTorch checkpoint: {_one_line(e)}") from None
+    except RuntimeError as e:
+        raise CheckpointError(f"corrupt or truncated PyTorch checkpoint: {_one_line(e)}") from None
+    return _from_torch_object(obj, torch)
+
+
+def _from_torch_object(obj: Any, torch: Any) -> CheckpointDict:
+    out = CheckpointDict()
+    if isinstance(obj, torch.nn.Module):  # cannot happen with weights_only, but be explicit
+        obj = obj.state_dict()
+    if not isinstance(obj, Mapping):
+        raise CheckpointError(f"expected a state dict, found a {type(obj).__name__}")
+
+    def tensors_in(m: Mapping) -> int:
+        return sum(isinstance(v, torch.Tensor) for v in m.values())
+
+    state: Mapping = obj
+    if tensors_in(obj) == 0:
+        for key in WRAPPER_KEYS:
+            inner = obj.get(key)
+            if isinstance(inner, Mapping) and tensors_in(inner):
+                state = inner
+                out.source_key = key
+                out.notes.append(f"state dict taken from key {key!r} of the checkpoint")
+                break
+        else:
+            flat = _flatten(obj, torch)
+            if not flat:
+                raise CheckpointError(
+                    f"no tensors found (top-level keys: {', '.join(map(str, list(obj)[:10]))})"
+                )
+            state = flat
+            out.notes.append("nested dicts flattened into dotted names")
+    others = [k for k in obj if state is not obj and k != out.source_key]
+    for k in others:
+        v = obj[k]
+        if isinstance(v, (int, float, str, bool)):
+            out.extras[str(k)] = v
+    if others:
+        out.notes.append(f"other top-level keys ignored: {', '.join(map(str, others[:8]))}")
+    skipped = []
+    for name, t in state.items():
+        if not isinstance(t, torch.Tensor):
+            skipped.append(str(name))
+            continue
+        arr, dtype = torch_to_numpy(t)
+        out[str(name)] = arr
+        out.dtypes[str(name)] = dtype
+    if skipped:
+        out.notes.append(f"non-tensor entries skipped: {', '.join(skipped[:8])}")
+    return out
+
+
+def _flatten(m: Mapping, torch: Any, prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for k, v in m.items():
+        if isinstance(v, torch.Tensor):
+            flat[prefix + str(k)] = v
+        elif isinstance(v, Mapping):
+            flat.update(_flatten(v, torch, f"{prefix}{k}."))
+    return flat
+
+
+def torch_to_numpy(t: Any) -> tuple[np.ndarray, str]:
+    """A torch tensor as (numpy storage array, canonical dtype) without changing any bits."""
+    torch = _torch()
+    if t.is_sparse or t.is_quantized:
+        raise CheckpointError("sparse and quantized tensors are not supported")
+    t = t.detach().cpu().contiguous()
+    name = str(t.dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        raise CheckpointError(f"unsupported PyTorch dtype {t.dtype}")
+    if name == "bfloat16":
+        return t.view(torch.int16).numpy().view(np.uint16).copy(), name
+    if name.startswith("float8"):
+        return t.view(torch.uint8).numpy().copy(), name
+    return t.numpy().copy(), name
+
+
+def numpy_to_torch(arr: np.ndarray, dtype: str) -> Any:
+    """Inverse of :func:`torch_to_numpy`."""
+    torch = _torch()
+    a = np.array(arr, copy=True, order="C")
+    if dtype == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    if dtype.startswith("float8"):
+        return torch.from_numpy(a).view(getattr(torch, dtype))
+    return torch.from_numpy(a)
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+
+def save_checkpoint(
+    tensors: Mapping[str, Any],
+    path: str | os.PathLike,
+    fmt: str | None = None,
+    *,
+    dtypes: Mapping[str, str] | None = None,
+    use_mindspore: bool | None = None,
+) -> Path:
+    """Write ``{name: array}`` to ``path`` in the format its suffix names (or ``fmt``).
+
+    Args:
+        tensors: numpy arrays (a :class:`CheckpointDict` keeps bf16/fp8 dtypes).
+        path: destination; parent directories are created.
+        fmt: ``"torch"``, ``"safetensors"``, ``"mindspore"`` or ``"npz"``.
+        dtypes: canonical dtype per name for arrays whose numpy dtype is only storage (bf16).
+        use_mindspore: for ``.ckpt``: True = ``mindspore.save_checkpoint``, False = netparity's
+            encoder, None = MindSpore when it is installed.
+
+    Returns:
+        The path written.
+
+    Example:
+        >>> import numpy as np, tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "w.ckpt")
+        >>> _ = save_checkpoint({"w": np.zeros(2, np.float32)}, p, use_mindspore=False)
+        >>> load_checkpoint(p)["w"].tolist()
+        [0.0, 0.0]
+    """
+    ck = as_checkpoint(tensors, dtypes)
+    p = Path(path)
+    fmt = format_for_path(p, fmt)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if fmt == "torch":
+            torch = _torch()
+            from collections import OrderedDict
+
+            sd = OrderedDict((k, numpy_to_torch(v, ck.dtype(k))) for k, v in ck.items())
+            torch.save(sd, p)
+        elif fmt == "safetensors":
+            write_safetensors(p, {k: (ck.dtype(k), v) for k, v in ck.items()})
+        elif fmt == "mindspore":
+            _save_mindspore(ck, p, use_mindspore)
+        else:
+            arrays = dict(ck)
+            special = {k: ck.dtype(k) for k in ck if ck.dtype(k) != dtype_name(ck[k])}
+            if _NPZ_DTYPES_KEY in arrays:
+                raise CheckpointError(f"{_NPZ_DTYPES_KEY!r} is a reserved name")
+            if special:
+                arrays[_NPZ_DTYPES_KEY] = np.array(json.dumps(special))
+            tmp = p.with_name(p.name + ".tmp.npz")
+            np.savez(tmp, **arrays)
+            os.replace(tmp, p)
+    except OSError as e:
+        raise CheckpointError(f"cannot write {p}: {_one_line(e)}") from None
+    return p
+
+
+def _save_mindspore(ck: CheckpointDict, p: Path, use_mindspore: bool | None) -> None:
+    empty = [k for k, v in ck.items() if v.size == 0]
+    if empty:  # MindSpore silently drops them; refuse instead of losing data
+        raise CheckpointError(f"MindSpore checkpoints cannot hold empty tensors: {empty[:5]}")
+    bad = [k for k in ck if ck.dtype(k) not in msproto.DTYPE_TO_MS_TYPE]
+    if bad:
+        raise CheckpointError(f"MindSpore checkpoints cannot hold {ck.dtype(bad[0])} ({bad[0]!r})")
+    if use_mindspore is None:
+        use_mindspore = importlib.util.find_spec("mindspore") is not None
+    if not use_mindspore:
+        blob = msproto.encode_checkpoint([(k, ck.dtype(k), v) for k, v in ck.items()])
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_bytes(blob)
+        os.replace(tmp, p)
+        return
+    try:
+        import mindspore as ms  # noqa: PLC0415 - lazy, optional
+    except ImportError:
+        raise FrameworkError("use_mindspore=True but MindSpore is not installed") from None
+    items = []
+    for k, v in ck.items():
+        d = ck.dtype(k)
+        if d == "bfloat16":  # bf16 -> f32 is exact, so the cast back restores the same bits
+            t = ms.Tensor(decode(v, d), ms.bfloat16)
+        else:
+            t = ms.Tensor(np.asarray(v, order="C"))
+        items.append({"name": k, "data": t})
+    if p.exists():
+        p.unlink()  # MindSpore leaves files read-only; replace, don't fail
+    ms.save_checkpoint(items, str(p))

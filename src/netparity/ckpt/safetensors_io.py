@@ -1,0 +1,116 @@
+"""safetensors files, parsed and written directly (the format is small and fixed).
+
+Layout: 8-byte little-endian header length ``N``, ``N`` bytes of JSON
+``{name: {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {..}}``,
+then the data buffer (offsets are relative to its start). Parsing it ourselves lets bf16 and fp8
+through as raw bits (the ``safetensors.numpy`` API refuses dtypes numpy lacks) and checks every
+offset, so a truncated file is an error, not a short read.
+
+Example:
+    >>> import numpy as np, tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "a.safetensors")
+    >>> write_safetensors(p, {"w": ("bfloat16", np.array([0x3F80], np.uint16))})
+    >>> t, meta = read_safetensors(p)
+    >>> t["w"][0], t["w"][1].tolist()
+    ('bfloat16', [16256])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from netparity.dtypes import DTYPES, TAG_TO_DTYPE, storage_dtype
+from netparity.errors import CheckpointError
+
+_MAX_HEADER = 100 * 1024 * 1024  # the reference implementation's limit
+
+
+def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, tuple[str, np.ndarray]], dict]:
+    """Read a safetensors file -> ({name: (canonical dtype, storage array)}, metadata)."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise CheckpointError("truncated safetensors header")
+        (n,) = struct.unpack("<Q", head)
+        if n > _MAX_HEADER:
+            raise CheckpointError(f"safetensors header of {n} bytes is implausible (corrupt file)")
+        raw = f.read(n)
+        if len(raw) < n:
+            raise CheckpointError("truncated safetensors header")
+        try:
+            header = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise CheckpointError("safetensors header is not valid JSON (corrupt file)") from None
+        if not isinstance(header, dict):
+            raise CheckpointError("safetensors header is not a JSON object")
+        data = f.read()
+    meta = header.pop("__metadata__", None) or {}
+    out: dict[str, tuple[str, np.ndarray]] = {}
+    # keep the writer's order by offset: it is the order tensors were saved in
+    items = sorted(header.items(), key=lambda kv: _offsets(kv)[0])
+    for name, info in items:
+        tag = info.get("dtype")
+        dtype = TAG_TO_DTYPE.get(tag)
+        if dtype is None:
+            raise CheckpointError(f"tensor {name!r} has unsupported safetensors dtype {tag!r}")
+        shape = tuple(int(d) for d in info.get("shape", []))
+        begin, end = _offsets((name, info))
+        np_dt = storage_dtype(dtype).newbyteorder("<")
+        want = int(np.prod(shape)) * np_dt.itemsize if shape else np_dt.itemsize
+        if end > len(data):
+            raise CheckpointError(f"tensor {name!r} runs past the end of the file (truncated)")
+        if end - begin != want:
+            raise CheckpointError(
+                f"tensor {name!r}: {end - begin} bytes for shape {shape} {dtype} (want {want})"
+            )
+        arr = np.frombuffer(data, dtype=np_dt, count=want // np_dt.itemsize, offset=begin)
+        out[name] = (dtype, arr.astype(np_dt.newbyteorder("="), copy=True).reshape(shape))
+    return out, meta
+
+
+def _offsets(kv: tuple[str, object]) -> tuple[int, int]:
+    name, info = kv
+    try:
+        b, e = info["data_offsets"]  # type: ignore[index]
+        b, e = int(b), int(e)
+    except (KeyError, TypeError, ValueError):
+        raise CheckpointError(f"tensor {name!r} has no valid data_offsets") from None
+    if not 0 <= b <= e:
+        raise CheckpointError(f"tensor {name!r} has invalid data_offsets [{b}, {e}]")
+    return b, e
+
+
+def write_safetensors(
+    path: str | os.PathLike,
+    tensors: dict[str, tuple[str, np.ndarray]],
+    metadata: dict[str, str] | None = None,
+) -> None:
+    """Write {name: (canonical dtype, storage array)} as a safetensors file (8-byte aligned)."""
+    header: dict[str, object] = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    blobs = []
+    offset = 0
+    for name, (dtype, arr) in tensors.items():
+        if dtype not in DTYPES:
+            raise CheckpointError(f"safetensors cannot hold dtype {dtype!r} ({name!r})")
+        a = np.asarray(arr, dtype=storage_dtype(dtype).newbyteorder("<"), order="C")
+        b = a.tobytes()
+        header[name] = {"dtype": DTYPES[dtype][1], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    hj += b" " * (-len(hj) % 8)  # data must start 8-byte aligned
+    tmp = Path(str(path) + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(hj)))
+        f.write(hj)
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, path)
