@@ -1,0 +1,262 @@
+"""MindSpore adapter: tensors, dtypes, statistics, payloads, run facts and seeding.
+
+MindSpore is imported lazily (inside methods), so importing this module is cheap and never drags
+MindSpore into a process that does not use it.
+
+Statistics follow :func:`netparity.stats.compute_stats` exactly. Two paths:
+
+* ``host`` (default on CPU): ``Tensor.asnumpy()`` then the NumPy reference. On CPU the tensor
+  already lives in host memory, so this costs one copy and gives bit-identical statistics.
+* ``device`` (default on GPU/Ascend): the same definitions written with MindSpore ops, run on the
+  tensor's device under ``_no_grad``; each tensor yields a 12-element vector and
+  :meth:`MindSporeAdapter.resolve_stats` concatenates all pending vectors and fetches them with a
+  single ``asnumpy()``. Reductions run in float64 where the device has it (CPU, GPU) and in float32
+  on Ascend, whose kernels mostly lack float64 (documented in docs/capture-mindspore.md).
+
+bfloat16 and float8 tensors are stored as their raw bits (uint16 / uint8), as
+:mod:`netparity.dtypes` prescribes; MindSpore 2.10's ``asnumpy()`` returns ml_dtypes arrays for
+them, which are viewed as bits without any rounding.
+
+Example:
+    >>> import numpy as np, mindspore as ms
+    >>> a = MindSporeAdapter()
+    >>> t = ms.Tensor(np.array([1.0, -3.0], dtype=np.float32))
+    >>> a.dtype_name(t), a.resolve_stats([a.stats_handle(t)])[0]["abs_sum"]
+    ('float32', 4.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from netparity.dtypes import FP16_MAX, storage_dtype
+from netparity.errors import FrameworkError
+from netparity.frameworks.base import FrameworkAdapter
+from netparity.stats import compute_stats, empty_stats
+
+#: ``str(mindspore dtype)`` -> canonical netparity dtype name
+_MS_DTYPES: dict[str, str] = {
+    "Float64": "float64",
+    "Float32": "float32",
+    "Float16": "float16",
+    "BFloat16": "bfloat16",
+    "Float8E4M3FN": "float8_e4m3fn",
+    "Float8E5M2": "float8_e5m2",
+    "Int64": "int64",
+    "Int32": "int32",
+    "Int16": "int16",
+    "Int8": "int8",
+    "UInt64": "uint64",
+    "UInt32": "uint32",
+    "UInt16": "uint16",
+    "UInt8": "uint8",
+    "Bool": "bool",
+    "Complex64": "complex64",
+    "Complex128": "complex128",
+}
+
+#: layout of a device statistics vector (``nfinite`` decides which value stats are None)
+_VEC = ("min", "max", "mean", "std", "norm", "abs_sum", "nan", "posinf", "neginf", "zeros",
+        "fp16_overflow", "nfinite")
+
+
+class _DeviceStats:
+    """Handle of statistics being computed on the device: a 12-element MindSpore vector."""
+
+    __slots__ = ("vec",)
+
+    def __init__(self, vec: Any):
+        self.vec = vec
+
+
+class MindSporeAdapter(FrameworkAdapter):
+    """The :class:`FrameworkAdapter` protocol for MindSpore tensors and Cells.
+
+    Attributes:
+        stats_mode: ``"auto"`` (host on CPU, device elsewhere), ``"host"`` or ``"device"``.
+    """
+
+    name = "mindspore"
+    module = "mindspore"
+
+    def __init__(self, stats_mode: str = "auto"):
+        import mindspore  # noqa: F401  (fail here, as FrameworkError via get_adapter, if missing)
+
+        self.stats_mode = stats_mode
+
+    # ---- type checks -------------------------------------------------------------------------
+    def is_tensor(self, obj: Any) -> bool:
+        # Parameter derives from the C++ TensorPy, not from mindspore.Tensor: check the base.
+        from mindspore._c_expression import TensorPy
+
+        return isinstance(obj, TensorPy)
+
+    def is_model(self, obj: Any) -> bool:
+        from mindspore import nn
+
+        return isinstance(obj, nn.Cell)
+
+    def dtype_name(self, t: Any) -> str:
+        s = str(t.dtype)
+        try:
+            return _MS_DTYPES[s]
+        except KeyError:
+            raise FrameworkError(f"unsupported MindSpore dtype {s}") from None
+
+    # ---- statistics --------------------------------------------------------------------------
+    def _device_target(self) -> str:
+        import mindspore as ms
+
+        return str(ms.get_context("device_target"))
+
+    def _use_device(self) -> bool:
+        if self.stats_mode == "auto":
+            return self._device_target() != "CPU"
+        return self.stats_mode == "device"
+
+    def stats_handle(self, t: Any) -> Any:
+        name = self.dtype_name(t)
+        if int(np.prod(t.shape, dtype=np.int64)) == 0:
+            return empty_stats()
+        if not self._use_device() or name.startswith("complex"):
+            return compute_stats(self.to_numpy(t), name)
+        return _DeviceStats(self._device_vector(t))
+
+    def _device_vector(self, t: Any) -> Any:
+        """The statistics of ``t`` as a vector computed with MindSpore ops on t's device."""
+        import mindspore as ms
+        from mindspore import ops
+        from mindspore.graph.api import _no_grad
+
+        # float64 reductions match the NumPy reference; Ascend kernels mostly lack float64.
+        acc = ms.float32 if self._device_target() == "Ascend" else ms.float64
+        with _no_grad():
+            x = ops.stop_gradient(t).astype(acc).reshape(-1)
+            nan = ops.isnan(x)
+            pinf = x == float("inf")
+            ninf = x == float("-inf")
+            fin = ops.isfinite(x)
+            finf = fin.astype(acc)
+            nfin = finf.sum()
+            fz = ops.where(fin, x, ops.zeros_like(x))
+            total = fz.sum()
+            # max(n, 1) keeps the division finite; the stats are discarded when n == 0
+            mean = total / ops.maximum(nfin, ops.ones_like(nfin))
+            dev = ops.where(fin, x - mean, ops.zeros_like(x))
+            absz = ops.abs(fz)
+            vals = [
+                ops.where(fin, x, ops.full_like(x, float("inf"))).min(),
+                ops.where(fin, x, ops.full_like(x, float("-inf"))).max(),
+                mean,
+                ops.sqrt((dev * dev).sum() / ops.maximum(nfin, ops.ones_like(nfin))),
+                ops.sqrt((fz * fz).sum()),
+                absz.sum(),
+                nan.astype(acc).sum(),
+                pinf.astype(acc).sum(),
+                ninf.astype(acc).sum(),
+                (x == 0).astype(acc).sum(),
+                (absz > FP16_MAX).astype(acc).sum(),
+                nfin,
+            ]
+            return ops.stack([v.reshape(()) for v in vals])
+
+    def resolve_stats(self, handles: list[Any]) -> list[dict[str, Any]]:
+        dev = [i for i, h in enumerate(handles) if isinstance(h, _DeviceStats)]
+        out: list[dict[str, Any]] = [h for h in handles]
+        if dev:
+            from mindspore import ops
+
+            # one device->host transfer for the whole batch
+            flat = ops.concat([handles[i].vec for i in dev]).asnumpy().astype(np.float64)
+            flat = flat.reshape(len(dev), len(_VEC))
+            for i, row in zip(dev, flat):
+                st = empty_stats()
+                for k, v in zip(_VEC[6:11], row[6:11]):
+                    st[k] = int(round(float(v)))
+                if row[11] > 0:
+                    for k, v in zip(_VEC[:6], row[:6]):
+                        st[k] = float(v)
+                out[i] = st
+        return out
+
+    # ---- payloads ----------------------------------------------------------------------------
+    def to_numpy(self, t: Any) -> np.ndarray:
+        name = self.dtype_name(t)
+        arr = t.asnumpy()
+        sd = storage_dtype(name)
+        if arr.dtype != sd:
+            if arr.dtype.itemsize != sd.itemsize:
+                raise FrameworkError(f"cannot read MindSpore {name} tensor as {sd} bits")
+            # ml_dtypes bfloat16 / float8 -> raw bits, no rounding
+            arr = arr.view(sd)
+        return arr
+
+    def snapshot(self, t: Any) -> tuple[Callable[[], np.ndarray], int]:
+        nbytes = int(np.prod(t.shape, dtype=np.int64)) * storage_dtype(self.dtype_name(t)).itemsize
+        if self._device_target() == "CPU":
+            # asnumpy() on CPU aliases the tensor's memory: copy now, before it can change.
+            arr = np.array(self.to_numpy(t), copy=True)
+            return (lambda: arr), nbytes
+        from mindspore import ops
+        from mindspore.graph.api import _no_grad
+
+        with _no_grad():
+            clone = ops.deepcopy(t)  # device copy now; host copy on the writer thread
+
+        def thunk() -> np.ndarray:
+            return np.array(self.to_numpy(clone), copy=True)
+
+        return thunk, nbytes
+
+    # ---- run facts ---------------------------------------------------------------------------
+    def facts(self) -> dict[str, Any]:
+        import mindspore as ms
+
+        mode = ms.get_context("mode")
+        out: dict[str, Any] = {
+            "framework": "mindspore",
+            "framework_version": ms.__version__,
+            "device": self._device_target(),
+            "execution_mode": "GRAPH" if mode == ms.GRAPH_MODE else "PYNATIVE",
+        }
+        precision: dict[str, Any] = {}
+        for key in ("device_id", "jit_level", "precision_mode", "deterministic",
+                    "enable_graph_kernel", "ascend_config", "jit_config"):
+            try:
+                v = ms.get_context(key)
+            except Exception:  # key removed or renamed in this MindSpore version
+                continue
+            if v not in (None, "", {}):
+                precision[key] = v if isinstance(v, (bool, int, float, str)) else str(v)
+        out["precision"] = precision
+        try:
+            out["seed"] = ms.get_seed()
+        except Exception:
+            pass
+        return out
+
+    def model_facts(self, model: Any) -> dict[str, Any]:
+        """Facts of one network: mixed-precision settings of its Cells (``amp`` level effects)."""
+        seen: dict[str, str] = {}
+        for name, cell in model.cells_and_names():
+            mp = getattr(cell, "mixed_precision_type", None)
+            if mp is not None and str(mp) not in ("MixedPrecisionType.NOTSET", "0"):
+                seen[name or "<root>"] = str(mp)
+        return {"mixed_precision": seen} if seen else {}
+
+    def seed(self, seed: int) -> dict[str, Any]:
+        import mindspore as ms
+
+        ms.set_seed(seed)
+        out: dict[str, Any] = {"mindspore": seed}
+        try:
+            import mindspore.dataset as ds
+
+            ds.config.set_seed(seed)
+            out["mindspore.dataset"] = seed
+        except Exception:  # dataset component missing from a minimal install
+            pass
+        return out

@@ -1,0 +1,81 @@
+"""MindSporeAdapter: dtypes, statistics (host and device paths) against netparity.stats."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+ms = pytest.importorskip("mindspore", reason="MindSpore is not installed")
+
+from netparity.dtypes import decode, encode_bf16  # noqa: E402
+from netparity.frameworks.base import adapter_for  # noqa: E402
+from netparity.frameworks.mindspore_adapter import MindSporeAdapter  # noqa: E402
+from netparity.stats import compute_stats  # noqa: E402
+
+RNG = np.random.default_rng(0)
+VALUES = np.concatenate([RNG.normal(0, 3, 61), [0.0, np.nan, np.inf, -np.inf, 70000.0, -1e5]])
+
+
+def _cases():
+    f = VALUES.astype(np.float32)
+    return [
+        ("float32", ms.Tensor(f), f),
+        ("float16", ms.Tensor(VALUES.astype(np.float16)), VALUES.astype(np.float16)),
+        ("bfloat16", ms.Tensor(f).astype(ms.bfloat16), decode(encode_bf16(f), "bfloat16")),
+        ("int32", ms.Tensor(np.arange(-5, 7, dtype=np.int32)), np.arange(-5, 7)),
+        ("bool", ms.Tensor(np.array([True, False, True])), np.array([True, False, True])),
+        ("empty", ms.Tensor(np.zeros((0, 3), np.float32)), np.zeros((0, 3), np.float32)),
+        ("all-nan", ms.Tensor(np.full(4, np.nan, np.float32)), np.full(4, np.nan, np.float32)),
+    ]
+
+
+def _close(a, b, exact):
+    assert a.keys() == b.keys()
+    for k in a:
+        if a[k] is None or b[k] is None:
+            assert a[k] is None and b[k] is None, k
+        elif exact:
+            assert a[k] == b[k], k
+        else:
+            assert a[k] == pytest.approx(b[k], rel=1e-9, abs=1e-12), k
+
+
+@pytest.mark.parametrize("mode", ["host", "device"])
+def test_stats_match_numpy_reference(mode):
+    a = MindSporeAdapter(stats_mode=mode)
+    cases = _cases()
+    got = a.resolve_stats([a.stats_handle(t) for _, t, _ in cases])  # one batch
+    for (_label, _t, ref), st in zip(cases, got):
+        # host path is the reference itself; device path reduces in another order (float64)
+        _close(st, compute_stats(ref), exact=(mode == "host"))
+
+
+def test_dtypes_payload_bits_and_adapter_lookup():
+    a = MindSporeAdapter()
+    f = np.array([1.5, -2.0, np.nan, 3.0e38], np.float32)
+    t = ms.Tensor(f).astype(ms.bfloat16)
+    assert a.dtype_name(t) == "bfloat16"
+    raw = a.to_numpy(t)
+    assert raw.dtype == np.uint16 and np.array_equal(raw[:2], encode_bf16(f)[:2])
+    thunk, nbytes = a.snapshot(t)
+    assert nbytes == 8 and np.array_equal(thunk(), raw)
+    p = ms.Parameter(ms.Tensor(f), name="w")
+    assert a.is_tensor(p) and a.dtype_name(p) == "float32"
+    assert adapter_for(p).name == "mindspore" and adapter_for(ms.nn.Dense(2, 2)).name == "mindspore"
+    # snapshot copies: later in-place changes do not reach the stored payload
+    x = ms.Tensor(np.arange(4, dtype=np.float32))
+    thunk, _ = a.snapshot(x)
+    x[0] = 100.0
+    assert thunk()[0] == 0.0
+
+
+def test_facts_and_seed():
+    a = MindSporeAdapter()
+    f = a.facts()
+    assert f["framework"] == "mindspore" and f["framework_version"] == ms.__version__
+    assert f["device"] == ms.get_context("device_target")
+    assert f["execution_mode"] in ("PYNATIVE", "GRAPH")
+    assert a.seed(7)["mindspore"] == 7 and ms.get_seed() == 7
+    import mindspore.dataset as ds
+
+    assert ds.config.get_seed() == 7
