@@ -1,0 +1,279 @@
+"""PyTorch adapter: dtype names, on-device statistics, snapshots, manifest facts.
+
+Statistics follow :mod:`netparity.stats` exactly (finite-only min/max/mean/std/norm/abs_sum;
+counts of NaN, +Inf, -Inf, zeros and finite values above 65504; complex tensors describe
+``|x|``; reductions accumulate in float64). They are computed on the tensor's own device and
+returned as a small float64 tensor of 12 numbers (the 11 statistics plus the count of finite
+values) so that :meth:`TorchAdapter.resolve_stats` can fetch a whole batch with one transfer.
+
+Two code paths compute the same numbers:
+
+* the *exact* path (every device): one float64 copy, finite-masked reductions. On an
+  accelerator this costs little and never synchronises the device.
+* the *fast* path (CPU only): a few reductions over the tensor in its own (or float32) dtype,
+  which is exact whenever the tensor is finite and within float16 range -- the common case.
+  Because a CPU "device" has nothing to synchronise with, the fast path looks at its own min/max
+  on the host and falls back to the exact path when the tensor holds NaN/Inf or values beyond
+  65504.
+
+Example:
+    >>> import torch
+    >>> a = TorchAdapter()
+    >>> h = a.stats_handle(torch.tensor([1.0, -3.0, float("nan")]))
+    >>> s = a.resolve_stats([h])[0]
+    >>> (s["min"], s["max"], s["nan"], s["abs_sum"])
+    (-3.0, 1.0, 1, 4.0)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from netparity.dtypes import FP16_MAX
+from netparity.frameworks.base import FrameworkAdapter
+from netparity.stats import empty_stats
+from netparity.trace.schema import STAT_FIELDS
+
+_DTYPE_NAMES: dict[torch.dtype, str] = {
+    torch.float64: "float64",
+    torch.float32: "float32",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.int64: "int64",
+    torch.int32: "int32",
+    torch.int16: "int16",
+    torch.int8: "int8",
+    torch.uint8: "uint8",
+    torch.bool: "bool",
+    torch.complex64: "complex64",
+    torch.complex128: "complex128",
+}
+for _name in ("float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64"):
+    if hasattr(torch, _name):
+        _DTYPE_NAMES[getattr(torch, _name)] = _name
+
+#: dtypes whose host payload is stored as raw bits of an unsigned integer type
+_BITS_VIEW: dict[torch.dtype, torch.dtype] = {torch.bfloat16: torch.int16}
+for _name in ("float8_e4m3fn", "float8_e5m2"):
+    if hasattr(torch, _name):
+        _BITS_VIEW[getattr(torch, _name)] = torch.uint8
+_NP_BITS = {torch.int16: np.uint16, torch.uint8: np.uint8}
+
+#: values of the handle vector after the 11 statistics
+_NFIN = len(STAT_FIELDS)
+_VEC = _NFIN + 1
+_COUNT_IDX = {i for i, k in enumerate(STAT_FIELDS) if k in ("nan", "posinf", "neginf", "zeros", "fp16_overflow")}
+
+#: rows used by the fast path's sum of squares: shorter float32 rows keep rounding ~1e-7
+_ROW = 4096
+
+
+def _exact_vec(t: torch.Tensor) -> torch.Tensor:
+    """Statistics vector of ``t`` in float64 with finite masking; device-side, no sync."""
+    if t.is_complex():
+        re, im = t.real, t.imag
+        nanm = torch.isnan(re) | torch.isnan(im)
+        a = torch.where(nanm, torch.full((), math.nan, dtype=torch.float64, device=t.device),
+                        torch.abs(t).to(torch.float64))
+    else:
+        a = t.to(torch.float64)
+    a = a.reshape(-1)
+    fin = torch.isfinite(a)
+    nfin = fin.sum()
+    af = torch.where(fin, a, 0.0)
+    absf = af.abs()
+    nf = nfin.to(torch.float64)
+    s = af.sum()
+    mean = s / nf.clamp_min(1)
+    d = torch.where(fin, a - mean, 0.0)
+    var = torch.dot(d, d) / nf.clamp_min(1)
+    inf = torch.full((), math.inf, dtype=torch.float64, device=t.device)
+    mn = torch.where(fin, a, inf).min()
+    mx = torch.where(fin, a, -inf).max()
+    nan = torch.isnan(a).sum()
+    posinf = (a == math.inf).sum()
+    neginf = (a == -math.inf).sum()
+    zeros = (a == 0).sum()
+    ovf = (absf > FP16_MAX).sum()
+    parts = [mn, mx, mean, var.sqrt(), torch.sqrt(torch.dot(af, af)), absf.sum(),
+             nan, posinf, neginf, zeros, ovf, nfin]
+    return torch.stack([p.to(torch.float64) for p in parts])
+
+
+def _fast_cpu_vec(t: torch.Tensor) -> torch.Tensor:
+    """CPU statistics in few passes; falls back to :func:`_exact_vec` for non-finite/large data."""
+    x = t
+    if x.dtype not in (torch.float32, torch.float64):
+        # half/bf16/fp8 sums overflow or lose precision in their own dtype; ints/bool need a
+        # float type for the reductions. float32 holds all of them exactly (ints up to 2**24;
+        # larger ints take float64).
+        if x.is_floating_point() or x.dtype in (torch.bool, torch.uint8, torch.int8, torch.int16):
+            x = x.to(torch.float32)
+        else:
+            x = x.to(torch.float64)
+    x = x.reshape(-1)
+    mn, mx = torch.aminmax(x)
+    lo, hi = float(mn), float(mx)  # CPU: no device to synchronise with
+    if not (lo >= -FP16_MAX and hi <= FP16_MAX):  # NaN compares False: exact path
+        return _exact_vec(t)
+    n = x.numel()
+    s = float(x.sum(dtype=torch.float64) if x.dtype == torch.float64 else x.sum())
+    abs_sum = float(x.abs().sum())
+    mean = s / n
+    # two-pass variance: sum((x - m)^2) with m rounded to x's dtype, corrected below
+    m = torch.tensor(mean, dtype=x.dtype)
+    d = x - m
+    mq = float(m)
+    r = n // _ROW
+    if r:
+        sq_d = float(torch.linalg.vector_norm(d[: r * _ROW].view(r, _ROW), dim=1).double().square().sum())
+        tail = d[r * _ROW :]
+    else:
+        sq_d, tail = 0.0, d
+    if tail.numel():
+        tail64 = tail.double()
+        sq_d += float(torch.dot(tail64, tail64))
+    sum_d = s - n * mq
+    # sum((x - mean)^2) = sum(d^2) - (sum d)^2 / n ; sum(x^2) = sum(d^2) + 2 mq sum(d) + n mq^2
+    ss = max(sq_d - sum_d * sum_d / n, 0.0)
+    sq = max(sq_d + 2 * mq * sum_d + n * mq * mq, 0.0)
+    zeros = n - int(torch.count_nonzero(x))
+    vals = [lo, hi, mean, math.sqrt(ss / n), math.sqrt(sq), abs_sum, 0, 0, 0, zeros, 0, n]
+    return torch.tensor(vals, dtype=torch.float64)
+
+
+class TorchAdapter(FrameworkAdapter):
+    """:class:`FrameworkAdapter` for ``torch.Tensor`` and ``torch.nn.Module``.
+
+    Example:
+        >>> import torch
+        >>> TorchAdapter().dtype_name(torch.zeros(2, dtype=torch.bfloat16))
+        'bfloat16'
+    """
+
+    name = "torch"
+    module = "torch"
+
+    def __init__(self) -> None:
+        self._empty = None
+
+    # ---- identification --------------------------------------------------------------------
+    def is_tensor(self, obj: Any) -> bool:
+        return isinstance(obj, torch.Tensor)
+
+    def is_model(self, obj: Any) -> bool:
+        return isinstance(obj, torch.nn.Module)
+
+    def dtype_name(self, t: Any) -> str:
+        try:
+            return _DTYPE_NAMES[t.dtype]
+        except KeyError:
+            return str(t.dtype).replace("torch.", "")
+
+    def shape(self, t: Any) -> tuple[int, ...]:
+        return tuple(t.shape)
+
+    # ---- statistics ------------------------------------------------------------------------
+    def stats_handle(self, t: Any) -> Any:
+        """Start the statistics of ``t`` on its device; returns a 12-element float64 tensor.
+
+        Never mutates ``t``, never changes its dtype, uses no RNG and builds no autograd graph.
+        """
+        with torch.no_grad():
+            x = t.detach()
+            if x.numel() == 0 or x.layout != torch.strided or x.device.type == "meta":
+                return None
+            if x.device.type == "cpu" and not x.is_complex():
+                return _fast_cpu_vec(x)
+            return _exact_vec(x)
+
+    def resolve_stats(self, handles: list[Any]) -> list[dict[str, Any]]:
+        """Fetch a batch of handles: one stack and one host transfer per device (usually one)."""
+        rows: list[list[float] | None] = [None] * len(handles)
+        by_dev: dict[Any, list[int]] = {}
+        for i, h in enumerate(handles):
+            if isinstance(h, torch.Tensor):
+                by_dev.setdefault(h.device, []).append(i)
+        for idx in by_dev.values():
+            block = torch.stack([handles[i] for i in idx]).cpu().tolist()  # the one transfer
+            for i, row in zip(idx, block):
+                rows[i] = row
+        return [self._to_dict(r) for r in rows]
+
+    @staticmethod
+    def _to_dict(row: list[float] | None) -> dict[str, Any]:
+        out = empty_stats()
+        if row is None:
+            return out
+        for i, k in enumerate(STAT_FIELDS):
+            v = row[i]
+            out[k] = int(v) if i in _COUNT_IDX else float(v)
+        if row[_NFIN] == 0:
+            for k in ("min", "max", "mean", "std"):
+                out[k] = None
+            out["norm"] = 0.0
+            out["abs_sum"] = 0.0
+        return out
+
+    # ---- payloads --------------------------------------------------------------------------
+    def snapshot(self, t: Any) -> tuple[Callable[[], np.ndarray], int]:
+        """Clone ``t`` now on its device; the returned thunk copies it to the host later."""
+        with torch.no_grad():
+            c = t.detach().clone()
+        nbytes = c.numel() * c.element_size()
+
+        def host() -> np.ndarray:
+            return self.to_numpy(c)
+
+        return host, nbytes
+
+    def to_numpy(self, t: Any) -> np.ndarray:
+        x = t.detach()
+        if x.is_conj():
+            x = x.resolve_conj()
+        if x.is_neg():
+            x = x.resolve_neg()
+        x = x.cpu()
+        bits = _BITS_VIEW.get(x.dtype)
+        if bits is not None:
+            return x.contiguous().view(bits).numpy().view(_NP_BITS[bits])
+        return x.numpy()
+
+    # ---- facts -----------------------------------------------------------------------------
+    def facts(self) -> dict[str, Any]:
+        cuda = torch.cuda.is_available()
+        precision: dict[str, Any] = {
+            "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "deterministic_algorithms": bool(torch.are_deterministic_algorithms_enabled()),
+            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+            "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+            "autocast_cpu": bool(torch.is_autocast_enabled("cpu")),
+            "autocast_cpu_dtype": str(torch.get_autocast_dtype("cpu")).replace("torch.", ""),
+        }
+        if cuda:
+            precision["autocast_cuda"] = bool(torch.is_autocast_enabled("cuda"))
+            precision["autocast_cuda_dtype"] = str(torch.get_autocast_dtype("cuda")).replace(
+                "torch.", ""
+            )
+        device = torch.cuda.get_device_name(torch.cuda.current_device()) if cuda else "cpu"
+        return {
+            "framework": "torch",
+            "framework_version": torch.__version__,
+            "device": device,
+            "cuda": torch.version.cuda,
+            "threads": torch.get_num_threads(),
+            "precision": precision,
+        }
+
+    def seed(self, seed: int) -> dict[str, Any]:
+        torch.manual_seed(seed)
+        if torch.cuda.is_available():
+            torch.cuda.manual_seed_all(seed)
+        return {"torch": seed}

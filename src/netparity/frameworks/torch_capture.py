@@ -1,0 +1,829 @@
+"""Capture what a PyTorch model computes: module boundaries, every aten op, gradients, updates.
+
+Mechanisms (chosen so that capture never changes the run and survives in-place code):
+
+* **Module level.** Forward pre/post hooks (``with_kwargs=True``, ``always_call=True``) record
+  inputs and outputs. Backward gradients use *tensor* hooks registered on the module's outputs
+  (gradient w.r.t. the outputs, role ``input``) and inputs (gradient w.r.t. the inputs, role
+  ``output``) rather than ``register_full_backward_hook``, whose identity autograd function turns
+  outputs into views and breaks ``nn.ReLU(inplace=True)`` after batch-norm. A tensor hook
+  registered before an in-place update receives the gradient of the value before the update,
+  which is exactly the module's input/output value.
+* **Op level.** A ``TorchDispatchMode`` sees every aten op below autograd (forward, backward and
+  ``optimizer.step()``) without whitelists or patching. Forward ops are attributed to the
+  innermost running module (a stack kept by the module hooks). Backward ops are attributed by
+  walking, in each module's forward post-hook, the autograd nodes its outputs depend on (down to
+  the nodes of its inputs) and giving each not-yet-claimed node a pre-hook/post-hook pair that
+  sets the "current backward module"; inner modules' hooks run first, so they claim their own
+  nodes and the parent keeps the rest (e.g. a residual add).
+* **Statistics** are computed on the tensor's device by :class:`TorchAdapter` with dispatch
+  disabled (so they are never captured themselves), batched and fetched in one transfer per
+  batch. An op input that is the same tensor object, at the same version counter, as a recently
+  recorded tensor reuses its statistics instead of recomputing them.
+
+Example:
+    >>> import tempfile, torch
+    >>> from netparity.frameworks.torch_capture import capture
+    >>> from netparity.trace import open_trace
+    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
+    >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    >>> d = tempfile.mkdtemp()
+    >>> with capture(model, d, optimizer=opt) as cap:
+    ...     loss = model(torch.ones(2, 4)).sum()
+    ...     cap.record_loss(loss)
+    ...     loss.backward(); opt.step(); cap.step()
+    >>> sorted({r.module for r in open_trace(d).records(kind="module")})
+    ['', '0', '1']
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+import torch.optim.optimizer as _optim_mod
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from netparity.align.vocab import canonical_op
+from netparity.capture.policy import CapturePolicy
+from netparity.capture.session import CaptureSession, user_source
+from netparity.errors import UsageError
+from netparity.frameworks.torch_adapter import TorchAdapter
+from netparity.trace.schema import Record
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_SKIP = (_TORCH_DIR,)
+_Tensor = torch.Tensor
+
+try:
+    _graph_task_id = torch._C._current_graph_task_id
+except AttributeError:  # pragma: no cover - very old torch
+    def _graph_task_id() -> int:
+        return -1
+
+
+def _in_backward() -> bool:
+    return _graph_task_id() != -1
+
+
+def _native_name(cls: type) -> str:
+    mod = cls.__module__ or ""
+    if mod.startswith("torch.nn.modules."):
+        return f"torch.nn.{cls.__name__}"
+    return f"{mod}.{cls.__qualname__}"
+
+
+def _flatten(obj: Any, prefix: str, out: list[tuple[str, torch.Tensor]],
+             scalars: dict[str, Any] | None = None, depth: int = 0) -> None:
+    """Collect tensors of a nested structure with their argument paths (``0``, ``1.2``, ``kw.x``)."""
+    if isinstance(obj, _Tensor):
+        out.append((prefix, obj))
+    elif isinstance(obj, (list, tuple)) and depth < 6:
+        for i, v in enumerate(obj):
+            _flatten(v, f"{prefix}.{i}" if prefix else str(i), out, scalars, depth + 1)
+    elif isinstance(obj, dict) and depth < 6:
+        for k, v in obj.items():
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out, scalars, depth + 1)
+    elif scalars is not None and (obj is None or isinstance(obj, (bool, int, float, str))):
+        scalars[prefix] = obj
+    elif scalars is not None and isinstance(obj, (torch.dtype, torch.device, torch.memory_format,
+                                                  torch.layout)):
+        scalars[prefix] = str(obj)
+
+
+class _Call:
+    """One module call: forward identity and, once its backward starts, backward identity."""
+
+    __slots__ = ("path", "module", "native", "op", "fwd_call", "event", "nops", "bwd_call",
+                 "bwd_event", "bwd_nops", "recompute", "source", "in_nodes")
+
+    def __init__(self, path: str, module: torch.nn.Module, native: str, op: str):
+        self.path = path
+        self.module = module
+        self.native = native
+        self.op = op
+        self.fwd_call = 0
+        self.event = -1
+        self.nops = 0
+        self.bwd_call = -1
+        self.bwd_event = -1
+        self.bwd_nops = 0
+        self.recompute = False
+        self.source = ""
+        self.in_nodes: set[Any] = set()
+
+
+class _TLS(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[_Call] = []  # forward module stack
+        self.bwd: list[_Call | None] = []  # backward module context (node pre/post hooks)
+
+
+class _OpMode(TorchDispatchMode):
+    """Dispatch mode forwarding every aten op to the capture."""
+
+    def __init__(self, cap: TorchCapture):
+        super().__init__()
+        self.cap = cap
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        return self.cap._on_op(func, args, kwargs or {})
+
+
+class TorchCapture(CaptureSession):
+    """A capture of a PyTorch model; use :func:`capture` to create one.
+
+    Context manager (hooks installed on enter; removed and the trace closed on exit) and
+    decorator (hooks installed for each call of the function; the trace is flushed after each
+    call and closed by :meth:`close` or at interpreter exit).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module | None,
+        path: str | os.PathLike[str],
+        policy: CapturePolicy,
+        *,
+        optimizer: torch.optim.Optimizer | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        manifest: dict[str, Any] | None = None,
+        overwrite: bool = False,
+        global_mode: bool = False,
+        auto_step: bool = False,
+        detect_loss: bool = False,
+    ):
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise UsageError(f"capture expects a torch.nn.Module, got {type(model).__name__}")
+        if rank is None or world_size is None:
+            r, w = _dist_rank()
+            rank = r if rank is None else rank
+            world_size = w if world_size is None else world_size
+        self.adapter_t = TorchAdapter()
+        super().__init__(path, self.adapter_t, policy, rank=rank, world_size=world_size,
+                         manifest=manifest, overwrite=overwrite)
+        self.model = model
+        self.optimizer = optimizer
+        self.global_mode = global_mode
+        self.auto_step = auto_step
+        self.detect_loss = detect_loss
+        self._names: dict[int, str] = {}
+        self._param_names: dict[int, str] = {}
+        self._roots = 0
+        if model is not None:
+            self._name_tree(model, "")
+        self._tls = _TLS()
+        self._busy = False
+        self._installed = False
+        self._closed = False
+        self._pid = os.getpid()
+        self._hooks: list[Any] = []  # module/optimizer hook handles (until uninstall)
+        self._step_hooks: list[Any] = []  # tensor/node hook handles (until step end)
+        self._mode: _OpMode | None = None
+        self._on = self.active
+        self._fwd_calls: dict[str, int] = {}
+        self._bwd_calls: dict[str, int] = {}
+        self._hooked: set[str] = set()  # paths whose backward hooks exist this step
+        self._claimed: dict[Any, _Call] = {}
+        self._seen: dict[int, tuple[Any, int, Any, Any]] = {}
+        self._outside_fwd = 0
+        self._outside_bwd = 0
+        self._in_update = 0
+        self._update_ops = 0
+        self._update_no = 0
+        self._params_done = -1
+        self._custom_calls: dict[str, int] = {}
+        self._op_names: dict[Any, tuple[str, str]] = {}
+        self._canon_mod: dict[type, tuple[str, str]] = {}
+        self._src_cache: dict[Any, str] = {}
+
+    # ---- naming ----------------------------------------------------------------------------
+    def _name_tree(self, root: torch.nn.Module, prefix: str) -> None:
+        for name, m in root.named_modules(prefix=prefix):
+            self._names.setdefault(id(m), name)
+        for name, p in root.named_parameters(prefix=prefix):
+            self._param_names.setdefault(id(p), name)
+
+    def _name_of(self, module: torch.nn.Module) -> str:
+        n = self._names.get(id(module))
+        if n is not None:
+            return n
+        # global mode: a module seen for the first time; a root (nothing running) names its tree
+        if not self._tls.stack:
+            prefix = "" if self._roots == 0 else type(module).__name__
+            self._roots += 1
+            self._name_tree(module, prefix)
+            return self._names[id(module)]
+        parent = self._tls.stack[-1].path
+        n = f"{parent}.<{type(module).__name__}>" if parent else f"<{type(module).__name__}>"
+        self._names[id(module)] = n
+        return n
+
+    def _module_names(self, module: torch.nn.Module) -> tuple[str, str]:
+        t = type(module)
+        hit = self._canon_mod.get(t)
+        if hit is None:
+            hit = (_native_name(t), canonical_op("torch", t.__name__))
+            self._canon_mod[t] = hit
+        return hit
+
+    # ---- install / uninstall ---------------------------------------------------------------
+    def install(self) -> TorchCapture:
+        """Install hooks (and the dispatch mode for op level). Idempotent."""
+        if self._installed:
+            return self
+        if self._closed:
+            raise UsageError("this capture is closed; create a new one")
+        self._installed = True
+        try:
+            mm = torch.nn.modules.module
+            if self.global_mode:
+                self._hooks.append(mm.register_module_forward_pre_hook(self._global_pre))
+                self._hooks.append(mm.register_module_forward_hook(
+                    self._global_post, with_kwargs=True, always_call=True))
+            elif self.model is not None:
+                for m in self.model.modules():
+                    path = self._names[id(m)]
+                    self._hooks.append(m.register_forward_pre_hook(
+                        functools.partial(self._pre_hook, path), with_kwargs=True))
+                    self._hooks.append(m.register_forward_hook(
+                        functools.partial(self._post_hook, path), with_kwargs=True,
+                        always_call=True))
+            om = _optim_mod
+            self._hooks.append(om.register_optimizer_step_pre_hook(self._opt_pre))
+            self._hooks.append(om.register_optimizer_step_post_hook(self._opt_post))
+            if self.policy.ops:
+                self._mode = _OpMode(self)
+                self._mode.__enter__()
+        except BaseException:
+            self.uninstall()
+            raise
+        return self
+
+    def uninstall(self) -> None:
+        """Remove every hook and pop the dispatch mode. Safe to call twice."""
+        if self._mode is not None:
+            mode, self._mode = self._mode, None
+            mode.__exit__(None, None, None)
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        self._clear_step_hooks()
+        self._tls.stack.clear()
+        self._tls.bwd.clear()
+        self._installed = False
+
+    def _clear_step_hooks(self) -> None:
+        for h in self._step_hooks:
+            h.remove()
+        self._step_hooks.clear()
+        self._claimed.clear()
+        self._hooked.clear()
+        self._seen.clear()
+
+    def __enter__(self) -> TorchCapture:
+        return self.install()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.uninstall()
+        finally:
+            self.close()
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Use as a decorator: every call of ``fn`` runs captured."""
+        atexit.register(self.close)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self.install()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.uninstall()
+                self.flush()
+
+        return wrapper
+
+    def close(self) -> None:
+        """Uninstall, write everything pending and close the trace. Safe to call twice."""
+        if self._closed:
+            return
+        if os.getpid() != self._pid:  # a forked child (data-loader worker) owns nothing
+            self._closed = True
+            return
+        self.uninstall()
+        self._closed = True
+        self._busy = True
+        try:
+            with torch._C._DisableTorchDispatch():
+                super().close()
+        finally:
+            self._busy = False
+
+    # ---- recording core --------------------------------------------------------------------
+    def _source(self) -> str:
+        return user_source(_SKIP)
+
+    def _emit_t(self, rec: Record, t: torch.Tensor) -> None:
+        """Like :meth:`CaptureSession.emit`, with statistics reuse for unchanged tensors."""
+        if self.writer is None:
+            return
+        a = self.adapter_t
+        rec.step = self.step_no
+        rec.rank = self.rank
+        rec.dtype = a.dtype_name(t)
+        rec.shape = tuple(t.shape)
+        key = id(t)
+        try:
+            ver = t._version
+        except RuntimeError:  # inference tensors have no version counter
+            ver = None
+        hit = self._seen.get(key) if ver is not None else None
+        if hit is not None and hit[1] == ver and hit[0]() is t:
+            handle, snap = hit[2], hit[3]
+        else:
+            handle = a.stats_handle(t)
+            snap = None
+        payload = None
+        nbytes = 0
+        p = self.policy
+        if p.tensors or p.hashes:
+            size = t.numel() * t.element_size()
+            if p.hashes or p.max_bytes is None or self.payload_bytes + size <= p.max_bytes:
+                if snap is None:
+                    snap = a.snapshot(t)
+                payload, nbytes = snap
+                if p.tensors:
+                    self.payload_bytes += nbytes
+            else:
+                rec.extra["payload_skipped"] = "max_bytes"
+        if ver is not None and (hit is None or hit[2] is not handle or hit[3] is not snap):
+            # bounded: reuse is almost always between neighbouring records
+            if len(self._seen) > 1024:
+                self._seen.clear()
+            self._seen[key] = (weakref.ref(t), ver, handle, snap)
+        self._pending.append((rec, handle, payload, nbytes))
+        if len(self._pending) >= self.batch:
+            self.resolve()
+
+    def _emit_all(self, make: Callable[[str], Record], items: Iterable[tuple[str, torch.Tensor]]) -> None:
+        busy = self._busy
+        self._busy = True
+        try:
+            with torch._C._DisableTorchDispatch(), torch.no_grad():
+                for arg, t in items:
+                    self._emit_t(make(arg), t)
+        finally:
+            self._busy = busy
+
+    # ---- module hooks ----------------------------------------------------------------------
+    def _global_pre(self, module: torch.nn.Module, args: Any) -> None:
+        if self._busy or os.getpid() != self._pid:
+            return
+        self._pre(self._name_of(module), module, args, {})
+
+    def _global_post(self, module: torch.nn.Module, args: Any, kwargs: Any, out: Any) -> None:
+        if self._busy or os.getpid() != self._pid:
+            return
+        st = self._tls.stack
+        if not st or st[-1].module is not module:
+            return
+        info = st[-1]
+        if kwargs and self._on and not info.recompute and self.policy.modules:
+            # global pre-hooks get no keyword arguments: record them here
+            self._record_module(info, kwargs, "input", "kw")
+        self._post(info.path, module, out)
+        if (self.detect_loss and not st and not info.recompute and self._on
+                and isinstance(module, torch.nn.modules.loss._Loss)
+                and isinstance(out, _Tensor)):
+            self.record_loss(out)
+
+    def _pre_hook(self, path: str, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+        if self._busy:
+            return None
+        self._pre(path, module, args, kwargs)
+        return None
+
+    def _post_hook(self, path: str, module: torch.nn.Module, args: Any, kwargs: Any,
+                   out: Any) -> None:
+        if self._busy:
+            return None
+        self._post(path, module, out)
+        return None
+
+    def _pre(self, path: str, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+        native, op = self._module_names(module)
+        info = _Call(path, module, native, op)
+        info.recompute = _in_backward()  # forward re-run inside backward: checkpointing
+        p = self.policy
+        if self._on and not info.recompute:
+            info.fwd_call = self._fwd_calls.get(path, 0)
+            self._fwd_calls[path] = info.fwd_call + 1
+            info.event = self.next_event()
+            wanted = p.wants_name(path, op)
+            if p.modules and wanted:
+                info.source = self._source()
+                if p.wants_direction("forward"):
+                    self._record_module(info, args, "input", "")
+                    if kwargs:
+                        self._record_module(info, kwargs, "input", "kw")
+        if self._on and p.wants_direction("backward"):
+            fresh = path not in self._hooked
+            if fresh or not info.recompute:
+                tensors: list[tuple[str, torch.Tensor]] = []
+                _flatten(args, "", tensors)
+                if kwargs:
+                    _flatten(kwargs, "kw", tensors)
+                for arg, t in tensors:
+                    if t.requires_grad:
+                        if p.modules and p.wants_name(path, op):
+                            self._step_hooks.append(t.register_hook(
+                                functools.partial(self._grad_hook, info, "output", arg)))
+                        if p.ops and t.grad_fn is not None:
+                            info.in_nodes.add(t.grad_fn)
+        self._tls.stack.append(info)
+
+    def _post(self, path: str, module: torch.nn.Module, out: Any) -> None:
+        st = self._tls.stack
+        if not st or st[-1].module is not module:
+            return
+        info = st.pop()
+        if out is None or not self._on:
+            return
+        p = self.policy
+        if not info.recompute and p.modules and p.wants_direction("forward") \
+                and p.wants_name(path, info.op):
+            self._record_module(info, out, "output", "")
+        if not p.wants_direction("backward"):
+            return
+        fresh = path not in self._hooked
+        if info.recompute and not fresh:
+            return  # non-reentrant checkpoint: the original graph already carries the hooks
+        tensors: list[tuple[str, torch.Tensor]] = []
+        _flatten(out, "", tensors)
+        roots = []
+        for arg, t in tensors:
+            if t.requires_grad:
+                if p.modules and p.wants_name(path, info.op):
+                    self._step_hooks.append(t.register_hook(
+                        functools.partial(self._grad_hook, info, "input", arg)))
+                if t.grad_fn is not None:
+                    roots.append(t.grad_fn)
+        if roots or tensors:
+            self._hooked.add(path)
+        if p.ops and roots:
+            self._claim(info, roots)
+
+    def _record_module(self, info: _Call, obj: Any, role: str, prefix: str) -> None:
+        tensors: list[tuple[str, torch.Tensor]] = []
+        _flatten(obj, prefix, tensors)
+        if not tensors:
+            return
+
+        def make(arg: str) -> Record:
+            return Record(kind="module", op=info.op, native=info.native, module=info.path,
+                          call=info.fwd_call, direction="forward", role=role, arg=arg,
+                          event=info.event, source=info.source)
+
+        self._emit_all(make, tensors)
+
+    def _grad_hook(self, info: _Call, role: str, arg: str, grad: torch.Tensor) -> None:
+        if not self._on or grad is None or self._busy:
+            return None
+        self._start_bwd(info)
+
+        def make(a: str) -> Record:
+            return Record(kind="module", op=info.op, native=info.native, module=info.path,
+                          call=info.bwd_call, direction="backward", role=role, arg=a,
+                          event=info.bwd_event, source=info.source)
+
+        self._emit_all(make, [(arg, grad)])
+        return None
+
+    def _start_bwd(self, info: _Call) -> None:
+        if info.bwd_call < 0:
+            info.bwd_call = self._bwd_calls.get(info.path, 0)
+            self._bwd_calls[info.path] = info.bwd_call + 1
+            info.bwd_event = self.next_event()
+
+    # ---- backward attribution for ops ------------------------------------------------------
+    def _claim(self, info: _Call, roots: list[Any]) -> None:
+        """Give the autograd nodes behind ``roots`` (not claimed by inner modules) to ``info``."""
+        claimed = self._claimed
+        stop = info.in_nodes
+        todo = list(roots)
+        pre = functools.partial(self._node_pre, info)
+        post = self._node_post
+        hooks = self._step_hooks
+        seen: set[Any] = set()
+        while todo:
+            node = todo.pop()
+            if node is None or node in stop or node in seen:
+                continue
+            seen.add(node)
+            owner = claimed.get(node)
+            if owner is not None:
+                # an inner module's subgraph: resume below its inputs instead of re-walking it
+                todo.extend(owner.in_nodes)
+                continue
+            claimed[node] = info
+            hooks.append(node.register_prehook(pre))
+            hooks.append(node.register_hook(post))
+            for nxt, _ in node.next_functions:
+                if nxt is not None:
+                    todo.append(nxt)
+
+    def _node_pre(self, info: _Call, grad_outputs: Any) -> None:
+        self._start_bwd(info)
+        self._tls.bwd.append(info)
+        return None
+
+    def _node_post(self, grad_inputs: Any, grad_outputs: Any) -> None:
+        if self._tls.bwd:
+            self._tls.bwd.pop()
+        return None
+
+    # ---- ops -------------------------------------------------------------------------------
+    def _names_of_op(self, func: Any) -> tuple[str, str]:
+        hit = self._op_names.get(func)
+        if hit is None:
+            native = str(func)
+            hit = (native, canonical_op("torch", native))
+            self._op_names[func] = hit
+        return hit
+
+    def _on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self._busy or not self._on:
+            return func(*args, **kwargs)
+        tls = self._tls
+        if self._in_update:
+            direction = "update"
+            info = None
+        elif _in_backward():
+            if tls.stack:  # checkpoint recomputation: a repeat of forward ops, not recorded
+                return func(*args, **kwargs)
+            direction = "backward"
+            info = tls.bwd[-1] if tls.bwd else None
+        else:
+            direction = "forward"
+            info = tls.stack[-1] if tls.stack else None
+        p = self.policy
+        if not p.wants_direction(direction):
+            return func(*args, **kwargs)
+        native, op = self._names_of_op(func)
+        if direction == "update":
+            module, mcall, idx = "", self._update_no, self._update_ops
+            self._update_ops += 1
+        elif info is None:
+            module, mcall = "", -1
+            if direction == "forward":
+                idx = self._outside_fwd
+                self._outside_fwd += 1
+            else:
+                idx = self._outside_bwd
+                self._outside_bwd += 1
+        elif direction == "forward":
+            module, mcall, idx = info.path, info.fwd_call, info.nops
+            info.nops += 1
+        else:
+            module, mcall, idx = info.path, info.bwd_call, info.bwd_nops
+            info.bwd_nops += 1
+        if not p.wants_name(module, op):
+            return func(*args, **kwargs)
+        scalars: dict[str, Any] = {}
+        ins: list[tuple[str, torch.Tensor]] = []
+        for i, a in enumerate(args):
+            _flatten(a, str(i), ins, scalars)
+        for k, v in kwargs.items():
+            _flatten(v, f"kw.{k}", ins, scalars)
+        event = self.next_event()
+        source = info.source if (info is not None and info.source) else ""
+        if not source:
+            source = self._source()
+
+        extra: list[dict[str, Any]] = [{"scalars": scalars}] if scalars else []
+
+        def make(role: str, arg: str) -> Record:
+            # operator scalars (alpha, stride, dim...) go on the call's first record
+            return Record(kind="op", op=op, native=native, module=module, call=idx,
+                          module_call=mcall, direction=direction, role=role, arg=arg,
+                          event=event, source=source, extra=extra.pop() if extra else {})
+
+        self._busy = True
+        try:
+            # inputs before the op: an in-place op would overwrite them
+            for arg, t in ins:
+                self._emit_t(make("input", arg), t)
+        finally:
+            self._busy = False
+        out = func(*args, **kwargs)
+        outs: list[tuple[str, torch.Tensor]] = []
+        _flatten(out, "", outs)
+        if outs:
+            self._busy = True
+            try:
+                for arg, t in outs:
+                    self._emit_t(make("output", arg), t)
+            finally:
+                self._busy = False
+        return out
+
+    # ---- optimizer -------------------------------------------------------------------------
+    def _owns(self, opt: torch.optim.Optimizer) -> bool:
+        if self.optimizer is not None:
+            return opt is self.optimizer
+        names = self._param_names
+        return any(id(p) in names for g in opt.param_groups for p in g["params"])
+
+    def _opt_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._busy or not self._owns(opt):
+            return
+        self._in_update += 1
+        if self._on:
+            self._record_params(opt, grads=True, params=False)
+
+    def _opt_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._busy or not self._owns(opt):
+            return
+        self._in_update = max(0, self._in_update - 1)
+        if self._on:
+            self._record_params(opt, grads=False, params=True)
+            self._params_done = self.step_no
+        self._update_no += 1
+        if self.auto_step:
+            self.step()
+
+    def _record_params(self, opt: torch.optim.Optimizer | None, *, grads: bool,
+                       params: bool) -> None:
+        if opt is not None:
+            plist = [p for g in opt.param_groups for p in g["params"]]
+        elif self.model is not None:
+            plist = list(self.model.parameters())
+        else:
+            plist = []
+        names = self._param_names
+        pol = self.policy
+        items_g: list[tuple[str, torch.Tensor]] = []
+        items_p: list[tuple[str, torch.Tensor]] = []
+        for prm in plist:
+            name = names.get(id(prm))
+            if name is None or not pol.wants_name(name):
+                continue
+            if grads and prm.grad is not None and pol.wants_direction("backward"):
+                items_g.append((name, prm.grad))
+            if params:
+                items_p.append((name, prm))
+        for name, g in items_g:
+            self._emit_all(lambda _a, n=name: Record(kind="grad", op="grad", module=n,
+                                                     direction="backward", role="grad"),
+                           [("", g)])
+        for name, t in items_p:
+            self._emit_all(lambda _a, n=name: Record(kind="param", op="param", module=n,
+                                                     direction="update", role="param"),
+                           [("", t)])
+
+    # ---- user API --------------------------------------------------------------------------
+    def record_loss(self, loss: Any) -> None:
+        """Record the loss of this step (``kind="loss"``, ``op="loss"``, module ``""``)."""
+        if not self._on or not isinstance(loss, _Tensor):
+            return
+        n = self._custom_calls.get("\0loss", 0)
+        self._custom_calls["\0loss"] = n + 1
+        ev = self.next_event()
+        src = self._source()
+        self._emit_all(lambda a: Record(kind="loss", op="loss", module="", call=n, arg=a,
+                                        event=ev, source=src), [("", loss)])
+
+    def record(self, name: str, tensor: Any, kind: str = "custom") -> None:
+        """Record any tensor (or nested tuple/dict of tensors) under ``name``.
+
+        ``kind`` is ``custom`` or ``data`` (a batch from the data pipeline).
+        """
+        if kind not in ("custom", "data"):
+            raise UsageError(f"record kind must be 'custom' or 'data', not {kind!r}")
+        if not self._on:
+            return
+        items: list[tuple[str, torch.Tensor]] = []
+        _flatten(tensor, "", items)
+        n = self._custom_calls.get(name, 0)
+        self._custom_calls[name] = n + 1
+        ev = self.next_event()
+        src = self._source()
+        self._emit_all(lambda a: Record(kind=kind, op=name, module=name, call=n, arg=a,
+                                        event=ev, source=src), items)
+
+    def step(self) -> None:
+        """End of a training iteration: record parameters and gradients unless an optimizer
+        step hook already did, then advance the step counter."""
+        if self._on and self._params_done != self.step_no and (
+            self.model is not None or self._param_names
+        ):
+            self._record_params(None if self.optimizer is None else self.optimizer,
+                                grads=True, params=True)
+        busy = self._busy
+        self._busy = True
+        try:
+            with torch._C._DisableTorchDispatch():
+                super().step()
+        finally:
+            self._busy = busy
+        self._clear_step_hooks()
+        self._fwd_calls.clear()
+        self._bwd_calls.clear()
+        self._custom_calls.clear()
+        self._outside_fwd = self._outside_bwd = 0
+        self._update_ops = 0
+        self._update_no = 0
+        self._on = self.active
+
+    def flush(self) -> None:
+        busy = self._busy
+        self._busy = True
+        try:
+            with torch._C._DisableTorchDispatch():
+                super().flush()
+        finally:
+            self._busy = busy
+
+    def resolve(self) -> None:
+        busy = self._busy
+        self._busy = True
+        try:
+            with torch._C._DisableTorchDispatch():
+                super().resolve()
+        finally:
+            self._busy = busy
+
+
+def _dist_rank() -> tuple[int, int]:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except Exception:
+        pass
+    try:
+        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 0, 1
+
+
+def capture(
+    model: torch.nn.Module,
+    path: str | os.PathLike[str],
+    *,
+    level: str = "module",
+    payload: str = "stats",
+    steps: Any = None,
+    ranks: Any = None,
+    include: Any = None,
+    exclude: Any = None,
+    directions: Iterable[str] = ("forward", "backward"),
+    max_bytes: int | None = None,
+    overwrite: bool = False,
+    optimizer: torch.optim.Optimizer | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    manifest: dict[str, Any] | None = None,
+) -> TorchCapture:
+    """Capture ``model`` into the trace directory ``path``.
+
+    Args:
+        model: the ``torch.nn.Module`` to observe (module paths are relative to it).
+        path: trace directory; ``rank{N}/`` is written inside it.
+        level: ``module``, ``op`` (every aten op) or ``both``.
+        payload: ``stats``, ``tensors`` (also store every tensor) or ``hash``.
+        steps, ranks: which steps / ranks to capture (``"0,2-4"``, a list, or ``None`` = all).
+        include, exclude: glob patterns on module paths, op names and parameter names.
+        directions: ``forward`` and/or ``backward`` (updated parameters are always recorded).
+        max_bytes: stop storing payloads after this many bytes (statistics continue).
+        overwrite: replace an existing trace of this rank.
+        optimizer: the optimizer whose ``step()`` delimits the update; when ``None`` any
+            optimizer holding the model's parameters is detected by a global step hook.
+        rank, world_size: default to ``torch.distributed`` or the ``RANK``/``WORLD_SIZE``
+            environment variables.
+        manifest: extra facts for ``manifest.json`` (seeds, notes...).
+
+    Returns:
+        A :class:`TorchCapture`: a context manager and a decorator, with ``record_loss``,
+        ``record`` and ``step``.
+
+    Example:
+        >>> import tempfile, torch
+        >>> m = torch.nn.Linear(2, 2)
+        >>> with capture(m, tempfile.mkdtemp(), level="both") as cap:
+        ...     _ = m(torch.ones(1, 2)); cap.step()
+    """
+    policy = CapturePolicy(level=level, payload=payload, steps=steps, ranks=ranks,
+                           include=include, exclude=exclude, directions=tuple(directions),
+                           max_bytes=max_bytes)
+    return TorchCapture(model, path, policy, optimizer=optimizer, rank=rank,
+                        world_size=world_size, manifest=manifest, overwrite=overwrite)
