@@ -1,0 +1,532 @@
+"""Capture what a MindSpore network computes into a netparity trace.
+
+Same signature and record conventions as the PyTorch capture (docs/INTERFACES.md, "Capture API").
+
+How each level is observed (PyNative mode; see docs/capture-mindspore.md for the details):
+
+* **Cells** (``level="module"``): ``Cell.register_forward_pre_hook(..., with_kwargs=True)`` for the
+  inputs, ``register_forward_hook(..., with_kwargs=True, always_call=True)`` for the outputs (the
+  *always_call* hook also runs when the Cell raises, which keeps the Cell stack balanced) and
+  ``register_backward_hook`` for gradients: ``grad_output`` (gradient w.r.t. the Cell's outputs)
+  is role ``input``, ``grad_input`` (w.r.t. its inputs) role ``output``.
+* **Primitives** (``level="op"``): one interception point, MindSpore's JIT context
+  (``mindspore.graph.jit_context``). Every Primitive called from Python -- the ~1,000 generated
+  pyboost Primitive classes (``gen_ops_prim``), the manually defined ones and legacy
+  ``Primitive.__call__`` -> ``_run_op`` -- ends with ``if jit_context(): return
+  jit_context().run_op(self, res, *args)``; trace-mode ``ms.jit`` uses it to see every executed
+  primitive with its inputs and result. Installing our own context there sees every such
+  primitive *after* it ran, with the primitive object, its inputs and outputs, and nothing is
+  patched by name. What escapes: Tensor methods and operators implemented in C++
+  (``x + y``, ``x.sum()``, ``x.reshape()`` dispatch from ``TensorPy`` straight to the C++ pyboost
+  kernels), the bodies of ``@ms.jit`` functions (the optimizer's ``construct`` among them: seen as
+  one compiled graph) and every backward primitive (run by the C++ grad executor).
+* **Parameters** at :meth:`MindSporeCapture.step` (after the update) and **gradients** through
+  ``Parameter.register_hook`` (fires with each parameter's gradient when
+  ``ms.value_and_grad(fn, None, weights)`` differentiates w.r.t. it) or by hand with
+  :meth:`MindSporeCapture.record_grads`.
+
+Graph mode (``GRAPH_MODE``, ``Model.train``) compiles Cells into one graph: Python hooks do not run
+there; use MindSpore's own dump and :func:`netparity.frameworks.mindspore_dump.import_dump`.
+
+Example:
+    >>> import numpy as np, mindspore as ms, tempfile
+    >>> net = ms.nn.Dense(3, 2)
+    >>> with capture(net, tempfile.mkdtemp()) as cap:
+    ...     y = net(ms.Tensor(np.ones((1, 3), np.float32)))
+    ...     cap.step()
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from netparity.align.vocab import canonical_op
+from netparity.capture.policy import CapturePolicy
+from netparity.capture.session import CaptureSession, user_source
+from netparity.frameworks.mindspore_adapter import MindSporeAdapter
+from netparity.trace.schema import Record
+
+
+def _ms_dir() -> str:
+    import mindspore
+
+    return str(Path(mindspore.__file__).resolve().parent)
+
+
+def _flatten(obj: Any, prefix: str, is_tensor: Callable[[Any], bool]) -> Iterator[tuple[str, Any]]:
+    """(arg path, tensor) for every tensor in a nested structure, in a stable order."""
+    if is_tensor(obj):
+        yield prefix, obj
+    elif isinstance(obj, (tuple, list)):
+        for i, v in enumerate(obj):
+            yield from _flatten(v, f"{prefix}.{i}" if prefix else str(i), is_tensor)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k), is_tensor)
+
+
+class _Frame:
+    """One running Cell call: the op counter attributes primitives to it."""
+
+    __slots__ = ("path", "call", "event", "ops", "update")
+
+    def __init__(self, path: str, call: int, event: int, update: bool):
+        self.path = path
+        self.call = call
+        self.event = event
+        self.ops = 0
+        self.update = update
+
+
+class MindSporeCapture(CaptureSession):
+    """A capture session bound to one MindSpore network; use :func:`capture` to build one.
+
+    It is a context manager (``__exit__`` closes the trace and restores everything) and a
+    decorator (hooks are installed for each call of the decorated function; call
+    :meth:`close` when done).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        path: str | os.PathLike[str],
+        policy: CapturePolicy,
+        *,
+        optimizer: Any = None,
+        rank: int = 0,
+        world_size: int = 1,
+        manifest: dict[str, Any] | None = None,
+        overwrite: bool = False,
+    ):
+        adapter = MindSporeAdapter()
+        facts = adapter.model_facts(model)
+        facts.update(manifest or {})
+        super().__init__(path, adapter, policy, rank=rank, world_size=world_size,
+                         manifest=facts, overwrite=overwrite)
+        self.model = model
+        self.optimizer = optimizer
+        self._is_tensor = adapter.is_tensor
+        self._handles: list[Any] = []
+        self._bwd_attr_reset: list[Any] = []
+        self._stack: list[_Frame] = []
+        self._calls: dict[tuple[str, str], int] = {}
+        self._grad_names: set[str] = set()
+        self._busy = False
+        self._installed = False
+        self._prev_ctx: Any = None
+        self._op_ctx: Any = None
+        self._update = 0
+        self._skip = (_ms_dir(),)
+        self.errors: list[str] = []
+        self.notes: list[str] = []
+        self._paths: dict[int, str] = {}
+        self._native: dict[int, tuple[str, str]] = {}
+        self._opt_ids: set[int] = set()
+
+    # ---- install / remove ------------------------------------------------------------------
+    def install(self) -> None:
+        """Register the hooks (idempotent)."""
+        if self._installed:
+            return
+        import mindspore as ms
+        from mindspore import nn
+
+        self._installed = True
+        graph = ms.get_context("mode") == ms.GRAPH_MODE
+        if graph:
+            self.notes.append("GRAPH_MODE: Cell hooks do not run in compiled graphs; only "
+                              "record/record_loss/step are captured (use msdump import)")
+            return
+        opt = self.optimizer
+        if opt is not None and isinstance(opt, nn.Cell):
+            self._opt_ids = {id(c) for _, c in opt.cells_and_names()}
+        for _name, cell in self.model.cells_and_names():
+            if isinstance(cell, nn.Optimizer):
+                self._opt_ids.update(id(c) for _, c in cell.cells_and_names())
+        cells = list(self.model.cells_and_names())
+        if opt is not None and isinstance(opt, nn.Cell) and all(c is not opt for _, c in cells):
+            cells.append(("optimizer", opt))
+        for name, cell in cells:
+            self._paths[id(cell)] = name
+            cls = type(cell)
+            self._native[id(cell)] = (f"{cls.__module__.split('.')[0]}.nn.{cls.__qualname__}"
+                                      if cls.__module__.startswith("mindspore.nn")
+                                      else f"{cls.__module__}.{cls.__qualname__}",
+                                      canonical_op("mindspore", cls.__name__))
+            had_bwd = cell._cell_backward_hook is not None
+            self._handles.append(cell.register_forward_pre_hook(self._pre, with_kwargs=True))
+            self._handles.append(cell.register_forward_hook(self._post, with_kwargs=True,
+                                                            always_call=True))
+            if (self.policy.modules and self.policy.wants_direction("backward")
+                    and "backward" in self.policy.directions and id(cell) not in self._opt_ids):
+                self._handles.append(cell.register_backward_hook(self._bwd))
+                if not had_bwd:
+                    self._bwd_attr_reset.append(cell)
+        if "backward" in self.policy.directions:
+            for p in self.model.trainable_params():
+                self._handles.append(p.register_hook(functools.partial(self._param_grad, p.name)))
+        if self.policy.ops:
+            from mindspore.graph import jit_context as jc
+
+            prev = jc.jit_context()
+            if prev is not None:
+                self.notes.append("a JIT context was active: op-level interception skipped")
+            else:
+                self._op_ctx = _OpContext(self)
+                jc.set_jit_context(self._op_ctx)
+
+    def remove(self) -> None:
+        """Remove every hook and restore MindSpore's state exactly (idempotent)."""
+        if not self._installed:
+            return
+        self._installed = False
+        errors: list[BaseException] = []
+        if self._op_ctx is not None:
+            from mindspore.graph import jit_context as jc
+
+            if jc.jit_context() is self._op_ctx:
+                jc.set_jit_context(None)
+            self._op_ctx = None
+        for h in self._handles:
+            try:
+                h.remove()
+            except BaseException as e:  # keep removing the others
+                errors.append(e)
+        self._handles.clear()
+        # register_backward_hook leaves a CellBackwardHook primitive on the Cell even when its
+        # hook dict is empty again; put the attribute back as it was.
+        for cell in self._bwd_attr_reset:
+            object.__setattr__(cell, "_cell_backward_hook", None)
+        self._bwd_attr_reset.clear()
+        self._stack.clear()
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> MindSporeCapture:
+        self.install()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self.install()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.remove()
+                self.flush()
+
+        return wrapper
+
+    def close(self) -> None:
+        try:
+            self.remove()
+        finally:
+            if self.writer is not None and (self.notes or self.errors):
+                import json
+
+                (self.writer.rank_dir / "capture_notes.json").write_text(json.dumps(
+                    {"notes": self.notes, "hook_errors": self.errors}, indent=1))
+            super().close()
+
+    # ---- user API ---------------------------------------------------------------------------
+    def record_loss(self, loss: Any) -> None:
+        """Record the loss (kind ``loss``, module ``""``, op ``loss``)."""
+        if self.active:
+            # same conventions as the PyTorch capture: call = n-th loss of the step
+            self._emit_one(Record(kind="loss", op="loss", call=self._next_call("loss", "")),
+                           loss)
+
+    def record(self, name: str, tensor: Any, kind: str = "custom") -> None:
+        """Record any tensor (or nested structure of tensors) by hand: ``kind`` custom or data."""
+        if not self.active or not self.policy.wants_name(name):
+            return
+        ev = self.next_event()
+        src = user_source(self._skip)
+        call = self._next_call("custom", name)
+        for arg, t in _flatten(tensor, "", self._is_tensor):
+            self._emit_one(Record(kind=kind, op=name, module=name, call=call, arg=arg,
+                                  event=ev, source=src), t)
+
+    def record_grads(self, grads: Iterable[Any], params: Iterable[Any]) -> int:
+        """Record parameter gradients by hand, e.g. from ``ms.value_and_grad(f, None, params)``.
+
+        Gradients already captured automatically in this step (``Parameter.register_hook``)
+        are not recorded twice. Returns the number recorded.
+
+        Example:
+            >>> # loss, grads = grad_fn(x, y); cap.record_grads(grads, optimizer.parameters)
+        """
+        n = 0
+        if not self.active or "backward" not in self.policy.directions:
+            return 0
+        for g, p in zip(grads, params):
+            name = p.name
+            if name in self._grad_names or not self.policy.wants_name(name):
+                continue
+            self._grad_names.add(name)
+            self._emit_one(Record(kind="grad", op="grad", module=name,
+                                  direction="backward", role="grad"), g)
+            n += 1
+        return n
+
+    def step(self) -> None:
+        """Record parameters after the update, then start the next step."""
+        if self.active:
+            for p in self.model.get_parameters():
+                if self.policy.wants_name(p.name):
+                    self._emit_one(Record(kind="param", op="param",
+                                          module=p.name, direction="update", role="param"), p)
+        self._calls.clear()
+        self._grad_names.clear()
+        super().step()
+
+    # ---- hooks ------------------------------------------------------------------------------
+    def _emit_one(self, rec: Record, t: Any) -> None:
+        busy, self._busy = self._busy, True
+        try:
+            if rec.event < 0:
+                rec.event = self.next_event()
+            if not rec.source:
+                rec.source = user_source(self._skip)
+            self.emit(rec, t)
+        finally:
+            self._busy = busy
+
+    def _emit_call(self, kind: str, path: str, native: str, op: str, call: int, module_call: int,
+                   direction: str, event: int, inputs: Any, outputs: Any, src: str) -> None:
+        busy, self._busy = self._busy, True
+        try:
+            for role, obj in (("input", inputs), ("output", outputs)):
+                if obj is None:
+                    continue
+                for arg, t in _flatten(obj, "", self._is_tensor):
+                    self.emit(Record(kind=kind, op=op, native=native, module=path, call=call,
+                                     module_call=module_call, direction=direction, role=role,
+                                     arg=arg, event=event, source=src), t)
+        finally:
+            self._busy = busy
+
+    def _next_call(self, direction: str, path: str) -> int:
+        k = (direction, path)
+        c = self._calls.get(k, 0)
+        self._calls[k] = c + 1
+        return c
+
+    def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:  # noqa: N805  (decorator)
+        """Hooks never break the user's run: errors are kept and reported in the manifest."""
+
+        @functools.wraps(fn)
+        def wrapper(self: MindSporeCapture, *args: Any) -> None:
+            if self._busy:
+                return None
+            try:
+                fn(self, *args)
+            except Exception as e:
+                self._busy = False
+                if len(self.errors) < 20:
+                    self.errors.append(f"{fn.__name__}: {type(e).__name__}: {e}")
+                if len(self.errors) == 1:
+                    warnings.warn(f"netparity capture hook failed: {e}", stacklevel=2)
+            return None
+
+        return wrapper
+
+    @_guard
+    def _pre(self, cell: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        cid = id(cell)
+        path = self._paths.get(cid, "")
+        update = cid in self._opt_ids
+        direction = "update" if update else "forward"
+        call = self._next_call(direction, path)
+        frame = _Frame(path, call, self.next_event(), update)
+        self._stack.append(frame)
+        if update:
+            self._update += 1
+            return
+        p = self.policy
+        if self.active and p.modules and "forward" in p.directions:
+            native, op = self._native[cid]
+            if p.wants_name(path, op):
+                # positional args are "0", "1"...; keyword args "kw.name"
+                if not kwargs:
+                    self._emit_call("module", path, native, op, call, 0, "forward",
+                                    frame.event, args, None, user_source(self._skip))
+                else:
+                    src = user_source(self._skip)
+                    busy, self._busy = self._busy, True
+                    try:
+                        for arg, t in [*_flatten(args, "", self._is_tensor),
+                                       *_flatten(kwargs, "kw", self._is_tensor)]:
+                            self.emit(Record(kind="module", op=op, native=native, module=path,
+                                             call=call, direction="forward", role="input",
+                                             arg=arg, event=frame.event, source=src), t)
+                    finally:
+                        self._busy = busy
+
+    @_guard
+    def _post(self, cell: Any, args: Any, kwargs: Any, output: Any) -> None:
+        cid = id(cell)
+        # pop up to and including this Cell's frame (an inner Cell that raised may be left)
+        frame = None
+        path = self._paths.get(cid, "")
+        while self._stack:
+            f = self._stack.pop()
+            if f.path == path:
+                frame = f
+                break
+        if frame is None or frame.update:
+            if frame is not None:
+                self._update -= 1
+            return
+        p = self.policy
+        if output is not None and self.active and p.modules and "forward" in p.directions:
+            native, op = self._native[cid]
+            if p.wants_name(path, op):
+                self._emit_call("module", path, native, op, frame.call, 0, "forward",
+                                frame.event, None, output, "")
+
+    @_guard
+    def _bwd(self, cell: Any, grad_input: Any, grad_output: Any) -> None:
+        if not self.active:
+            return
+        cid = id(cell)
+        path = self._paths.get(cid, "")
+        native, op = self._native[cid]
+        if not self.policy.wants_name(path, op):
+            return
+        call = self._next_call("backward", path)
+        self._emit_call("module", path, native, op, call, 0, "backward", self.next_event(),
+                        grad_output, grad_input, "")
+
+    @_guard
+    def _param_grad(self, name: str, grad: Any) -> None:
+        if not self.active or name in self._grad_names or not self.policy.wants_name(name):
+            return
+        self._grad_names.add(name)
+        self._emit_one(Record(kind="grad", op="grad", module=name,
+                              direction="backward", role="grad", source="autodiff"), grad)
+
+    @_guard
+    def _op(self, prim: Any, res: Any, args: tuple[Any, ...]) -> None:
+        if not self.active:
+            return
+        if not any(True for _ in _flatten(res, "", self._is_tensor)):
+            return  # metadata primitives (typeof, Print...) compute no tensor
+        frame = self._stack[-1] if self._stack else None
+        native = str(getattr(prim, "name", type(prim).__name__))
+        op = canonical_op("mindspore", native)
+        path = frame.path if frame is not None else ""
+        if not self.policy.wants_name(path, op, native):
+            if frame is not None:
+                frame.ops += 1
+            return
+        direction = "update" if (self._update > 0) else "forward"
+        if direction not in self.policy.directions and direction != "update":
+            return
+        call = frame.ops if frame is not None else 0
+        if frame is not None:
+            frame.ops += 1
+        self._emit_call("op", path, native, op, call, frame.call if frame else 0, direction,
+                        self.next_event(), args, res, user_source(self._skip))
+
+
+def _make_op_context(cap: MindSporeCapture) -> Any:
+    from mindspore.graph.jit_context import JitContext
+
+    class OpContext(JitContext):
+        """JIT context that only observes: every method returns MindSpore's own result."""
+
+        def run_op(self, prim: Any, prim_res: Any, *args: Any) -> Any:
+            cap._op(prim, prim_res, args)
+            return prim_res
+
+        def prepare_op(self, prim_name: str, prim_res: Any, *args: Any) -> Any:
+            return prim_res, [], [], args
+
+        def run_graph(self, phase: str, prim_res: Any, *args: Any) -> Any:
+            return prim_res
+
+        def pass_trace_node(self, origin_obj: Any, new_obj: Any) -> None:
+            return None
+
+        def is_nested(self) -> bool:
+            return False
+
+        def default_output(self) -> Any:  # only used when compiled is True, which it never is
+            from mindspore import Tensor
+
+            return Tensor(0)
+
+    return OpContext()
+
+
+def _OpContext(cap: MindSporeCapture) -> Any:  # noqa: N802  (reads like the class it builds)
+    return _make_op_context(cap)
+
+
+def capture(
+    model: Any,
+    path: str | os.PathLike[str],
+    *,
+    level: str = "module",
+    payload: str = "stats",
+    steps: Any = None,
+    ranks: Any = None,
+    include: list[str] | str | None = None,
+    exclude: list[str] | str | None = None,
+    directions: tuple[str, ...] = ("forward", "backward"),
+    max_bytes: int | None = None,
+    overwrite: bool = False,
+    optimizer: Any = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    manifest: dict[str, Any] | None = None,
+) -> MindSporeCapture:
+    """Capture a MindSpore network's Cells, primitives, loss, parameters and gradients.
+
+    Args:
+        model: the ``nn.Cell`` to observe (its sub-Cells get paths from ``cells_and_names()``).
+        path: trace directory.
+        level: ``module`` (Cells), ``op`` (primitives) or ``both``.
+        payload: ``stats``, ``tensors`` or ``hash``.
+        steps, ranks: which steps/ranks to capture (``None``: all; ``"0,2-4"`` accepted).
+        include, exclude: glob patterns on Cell paths / op names / parameter names.
+        directions: ``forward`` and/or ``backward``.
+        max_bytes: payload byte budget.
+        overwrite: replace an existing trace of this rank.
+        optimizer: the optimizer Cell; its calls are marked ``direction="update"``.
+        rank, world_size: default from ``RANK_ID`` / ``RANK_SIZE`` (MindSpore's variables).
+        manifest: extra manifest facts.
+
+    Returns:
+        A :class:`MindSporeCapture`; use it with ``with`` or as a decorator.
+
+    Example:
+        >>> import numpy as np, mindspore as ms, tempfile
+        >>> net = ms.nn.Dense(3, 2)
+        >>> with capture(net, tempfile.mkdtemp(), level="both") as cap:
+        ...     cap.record_loss(net(ms.Tensor(np.ones((1, 3), np.float32))).sum())
+        ...     cap.step()
+    """
+    if isinstance(include, str):
+        include = [include]
+    if isinstance(exclude, str):
+        exclude = [exclude]
+    policy = CapturePolicy(level=level, payload=payload, steps=steps, ranks=ranks,
+                           include=include, exclude=exclude, directions=tuple(directions),
+                           max_bytes=max_bytes)
+    if rank is None:
+        rank = int(os.environ.get("RANK_ID", "0") or 0)
+    if world_size is None:
+        world_size = int(os.environ.get("RANK_SIZE", "1") or 1)
+    return MindSporeCapture(model, path, policy, optimizer=optimizer, rank=rank,
+                            world_size=world_size, manifest=manifest, overwrite=overwrite)
