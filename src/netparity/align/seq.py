@@ -1,0 +1,463 @@
+"""Sequence alignment of two call lists: anchors first, dynamic programming in the gaps.
+
+Strategy (the patience-diff idea, with data instead of text):
+
+1. **Fixed pairs** given by the caller (mapping entries, equal module paths) split the problem.
+2. **Anchors**: calls whose key (canonical op + shapes + a coarse magnitude bucket of the output;
+   then op + shapes; then shapes + bucket) occurs exactly once in the current range on both
+   sides, whose pairing cost is low, and that keep execution order (longest increasing
+   subsequence). The ranges between anchors are handled recursively, so repeated blocks get
+   anchors from keys that are unique *within* the gap.
+3. **Dynamic programming** (global alignment with a gap cost, vectorised row by row) inside
+   gaps small enough; a sliding window for huge anchorless gaps.
+4. **N:M groups**: between two pairs of identical ops, a run of calls on one side whose first
+   input matches the other run's first input and whose last output matches the other run's last
+   output (shape and statistics) becomes one group (``linear`` <-> ``matmul + add``, a fused
+   layer norm <-> its decomposition). Renamed 1:1 pairs in the region may be dissolved into it.
+5. **Reordered calls**: leftovers near each other are paired out of order when their cost is low
+   (independent ops the other framework runs in a different order).
+
+Nothing is dropped: whatever is not paired is returned as unmatched.
+
+Example:
+    >>> import numpy as np
+    >>> from netparity.align.model import Call
+    >>> from netparity.align.features import Interner, build_feats
+    >>> from netparity.trace import Record
+    >>> def call(op, shape):
+    ...     c = Call(0, "op", "", op, op, 0, 0, "forward", 0, 0, "")
+    ...     c.outputs = [Record(kind="op", shape=shape, stats={"mean": 1.0, "std": 1.0,
+    ...                                                        "min": 0.0, "max": 3.0, "norm": 2.0})]
+    ...     return c
+    >>> ids = Interner()
+    >>> A = build_feats([call("conv", (2,)), call("relu", (2,))], ids)
+    >>> B = build_feats([call("conv", (2,)), call("sigmoid", (3,)), call("relu", (2,))], ids)
+    >>> pairs, ua, ub = align_seq(A, list(range(2)), B, list(range(3)))
+    >>> [(p.a, p.b) for p in pairs], ua, ub
+    ([([0], [0]), ([1], [2])], [], [1])
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import numpy as np
+
+from netparity.align.features import (
+    GAP,
+    MATCH_LIMIT,
+    STATS_WEIGHT,
+    Feats,
+    cost_matrix,
+    stats_distance,
+)
+
+#: gaps up to this many cells go straight to dynamic programming
+DP_CELLS = 40_000
+#: anchorless gaps up to this many cells still get one DP; above, a sliding window
+DP_MAX = 400_000
+WINDOW = 300
+#: anchors and out-of-order pairs need stronger evidence than an in-order DP pair
+ANCHOR_LIMIT = 1.0
+CROSS_LIMIT = 1.0
+CROSS_WINDOW = 24
+#: statistics distance below which two tensors count as "the same data" for N:M groups
+GROUP_TENSOR_LIMIT = 0.2
+GROUP_REGION = 40
+GROUP_RUN = 16
+
+
+@dataclass
+class Pair:
+    """Indices into the two :class:`Feats`: 1:1 when both lists hold one index."""
+
+    a: list[int]
+    b: list[int]
+    method: str
+    cost: float
+    note: str = ""
+
+
+def _lis(bs: list[int]) -> list[int]:
+    """Indices of a longest strictly increasing subsequence of ``bs``."""
+    tails: list[int] = []
+    tails_idx: list[int] = []
+    prev = [-1] * len(bs)
+    for i, v in enumerate(bs):
+        k = bisect.bisect_left(tails, v)
+        if k == len(tails):
+            tails.append(v)
+            tails_idx.append(i)
+        else:
+            tails[k] = v
+            tails_idx[k] = i
+        prev[i] = tails_idx[k - 1] if k else -1
+    out: list[int] = []
+    i = tails_idx[-1] if tails_idx else -1
+    while i >= 0:
+        out.append(i)
+        i = prev[i]
+    return out[::-1]
+
+
+def _elementwise_cost(A: Feats, ia: np.ndarray, B: Feats, ib: np.ndarray, modules: bool) -> np.ndarray:
+    c = (A.name[ia] != B.name[ib]).astype(np.float64)
+    c += np.where(A.shp[ia] == B.shp[ib], 0.0, np.where(A.out_shape[ia] == B.out_shape[ib], 0.5, 1.0))
+    sa, sb = A.stats[ia], B.stats[ib]
+    scale = np.maximum(np.abs(sa[:, 4]), np.abs(sb[:, 4]))[:, None]
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        d = np.minimum(np.abs(sa - sb) / (0.25 * (np.maximum(np.abs(sa), np.abs(sb)) + scale) + 1e-30), 1.0)
+    d = np.where(np.isnan(d), 0.5, d).mean(axis=1)
+    c += STATS_WEIGHT * d
+    if modules:
+        c += np.where(A.leaf[ia] == B.leaf[ib], 0.0, 0.5)
+    return c
+
+
+class _Aligner:
+    def __init__(self, A: Feats, B: Feats, modules: bool, diag_method: str):
+        self.A, self.B, self.modules, self.diag_method = A, B, modules, diag_method
+        self.out: list[Pair] = []
+        # anchor keys: op+shapes+magnitude, op+shapes, shapes+magnitude
+        self.keys_a = [A.sig * 4096 + (A.bucket + 2048), A.sig, A.shp * 4096 + (A.bucket + 2048)]
+        self.keys_b = [B.sig * 4096 + (B.bucket + 2048), B.sig, B.shp * 4096 + (B.bucket + 2048)]
+
+    # -- dynamic programming -----------------------------------------------------------------
+    def dp(self, sa: np.ndarray, sb: np.ndarray) -> list[tuple[int, int, float]]:
+        """Global alignment of ``A[sa]`` and ``B[sb]``; returns (i, j, cost) of paired positions."""
+        n, m = len(sa), len(sb)
+        C = cost_matrix(self.A, sa, self.B, sb, self.modules)
+        C = np.where(C < MATCH_LIMIT, C, np.inf)
+        D = np.empty((n + 1, m + 1))
+        D[0] = np.arange(m + 1) * GAP
+        choice = np.empty((n + 1, m + 1), np.int8)
+        jj = np.arange(m + 1) * GAP
+        E = np.empty(m + 1)
+        for i in range(1, n + 1):
+            prev = D[i - 1]
+            diag = prev[:-1] + C[i - 1]
+            up = prev[1:] + GAP
+            E[0] = prev[0] + GAP
+            np.minimum(diag, up, out=E[1:])
+            T = np.minimum.accumulate(E - jj) + jj
+            D[i] = T
+            ch = np.where(diag <= up, 0, 1).astype(np.int8)
+            row = choice[i]
+            row[0] = 1
+            row[1:] = np.where(T[1:] < E[1:] - 1e-9, 2, ch)
+        pairs: list[tuple[int, int, float]] = []
+        i, j = n, m
+        while i > 0 and j > 0:
+            c = choice[i, j]
+            if c == 0:
+                pairs.append((i - 1, j - 1, float(C[i - 1, j - 1])))
+                i -= 1
+                j -= 1
+            elif c == 1:
+                i -= 1
+            else:
+                j -= 1
+        pairs.reverse()
+        return pairs
+
+    def _emit_dp(self, sa: np.ndarray, sb: np.ndarray) -> None:
+        for i, j, c in self.dp(sa, sb):
+            self.out.append(Pair([int(sa[i])], [int(sb[j])], "dp", c))
+
+    def _sliding(self, sa: np.ndarray, sb: np.ndarray) -> None:
+        a, b = 0, 0
+        half = WINDOW // 2
+        while a < len(sa) and b < len(sb):
+            ea, eb = min(a + WINDOW, len(sa)), min(b + WINDOW, len(sb))
+            pairs = self.dp(sa[a:ea], sb[b:eb])
+            last = ea == len(sa) and eb == len(sb)
+            acc = pairs if last else [p for p in pairs if p[0] < half and p[1] < half]
+            for i, j, c in acc:
+                self.out.append(Pair([int(sa[a + i])], [int(sb[b + j])], "dp", c))
+            if last:
+                break
+            if acc:
+                a, b = a + acc[-1][0] + 1, b + acc[-1][1] + 1
+            else:
+                a, b = a + half, b + half
+
+    # -- anchors ------------------------------------------------------------------------------
+    def anchors(self, sa: np.ndarray, sb: np.ndarray) -> list[tuple[int, int, float]]:
+        for ka_all, kb_all in zip(self.keys_a, self.keys_b):
+            ka, kb = ka_all[sa], kb_all[sb]
+            ua, ca = np.unique(ka, return_counts=True)
+            ub, cb = np.unique(kb, return_counts=True)
+            common = np.intersect1d(ua[ca == 1], ub[cb == 1], assume_unique=True)
+            if not len(common):
+                continue
+            pa = np.nonzero(np.isin(ka, common, assume_unique=False))[0]
+            pb = np.nonzero(np.isin(kb, common, assume_unique=False))[0]
+            pa = pa[np.argsort(ka[pa], kind="stable")]
+            pb = pb[np.argsort(kb[pb], kind="stable")]
+            cost = _elementwise_cost(self.A, sa[pa], self.B, sb[pb], self.modules)
+            ok = cost < ANCHOR_LIMIT
+            pa, pb, cost = pa[ok], pb[ok], cost[ok]
+            if not len(pa):
+                continue
+            order = np.argsort(pa, kind="stable")
+            pa, pb, cost = pa[order], pb[order], cost[order]
+            keep = _lis(pb.tolist())
+            return [(int(pa[k]), int(pb[k]), float(cost[k])) for k in keep]
+        return []
+
+    def run(self, sa: np.ndarray, sb: np.ndarray) -> None:
+        stack = [(sa, sb)]
+        while stack:
+            xa, xb = stack.pop()
+            n, m = len(xa), len(xb)
+            if n == 0 or m == 0:
+                continue
+            if n == m and n <= 256 and np.array_equal(self.A.sig[xa], self.B.sig[xb]):
+                # the common case: the same ops with the same shapes in the same order
+                cost = _elementwise_cost(self.A, xa, self.B, xb, self.modules)
+                if bool((cost < ANCHOR_LIMIT).all()):
+                    for i in range(n):
+                        self.out.append(Pair([int(xa[i])], [int(xb[i])], self.diag_method, float(cost[i])))
+                    continue
+            if n * m <= DP_CELLS:
+                self._emit_dp(xa, xb)
+                continue
+            anc = self.anchors(xa, xb)
+            if not anc:
+                if n * m <= DP_MAX:
+                    self._emit_dp(xa, xb)
+                else:
+                    self._sliding(xa, xb)
+                continue
+            pi, pj = 0, 0
+            for i, j, c in anc:
+                self.out.append(Pair([int(xa[i])], [int(xb[j])], "anchor", c))
+                stack.append((xa[pi:i], xb[pj:j]))
+                pi, pj = i + 1, j + 1
+            stack.append((xa[pi:], xb[pj:]))
+
+
+def _ops_of(F: Feats, i: int) -> tuple[str, str]:
+    return F.names[i], F.natives[i]
+
+
+def _find_runs(F: Feats, seq: list[int], pattern: tuple[str, ...]) -> list[list[int]]:
+    """Non-overlapping runs of ``seq`` whose op names (canonical or native) spell ``pattern``."""
+    out: list[list[int]] = []
+    k = 0
+    n = len(pattern)
+    while k + n <= len(seq):
+        if all(pattern[t] in _ops_of(F, seq[k + t]) for t in range(n)):
+            out.append(seq[k : k + n])
+            k += n
+        else:
+            k += 1
+    return out
+
+
+def _groups_in_region(A: Feats, ra: list[int], B: Feats, rb: list[int],
+                      free_a: set[int], free_b: set[int]) -> list[Pair]:
+    """N:M groups among the calls of one region (see the module docstring, step 4)."""
+    if not ra or not rb or len(ra) + len(rb) < 3:
+        return []
+    ra, rb = ra[:GROUP_REGION], rb[:GROUP_REGION]
+    ia, ib = np.array(ra), np.array(rb)
+    din = stats_distance(A.in_stats[ia], B.in_stats[ib])
+    din = np.where(A.in_shape[ia][:, None] == B.in_shape[ib][None, :], din, np.inf)
+    dout = stats_distance(A.stats[ia], B.stats[ib])
+    dout = np.where(A.out_shape[ia][:, None] == B.out_shape[ib][None, :], dout, np.inf)
+    found: list[Pair] = []
+    t0 = 0
+    s = 0
+    while s < len(ra):
+        hit = None
+        for t in range(t0, len(rb)):
+            if din[s, t] >= GROUP_TENSOR_LIMIT:
+                continue
+            sub = dout[s : s + GROUP_RUN, t : t + GROUP_RUN]
+            best: tuple[float, int, int, int] | None = None
+            for e, f in zip(*np.nonzero(sub < GROUP_TENSOR_LIMIT)):
+                if e == 0 and f == 0:
+                    continue
+                members_a, members_b = ra[s : s + e + 1], rb[t : t + f + 1]
+                if not (any(x in free_a for x in members_a) or any(x in free_b for x in members_b)):
+                    continue
+                key = (float(sub[e, f]), -int(e + f), int(e), int(f))
+                if best is None or key < best:
+                    best = key
+            if best is not None:
+                hit = (t, best[2], best[3], best[0])
+                break
+        if hit is None:
+            s += 1
+            continue
+        t, e, f, d = hit
+        found.append(Pair(ra[s : s + e + 1], rb[t : t + f + 1], "stats", STATS_WEIGHT * d,
+                          "N:M: first inputs and last outputs agree"))
+        s, t0 = s + e + 1, t + f + 1
+    return found
+
+
+def align_seq(
+    A: Feats,
+    ia: list[int],
+    B: Feats,
+    ib: list[int],
+    *,
+    modules: bool = False,
+    fixed: list[Pair] | None = None,
+    op_groups: list[tuple[tuple[str, ...], tuple[str, ...]]] | None = None,
+    diag_method: str = "anchor",
+    find_groups: bool = True,
+) -> tuple[list[Pair], list[int], list[int]]:
+    """Align ``A[ia]`` with ``B[ib]`` (index lists in execution order).
+
+    Args:
+        fixed: pairs decided beforehand (mapping, equal paths); kept as given.
+        op_groups: op-name groups from a mapping (``(("linear",), ("matmul", "add"))``): runs
+            spelling them are paired first, in order.
+        diag_method: method recorded for the "same ops in the same order" fast path.
+        find_groups: look for N:M groups between identical pairs.
+
+    Returns:
+        (pairs sorted by first reference index, unmatched reference indices, unmatched candidate
+        indices).
+    """
+    fixed = list(fixed or [])
+    taken_a = {x for p in fixed for x in p.a}
+    taken_b = {x for p in fixed for x in p.b}
+    for ga, gb in op_groups or []:
+        ra = _find_runs(A, [x for x in ia if x not in taken_a], ga)
+        rb = _find_runs(B, [x for x in ib if x not in taken_b], gb)
+        for xa, xb in zip(ra, rb):
+            fixed.append(Pair(list(xa), list(xb), "mapping", 0.0, "op group from mapping"))
+            taken_a.update(xa)
+            taken_b.update(xb)
+    pos_a = {x: k for k, x in enumerate(ia)}
+    pos_b = {x: k for k, x in enumerate(ib)}
+    # fixed pairs that keep execution order split the problem into independent gaps
+    fixed.sort(key=lambda p: pos_a[p.a[0]])
+    chain = [fixed[k] for k in _lis([pos_b[p.b[0]] for p in fixed])] if fixed else []
+    al = _Aligner(A, B, modules, diag_method)
+    pa, pb = 0, 0
+    arr_a, arr_b = np.array(ia, dtype=np.int64), np.array(ib, dtype=np.int64)
+    for p in [*chain, None]:
+        ea = pos_a[p.a[0]] if p else len(ia)
+        eb = pos_b[p.b[0]] if p else len(ib)
+        sa, sb = arr_a[pa:ea], arr_b[pb:eb]
+        if taken_a or taken_b:
+            sa = np.array([x for x in sa.tolist() if x not in taken_a], dtype=np.int64)
+            sb = np.array([x for x in sb.tolist() if x not in taken_b], dtype=np.int64)
+        al.run(sa, sb)
+        if p:
+            pa = max(pos_a[x] for x in p.a) + 1
+            pb = max(pos_b[x] for x in p.b) + 1
+    pairs = al.out + fixed
+    pairs.sort(key=lambda p: pos_a[p.a[0]])
+    matched_a = {x for p in pairs for x in p.a}
+    matched_b = {x for p in pairs for x in p.b}
+    if find_groups and (len(matched_a) < len(ia) or len(matched_b) < len(ib)):
+        pairs = _add_groups(A, ia, B, ib, pairs, pos_a, pos_b, matched_a, matched_b)
+        matched_a = {x for p in pairs for x in p.a}
+        matched_b = {x for p in pairs for x in p.b}
+    un_a = [x for x in ia if x not in matched_a]
+    un_b = [x for x in ib if x not in matched_b]
+    if un_a and un_b:
+        extra = _cross(A, un_a, B, un_b, pairs, pos_a, pos_b, modules)
+        if extra:
+            pairs.extend(extra)
+            pairs.sort(key=lambda p: pos_a[p.a[0]])
+            got_a = {x for p in extra for x in p.a}
+            got_b = {x for p in extra for x in p.b}
+            un_a = [x for x in un_a if x not in got_a]
+            un_b = [x for x in un_b if x not in got_b]
+    return pairs, un_a, un_b
+
+
+def _add_groups(A: Feats, ia: list[int], B: Feats, ib: list[int], pairs: list[Pair],
+                pos_a: dict[int, int], pos_b: dict[int, int],
+                matched_a: set[int], matched_b: set[int]) -> list[Pair]:
+    """Regions between identical-op pairs that hold unmatched calls: look for N:M groups."""
+    hard = [p for p in pairs if len(p.a) == 1 and len(p.b) == 1 and A.name[p.a[0]] == B.name[p.b[0]]
+            and p.method != "mapping"]
+    hard_set = {id(p) for p in hard}
+    hard_keep = [p for p in pairs if id(p) in hard_set or p.method == "mapping" or len(p.a) != 1
+                 or len(p.b) != 1]
+    # monotone chain of hard pairs as region borders
+    hb = [pos_b[p.b[0]] for p in hard]
+    chain = [hard[k] for k in _lis(hb)] if hard else []
+    borders = [(-1, -1)] + [(pos_a[p.a[0]], pos_b[p.b[0]]) for p in chain] + [(len(ia), len(ib))]
+    soft = {id(p): p for p in pairs if id(p) not in {id(q) for q in hard_keep}}
+    soft_at_a = {p.a[0]: p for p in soft.values()}
+    dissolved: set[int] = set()
+    new: list[Pair] = []
+    free_a = set(ia) - matched_a
+    free_b = set(ib) - matched_b
+    hard_a = {x for p in hard_keep for x in p.a}
+    hard_b = {x for p in hard_keep for x in p.b}
+    for (a0, b0), (a1, b1) in zip(borders, borders[1:]):
+        ra = [x for x in ia[a0 + 1 : a1] if x not in hard_a]
+        rb = [x for x in ib[b0 + 1 : b1] if x not in hard_b]
+        if not (any(x in free_a for x in ra) or any(x in free_b for x in rb)):
+            continue
+        groups = _groups_in_region(A, ra, B, rb, free_a, free_b)
+        for g in groups:
+            new.append(g)
+            for x in g.a:
+                sp = soft_at_a.get(x)
+                if sp is not None:
+                    dissolved.add(id(sp))
+            gb = set(g.b)
+            for sp in soft.values():
+                if sp.b[0] in gb:
+                    dissolved.add(id(sp))
+    if not new:
+        return pairs
+    out = [p for p in pairs if id(p) not in dissolved] + new
+    # a dissolved soft pair whose calls did not all go into groups leaves them unmatched, which
+    # is reported; keep its other half paired only when neither call was consumed
+    in_groups_a = {x for g in new for x in g.a}
+    in_groups_b = {x for g in new for x in g.b}
+    for p in pairs:
+        if id(p) in dissolved and not (set(p.a) & in_groups_a) and not (set(p.b) & in_groups_b):
+            out.append(p)
+    out.sort(key=lambda p: pos_a[p.a[0]])
+    return out
+
+
+def _cross(A: Feats, un_a: list[int], B: Feats, un_b: list[int], pairs: list[Pair],
+           pos_a: dict[int, int], pos_b: dict[int, int], modules: bool) -> list[Pair]:
+    """Pair leftovers out of order when the evidence is strong (step 5)."""
+    if len(un_a) * len(un_b) > 4_000_000:
+        return []
+    # expected candidate position of a reference position: follow the nearest preceding pair
+    ends = sorted((pos_a[p.a[-1]], pos_b[p.b[-1]]) for p in pairs)
+    anchors_a = [e[0] for e in ends]
+    anchors_b = [e[1] for e in ends]
+    ub_pos = [pos_b[x] for x in un_b]
+    cand: list[tuple[float, int, int]] = []
+    for x in un_a:
+        p = pos_a[x]
+        k = bisect.bisect_right(anchors_a, p) - 1
+        exp = anchors_b[k] + (p - anchors_a[k]) if k >= 0 else p
+        lo = bisect.bisect_left(ub_pos, exp - CROSS_WINDOW)
+        hi = bisect.bisect_right(ub_pos, exp + CROSS_WINDOW)
+        if lo >= hi:
+            continue
+        js = np.array(un_b[lo:hi], dtype=np.int64)
+        c = cost_matrix(A, np.array([x]), B, js, modules)[0]
+        for j, cj in zip(js.tolist(), c.tolist()):
+            if cj < CROSS_LIMIT:
+                cand.append((cj, x, j))
+    cand.sort()
+    used_a: set[int] = set()
+    used_b: set[int] = set()
+    out: list[Pair] = []
+    for c, x, j in cand:
+        if x in used_a or j in used_b:
+            continue
+        used_a.add(x)
+        used_b.add(j)
+        out.append(Pair([x], [j], "stats", c, "paired out of execution order"))
+    return out
