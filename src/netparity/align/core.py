@@ -329,7 +329,7 @@ def _align_ops(
     used_parts_b: set[tuple[str, int]] = set()
     fast_a: list[int] = []
     fast_b: list[int] = []
-    fast_parts: list[tuple[list[int], list[int]]] = []
+    fast_parts: list[tuple[list[int], list[int], bool]] = []
     slow: list[tuple[list[int], list[int]]] = []
     sig_a, sig_b = A.sig.tolist(), B.sig.tolist()
     for key, ia in parts_a.items():
@@ -342,17 +342,20 @@ def _align_ops(
         if len(ia) == len(ib) and all(sig_a[x] == sig_b[y] for x, y in zip(ia, ib)):
             fast_a.extend(ia)
             fast_b.extend(ib)
-            fast_parts.append((ia, ib))
+            # inside a paired module call the same ops with the same shapes in the same order
+            # pair by position whatever their values: a diverging op must stay paired so the
+            # comparison can report it
+            fast_parts.append((ia, ib, key in call_map))
         else:
             slow.append((ia, ib))
     if fast_a:
         # one vectorised cost check for every partition whose ops line up exactly
         cost = _elementwise_cost(A, np.array(fast_a), B, np.array(fast_b), False).tolist()
         k = 0
-        for ia, ib in fast_parts:
+        for ia, ib, trusted in fast_parts:
             cs = cost[k : k + len(ia)]
             k += len(ia)
-            if all(c < ANCHOR_LIMIT for c in cs):
+            if trusted or all(c < ANCHOR_LIMIT for c in cs):
                 pairs.extend(Pair([x], [y], diag, c) for x, y, c in zip(ia, ib, cs))
             else:
                 slow.append((ia, ib))

@@ -10,7 +10,7 @@ so a pair is only worth making when ``cost < 2 * GAP = 2``. That threshold encod
 
 * same op, same shapes, statistics close (bf16 vs fp32, a small bug)      -> matched;
 * a renamed op (``Dense`` vs ``addmm``...) with same shapes and close statistics -> matched;
-* same shapes but unrelated statistics                                   -> not matched;
+* same shapes but unrelated statistics (distance > ``STATS_VETO``)        -> not matched;
 * same op, different shapes (e.g. a padding bug) but related statistics  -> matched, so the
   comparison can report the shape difference.
 
@@ -43,6 +43,8 @@ GAP = 1.0
 MATCH_LIMIT = 2.0 * GAP
 TAU = 0.25
 STATS_WEIGHT = 2.0
+#: statistics this far apart are unrelated data: never paired by cost, whatever the names
+STATS_VETO = 0.75
 #: columns of the statistics matrix
 _COLS = ("mean", "std", "min", "max")
 _NO_STATS = 0.5  # distance used when either side has no statistics (neutral: shapes decide)
@@ -161,10 +163,11 @@ def cost_matrix(A: Feats, ia: np.ndarray, B: Feats, ib: np.ndarray, modules: boo
     same_shp = A.shp[ia][:, None] == B.shp[ib][None, :]
     same_out = A.out_shape[ia][:, None] == B.out_shape[ib][None, :]
     c += np.where(same_shp, 0.0, np.where(same_out, 0.5, 1.0))
-    c += STATS_WEIGHT * stats_distance(A.stats[ia], B.stats[ib])
+    d = stats_distance(A.stats[ia], B.stats[ib])
+    c += STATS_WEIGHT * d
     if modules:
         c += np.where(A.leaf[ia][:, None] == B.leaf[ib][None, :], 0.0, 0.5)
-    return c
+    return np.where(d > STATS_VETO, np.inf, c)
 
 
 def pair_cost(A: Feats, i: int, B: Feats, j: int, modules: bool = False) -> float:

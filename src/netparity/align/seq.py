@@ -47,6 +47,7 @@ import numpy as np
 from netparity.align.features import (
     GAP,
     MATCH_LIMIT,
+    STATS_VETO,
     STATS_WEIGHT,
     Feats,
     cost_matrix,
@@ -112,7 +113,7 @@ def _elementwise_cost(A: Feats, ia: np.ndarray, B: Feats, ib: np.ndarray, module
     c += STATS_WEIGHT * d
     if modules:
         c += np.where(A.leaf[ia] == B.leaf[ib], 0.0, 0.5)
-    return c
+    return np.where(d > STATS_VETO, np.inf, c)
 
 
 class _Aligner:

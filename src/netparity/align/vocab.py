@@ -57,7 +57,7 @@ ALIASES: dict[str, str] = {
     "_adaptive_avg_pool2d_backward": "avg_pool_backward",
     "mean": "mean", "reduce_mean": "mean", "sum": "sum", "reduce_sum": "sum",
     # elementwise
-    "add": "add", "add_": "add", "sub": "sub", "mul": "mul", "mul_": "mul", "div": "div",
+    "add": "add", "add_": "add", "bias_add": "add", "sub": "sub", "mul": "mul", "mul_": "mul", "div": "div",
     "real_div": "div", "neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt",
     "rsqrt": "rsqrt", "pow": "pow", "square": "square", "abs": "abs", "where": "where",
     "select": "where", "maximum": "maximum", "minimum": "minimum", "clamp": "clamp",
@@ -73,6 +73,8 @@ ALIASES: dict[str, str] = {
     "split": "split", "slice": "slice", "strided_slice": "slice", "squeeze": "squeeze",
     "unsqueeze": "expand_dims", "expand_dims": "expand_dims", "clone": "identity",
     "contiguous": "identity", "identity": "identity", "detach": "identity", "copy_": "copy",
+    # containers
+    "sequential_cell": "sequential", "cell_list": "module_list",
     # embedding / attention / dropout
     "embedding": "embedding", "gather": "gather", "embedding_dense_backward": "embedding_backward",
     "scaled_dot_product_attention": "attention", "multihead_attention": "attention",
