@@ -1,0 +1,87 @@
+"""``netparity align REF CAND``: pair the calls of two traces and show what is left over."""
+
+from __future__ import annotations
+
+import argparse
+
+from netparity.cli._common import add_json_out, console, write_json
+
+SHOW = 5
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("align", help="pair module/op calls of two traces (1:1 and N:M groups)")
+    p.add_argument("ref", help="reference trace directory")
+    p.add_argument("cand", help="candidate trace directory")
+    p.add_argument("--level", choices=("module", "op", "both"), default="module",
+                   help="which calls to pair (default: module)")
+    p.add_argument("--steps", help="steps to align, e.g. 0 or 0,2-4 (default: all)")
+    p.add_argument("--rank", type=int, default=0, help="rank of both traces (default 0)")
+    p.add_argument("--direction", choices=("forward", "backward", "update"),
+                   help="only this direction (default: all)")
+    p.add_argument("--mapping", metavar="FILE", help="YAML/JSON mapping that overrides the automatic one")
+    p.add_argument("--emit-mapping", metavar="FILE",
+                   help="write the mapping found (YAML for .yaml/.yml, else JSON) to correct and pass back")
+    add_json_out(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.markup import escape as esc
+
+    from netparity.align import align_traces, load_mapping, save_mapping
+    from netparity.capture.policy import parse_int_set
+    from netparity.errors import UsageError
+    from netparity.trace import open_trace
+
+    steps = None
+    if args.steps:
+        try:
+            steps = sorted(parse_int_set(args.steps))
+        except (ValueError, TypeError) as e:
+            raise UsageError(f"--steps: {e}") from None
+    mapping = load_mapping(args.mapping) if args.mapping else None
+    with open_trace(args.ref) as ref, open_trace(args.cand) as cand:
+        al = align_traces(ref, cand, level=args.level, step=steps, rank=args.rank,
+                          direction=args.direction, mapping=mapping)
+        fws = (ref.framework, cand.framework)
+    if args.emit_mapping:
+        save_mapping(al.to_mapping(), args.emit_mapping)
+    if args.json:
+        write_json(al.to_json(), args.json)
+        if args.json == "-":
+            return 0
+    con = console()
+    s = al.summary()
+    methods: dict[str, int] = {}
+    for m in al.matches:
+        methods[m.method] = methods.get(m.method, 0) + 1
+    con.print(f"[bold]align[/] {esc(args.ref)} ({fws[0]}) <-> {esc(args.cand)} ({fws[1]})  "
+              f"level={args.level}")
+    con.print(f"matched {s['matched']}  groups {s['groups']}  unmatched ref {s['unmatched_ref']}  "
+              f"unmatched cand {s['unmatched_cand']}   by method: "
+              + (", ".join(f"{k}={v}" for k, v in sorted(methods.items())) or "-"))
+    renamed = [(r, c) for r, c in al.module_map.items() if r != c]
+    if renamed:
+        con.print(f"modules renamed: {len(renamed)}  e.g. "
+                  + ", ".join(esc(f"{r or '<root>'} -> {c or '<root>'}") for r, c in renamed[:SHOW]))
+    for g in al.groups[:SHOW]:
+        con.print(esc(f"  group  {' + '.join(c.name for c in g.ref)}  <->  "
+                        f"{' + '.join(c.name for c in g.cand)}"))
+    if len(al.groups) > SHOW:
+        con.print(f"  ... {len(al.groups) - SHOW} more groups")
+    for label, calls in (("ref", al.unmatched_ref), ("cand", al.unmatched_cand)):
+        if calls:
+            names = esc(", ".join(f"{c.name} ({c.direction} step {c.step})" for c in calls[:SHOW]))
+            more = f" ... +{len(calls) - SHOW}" if len(calls) > SHOW else ""
+            con.print(f"[yellow]unmatched {label}:[/] {names}{more}")
+    con.print(f"params/grads/loss paired {s['params']}  unmatched ref {s['unmatched_params_ref']}  "
+              f"unmatched cand {s['unmatched_params_cand']}")
+    for label, recs in (("ref", al.unmatched_params_ref), ("cand", al.unmatched_params_cand)):
+        if recs:
+            names = esc(", ".join(f"{r.kind}:{r.module or r.op}" for r in recs[:SHOW]))
+            more = f" ... +{len(recs) - SHOW}" if len(recs) > SHOW else ""
+            con.print(f"[yellow]unmatched {label} params:[/] {names}{more}")
+    if args.emit_mapping:
+        con.print(f"mapping written to {args.emit_mapping}")
+    return 0
