@@ -1,0 +1,114 @@
+"""Name mapping: built-in rules, structure without models, ambiguity, user mappings."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from netparity.ckpt import map_names, torch_to_mindspore_names
+from netparity.ckpt.mapping import NameMap
+from netparity.errors import MappingError
+
+z = np.zeros
+
+
+def bn(prefix: str, n: int, ms: bool) -> dict[str, np.ndarray]:
+    leaves = ("moving_mean", "moving_variance", "gamma", "beta") if ms else (
+        "weight", "bias", "running_mean", "running_var")
+    out = {f"{prefix}.{leaf}": z(n, np.float32) for leaf in leaves}
+    if not ms:
+        out[f"{prefix}.num_batches_tracked"] = np.array(0)
+    return out
+
+
+def resnetish(ms: bool) -> dict[str, np.ndarray]:
+    d: dict[str, np.ndarray] = {"conv1.weight": z((4, 3, 3, 3), np.float32)}
+    d.update(bn("bn1", 4, ms))
+    for layer in ("layer1", "layer2"):  # identical shapes: order and names must decide
+        d[f"{layer}.0.conv1.weight"] = z((4, 4, 3, 3), np.float32)
+        d.update(bn(f"{layer}.0.bn1", 4, ms))
+        ds = "down_sample" if ms else "downsample"
+        d[f"{layer}.0.{ds}.0.weight"] = z((4, 4, 1, 1), np.float32)
+        d.update(bn(f"{layer}.0.{ds}.1", 4, ms))
+    d["classifier.weight" if ms else "fc.weight"] = z((10, 4), np.float32)
+    d["classifier.bias" if ms else "fc.bias"] = z(10, np.float32)
+    return d
+
+
+def test_resnet_like_without_models():
+    ref, cand = resnetish(ms=False), resnetish(ms=True)
+    m = map_names(ref, cand)
+    assert m, (m.unmatched_ref, m.unmatched_cand, m.ambiguous)
+    r2c = m.ref_to_cand()
+    assert r2c["bn1.weight"] == "bn1.gamma" and r2c["bn1.running_var"] == "bn1.moving_variance"
+    for layer in ("layer1", "layer2"):
+        assert r2c[f"{layer}.0.downsample.0.weight"] == f"{layer}.0.down_sample.0.weight"
+        assert r2c[f"{layer}.0.downsample.1.weight"] == f"{layer}.0.down_sample.1.gamma"
+    assert r2c["fc.weight"] == "classifier.weight" and r2c["fc.bias"] == "classifier.bias"
+    hows = {p.ref: p.how for p in m.pairs}
+    assert hows["conv1.weight"] == "exact" and hows["bn1.weight"] == "rule"
+    assert hows["fc.weight"] == "structure"
+    assert set(m.dropped_ref) == {n for n in ref if n.endswith("num_batches_tracked")}
+    # every parameter on both sides is accounted for exactly once
+    assert sorted(r2c) == sorted(n for n in ref if n not in m.dropped_ref)
+    assert sorted(r2c.values()) == sorted(cand)
+
+
+def test_ambiguity_is_reported_not_guessed():
+    ref = {"a.weight": z((4, 4)), "b.weight": z((4, 4))}
+    cand = {"x.weight": z((4, 4)), "y.weight": z((4, 4))}
+    m = map_names(ref, cand)
+    assert not m and m.pairs == []
+    assert m.ambiguous == {"a.weight": ["x.weight", "y.weight"],
+                           "b.weight": ["x.weight", "y.weight"]}
+    # a user mapping settles it
+    m2 = map_names(ref, cand, mapping={"params": {"a.weight": "y.weight"}})
+    assert m2 and m2.ref_to_cand() == {"a.weight": "y.weight", "b.weight": "x.weight"}
+    assert [p.how for p in m2.pairs] == ["user", "structure"]
+
+
+def test_user_mapping_errors_name_the_parameter():
+    ref, cand = {"fc.weight": z((3, 4))}, {"head.weight": z((4, 3))}
+    with pytest.raises(MappingError, match=r"fc.weight \(3, 4\) vs head.weight \(4, 3\)"):
+        map_names(ref, cand, mapping={"fc.weight": "head.weight"})
+    with pytest.raises(MappingError, match="nope"):
+        map_names(ref, cand, mapping={"nope": "head.weight"})
+
+
+def test_module_mapping_and_shape_mismatch_flagged():
+    ref = {"fc.weight": z((3, 4)), "fc.bias": z(3), "out.weight": z((2, 2))}
+    cand = {"head.weight": z((3, 4)), "head.bias": z(3), "out.weight": z((5, 2))}
+    m = map_names(ref, cand, mapping={"modules": {"fc": "head"}})
+    assert m.ref_to_cand()["fc.bias"] == "head.bias"
+    assert not m and [p.ref for p in m.shape_mismatches()] == ["out.weight"]
+    with pytest.raises(MappingError, match=r"out.weight \(2, 2\) vs out.weight \(5, 2\)"):
+        m.check_shapes()
+
+
+def test_rules_layernorm_embedding_prelu_conv1d():
+    shapes = {"emb.weight": (10, 4), "ln.weight": (4,), "ln.bias": (4,), "gn.weight": (8,),
+              "gn.bias": (8,), "proj.weight": (4, 4), "conv.weight": (3, 2, 5),
+              "conv.bias": (3,), "act.weight": (1,)}
+    r = torch_to_mindspore_names(shapes)
+    assert r.names["emb.weight"] == "emb.embedding_table"
+    assert (r.names["ln.weight"], r.names["ln.bias"]) == ("ln.gamma", "ln.beta")
+    assert r.names["gn.weight"] == "gn.gamma"
+    assert r.names["proj.weight"] == "proj.weight"  # 2-D, no bias, not named like an embedding
+    assert r.reshape == {"conv.weight": (3, 2, 1, 5)}
+    assert r.names["act.weight"] == "act.weight" and any("PReLU" in n for n in r.notes)
+    typed = torch_to_mindspore_names(shapes, {"act": "prelu", "proj": "embedding"})
+    assert typed.names["act.weight"] == "act.w"
+    assert typed.names["proj.weight"] == "proj.embedding_table"
+
+
+def test_namemap_json_is_a_mapping_file(tmp_path):
+    from netparity.align.mapping import load_mapping
+
+    m = map_names(resnetish(False), resnetish(True))
+    p = m.save(tmp_path / "map.json")
+    assert load_mapping(p).params == m.ref_to_cand()
+    assert json.loads(p.read_text()) == {"params": m.ref_to_cand()}
+    again = map_names(resnetish(False), resnetish(True), mapping=NameMap.load(p))
+    assert again and all(pp.how == "user" for pp in again.pairs)
