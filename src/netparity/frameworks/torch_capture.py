@@ -434,7 +434,9 @@ class TorchCapture(CaptureSession):
                     self._record_module(info, args, "input", "")
                     if kwargs:
                         self._record_module(info, kwargs, "input", "kw")
-        if self._on and p.wants_direction("backward"):
+        if self._on and p.wants_direction("backward") and torch.is_grad_enabled():
+            # (under no_grad -- e.g. the first pass of a reentrant checkpoint -- this call
+            # builds no graph, so it gets no gradient hooks)
             fresh = path not in self._hooked
             if fresh or not info.recompute:
                 tensors: list[tuple[str, torch.Tensor]] = []
@@ -476,7 +478,7 @@ class TorchCapture(CaptureSession):
                         functools.partial(self._grad_hook, info, "input", arg)))
                 if t.grad_fn is not None:
                     roots.append(t.grad_fn)
-        if roots or tensors:
+        if any(t.requires_grad for _, t in tensors):
             self._hooked.add(path)
         if p.ops and roots:
             self._claim(info, roots)
@@ -674,7 +676,8 @@ class TorchCapture(CaptureSession):
         items_p: list[tuple[str, torch.Tensor]] = []
         for prm in plist:
             name = names.get(id(prm))
-            if name is None or not pol.wants_name(name):
+            # a parameter passes when its name or its module's path does ("conv" -> conv.weight)
+            if name is None or not pol.wants_name(name, name.rpartition(".")[0]):
                 continue
             if grads and prm.grad is not None and pol.wants_direction("backward"):
                 items_g.append((name, prm.grad))

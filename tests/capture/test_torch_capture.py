@@ -1,0 +1,349 @@
+"""PyTorch capture: what is recorded, attribution, policies, restoration, and no effect on the run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack  # noqa: E402
+from torch.utils.checkpoint import checkpoint  # noqa: E402
+
+from netparity.frameworks.torch_adapter import TorchAdapter  # noqa: E402
+from netparity.frameworks.torch_capture import capture  # noqa: E402
+from netparity.stats import compute_stats  # noqa: E402
+from netparity.trace import open_trace  # noqa: E402
+
+
+class ConvNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.relu = nn.ReLU(inplace=True)
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        x = self.relu(self.bn(self.conv(x)))
+        return self.fc(x.mean((2, 3)))
+
+
+def _train(model, steps, cap=None, seed=0, opt_cls=torch.optim.SGD):  # type: ignore[no-untyped-def]
+    g = torch.Generator().manual_seed(seed)
+    opt = opt_cls(model.parameters(), lr=0.1, momentum=0.9)
+    losses = []
+    for _ in range(steps):
+        x = torch.randn(4, 3, 6, 6, generator=g)
+        y = torch.randint(0, 3, (4,), generator=g)
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if cap is not None:
+            cap.record_loss(loss)
+            cap.step()
+        losses.append(loss.detach().clone())
+    return losses, opt
+
+
+def _no_hooks_left(model: nn.Module) -> None:
+    for m in model.modules():
+        assert not m._forward_hooks and not m._forward_pre_hooks
+        assert not m._backward_hooks and not m._backward_pre_hooks
+        assert not getattr(m, "_forward_hooks_always_called", {})
+    import torch.nn.modules.module as mm
+    import torch.optim.optimizer as om
+
+    assert not mm._global_forward_hooks and not mm._global_forward_pre_hooks
+    assert not om._global_optimizer_pre_hooks and not om._global_optimizer_post_hooks
+    assert _get_current_dispatch_mode_stack() == []
+
+
+def test_module_level_conv_bn_inplace_relu(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    m = ConvNet()
+    with capture(m, tmp_path / "t") as cap:
+        _train(m, 2, cap)
+    _no_hooks_left(m)
+    tr = open_trace(tmp_path / "t")
+    assert tr.steps() == [0, 1]
+    fwd = tr.records(step=0, kind="module", direction="forward")
+    assert [(r.module, r.role) for r in fwd] == [
+        ("", "input"), ("conv", "input"), ("conv", "output"), ("bn", "input"), ("bn", "output"),
+        ("relu", "input"), ("relu", "output"), ("fc", "input"), ("fc", "output"), ("", "output")]
+    conv = [r for r in fwd if r.module == "conv"]
+    assert conv[0].event == conv[1].event and conv[0].native == "torch.nn.Conv2d"
+    assert conv[0].op == "conv" and conv[0].source.startswith("test_torch_capture.py:")
+    # the in-place ReLU: its input record is the BN output before it was overwritten
+    bn_out = next(r for r in fwd if r.module == "bn" and r.role == "output")
+    relu_in = next(r for r in fwd if r.module == "relu" and r.role == "input")
+    relu_out = next(r for r in fwd if r.module == "relu" and r.role == "output")
+    assert relu_in.stats["min"] < 0 and relu_out.stats["min"] == 0.0
+    assert relu_in.stats == bn_out.stats
+    bwd = tr.records(step=0, kind="module", direction="backward")
+    got = {(r.module, r.role) for r in bwd}
+    assert {("conv", "input"), ("bn", "input"), ("bn", "output"), ("relu", "input"),
+            ("relu", "output"), ("fc", "input"), ("fc", "output"), ("", "input")} <= got
+    params = tr.records(step=0, kind="param")
+    grads = tr.records(step=0, kind="grad")
+    assert {r.module for r in params} == {n for n, _ in m.named_parameters()}
+    assert all(r.direction == "update" and r.role == "param" for r in params)
+    assert {r.module for r in grads} == {n for n, _ in m.named_parameters()}
+    assert all(r.direction == "backward" and r.role == "grad" for r in grads)
+    (loss,) = tr.records(step=0, kind="loss")
+    assert loss.op == "loss" and loss.module == "" and loss.shape == ()
+
+
+def test_param_and_grad_values_are_exact(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    m = ConvNet()
+    with capture(m, tmp_path / "t", payload="tensors") as cap:
+        _train(m, 1, cap)
+    tr = open_trace(tmp_path / "t")
+    for r in tr.records(kind="param"):
+        np.testing.assert_array_equal(tr.tensor(r), dict(m.named_parameters())[r.module].detach().numpy())
+    for r in tr.records(kind="grad"):
+        np.testing.assert_array_equal(tr.tensor(r), dict(m.named_parameters())[r.module].grad.numpy())
+
+
+class Shared(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x, *, scale=None, extra=None):  # type: ignore[no-untyped-def]
+        y = self.lin(self.lin(x)) * scale
+        return {"y": y, "pair": (y.sum(), [x * 2])}
+
+
+def test_shared_module_kwargs_and_nested_outputs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    m = Shared()
+    x = torch.randn(2, 3, requires_grad=True)
+    with capture(m, tmp_path / "t") as cap:
+        out = m(x, scale=torch.tensor(2.0), extra=(torch.ones(1), {"k": torch.zeros(2)}))
+        (out["y"].sum() + out["pair"][0]).backward()
+        cap.step()
+    tr = open_trace(tmp_path / "t")
+    lin = tr.records(kind="module", module="lin", direction="forward")
+    assert sorted({(r.call, r.role) for r in lin}) == [(0, "input"), (0, "output"), (1, "input"),
+                                                       (1, "output")]
+    assert len({r.event for r in lin}) == 2
+    root_in = tr.records(kind="module", module="", direction="forward", role="input")
+    assert [r.arg for r in root_in] == ["0", "kw.scale", "kw.extra.0", "kw.extra.1.k"]
+    root_out = tr.records(kind="module", module="", direction="forward", role="output")
+    assert [r.arg for r in root_out] == ["y", "pair.0", "pair.1.0"]
+    lin_b = tr.records(kind="module", module="lin", direction="backward")
+    assert {r.call for r in lin_b} == {0, 1}
+    # backward call 0 is the second forward call (backward runs in reverse)
+    g_in = [r for r in lin_b if r.role == "output"]
+    assert len(g_in) == 2
+
+
+def test_lstm_and_stats_match_live_tensors(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    m = nn.LSTM(4, 5, batch_first=True)
+    x = torch.randn(2, 3, 4)
+    with capture(m, tmp_path / "t", payload="tensors") as cap:
+        out, (h, c) = m(x)
+        out.sum().backward()
+        cap.step()
+    tr = open_trace(tmp_path / "t")
+    outs = tr.records(kind="module", direction="forward", role="output")
+    assert [r.arg for r in outs] == ["0", "1.0", "1.1"]
+    a = TorchAdapter()
+    for rec, t in zip(outs, (out, h, c)):
+        np.testing.assert_array_equal(tr.tensor(rec), t.detach().numpy())
+        ref = compute_stats(a.to_numpy(t))
+        for k, v in ref.items():
+            assert rec.stats[k] == pytest.approx(v, rel=1e-6, abs=1e-9)
+
+
+class Blocks(nn.Module):
+    def __init__(self, reentrant: bool) -> None:
+        super().__init__()
+        self.a = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        self.b = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+        self.reentrant = reentrant
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        x = self.a(x)
+        x = checkpoint(self.b, x, use_reentrant=self.reentrant)
+        return x.sum()
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing(tmp_path, reentrant: bool) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    m = Blocks(reentrant)
+    x = torch.randn(3, 4, requires_grad=True)
+    with capture(m, tmp_path / "t", level="both") as cap:
+        m(x).backward()
+        cap.step()
+    _no_hooks_left(m)
+    tr = open_trace(tmp_path / "t")
+    fwd = tr.records(kind="module", direction="forward", role="output")
+    # recomputation inside backward is not recorded as a second forward call
+    assert [r.module for r in fwd].count("b.0") == 1
+    bwd = tr.records(kind="module", direction="backward")
+    assert {"b.0", "b.1", "a.0"} <= {r.module for r in bwd}
+    assert all(r.call == 0 for r in bwd)
+    ops_b = tr.records(kind="op", direction="backward")
+    assert any(r.module == "b.0" and r.op == "matmul" for r in ops_b)
+    assert any(r.module == "a.0" and r.op == "matmul" for r in ops_b)
+    ops_f = tr.records(kind="op", direction="forward", module="b.0")
+    assert len({r.call for r in ops_f}) == len({r.event for r in ops_f})
+
+
+def test_op_level_attribution(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    m = ConvNet()
+    with capture(m, tmp_path / "t", level="op") as cap:
+        _train(m, 1, cap)
+    tr = open_trace(tmp_path / "t")
+    assert not tr.records(kind="module")
+    fwd = tr.records(kind="op", direction="forward")
+    conv = [r for r in fwd if r.native == "aten.convolution.default"]
+    assert conv and all(r.module == "conv" and r.op == "conv" and r.module_call == 0
+                        for r in conv)
+    assert {r.role for r in conv} == {"input", "output"} and len({r.event for r in conv}) == 1
+    assert [r.arg for r in conv if r.role == "input"] == ["0", "1", "2"]
+    assert conv[0].extra["scalars"]["3.0"] == 1  # stride
+    bwd = tr.records(kind="op", direction="backward")
+    conv_b = {r.module for r in bwd if r.native == "aten.convolution_backward.default"}
+    assert conv_b == {"conv"}
+    bn_b = {r.module for r in bwd if r.op == "batch_norm_backward"}
+    assert bn_b == {"bn"}
+    relu_b = {r.module for r in bwd if r.op == "relu_backward"}
+    assert relu_b == {"relu"}
+    # the mean in ConvNet.forward belongs to the root module in both directions
+    assert any(r.module == "" and r.module_call == 0 and r.op == "mean" for r in fwd)
+    upd = tr.records(kind="op", direction="update")
+    assert upd and all(r.direction == "update" for r in upd)
+    assert any(r.op == "add" for r in upd)
+    # op indices inside one module call are consecutive
+    calls = sorted({r.call for r in tr.records(kind="op", direction="forward", module="bn")})
+    assert calls == list(range(len(calls)))
+
+
+def test_payload_tensors_round_trip(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4).to(torch.bfloat16), nn.ReLU())
+    x = torch.randn(2, 4).to(torch.bfloat16)
+    with capture(m, tmp_path / "t", payload="tensors", level="both") as cap:
+        y = m(x)
+        cap.record("batch", {"x": x, "idx": torch.arange(3)}, kind="data")
+        cap.step()
+    tr = open_trace(tmp_path / "t")
+    (out,) = tr.records(kind="module", module="", role="output")
+    assert out.dtype == "bfloat16"
+    np.testing.assert_array_equal(tr.tensor(out), y.detach().float().numpy())
+    data = tr.records(kind="data")
+    assert [(r.module, r.arg, r.dtype) for r in data] == [("batch", "x", "bfloat16"),
+                                                          ("batch", "idx", "int64")]
+    np.testing.assert_array_equal(tr.tensor(data[1]), np.arange(3))
+    for r in tr.records(kind="op"):
+        assert r.has_payload
+
+
+def test_payload_hash_and_max_bytes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    m = nn.Linear(64, 64)
+    x = torch.ones(8, 64)
+    with capture(m, tmp_path / "h", payload="hash") as cap:
+        m(x)
+        cap.step()
+    recs = open_trace(tmp_path / "h").records(kind="module")
+    assert recs and all(r.hash and not r.has_payload for r in recs)
+    with capture(m, tmp_path / "b", payload="tensors", max_bytes=3000) as cap:
+        m(x)
+        m(x)
+        cap.step()
+    recs = open_trace(tmp_path / "b").records(kind="module", direction="forward")
+    stored = [r for r in recs if r.has_payload]
+    assert 0 < len(stored) < len(recs)
+    assert sum(r.nbytes for r in stored) <= 3000
+    assert all(r.extra.get("payload_skipped") == "max_bytes" for r in recs if not r.has_payload)
+    assert all(r.stats["norm"] is not None for r in recs)
+
+
+def test_steps_include_exclude_directions(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    m = ConvNet()
+    with capture(m, tmp_path / "t", level="both", steps="1", include=["conv", "bn*"],
+                 exclude=["bn.bias"], directions=("forward",)) as cap:
+        _train(m, 3, cap)
+    tr = open_trace(tmp_path / "t")
+    assert tr.steps() == [1]
+    assert {r.module for r in tr.records(kind="module")} == {"conv", "bn"}
+    assert {r.module for r in tr.records(kind="op")} <= {"conv", "bn"}
+    assert not tr.records(direction="backward")
+    assert {r.module for r in tr.records(kind="param")} == {"conv.weight", "conv.bias",
+                                                            "bn.weight"}
+
+
+def test_restore_on_exception(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    m = ConvNet()
+    before = {name: dict(mod._forward_hooks) for name, mod in m.named_modules()}
+    with pytest.raises(RuntimeError), capture(m, tmp_path / "t", level="both") as cap:
+        m(torch.randn(2, 3, 4, 4))
+        cap.step()
+        m(torch.randn(2, 5, 4, 4))  # wrong channel count: conv raises inside the capture
+    _no_hooks_left(m)
+    assert before == {name: dict(mod._forward_hooks) for name, mod in m.named_modules()}
+    tr = open_trace(tmp_path / "t")  # readable, closed
+    assert tr.records(step=0, kind="module")
+    # the model still runs normally afterwards
+    m(torch.randn(2, 3, 4, 4))
+
+
+def test_decorator(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    m = nn.Linear(2, 2)
+    cap = capture(m, tmp_path / "t")
+
+    @cap
+    def run() -> None:
+        m(torch.ones(1, 2))
+        cap.step()
+
+    run()
+    run()
+    _no_hooks_left(m)
+    cap.close()
+    assert open_trace(tmp_path / "t").steps() == [0, 1]
+
+
+@pytest.mark.parametrize("level", ["module", "op", "both"])
+def test_capture_does_not_change_the_run(tmp_path, level: str) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    ref = ConvNet()
+    state = {k: v.clone() for k, v in ref.state_dict().items()}
+    losses_ref, _ = _train(ref, 3)
+    m = ConvNet()
+    m.load_state_dict(state)
+    with capture(m, tmp_path / level, level=level, payload="tensors") as cap:
+        losses, _ = _train(m, 3, cap)
+    for a, b in zip(losses_ref, losses):
+        assert torch.equal(a, b)
+    for (n, p), (_, q) in zip(ref.state_dict().items(), m.state_dict().items()):
+        assert torch.equal(p, q), n
+
+
+def test_dtypes_through_ops(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    class Mixed(nn.Module):
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            z = torch.complex(x, x * 2)
+            mask = x > 0
+            return (z.abs() * mask).to(torch.float16), torch.tensor([1, 2, 3]) * 2
+
+    mixed = Mixed()
+    with capture(mixed, tmp_path / "t", level="both") as cap:
+        mixed(torch.randn(5))
+        cap.step()
+    tr = open_trace(tmp_path / "t")
+    dtypes = {r.dtype for r in tr.records(kind="op")}
+    assert {"complex64", "bool", "float16", "int64", "float32"} <= dtypes
+    for r in tr.records(kind="op"):
+        assert r.stats["nan"] == 0 and not math.isnan(r.stats["norm"])

@@ -1,0 +1,155 @@
+"""TorchAdapter statistics agree with the NumPy reference for every dtype; payloads round-trip."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from netparity.dtypes import decode  # noqa: E402
+from netparity.frameworks.torch_adapter import TorchAdapter, _exact_vec  # noqa: E402
+from netparity.stats import compute_stats  # noqa: E402
+
+
+def _cases() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {
+        "float32": torch.randn(300, 37, generator=g) * 3 + 1,
+        "float32_offset": torch.randn(10000, generator=g) * 1e-3 + 5.0,
+        "float64": torch.randn(5000, dtype=torch.float64, generator=g),
+        "float16": (torch.randn(3000, generator=g) * 100).half(),
+        "bfloat16_big": (torch.randn(3000, generator=g) * 1e5).bfloat16(),
+        "bfloat16": torch.randn(3000, generator=g).bfloat16(),
+        "fp8_e4m3": torch.randn(300, generator=g).to(torch.float8_e4m3fn),
+        "fp8_e5m2": (torch.randn(300, generator=g) * 1e5).to(torch.float8_e5m2),
+        "int64": torch.randint(-100000, 100000, (777,), generator=g),
+        "int32": torch.randint(-1000, 1000, (77,), generator=g, dtype=torch.int32),
+        "int8": torch.randint(-100, 100, (777,), generator=g, dtype=torch.int8),
+        "uint8": torch.randint(0, 255, (77,), generator=g, dtype=torch.uint8),
+        "bool": torch.rand(100, generator=g) > 0.5,
+        "complex64": torch.randn(100, dtype=torch.complex64, generator=g),
+        "complex128_nan": torch.tensor([1 + 1j, complex(math.nan, 0), 3 - 4j]),
+        "empty": torch.zeros(0, 3),
+        "all_nan": torch.full((10,), math.nan),
+        "mixed": torch.tensor([1.0, -3.0, math.nan, math.inf, -math.inf, 0.0, 7e4, -7e4]),
+        "all_inf": torch.tensor([math.inf, -math.inf]),
+        "ones": torch.ones(10000),
+        "zeros": torch.zeros(50),
+        "scalar": torch.tensor(2.5),
+        "strided": torch.randn(40, 30, generator=g).t()[::2],
+    }
+
+
+def _close(x: float | int | None, y: float | int | None, scale: float) -> bool:
+    if x is None or y is None:
+        return x is None and y is None
+    if isinstance(y, float) and math.isnan(y):
+        return math.isnan(x)
+    return abs(x - y) <= 1e-6 * max(abs(y), scale) + 1e-300
+
+
+def _check(stats: dict, ref: dict, name: str) -> None:
+    assert set(stats) == set(ref)
+    # mean is compared relative to the data's magnitude (it may cancel to ~0)
+    for k in ref:
+        s = 0.0
+        if k == "mean" and ref["std"] is not None:
+            s = abs(ref["mean"]) + ref["std"]
+        assert _close(stats[k], ref[k], s), (name, k, stats[k], ref[k])
+        if k in ("nan", "posinf", "neginf", "zeros", "fp16_overflow"):
+            assert isinstance(stats[k], int), (name, k)
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+def test_stats_match_numpy_reference(name: str) -> None:
+    a = TorchAdapter()
+    t = _cases()[name]
+    ref = compute_stats(a.to_numpy(t), a.dtype_name(t))
+    (got,) = a.resolve_stats([a.stats_handle(t)])
+    _check(got, ref, name)
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+def test_exact_device_path_matches_reference(name: str) -> None:
+    """The path used on accelerators (float64, masked) gives the same numbers."""
+    a = TorchAdapter()
+    t = _cases()[name]
+    if t.numel() == 0:
+        pytest.skip("empty tensors never reach a device path")
+    ref = compute_stats(a.to_numpy(t), a.dtype_name(t))
+    (got,) = a.resolve_stats([_exact_vec(t)])
+    _check(got, ref, name)
+
+
+def test_stats_do_not_touch_the_tensor() -> None:
+    a = TorchAdapter()
+    w = torch.randn(64, 8, requires_grad=True)
+    t = w * 2
+    v0 = t._version
+    rng = torch.get_rng_state()
+    h = a.stats_handle(t)
+    assert t._version == v0 and t.dtype == torch.float32
+    assert h.grad_fn is None and not h.requires_grad
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
+def test_resolve_stats_fetches_one_stacked_batch() -> None:
+    a = TorchAdapter()
+    ts = list(_cases().values())
+    handles = [a.stats_handle(t) for t in ts]
+    assert all(h is None or (isinstance(h, torch.Tensor) and h.shape == (12,)) for h in handles)
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[str] = []
+
+    class Count(TorchDispatchMode):  # observes the real ops resolve_stats runs
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        out = a.resolve_stats(handles)
+    # one stack of all handles, no per-tensor scalar fetch (.item() = _local_scalar_dense)
+    assert seen.count("aten.stack.default") == 1
+    assert not any("_local_scalar_dense" in s for s in seen)
+    assert len(out) == len(ts)
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.int64,
+              torch.bool, torch.complex64]
+)
+def test_snapshot_is_taken_now_and_decodes(dtype: torch.dtype) -> None:
+    a = TorchAdapter()
+    t = (torch.arange(12, dtype=torch.float32) - 3).reshape(3, 4).to(dtype)
+    expect = t.clone()
+    thunk, nbytes = a.snapshot(t)
+    t.copy_(torch.zeros_like(t, dtype=torch.float32).to(dtype))  # mutate in place
+    raw = thunk()
+    assert nbytes == raw.nbytes
+    got = decode(raw, a.dtype_name(expect))
+    want = expect.to(torch.float32).numpy() if dtype in (torch.bfloat16, torch.float8_e4m3fn) \
+        else expect.numpy()
+    np.testing.assert_array_equal(got, want)
+
+
+def test_dtype_names_and_facts() -> None:
+    a = TorchAdapter()
+    names = {dt: a.dtype_name(torch.zeros(1, dtype=dt)) for dt in (
+        torch.float32, torch.bfloat16, torch.float8_e5m2, torch.complex128, torch.bool,
+        torch.int16)}
+    assert names == {torch.float32: "float32", torch.bfloat16: "bfloat16",
+                     torch.float8_e5m2: "float8_e5m2", torch.complex128: "complex128",
+                     torch.bool: "bool", torch.int16: "int16"}
+    f = a.facts()
+    assert f["framework"] == "torch" and f["framework_version"] == torch.__version__
+    prec = f["precision"]
+    assert prec["float32_matmul_precision"] == torch.get_float32_matmul_precision()
+    for k in ("matmul_allow_tf32", "cudnn_allow_tf32", "deterministic_algorithms",
+              "cudnn_benchmark", "autocast_cpu"):
+        assert isinstance(prec[k], bool)
+    assert a.is_model(torch.nn.Linear(1, 1)) and not a.is_model(torch.zeros(1))
+    assert a.is_tensor(torch.zeros(1)) and not a.is_tensor(np.zeros(1))
