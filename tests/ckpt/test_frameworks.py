@@ -187,3 +187,15 @@ def test_diff_after_one_sgd_step_finds_exactly_the_updated_params():
     d = diff(before, after, a_model=net, b_model=net)
     assert not d and sorted(d.differing()) == changed
     assert all(p.ok for p in d.params if p.ref not in changed)
+
+
+def test_resnet18_maps_without_rules_like_the_example_mapping():
+    from netparity.examples.resnet import ms_resnet, torch_resnet, weights
+
+    t, m = torch_resnet.resnet18(num_classes=10), ms_resnet.resnet18(num_classes=10)
+    for ref_model, cand_model in ((None, None), (t, m)):
+        nm = map_names(t.state_dict(), m.parameters_dict(), ref_model=ref_model,
+                       cand_model=cand_model)
+        assert nm, (nm.unmatched_ref, nm.unmatched_cand, nm.ambiguous)
+        want = {k: weights.torch_to_ms_name(k, 18) for k in t.state_dict()}
+        assert {p.ref: p.cand for p in nm.pairs} == {k: v for k, v in want.items() if v}

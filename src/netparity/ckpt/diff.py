@@ -118,11 +118,12 @@ def _compare(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> tuple[fl
         return 0.0, 0.0, 0
     both_nan = np.isnan(x) & np.isnan(y)
     with np.errstate(invalid="ignore", over="ignore"):
-        d = np.where(both_nan | (x == y), 0.0, np.abs(x - y))  # inf == inf counts as equal
-        den = np.maximum(np.abs(x), np.abs(y))
-        rel = np.divide(d, den, out=np.zeros_like(d, dtype=np.float64), where=den > 0)
+        delta = np.where(both_nan | (x == y), 0.0, np.abs(x - y))  # inf == inf is equal
+        scale = np.maximum(np.abs(x), np.abs(y))
+        ratio = np.divide(delta, scale, out=np.zeros_like(delta, dtype=np.float64),
+                          where=scale > 0)
         close = np.isclose(x, y, rtol=rtol, atol=atol, equal_nan=True)
-    return float(np.nanmax(d)), float(np.nanmax(rel)), int(np.count_nonzero(~close))
+    return float(np.nanmax(delta)), float(np.nanmax(ratio)), int(np.count_nonzero(~close))
 
 
 def _counts(ck: CheckpointDict, model: Any) -> Counts:

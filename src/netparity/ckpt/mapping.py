@@ -460,8 +460,9 @@ def _structural(R: _Side, C: _Side, out: NameMap, pair: Any, both_models: bool) 
             if choice is None and len(inwin) > 1:
                 scores = sorted(((_sim(rm, cm), cm) for cm in inwin), reverse=True)
                 best, second = scores[0], scores[1]
-                back = max((_sim(m, best[1]), m) for m in rivals)
-                if best[0] - second[0] >= 0.1 and back[1] == rm:
+                rev = sorted(((_sim(m, best[1]), m) for m in rivals), reverse=True)
+                rev_clear = len(rev) == 1 or rev[0][0] - rev[1][0] >= 0.1
+                if best[0] - second[0] >= 0.1 and rev[0][1] == rm and rev_clear:
                     choice, note = best[1], f"name similarity {best[0]:.2f}"
                 elif both_models and len(rivals) == len(same):
                     k = sorted(rivals, key=rpos.__getitem__).index(rm)
