@@ -1,0 +1,98 @@
+"""``netparity compare REF CAND``: where do two traces stop agreeing?
+
+Exit status: 0 everything passes (warnings allowed), 1 something diverges, 2 usage/input error.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from netparity.errors import UsageError
+
+
+def add_tolerance_args(p: argparse.ArgumentParser) -> None:
+    """Tolerance options shared by ``compare`` and ``recheck``."""
+    p.add_argument("--rtol", type=float, default=None, help="relative tolerance for every pair")
+    p.add_argument("--atol", type=float, default=None, help="absolute tolerance for every pair")
+
+
+def add_output_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", metavar="FILE", help="write the result as JSON (recheck reads it)")
+    p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    p.add_argument("--csv", metavar="FILE", help="write one CSV row per tensor pair")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="worst pairs to list (10)")
+    p.add_argument("--quiet", action="store_true", help="print only the summary lines")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "compare",
+        help="compare two traces: first divergence, culprit, reports",
+        description="Compare two traces and say where they start to disagree and what "
+        "introduced it. Exit 0 = agree, 1 = diverge, 2 = bad input.",
+    )
+    p.add_argument("ref", help="reference trace directory")
+    p.add_argument("cand", help="candidate trace directory")
+    p.add_argument("--mapping", metavar="FILE", help="YAML/JSON module/param name mapping")
+    p.add_argument("--level", choices=("module", "op", "both"), default="module")
+    p.add_argument("--steps", metavar="S", help="steps to compare, e.g. 0 or 0,2-4 (default all)")
+    p.add_argument("--rank", type=int, default=0)
+    add_tolerance_args(p)
+    p.add_argument(
+        "--tol", action="append", default=[], metavar="PATTERN=RTOL,ATOL",
+        help="per-name tolerance (glob on module path/op); '=RTOL,ATOL' sets the default; "
+        "repeatable",
+    )
+    p.add_argument("--profile", choices=("auto", "same", "cross"), default="auto",
+                   help="default tolerance table (auto: cross when framework/device differ)")
+    p.add_argument("--fp64-ref", metavar="TRACE", help="float64 trace of the reference run")
+    p.add_argument("--k", type=float, default=2.0,
+                   help="fp64 mode: allowed error ratio candidate/reference (2)")
+    add_output_args(p)
+    p.set_defaults(func=run)
+
+
+def emit(result: Any, args: argparse.Namespace) -> int:
+    """Print the terminal report, write the requested files, return the exit status."""
+    from netparity.report.terminal import render_terminal, summary_lines
+
+    if args.json:
+        from netparity.report.json_report import write_json
+
+        write_json(result, args.json)
+    if args.csv:
+        from netparity.report.csv_report import write_csv
+
+        write_csv(result, args.csv)
+    if args.html:
+        from netparity.report.html import write_html
+
+        write_html(result, args.html)
+    if args.quiet:
+        print("\n".join(summary_lines(result)))
+    else:
+        if args.top < 0:
+            raise UsageError("--top must be >= 0")
+        render_terminal(result, top=args.top)
+    return 0 if result else 1
+
+
+def run(args: argparse.Namespace) -> int:
+    from netparity.capture.policy import parse_int_set
+    from netparity.compare.engine import compare
+    from netparity.compare.tolerances import parse_tol_arg
+
+    steps = None
+    if args.steps:
+        try:
+            steps = sorted(parse_int_set(args.steps))
+        except ValueError as e:
+            raise UsageError(f"--steps {args.steps!r}: {e}") from None
+    overrides = dict(parse_tol_arg(t) for t in args.tol)
+    result = compare(
+        args.ref, args.cand, mapping=args.mapping, level=args.level, steps=steps,
+        rank=args.rank, rtol=args.rtol, atol=args.atol, tolerances=overrides,
+        fp64_ref=args.fp64_ref, k=args.k, profile=args.profile,
+    )
+    return emit(result, args)

@@ -1,0 +1,363 @@
+"""The comparison engine: align two traces, measure every matched tensor pair, judge, localise.
+
+Example:
+    >>> import netparity
+    >>> result = netparity.compare("runs/ref", "runs/cand")          # doctest: +SKIP
+    >>> bool(result), result.first_divergence.module                  # doctest: +SKIP
+    (False, 'layer1.0.bn1')
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from netparity.compare.metrics import stats_metrics, tensor_metrics
+from netparity.compare.results import CallResult, CompareResult, PairResult
+from netparity.compare.tolerances import Tol, Tolerances, lower_precision
+from netparity.compare.verdicts import AMPLIFICATION, judge, judge_fp64, localise
+from netparity.errors import UsageError
+from netparity.trace import Record, Trace, open_trace
+
+LEVELS = ("module", "op", "both")
+#: unit roundoff per dtype: the fp64 mode's floor is eps * rms(fp64 reference)
+_EPS = {
+    "float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8,
+    "float8_e4m3fn": 2.0**-4, "float8_e5m2": 2.0**-3,
+}
+
+
+def _open(t: Any, what: str) -> Trace:
+    if isinstance(t, Trace):
+        return t
+    if isinstance(t, (str, os.PathLike)):
+        return open_trace(t)
+    raise UsageError(f"{what}: expected a trace path or Trace, got {type(t).__name__}")
+
+
+def _squeeze(shape: Iterable[int]) -> tuple[int, ...]:
+    return tuple(int(d) for d in shape if int(d) != 1)
+
+
+def _pair_key(rec: Record, idx: str) -> str:
+    return f"{rec.step}|{rec.rank}|{rec.kind}|{rec.direction}|{rec.module}|{rec.op}|{rec.call}|{idx}"
+
+
+class _Job:
+    """One tensor pair to measure."""
+
+    __slots__ = ("ref", "cand", "tol", "result", "fp64_rec")
+
+    def __init__(self, ref: Record, cand: Record, tol: Tol, result: PairResult):
+        self.ref, self.cand, self.tol, self.result = ref, cand, tol, result
+        self.fp64_rec: Record | None = None
+
+
+def _evidence(ref_tr: Trace, ref: Record, cand_tr: Trace, cand: Record, tol: Tol) -> dict[str, Any]:
+    """Metrics of one pair on the strongest basis both sides support."""
+    if ref.numel != cand.numel or (
+        tuple(ref.shape) != tuple(cand.shape) and _squeeze(ref.shape) != _squeeze(cand.shape)
+    ):
+        return {
+            "basis": "shape",
+            "reason": f"shape mismatch: ref {list(ref.shape)} vs cand {list(cand.shape)}",
+        }
+    if ref.hash and cand.hash and ref.hash == cand.hash and ref.dtype == cand.dtype:
+        return {"basis": "hash", "numel": ref.numel, "rtol": tol.rtol, "atol": tol.atol,
+                "max_abs": 0.0, "min_atol": 0.0, "min_rtol": 0.0}
+    if ref.has_payload and cand.has_payload:
+        return tensor_metrics(ref_tr, ref, cand_tr, cand, rtol=tol.rtol, atol=tol.atol)
+    if ref.stats and cand.stats and ref.stats.get("norm") is not None:
+        return stats_metrics(ref, cand, rtol=tol.rtol, atol=tol.atol)
+    return {"basis": "none", "reason": "neither tensors nor statistics captured on both sides"}
+
+
+def _make_pair(ref: Record, cand: Record, tol: Tol, idx: str, call_key: str) -> PairResult:
+    return PairResult(
+        key=_pair_key(ref, idx),
+        kind=ref.kind,
+        direction=ref.direction,
+        step=ref.step,
+        rank=ref.rank,
+        role=ref.role,
+        arg=ref.arg,
+        module=ref.module,
+        op=ref.op,
+        cand_module=cand.module,
+        cand_op=cand.op,
+        ref_dtype=ref.dtype,
+        cand_dtype=cand.dtype,
+        ref_shape=list(ref.shape),
+        cand_shape=list(cand.shape),
+        rtol=tol.rtol,
+        atol=tol.atol,
+        tol_source=tol.source,
+        call=call_key,
+        order=ref.seq,
+        source=ref.source,
+    )
+
+
+def _same_setup(ref: Trace, cand: Trace) -> bool:
+    keys = ("framework", "device")
+    return all(ref.manifest.get(k) == cand.manifest.get(k) for k in keys)
+
+
+def _call_dict(c: Any) -> dict[str, Any]:
+    return {
+        "name": c.name, "kind": c.kind, "module": c.module, "op": c.op, "native": c.native,
+        "direction": c.direction, "step": c.step, "rank": c.rank, "source": c.source,
+    }
+
+
+def _rec_dict(r: Record) -> dict[str, Any]:
+    return {"name": r.module or r.op, "kind": r.kind, "direction": r.direction, "step": r.step,
+            "rank": r.rank, "dtype": r.dtype, "shape": list(r.shape)}
+
+
+def compare(
+    ref: Any,
+    cand: Any,
+    *,
+    mapping: Any = None,
+    level: str = "module",
+    steps: int | Iterable[int] | None = None,
+    rank: int = 0,
+    rtol: float | None = None,
+    atol: float | None = None,
+    tolerances: dict[str, tuple[float, float]] | None = None,
+    fp64_ref: Any = None,
+    k: float = 2.0,
+    profile: str = "auto",
+    amplification: float = AMPLIFICATION,
+    workers: int | None = None,
+) -> Any:
+    """Compare two traces and localise where they start to disagree.
+
+    Args:
+        ref: reference trace (path or :class:`~netparity.trace.Trace`).
+        cand: candidate trace.
+        mapping: a mapping file path, a dict in mapping-file form, or a
+            :class:`netparity.align.Mapping` (module/param renames between the runs).
+        level: ``"module"``, ``"op"`` or ``"both"``.
+        steps: step numbers to compare (default: every step both traces hold).
+        rank: which rank to compare.
+        rtol, atol: global tolerances (override the dtype defaults).
+        tolerances: per-name overrides ``{glob: (rtol, atol)}``; ``""`` is the default key.
+        fp64_ref: a float64 trace of the reference run; enables the fp64-reference verdict.
+        k: fp64 mode: the candidate may have ``k`` times the reference's error against fp64.
+        profile: default tolerance table: ``"same"`` (assert_close), ``"cross"`` (looser, for
+            different frameworks/devices), or ``"auto"`` (``cross`` when the manifests differ in
+            framework or device).
+        amplification: see :mod:`netparity.compare.verdicts`.
+        workers: threads measuring pairs (default: number of CPUs).
+
+    Returns:
+        A :class:`~netparity.compare.results.CompareResult`, truthy when nothing fails.
+
+    Example:
+        >>> r = compare("runs/ref", "runs/cand", level="both")     # doctest: +SKIP
+        >>> print(r.first_divergence.describe())                  # doctest: +SKIP
+    """
+    from netparity.align import Mapping, align_traces, load_mapping
+
+    if level not in LEVELS:
+        raise UsageError(f"level must be one of {', '.join(LEVELS)}, not {level!r}")
+    if not (k >= 0 and math.isfinite(k)):
+        raise UsageError("k must be a non-negative number")
+    ref_tr, cand_tr = _open(ref, "ref"), _open(cand, "cand")
+    if isinstance(mapping, (str, os.PathLike)):
+        mapping = load_mapping(mapping)
+    elif isinstance(mapping, dict):
+        mapping = Mapping.from_dict(mapping)
+    if rank not in ref_tr.ranks or rank not in cand_tr.ranks:
+        raise UsageError(
+            f"rank {rank} is not in both traces (ref has {ref_tr.ranks}, cand {cand_tr.ranks})"
+        )
+    if profile == "auto":
+        profile = "same" if _same_setup(ref_tr, cand_tr) else "cross"
+    tols = Tolerances(rtol=rtol, atol=atol, overrides=dict(tolerances or {}), profile=profile)
+    if steps is None:
+        step_list: list[int | None] = [None]
+    else:
+        step_list = [steps] if isinstance(steps, int) else sorted(set(steps))
+        both = set(ref_tr.steps(rank)) & set(cand_tr.steps(rank))
+        missing = [s for s in step_list if s not in both]
+        if missing:
+            raise UsageError(f"step(s) {missing} not in both traces (common: {sorted(both)})")
+
+    result = CompareResult()
+    jobs: list[_Job] = []
+    levels = ["module", "op"] if level == "both" else [level]
+    unmatched: dict[str, list[dict[str, Any]]] = {
+        "calls_ref": [], "calls_cand": [], "params_ref": [], "params_cand": [], "tensors": [],
+    }
+    for st in step_list:
+        params_done = False  # both levels' alignments hold the same params: take them once
+        for lv in levels:
+            al = align_traces(ref_tr, cand_tr, level=lv, step=st, rank=rank, mapping=mapping)
+            unmatched["calls_ref"] += [_call_dict(c) for c in al.unmatched_ref]
+            unmatched["calls_cand"] += [_call_dict(c) for c in al.unmatched_cand]
+            for m in al.matches:
+                r0, c0 = m.ref[0], m.cand[0]
+                rl, cl = m.ref[-1], m.cand[-1]
+                ck = f"{lv}|{r0.step}|{r0.rank}|{r0.direction}|{r0.module}|{r0.op}|{r0.call}|{r0.event}"
+                outs_r, outs_c = rl.outputs, cl.outputs
+                order = min((o.seq for o in outs_r), default=r0.seq)
+                call = CallResult(
+                    key=ck,
+                    level=lv,
+                    module=r0.module,
+                    op=r0.op if len(m.ref) == 1 else "+".join(c.op for c in m.ref),
+                    native=r0.native,
+                    cand_module=c0.module,
+                    cand_op=c0.op if len(m.cand) == 1 else "+".join(c.op for c in m.cand),
+                    direction=r0.direction,
+                    step=r0.step,
+                    rank=r0.rank,
+                    source=r0.source,
+                    cand_source=c0.source,
+                    order=order,
+                    method=m.method,
+                    confidence=float(m.confidence),
+                )
+                for role, rs, cs in (("in", r0.inputs, c0.inputs), ("out", outs_r, outs_c)):
+                    for i, (a, b) in enumerate(zip(rs, cs)):
+                        tol = tols.resolve(a, b)
+                        pr = _make_pair(a, b, tol, f"{role}{i}", ck)
+                        pr.key = f"{lv}|{pr.key}|{r0.event}"
+                        jobs.append(_Job(a, b, tol, pr))
+                        (call.inputs if role == "in" else call.outputs).append(pr.key)
+                    if len(rs) != len(cs):
+                        unmatched["tensors"].append(
+                            {"call": call.name, "role": role + "puts", "ref": len(rs),
+                             "cand": len(cs), "direction": call.direction, "step": call.step}
+                        )
+                result.calls.append(call)
+            if not params_done:
+                unmatched["params_ref"] += [_rec_dict(r) for r in al.unmatched_params_ref]
+                unmatched["params_cand"] += [_rec_dict(r) for r in al.unmatched_params_cand]
+                for pp in al.params:
+                    tol = tols.resolve(pp.ref, pp.cand)
+                    pr = _make_pair(pp.ref, pp.cand, tol, pp.ref.arg or "0", "")
+                    jobs.append(_Job(pp.ref, pp.cand, tol, pr))
+                params_done = True
+
+    fp64_tr = _open(fp64_ref, "fp64_ref") if fp64_ref is not None else None
+    if fp64_tr is not None:
+        idx: dict[tuple[int, str], Record] = {}
+        for r in fp64_tr.iter_records(rank=rank):
+            idx.setdefault((r.step, r.key()), r)
+        for j in jobs:
+            j.fp64_rec = idx.get((j.ref.step, j.ref.key()))
+
+    def run(j: _Job) -> None:
+        pr = j.result
+        pr.metrics = _evidence(ref_tr, j.ref, cand_tr, j.cand, j.tol)
+        pr.status, pr.reason = judge(pr.metrics, j.tol.rtol, j.tol.atol)
+        f = j.fp64_rec
+        if (
+            f is not None
+            and f.has_payload
+            and pr.metrics.get("basis") == "tensors"
+            and f.numel == j.ref.numel
+            and j.ref.has_payload
+        ):
+            e_ref = tensor_metrics(fp64_tr, f, ref_tr, j.ref, rtol=j.tol.rtol, atol=j.tol.atol)
+            e_cand = tensor_metrics(fp64_tr, f, cand_tr, j.cand, rtol=j.tol.rtol, atol=j.tol.atol)
+            dt = lower_precision(j.ref.dtype, j.cand.dtype)
+            floor = _EPS.get(dt, _EPS["float32"]) * float(e_ref.get("ref_rms", 0.0))
+            keep = ("max_abs", "rmse", "max_rel", "nan_mismatch", "inf_mismatch")
+            pr.fp64 = {
+                "ref_vs_fp64": {x: e_ref.get(x) for x in keep},
+                "cand_vs_fp64": {x: e_cand.get(x) for x in keep},
+                "k": k,
+                "floor": floor,
+            }
+            pr.status, pr.reason = judge_fp64(e_ref, e_cand, k, floor)
+
+    nworkers = workers or min(8, os.cpu_count() or 1)
+    if nworkers > 1 and len(jobs) > 1:
+        with ThreadPoolExecutor(nworkers, thread_name_prefix="netparity-compare") as ex:
+            list(ex.map(run, jobs))
+    else:
+        for j in jobs:
+            run(j)
+
+    for j in jobs:
+        pr = j.result
+        if pr.call:
+            result.pairs.append(pr)
+        elif pr.kind == "loss":
+            result.loss.append(pr)
+        elif pr.kind in ("data", "custom"):
+            result.data.append(pr)
+        else:
+            result.params.append(pr)
+    result.pairs.sort(key=lambda p: (p.step, p.order))
+    result.unmatched = unmatched
+    result.settings = {
+        "level": level,
+        "steps": None if steps is None else [s for s in step_list if s is not None],
+        "rank": rank,
+        "tolerances": tols.to_json(),
+        "fp64_ref": str(fp64_tr.path) if fp64_tr is not None else None,
+        "k": k,
+        "amplification": amplification,
+        "mapping": getattr(mapping, "source", None),
+    }
+    result.runs = {
+        "ref": {"path": str(ref_tr.path), "framework": ref_tr.framework,
+                "device": ref_tr.manifest.get("device")},
+        "cand": {"path": str(cand_tr.path), "framework": cand_tr.framework,
+                 "device": cand_tr.manifest.get("device")},
+    }
+    if any(p.metrics.get("basis") == "stats" for p in result.all_pairs()):
+        result.notes.append(
+            "some pairs were judged from statistics only (basis 'stats'): a failure there is "
+            "certain, a pass is weaker than an element-wise comparison"
+        )
+    localise(result, amplification)
+    return result
+
+
+def recheck(result: Any, *, rtol: float | None = None, atol: float | None = None) -> Any:
+    """Re-judge a saved :class:`CompareResult` with new global tolerances, reading no tensors.
+
+    A tolerance left as ``None`` keeps each pair's previous value. See
+    :mod:`netparity.cli.recheck_cmd` for what is exact and what is estimated.
+
+    Example:
+        >>> from netparity.compare.results import CompareResult
+        >>> bool(recheck(CompareResult(), rtol=1e-3, atol=1e-5))
+        True
+    """
+    from netparity.compare.verdicts import rejudge
+
+    for v in (rtol, atol):
+        if v is not None and not (v >= 0 and math.isfinite(v)):
+            raise UsageError("tolerances must be non-negative numbers")
+    estimated = 0
+    for p in result.all_pairs():
+        if p.fp64:
+            continue  # the fp64 rule does not use rtol/atol
+        r = p.rtol if rtol is None else rtol
+        a = p.atol if atol is None else atol
+        p.status, p.reason, exact = rejudge(p.metrics, r, a)
+        p.rtol, p.atol = r, a
+        p.tol_source = "recheck"
+        estimated += not exact
+    result.settings = {**result.settings, "recheck": {"rtol": rtol, "atol": atol}}
+    result.notes = [n for n in result.notes if not n.startswith("recheck:")]
+    if estimated:
+        result.notes.append(
+            f"recheck: {estimated} pair verdict(s) estimated from saved histograms; run compare "
+            "again for exact verdicts"
+        )
+    measured = result.min_tolerance  # measured at the original tolerances: keep as is
+    localise(result, float(result.settings.get("amplification", AMPLIFICATION)))
+    result.min_tolerance = measured
+    return result

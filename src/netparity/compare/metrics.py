@@ -1,0 +1,540 @@
+"""Error metrics of one tensor pair, in one streaming float64 pass over fixed-size chunks.
+
+Definitions (``r`` = reference value, ``c`` = candidate value, ``d = |c - r|``; sums run over the
+positions where both sides are finite):
+
+* ``max_abs``, ``mean_abs``, ``rmse`` = ``sqrt(mean(d**2))``.
+* relative error ``d / max(|r|, s)`` with ``s`` = the reference tensor's RMS (root mean square of
+  its finite values, taken from the record's statistics, so no extra pass is needed). *Why the
+  RMS*: the rounding error of a computed value scales with the magnitude of the operands that
+  produced it, not with the value itself; a value that came out near zero by cancellation carries
+  an error of the tensor's typical size. Elements at least as large as the RMS are judged relative
+  to themselves; smaller ones relative to the RMS, so cancelled values do not blow the relative
+  error up and no arbitrary epsilon is needed. When the reference is all zeros the candidate's RMS
+  is used (and the float64 ``tiny`` when both are zero). ``max_rel`` and ``mean_rel`` use it.
+* ``cosine`` similarity of the two tensors (1.0 when both are zero).
+* ``within``: fraction of elements with ``d <= atol + rtol * |r|`` (``torch.testing.assert_close``
+  semantics, reference side), non-finite positions count as within when both sides agree.
+* ``min_atol``: the smallest atol that passes at the rtol used, ``max(d - rtol*|r|)`` (>= 0);
+  ``min_rtol``: the smallest rtol that passes at the atol used, ``max((d - atol) / |r|)``
+  (``inf`` when an element with ``r == 0`` exceeds atol). These two points (plus ``max_abs``,
+  the minimum atol at rtol 0) lie on the convex "required tolerance" curve and let ``recheck``
+  decide most new tolerances exactly.
+* ``q50``, ``q90``, ``q99`` of ``d``: from a histogram of ``log2 d`` with two bins per octave
+  (so within a factor of 1.41), built from every element of small tensors and from every 4th
+  element (offset rotating per chunk, so no channel is systematically skipped) of tensors larger
+  than one chunk. The same histogram is two-dimensional (``log2 d`` x ``log2 |r|``, one octave per
+  ``r`` bin) and is saved sparsely in the JSON so that ``netparity recheck`` can estimate the
+  fraction within new tolerances without reading tensors.
+* ``nan_mismatch`` / ``inf_mismatch``: positions where exactly one side is NaN / where the
+  infinities differ (one side +-inf, the other not, or opposite signs); ``nonfinite_match``:
+  positions where both sides hold the same non-finite value.
+
+Memory: every worker thread owns a handful of chunk buffers (``CHUNK`` elements of float64 each,
+512 KiB); payload bytes are read with ``pread`` into a reused buffer rather than through a
+memory map, because pages touched through a map count as resident memory of this process and
+would make peak RSS grow with the trace size.
+
+Example:
+    >>> import numpy as np
+    >>> m = array_metrics(np.array([1.0, 2.0, 0.0]), np.array([1.0, 2.5, 1e-3]), rtol=0.1, atol=0.0)
+    >>> (m["max_abs"], round(m["within"], 3), m["min_atol"])
+    (0.5, 0.333, 0.3)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from netparity.dtypes import decode, storage_dtype
+from netparity.errors import TraceError
+from netparity.trace.schema import Record
+
+#: elements per chunk: large enough to amortise Python overhead, small enough to stay in cache
+CHUNK = 1 << 16
+#: histogram sampling stride for tensors larger than one chunk
+HIST_STRIDE = 4
+#: warn band: a pair that fails its tolerance but passes at WARN_FACTOR times it is "warn"
+WARN_FACTOR = 10.0
+#: histogram layout: d bins = float32 bits >> 22 (2 per octave), r bins = bits >> 23 (1 per octave)
+D_SHIFT, R_SHIFT, R_BITS = 22, 23, 8
+N_BINS = (1 << 9) << R_BITS
+
+
+def _f32_from_bits(bits: np.ndarray) -> np.ndarray:
+    return np.asarray(bits, dtype=np.int64).astype(np.int32).view(np.float32).astype(np.float64)
+
+
+def d_bin_edges(bd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper value edge of abs-error bins (float32 bits >> 22)."""
+    bd = np.asarray(bd, dtype=np.int64)
+    return _f32_from_bits(bd << D_SHIFT), _f32_from_bits((bd + 1) << D_SHIFT)
+
+
+def r_bin_edges(br: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper value edge of reference-magnitude bins (float32 bits >> 23)."""
+    br = np.asarray(br, dtype=np.int64)
+    return _f32_from_bits(br << R_SHIFT), _f32_from_bits((br + 1) << R_SHIFT)
+
+
+class _Buffers:
+    """Per-thread scratch arrays, reused for every chunk of every pair."""
+
+    def __init__(self, n: int = CHUNK):
+        self.a = np.empty(n)
+        self.b = np.empty(n)
+        self.d = np.empty(n)
+        self.r = np.empty(n)
+        self.t = np.empty(n)
+        self.d32 = np.empty(n // HIST_STRIDE + n % HIST_STRIDE + 1, np.float32)
+        self.r32 = np.empty_like(self.d32)
+        self.bd = np.empty(self.d32.shape, np.int32)
+        self.br = np.empty(self.d32.shape, np.int32)
+        self.pend = np.empty(1 << 20, np.int32)
+
+
+class _Acc:
+    """Running sums of one pair."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.sum_d = 0.0
+        self.max_d = 0.0
+        self.ss_d = 0.0
+        self.aa = 0.0
+        self.bb = 0.0
+        self.ab = 0.0
+        self.sum_rel = 0.0
+        self.max_rel = 0.0
+        self.excess = -math.inf
+        self.rtol_need = -math.inf
+        self.within = 0
+        self.nan_mismatch = 0
+        self.inf_mismatch = 0
+        self.nonfinite_match = 0
+        self.hist: np.ndarray | None = None  # dense, only for pairs with many samples
+        self.sparse: dict[int, int] = {}
+        self.sampled = 0
+        self.pending = 0
+
+    def add_hist(self, idx: np.ndarray, buf: _Buffers) -> None:
+        # Bin indices are buffered and counted in batches: one bincount over the full 2-D
+        # grid per chunk would cost more than the chunk's arithmetic.
+        m = idx.shape[0]
+        if self.pending + m > buf.pend.shape[0]:
+            self.flush_hist(buf)
+        buf.pend[self.pending : self.pending + m] = idx
+        self.pending += m
+        self.sampled += m
+
+    def flush_hist(self, buf: _Buffers) -> None:
+        if not self.pending:
+            return
+        idx = buf.pend[: self.pending]
+        self.pending = 0
+        if idx.shape[0] < (1 << 14) and self.hist is None:
+            u, c = np.unique(idx, return_counts=True)
+            for i, k in zip(u.tolist(), c.tolist()):
+                self.sparse[i] = self.sparse.get(i, 0) + k
+            return
+        h = np.bincount(idx, minlength=N_BINS)
+        if self.hist is None:
+            self.hist = h
+        else:
+            self.hist += h
+
+    def histogram(self) -> tuple[np.ndarray, np.ndarray]:
+        """Non-zero bins and their counts, sorted by bin."""
+        counts: dict[int, int] = dict(self.sparse)
+        if self.hist is not None:
+            nz = np.flatnonzero(self.hist)
+            for i, k in zip(nz.tolist(), self.hist[nz].tolist()):
+                counts[i] = counts.get(i, 0) + k
+        keys = sorted(counts)
+        return np.array(keys, dtype=np.int64), np.array([counts[k] for k in keys], dtype=np.int64)
+
+
+def _accumulate(
+    acc: _Acc,
+    a: np.ndarray,
+    b: np.ndarray,
+    buf: _Buffers,
+    *,
+    scale: float,
+    rtol: float,
+    atol: float,
+    stride: int,
+    offset: int,
+) -> None:
+    """Add one chunk (float64 ``a`` = ref, ``b`` = cand, same length, views into ``buf``)."""
+    n = a.shape[0]
+    d = buf.d[:n]
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is handled below
+        np.subtract(b, a, out=d)
+    # One reduction tells whether every element of both sides is finite (a NaN/inf on either side
+    # makes the difference non-finite; float32/16 values cannot overflow a float64 sum).
+    if not math.isfinite(float(d.sum())):
+        fa, fb = np.isfinite(a), np.isfinite(b)
+        both = fa & fb
+        na, nb = np.isnan(a), np.isnan(b)
+        acc.nan_mismatch += int(np.count_nonzero(na != nb))
+        ia, ib = ~(fa | na), ~(fb | nb)  # infinities
+        inf_bad = (ia | ib) & ~(na | nb) & ~((ia & ib) & (np.signbit(a) == np.signbit(b)))
+        acc.inf_mismatch += int(np.count_nonzero(inf_bad))
+        same_nf = (na & nb) | ((ia & ib) & (np.signbit(a) == np.signbit(b)))
+        k = int(np.count_nonzero(same_nf))
+        acc.nonfinite_match += k
+        acc.within += k
+        a = a[both]
+        b = b[both]
+        n = a.shape[0]
+        d = buf.d[:n]
+        np.subtract(b, a, out=d)
+        if n == 0:
+            return
+    acc.n += n
+    np.abs(d, out=d)
+    acc.sum_d += float(d.sum())
+    acc.max_d = max(acc.max_d, float(d.max()))
+    acc.ss_d += float(np.dot(d, d))
+    acc.aa += float(np.dot(a, a))
+    acc.bb += float(np.dot(b, b))
+    acc.ab += float(np.dot(a, b))
+    r = buf.r[:n]
+    t = buf.t[:n]
+    np.abs(a, out=r)
+    np.maximum(r, scale, out=t)
+    np.divide(d, t, out=t)
+    acc.max_rel = max(acc.max_rel, float(t.max()))
+    acc.sum_rel += float(t.sum())
+    np.multiply(r, rtol, out=t)
+    np.subtract(d, t, out=t)
+    acc.excess = max(acc.excess, float(t.max()))
+    acc.within += int(np.count_nonzero(t <= atol))
+    np.subtract(d, atol, out=t)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.divide(t, r, out=t)
+    # fmax skips the NaN of 0/0 (an element exactly at atol with r == 0 needs no rtol)
+    acc.rtol_need = max(acc.rtol_need, float(np.fmax.reduce(t)))
+    # 2-D log histogram of (d, |r|) on a strided sample, via float32 bit patterns: the exponent
+    # and top mantissa bits of a non-negative float are a monotone piecewise-linear log2, bounded
+    # (0..511 / 0..255) without clipping.
+    ds = d[offset::stride]
+    m = ds.shape[0]
+    d32, r32, bd, br = buf.d32[:m], buf.r32[:m], buf.bd[:m], buf.br[:m]
+    np.copyto(d32, ds, casting="unsafe")
+    np.copyto(r32, r[offset::stride], casting="unsafe")
+    np.right_shift(d32.view(np.int32), D_SHIFT, out=bd)
+    np.right_shift(r32.view(np.int32), R_SHIFT, out=br)
+    np.left_shift(bd, R_BITS, out=bd)
+    np.bitwise_or(bd, br, out=bd)
+    acc.add_hist(bd, buf)
+
+
+def _finish(acc: _Acc, numel: int, rtol: float, atol: float, scale: float) -> dict[str, Any]:
+    n = acc.n
+    out: dict[str, Any] = {
+        "basis": "tensors",
+        "numel": numel,
+        "finite": n,
+        "rtol": rtol,
+        "atol": atol,
+        "scale": scale,
+        "nan_mismatch": acc.nan_mismatch,
+        "inf_mismatch": acc.inf_mismatch,
+        "nonfinite_match": acc.nonfinite_match,
+        "within": (acc.within / numel) if numel else 1.0,
+    }
+    if n:
+        ref_norm, cand_norm = math.sqrt(acc.aa), math.sqrt(acc.bb)
+        if ref_norm == 0.0 and cand_norm == 0.0:
+            cos = 1.0
+        elif ref_norm == 0.0 or cand_norm == 0.0:
+            cos = 0.0
+        else:
+            cos = acc.ab / (ref_norm * cand_norm)
+        out.update(
+            max_abs=acc.max_d,
+            mean_abs=acc.sum_d / n,
+            rmse=math.sqrt(acc.ss_d / n),
+            max_rel=acc.max_rel,
+            mean_rel=acc.sum_rel / n,
+            cosine=max(-1.0, min(1.0, cos)),
+            ref_rms=ref_norm / math.sqrt(n),
+            cand_rms=cand_norm / math.sqrt(n),
+            min_atol=max(0.0, acc.excess),
+            min_rtol=max(0.0, acc.rtol_need),
+        )
+    else:
+        out.update(
+            max_abs=0.0, mean_abs=0.0, rmse=0.0, max_rel=0.0, mean_rel=0.0, cosine=1.0,
+            ref_rms=0.0, cand_rms=0.0, min_atol=0.0, min_rtol=0.0,
+        )
+    nz, cnt = acc.histogram()
+    if nz.size:
+        out["hist"] = [[int(i), int(k)] for i, k in zip(nz, cnt)]
+        out["hist_sampled"] = acc.sampled
+        dmarg = np.bincount(nz >> R_BITS, weights=cnt, minlength=1 << 9)
+        cdf = np.cumsum(dmarg)
+        tot = cdf[-1]
+        for q, name in ((0.5, "q50"), (0.9, "q90"), (0.99, "q99")):
+            i = int(np.searchsorted(cdf, q * tot))
+            lo, hi = d_bin_edges(np.array([i]))
+            val = float(math.sqrt(lo[0] * hi[0])) if lo[0] > 0 else 0.0
+            out[name] = min(val, acc.max_d)
+    else:
+        out.update(q50=0.0, q90=0.0, q99=0.0)
+    return out
+
+
+def array_metrics(
+    ref: np.ndarray,
+    cand: np.ndarray,
+    *,
+    rtol: float,
+    atol: float,
+    scale: float | None = None,
+) -> dict[str, Any]:
+    """Metrics of two in-memory arrays of equal size (see the module docstring).
+
+    Example:
+        >>> import numpy as np
+        >>> array_metrics(np.ones(4), np.ones(4), rtol=0.0, atol=0.0)["max_abs"]
+        0.0
+    """
+    r = np.asarray(ref).reshape(-1)
+    c = np.asarray(cand).reshape(-1)
+    if r.size != c.size:
+        raise ValueError("array_metrics needs arrays of equal size")
+    return _stream(
+        lambda s, n: r[s : s + n], lambda s, n: c[s : s + n], r.size, rtol=rtol, atol=atol,
+        scale=scale,
+    )
+
+
+def _rms_pass(read: Callable[[int, int], np.ndarray], numel: int) -> float:
+    ss, n = 0.0, 0
+    for s in range(0, numel, CHUNK):
+        x = np.asarray(read(s, min(CHUNK, numel - s)), dtype=np.float64)
+        x = x[np.isfinite(x)]
+        ss += float(np.dot(x, x))
+        n += x.size
+    return math.sqrt(ss / n) if n else 0.0
+
+
+_TLS_BUFFERS: dict[int, _Buffers] = {}
+
+
+def _buffers() -> _Buffers:
+    import threading
+
+    tid = threading.get_ident()
+    b = _TLS_BUFFERS.get(tid)
+    if b is None:
+        b = _TLS_BUFFERS[tid] = _Buffers()
+    return b
+
+
+def _stream(
+    read_ref: Callable[[int, int], np.ndarray],
+    read_cand: Callable[[int, int], np.ndarray],
+    numel: int,
+    *,
+    rtol: float,
+    atol: float,
+    scale: float | None,
+    ref_rms: float | None = None,
+    cand_rms: float | None = None,
+) -> dict[str, Any]:
+    """The single pass. ``read_*(start, n)`` return ``n`` real values (any numeric dtype)."""
+    if scale is None:
+        if ref_rms is None:
+            ref_rms = _rms_pass(read_ref, numel)
+        if ref_rms == 0.0:
+            if cand_rms is None:
+                cand_rms = _rms_pass(read_cand, numel)
+            ref_rms = cand_rms
+        scale = ref_rms if ref_rms > 0.0 else float(np.finfo(np.float64).tiny)
+    buf = _buffers()
+    acc = _Acc()
+    stride = 1 if numel <= CHUNK else HIST_STRIDE
+    for i, s in enumerate(range(0, numel, CHUNK)):
+        n = min(CHUNK, numel - s)
+        a, b = buf.a[:n], buf.b[:n]
+        np.copyto(a, read_ref(s, n), casting="unsafe")
+        np.copyto(b, read_cand(s, n), casting="unsafe")
+        _accumulate(
+            acc, a, b, buf, scale=scale, rtol=rtol, atol=atol, stride=stride,
+            offset=(i % stride) if n > stride else 0,
+        )
+    acc.flush_hist(buf)
+    return _finish(acc, numel, rtol, atol, scale)
+
+
+class TensorReader:
+    """Reads chunks of one record's payload as real values, with ``pread`` (no memory map).
+
+    Falls back to ``trace.raw_tensor`` for trace objects without a directory layout.
+    """
+
+    def __init__(self, trace: Any, rec: Record):
+        self.rec = rec
+        self.dtype = rec.dtype
+        self.st = storage_dtype(rec.dtype)
+        self.fd: int | None = None
+        self.raw: np.ndarray | None = None
+        self.complex = self.st.kind == "c"
+        self.item = self.st.itemsize
+        path = getattr(trace, "path", None)
+        if path is None or rec.shard is None or rec.offset is None:
+            self.raw = np.asarray(trace.raw_tensor(rec)).reshape(-1)
+            if self.complex:
+                self.raw = self.raw.view(self.raw.real.dtype)
+            return
+        p = Path(path) / f"rank{rec.rank}" / rec.shard
+        try:
+            self.fd = os.open(p, os.O_RDONLY)
+        except OSError as e:
+            raise TraceError(f"{p}: payload shard is missing or unreadable ({e.strerror})") from None
+        if rec.nbytes is not None and os.fstat(self.fd).st_size < rec.offset + rec.nbytes:
+            os.close(self.fd)
+            self.fd = None
+            raise TraceError(f"{p}: truncated payload shard (need byte {rec.offset + rec.nbytes})")
+        self._buf = np.empty(0, np.uint8)
+
+    @property
+    def count(self) -> int:
+        """Number of real values (complex tensors count two per element)."""
+        return self.rec.numel * (2 if self.complex else 1)
+
+    def read(self, start: int, n: int) -> np.ndarray:
+        if self.raw is not None:
+            return self._decode(self.raw[start : start + n])
+        assert self.fd is not None and self.rec.offset is not None
+        itemsize = self.item // 2 if self.complex else self.item
+        nbytes = n * itemsize
+        if self._buf.nbytes < nbytes:
+            self._buf = np.empty(max(nbytes, CHUNK * 8), np.uint8)
+        mv = memoryview(self._buf)[:nbytes]
+        got = 0
+        pos = self.rec.offset + start * itemsize
+        while got < nbytes:
+            k = os.preadv(self.fd, [mv[got:]], pos + got)
+            if k <= 0:
+                raise TraceError(f"{self.rec.shard}: truncated payload shard")
+            got += k
+        raw = self._buf[:nbytes]
+        if self.complex:
+            return raw.view(np.float32 if self.item == 8 else np.float64)
+        return self._decode(raw.view(self.st))
+
+    def _decode(self, raw: np.ndarray) -> np.ndarray:
+        if self.st == np.bool_:
+            return raw.view(np.uint8)
+        return decode(raw, self.dtype)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> TensorReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def record_rms(rec: Record) -> float | None:
+    """RMS of a record's finite values from its captured statistics (None when unknown)."""
+    s = rec.stats or {}
+    norm = s.get("norm")
+    if norm is None:
+        return None
+    bad = sum(int(s.get(k) or 0) for k in ("nan", "posinf", "neginf"))
+    n = rec.numel - bad
+    if n <= 0:
+        return 0.0
+    if np.dtype(storage_dtype(rec.dtype)).kind == "c":
+        n *= 2  # norm of |z| over 2n real values
+    return float(norm) / math.sqrt(n)
+
+
+def tensor_metrics(
+    ref_trace: Any,
+    ref: Record,
+    cand_trace: Any,
+    cand: Record,
+    *,
+    rtol: float,
+    atol: float,
+) -> dict[str, Any]:
+    """Stream both payloads (shapes already checked to hold the same number of elements)."""
+    with TensorReader(ref_trace, ref) as rr, TensorReader(cand_trace, cand) as cr:
+        if rr.count != cr.count:
+            raise ValueError("element counts differ")
+        return _stream(
+            rr.read, cr.read, rr.count, rtol=rtol, atol=atol, scale=None,
+            ref_rms=record_rms(ref), cand_rms=record_rms(cand),
+        )
+
+
+#: statistics compared on the stats basis, all in the tensor's value units
+STAT_KEYS = ("min", "max", "mean", "std")
+
+
+def stats_metrics(ref: Record, cand: Record, *, rtol: float, atol: float) -> dict[str, Any]:
+    """Judge a pair from captured statistics only (weaker: ``basis = "stats"``).
+
+    Every quantity compared is bounded by the element-wise error: ``|dmin|, |dmax|, |dmean|,
+    |dstd|, |dnorm|/sqrt(n) <= max|c - r|``. So each difference is a *lower bound* of ``max_abs``
+    and a stats-basis failure is certain, while a stats-basis pass only says the statistics are
+    consistent with agreement. The reference magnitude used for rtol is ``max(|min|, |max|)``.
+
+    Example:
+        >>> from netparity.trace import Record
+        >>> st = dict(min=-1.0, max=1.0, mean=0.0, std=0.5, norm=1.0, nan=0, posinf=0, neginf=0)
+        >>> a = Record(kind="module", dtype="float32", shape=(4,), stats=st)
+        >>> b = Record(kind="module", dtype="float32", shape=(4,), stats={**st, "max": 1.5})
+        >>> stats_metrics(a, b, rtol=0.0, atol=0.1)["max_abs_lb"]
+        0.5
+    """
+    rs, cs = ref.stats or {}, cand.stats or {}
+    diffs: dict[str, float] = {}
+    for k in STAT_KEYS:
+        x, y = rs.get(k), cs.get(k)
+        if x is None or y is None:
+            continue
+        diffs[k] = abs(float(y) - float(x))
+    n = max(1, ref.numel)
+    if rs.get("norm") is not None and cs.get("norm") is not None:
+        diffs["norm"] = abs(float(cs["norm"]) - float(rs["norm"])) / math.sqrt(n)
+    diffs = {k: v for k, v in diffs.items() if not math.isnan(v)}
+    mag = max(abs(float(rs.get("min") or 0.0)), abs(float(rs.get("max") or 0.0)))
+    rms = record_rms(ref) or 0.0
+    lb = max(diffs.values(), default=0.0)
+    nf = {k: (int(rs.get(k) or 0), int(cs.get(k) or 0)) for k in ("nan", "posinf", "neginf")}
+    scale = max(mag, rms) or 1.0
+    return {
+        "basis": "stats",
+        "numel": ref.numel,
+        "rtol": rtol,
+        "atol": atol,
+        "stat_diff": diffs,
+        "max_abs_lb": lb,
+        "max_rel_lb": lb / scale,
+        "ref_maxabs": mag,
+        "ref_rms": rms,
+        "nonfinite_counts": {k: list(v) for k, v in nf.items()},
+        "nan_mismatch": abs(nf["nan"][0] - nf["nan"][1]),
+        "inf_mismatch": abs(nf["posinf"][0] - nf["posinf"][1])
+        + abs(nf["neginf"][0] - nf["neginf"][1]),
+        "min_atol": max(0.0, lb - rtol * mag),
+        "min_rtol": (max(0.0, (lb - atol) / mag) if mag > 0 else (0.0 if lb <= atol else math.inf)),
+    }

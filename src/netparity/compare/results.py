@@ -1,0 +1,307 @@
+"""Result types of a comparison; they serialise to versioned JSON and back (for ``recheck``).
+
+Example:
+    >>> r = CompareResult()
+    >>> bool(r), r.to_json()["netparity_result_version"]
+    (True, 1)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from netparity.errors import UsageError
+
+RESULT_VERSION = 1
+STATUSES = ("pass", "warn", "fail", "unknown")
+_RANK = {"pass": 0, "unknown": 0, "warn": 1, "fail": 2}
+
+
+def worst(statuses: list[str]) -> str:
+    """The worst of several statuses (``fail`` > ``warn`` > ``pass``); ``pass`` when empty."""
+    best = "pass"
+    for s in statuses:
+        if _RANK.get(s, 0) > _RANK[best]:
+            best = s
+    return best
+
+
+def _clean(v: Any) -> Any:
+    """JSON-safe numbers: inf/nan become strings (JSON has no spelling for them)."""
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return v
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+def _unclean(v: Any) -> Any:
+    if isinstance(v, str) and v in ("nan", "inf", "-inf"):
+        return float(v)
+    if isinstance(v, dict):
+        return {k: _unclean(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_unclean(x) for x in v]
+    return v
+
+
+@dataclass
+class PairResult:
+    """One compared tensor pair (an input or output of matched calls, or a param/grad/loss)."""
+
+    key: str
+    kind: str
+    direction: str
+    step: int
+    rank: int
+    role: str
+    arg: str
+    module: str
+    op: str
+    cand_module: str
+    cand_op: str
+    ref_dtype: str
+    cand_dtype: str
+    ref_shape: list[int]
+    cand_shape: list[int]
+    rtol: float
+    atol: float
+    tol_source: str
+    status: str = "pass"
+    reason: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    call: str = ""  # key of the call this tensor belongs to ("" for params/loss/data)
+    order: int = 0  # reference sequence number (execution order)
+    source: str = ""
+    fp64: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        base = self.module or self.op or "<root>"
+        if self.kind == "op":
+            base = f"{self.module or '<root>'}/{self.op}"
+        if self.role in ("input", "output"):
+            return f"{base} [{self.role}{(' ' + self.arg) if self.arg else ''}]"
+        return base
+
+    def error(self) -> float:
+        """Normwise relative error ``rmse / rms(ref)`` (stats basis: the lower bound)."""
+        m = self.metrics
+        if m.get("basis") == "tensors":
+            rms = m.get("ref_rms") or m.get("scale") or 0.0
+            return float(m.get("rmse", 0.0)) / rms if rms else float(m.get("rmse", 0.0))
+        if m.get("basis") == "stats":
+            return float(m.get("max_rel_lb", 0.0))
+        return 0.0
+
+
+@dataclass
+class CallResult:
+    """One matched module/op call (or N:M group), judged from its tensors."""
+
+    key: str
+    level: str
+    module: str
+    op: str
+    native: str
+    cand_module: str
+    cand_op: str
+    direction: str
+    step: int
+    rank: int
+    source: str
+    cand_source: str
+    order: int
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    status: str = "pass"
+    origin: str = ""  # "introduced" | "propagated" | ""
+    note: str = ""
+    method: str = ""
+    confidence: float = 1.0
+    in_error: float = 0.0
+    out_error: float = 0.0
+
+    @property
+    def name(self) -> str:
+        if self.level == "op":
+            return f"{self.module or '<root>'}/{self.op}"
+        return self.module or "<root>"
+
+
+@dataclass
+class Divergence:
+    """Where the runs stop agreeing: the call, its verdict and the evidence."""
+
+    module: str
+    op: str
+    direction: str
+    step: int
+    rank: int
+    source: str
+    verdict: str  # "introduced" | "propagated"
+    status: str  # "fail" | "warn"
+    metrics: dict[str, Any]
+    key: str
+    level: str = "module"
+    cand_module: str = ""
+    cand_op: str = ""
+    cand_source: str = ""
+    note: str = ""
+    in_error: float = 0.0
+    out_error: float = 0.0
+
+    def describe(self) -> str:
+        where = self.module or "<root>"
+        if self.level == "op" or self.op:
+            where = f"{where} ({self.op})" if self.op else where
+        return f"{where}, {self.direction} step {self.step} rank {self.rank}"
+
+
+_PAIR_FIELDS = [f.name for f in dataclasses.fields(PairResult)]
+_CALL_FIELDS = [f.name for f in dataclasses.fields(CallResult)]
+_DIV_FIELDS = [f.name for f in dataclasses.fields(Divergence)]
+
+
+@dataclass
+class CompareResult:
+    """Everything a comparison found. Truthy when nothing fails (warnings allowed).
+
+    ``pairs`` holds the tensors of matched calls; ``params`` the parameter gradients and updated
+    parameters; ``loss`` and ``data`` the loss and data records; ``unmatched`` what alignment
+    could not pair (never dropped).
+    """
+
+    first_divergence: Divergence | None = None
+    first_backward: Divergence | None = None
+    first_update: Divergence | None = None
+    pairs: list[PairResult] = field(default_factory=list)
+    calls: list[CallResult] = field(default_factory=list)
+    params: list[PairResult] = field(default_factory=list)
+    loss: list[PairResult] = field(default_factory=list)
+    data: list[PairResult] = field(default_factory=list)
+    unmatched: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    min_tolerance: list[dict[str, Any]] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+    runs: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    # ---- verdict ---------------------------------------------------------------------------
+    def all_pairs(self) -> list[PairResult]:
+        return [*self.pairs, *self.params, *self.loss, *self.data]
+
+    @property
+    def status(self) -> str:
+        return worst([p.status for p in self.all_pairs()])
+
+    def __bool__(self) -> bool:
+        return self.status != "fail"
+
+    @property
+    def passed(self) -> bool:
+        return bool(self)
+
+    def counts(self) -> dict[str, int]:
+        out = {s: 0 for s in STATUSES}
+        for p in self.all_pairs():
+            out[p.status] = out.get(p.status, 0) + 1
+        return out
+
+    def divergent_params(self, kind: str) -> list[PairResult]:
+        """Params of ``kind`` ("grad" or "param") that do not pass, in execution order."""
+        return [p for p in self.params if p.kind == kind and p.status in ("fail", "warn")]
+
+    def worst_pairs(self, n: int = 10) -> list[PairResult]:
+        """The ``n`` pairs with the largest normwise relative error, failures first."""
+        ps = [p for p in self.all_pairs() if p.metrics]
+        ps.sort(key=lambda p: (-_RANK.get(p.status, 0), -p.error()))
+        return ps[:n]
+
+    # ---- serialisation ---------------------------------------------------------------------
+    def to_json(self, *, histograms: bool = True) -> dict[str, Any]:
+        """Versioned JSON-ready dict (``netparity_result_version`` first).
+
+        ``histograms=False`` drops the per-pair error histograms (smaller file, but ``recheck``
+        then estimates less).
+        """
+
+        def pair(p: PairResult) -> dict[str, Any]:
+            d = dataclasses.asdict(p)
+            if not histograms:
+                d["metrics"] = {k: v for k, v in d["metrics"].items() if k != "hist"}
+            return d
+
+        def div(d: Divergence | None) -> dict[str, Any] | None:
+            return dataclasses.asdict(d) if d is not None else None
+
+        out = {
+            "netparity_result_version": RESULT_VERSION,
+            "status": self.status,
+            "passed": bool(self),
+            "counts": self.counts(),
+            "first_divergence": div(self.first_divergence),
+            "first_backward": div(self.first_backward),
+            "first_update": div(self.first_update),
+            "divergent_grads": [p.key for p in self.divergent_params("grad")],
+            "divergent_params": [p.key for p in self.divergent_params("param")],
+            "loss": [pair(p) for p in self.loss],
+            "data": [pair(p) for p in self.data],
+            "min_tolerance": self.min_tolerance,
+            "settings": self.settings,
+            "runs": self.runs,
+            "notes": self.notes,
+            "unmatched": self.unmatched,
+            "calls": [dataclasses.asdict(c) for c in self.calls],
+            "pairs": [pair(p) for p in self.pairs],
+            "params": [pair(p) for p in self.params],
+        }
+        return _clean(out)  # type: ignore[no-any-return]
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> CompareResult:
+        """Rebuild a result saved with :meth:`to_json` (for ``recheck``)."""
+        if not isinstance(obj, dict) or "netparity_result_version" not in obj:
+            raise UsageError("not a netparity compare result (no netparity_result_version)")
+        v = obj["netparity_result_version"]
+        if not isinstance(v, int) or v > RESULT_VERSION:
+            raise UsageError(
+                f"result version {v} is newer than this netparity supports ({RESULT_VERSION})"
+            )
+        obj = _unclean(obj)
+        try:
+
+            def pair(d: dict[str, Any]) -> PairResult:
+                return PairResult(**{k: d[k] for k in _PAIR_FIELDS if k in d})
+
+            def div(d: dict[str, Any] | None) -> Divergence | None:
+                return Divergence(**{k: d[k] for k in _DIV_FIELDS if k in d}) if d else None
+
+            return cls(
+                first_divergence=div(obj.get("first_divergence")),
+                first_backward=div(obj.get("first_backward")),
+                first_update=div(obj.get("first_update")),
+                pairs=[pair(p) for p in obj.get("pairs", [])],
+                calls=[
+                    CallResult(**{k: c[k] for k in _CALL_FIELDS if k in c})
+                    for c in obj.get("calls", [])
+                ],
+                params=[pair(p) for p in obj.get("params", [])],
+                loss=[pair(p) for p in obj.get("loss", [])],
+                data=[pair(p) for p in obj.get("data", [])],
+                unmatched=obj.get("unmatched", {}),
+                min_tolerance=obj.get("min_tolerance", []),
+                settings=obj.get("settings", {}),
+                runs=obj.get("runs", {}),
+                notes=obj.get("notes", []),
+            )
+        except (TypeError, KeyError) as e:
+            raise UsageError(f"corrupt compare result ({e})") from None

@@ -1,0 +1,355 @@
+"""Verdicts: pass / warn / fail per pair, introduced / propagated per call, and localisation.
+
+Per pair (tensor basis): **fail** when NaN/Inf positions differ or when the pair exceeds its
+tolerance by more than the warn band; **pass** when every element satisfies
+``|c - r| <= atol + rtol*|r|``; **warn** when it does not, but would with *one* of the two
+tolerances :data:`WARN_FACTOR` (10) times looser (``min_atol <= 10*atol`` or
+``min_rtol <= 10*rtol``). The stats basis applies the same rule to lower bounds of the error
+(a stats failure is certain, a stats pass is weak). fp64-reference mode replaces the rule by
+"candidate error vs fp64 <= k * reference error vs fp64 + floor".
+
+Per call: ``status`` = the worst of its outputs. A non-passing call is **introduced** when its
+inputs pass (it is a culprit), **propagated** when an input already diverges and the output's
+normwise relative error is at most ``amplification`` (100) times the inputs' (a layer that
+turns a small input difference into a much larger output error is still flagged introduced, with
+a note). Without captured inputs, a call is propagated when an earlier call in the same step and
+direction diverged. The backward direction uses the same rule: there the "inputs" are the
+gradients with respect to the call's outputs.
+
+Example:
+    >>> judge({"basis": "tensors", "min_atol": 0.0, "min_rtol": 0.0, "nan_mismatch": 0,
+    ...        "inf_mismatch": 0, "max_abs": 0.0}, 1e-5, 1e-5)
+    ('pass', '')
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from netparity.compare.metrics import R_BITS, WARN_FACTOR, d_bin_edges, r_bin_edges
+from netparity.compare.results import (
+    CallResult,
+    CompareResult,
+    Divergence,
+    PairResult,
+    worst,
+)
+
+#: an output error this many times the inputs' makes a call "introduced" even if inputs diverge
+AMPLIFICATION = 100.0
+#: metrics copied into a Divergence (the evidence shown on the first screen)
+SUMMARY_KEYS = (
+    "basis", "max_abs", "mean_abs", "max_rel", "mean_rel", "rmse", "cosine", "within", "q50",
+    "q90", "q99", "nan_mismatch", "inf_mismatch", "min_atol", "min_rtol", "rtol", "atol",
+    "max_abs_lb", "max_rel_lb", "ref_rms",
+)
+
+
+def _g(m: dict[str, Any], k: str, default: float = 0.0) -> float:
+    v = m.get(k, default)
+    return float(v) if v is not None else default
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def _nonfinite_reason(m: dict[str, Any]) -> str:
+    parts = []
+    if m.get("nan_mismatch"):
+        parts.append(f"{m['nan_mismatch']} NaN position(s) differ")
+    if m.get("inf_mismatch"):
+        parts.append(f"{m['inf_mismatch']} Inf position(s) differ")
+    return "; ".join(parts)
+
+
+def judge(m: dict[str, Any], rtol: float, atol: float) -> tuple[str, str]:
+    """Status and reason of one pair from its metrics, at ``(rtol, atol)``.
+
+    ``m`` must have been computed at these tolerances (tensor basis) or holds statistics (stats
+    basis, any tolerance). Use :func:`rejudge` for other tolerances.
+    """
+    basis = m.get("basis")
+    if basis == "hash":
+        return "pass", ""
+    if basis in (None, "none"):
+        return "unknown", str(m.get("reason", "no evidence captured"))
+    if basis == "shape":
+        return "fail", str(m.get("reason", "shape mismatch"))
+    nf = _nonfinite_reason(m)
+    if nf:
+        return "fail", nf
+    if basis == "stats":
+        lb = _g(m, "max_abs_lb")
+        bound = atol + rtol * _g(m, "ref_maxabs")
+        if lb <= bound:
+            return "pass", ""
+        worst_stat = max(m.get("stat_diff", {}).items(), key=lambda kv: kv[1], default=("", 0))
+        msg = (
+            f"statistics differ: |d{worst_stat[0]}| = {_fmt(lb)} > atol + rtol*max|ref| "
+            f"= {_fmt(bound)}"
+        )
+        if lb <= WARN_FACTOR * bound:
+            return "warn", msg
+        return "fail", msg
+    min_atol, min_rtol = _g(m, "min_atol"), _g(m, "min_rtol")
+    if min_atol <= atol:
+        return "pass", ""
+    msg = (
+        f"max abs err {_fmt(_g(m, 'max_abs'))}, max rel err {_fmt(_g(m, 'max_rel'))}, "
+        f"{100 * (1 - _g(m, 'within', 1.0)):.3g}% of elements outside rtol={_fmt(rtol)} "
+        f"atol={_fmt(atol)}; would pass with atol>={_fmt(min_atol)} or rtol>={_fmt(min_rtol)}"
+    )
+    if min_atol <= WARN_FACTOR * atol or min_rtol <= WARN_FACTOR * rtol:
+        return "warn", msg
+    return "fail", msg
+
+
+def judge_fp64(ref64: dict[str, Any], cand64: dict[str, Any], k: float, floor: float) -> tuple[str, str]:
+    """fp64-reference rule: cand error vs fp64 <= k * ref error vs fp64 + floor (max abs)."""
+    nf = _nonfinite_reason(cand64)
+    if nf and not _nonfinite_reason(ref64):
+        return "fail", nf + " (against the fp64 reference)"
+    e_ref, e_cand = _g(ref64, "max_abs"), _g(cand64, "max_abs")
+    bound = k * e_ref + floor
+    if e_cand <= bound:
+        return "pass", ""
+    msg = (
+        f"error vs fp64 {_fmt(e_cand)} > {k:g} x reference's own error {_fmt(e_ref)} "
+        f"+ floor {_fmt(floor)}"
+    )
+    if e_cand <= WARN_FACTOR * bound:
+        return "warn", msg
+    return "fail", msg
+
+
+# ---- recheck: judging saved evidence at new tolerances ---------------------------------------
+def _curve_points(m: dict[str, Any]) -> tuple[list[tuple[float, float]], float | None]:
+    """Known points (rtol, g(rtol)) of g(rtol) = max(0, max(d - rtol*|r|)) (convex, decreasing).
+
+    Returns the points and, when an element with ``r == 0`` exceeds the original atol, that atol
+    (g stays above it for every rtol).
+    """
+    rtol0, atol0 = _g(m, "rtol"), _g(m, "atol")
+    pts = {0.0: _g(m, "max_abs")}
+    pts[rtol0] = _g(m, "min_atol")
+    r0 = _g(m, "min_rtol")
+    floor = None
+    if math.isinf(r0):
+        floor = atol0
+    elif r0 > 0:
+        pts[r0] = min(pts.get(r0, atol0), atol0) if r0 in pts else atol0
+    return sorted(pts.items()), floor
+
+
+def _bounds(m: dict[str, Any], x: float) -> tuple[float, float]:
+    """Lower and upper bound of g(x) from the known points and convexity."""
+    pts, floor = _curve_points(m)
+    xs = [p[0] for p in pts]
+    ys = [p[1] for p in pts]
+    upper = math.inf
+    lower = 0.0 if floor is None else math.nextafter(floor, math.inf)
+    for xi, yi in pts:
+        if xi <= x:
+            upper = min(upper, yi)  # non-increasing
+    for i in range(len(pts) - 1):
+        x0, y0, x1, y1 = xs[i], ys[i], xs[i + 1], ys[i + 1]
+        if x1 == x0:
+            continue
+        slope = (y1 - y0) / (x1 - x0)
+        line = y0 + slope * (x - x0)
+        if x0 <= x <= x1:
+            upper = min(upper, line)  # convex: below the chord inside it
+        else:
+            lower = max(lower, line)  # convex: above the chord's extension outside it
+    return lower, upper
+
+
+def estimate_within(m: dict[str, Any], rtol: float, atol: float) -> tuple[float, int]:
+    """Fraction of elements within ``(rtol, atol)`` estimated from the saved 2-D histogram,
+    and the number of sampled elements that are certainly outside."""
+    hist = m.get("hist")
+    numel = int(m.get("numel") or 0)
+    if not hist or not numel:
+        return float("nan"), 0
+    arr = np.asarray(hist, dtype=np.int64)
+    idx, cnt = arr[:, 0], arr[:, 1]
+    dlo, dhi = d_bin_edges(idx >> R_BITS)
+    rlo, rhi = r_bin_edges(idx & ((1 << R_BITS) - 1))
+    sure_in = dhi <= atol + rtol * rlo
+    sure_out = dlo > atol + rtol * rhi
+    partial = ~(sure_in | sure_out)
+    sampled = int(cnt.sum())
+    frac_finite = (cnt[sure_in].sum() + 0.5 * cnt[partial].sum()) / sampled
+    finite = int(m.get("finite", numel))
+    nf = int(m.get("nonfinite_match", 0))
+    return (nf + frac_finite * finite) / numel, int(cnt[sure_out].sum())
+
+
+def _decide(m: dict[str, Any], rtol: float, atol: float) -> str:
+    """'pass' | 'fail' | 'unsure' for the tensor basis at new tolerances."""
+    if math.isclose(rtol, _g(m, "rtol")) and math.isclose(atol, _g(m, "atol")):
+        return "pass" if _g(m, "min_atol") <= atol else "fail"
+    lo, hi = _bounds(m, rtol)
+    if hi <= atol:
+        return "pass"
+    if lo > atol:
+        return "fail"
+    _, out = estimate_within(m, rtol, atol)
+    if out > 0:
+        return "fail"  # a sampled element is certainly outside
+    return "unsure"
+
+
+def rejudge(m: dict[str, Any], rtol: float, atol: float) -> tuple[str, str, bool]:
+    """Status, reason and exactness of a saved pair at new tolerances (no tensor access).
+
+    Exact for the stats and hash bases and, on the tensor basis, whenever the saved points of the
+    convex required-tolerance curve decide it; otherwise estimated from the histogram.
+    """
+    basis = m.get("basis")
+    if basis != "tensors":
+        s, r = judge({**m, "rtol": rtol, "atol": atol}, rtol, atol)
+        return s, r, True
+    nf = _nonfinite_reason(m)
+    if nf:
+        return "fail", nf, True
+    d = _decide(m, rtol, atol)
+    if d == "pass":
+        return "pass", "", True
+    est, _ = estimate_within(m, rtol, atol)
+    est_txt = f"~{100 * (1 - est):.3g}% of elements outside" if est == est else "outside"
+    msg = f"max abs err {_fmt(_g(m, 'max_abs'))}; {est_txt} rtol={_fmt(rtol)} atol={_fmt(atol)}"
+    if d == "fail":
+        loose = [_decide(m, rtol, WARN_FACTOR * atol), _decide(m, WARN_FACTOR * rtol, atol)]
+        if "pass" in loose:
+            return "warn", msg, True
+        if "unsure" in loose:
+            return "warn", msg + " (recheck estimate; re-run compare to be sure)", False
+        return "fail", msg, True
+    return "warn", msg + " (recheck cannot decide from saved evidence; re-run compare)", False
+
+
+# ---- calls and localisation ------------------------------------------------------------------
+def classify_calls(
+    calls: list[CallResult], pairs: dict[str, PairResult], amplification: float = AMPLIFICATION
+) -> None:
+    """Set ``status``, ``origin``, ``note``, ``in_error``/``out_error`` of every call in place."""
+    diverged: set[tuple[str, int, int, str]] = set()
+    for c in sorted(calls, key=lambda c: (c.step, c.order)):
+        outs = [pairs[k] for k in c.outputs if k in pairs]
+        ins = [pairs[k] for k in c.inputs if k in pairs]
+        c.status = worst([p.status for p in outs])
+        c.out_error = max((p.error() for p in outs), default=0.0)
+        c.in_error = max((p.error() for p in ins), default=0.0)
+        scope = (c.direction, c.step, c.rank, c.level)
+        c.note = ""
+        if c.status in ("pass", "unknown"):
+            c.origin = ""
+        elif ins:
+            in_status = worst([p.status for p in ins])
+            if in_status in ("pass", "unknown"):
+                c.origin = "introduced"
+            elif c.out_error > amplification * max(c.in_error, 1e-300):
+                c.origin = "introduced"
+                ratio = c.out_error / c.in_error if c.in_error else math.inf
+                c.note = (
+                    f"inputs already differ (rel err {_fmt(c.in_error)}) but the output error is "
+                    f"{_fmt(ratio)}x larger"
+                )
+            else:
+                c.origin = "propagated"
+        else:
+            c.origin = "propagated" if scope in diverged else "introduced"
+            c.note = "inputs not captured; judged by execution order"
+        if c.status in ("fail", "warn"):
+            diverged.add(scope)
+
+
+def _divergence(c: CallResult, pairs: dict[str, PairResult]) -> Divergence:
+    outs = [pairs[k] for k in c.outputs if k in pairs]
+    bad = [p for p in outs if p.status == c.status] or outs
+    worst_pair = max(bad, key=lambda p: p.error()) if bad else None
+    metrics: dict[str, Any] = {}
+    if worst_pair is not None:
+        metrics = {k: worst_pair.metrics[k] for k in SUMMARY_KEYS if k in worst_pair.metrics}
+        metrics["pair"] = worst_pair.key
+        if worst_pair.reason:
+            metrics["reason"] = worst_pair.reason
+        if worst_pair.fp64:
+            metrics["fp64"] = worst_pair.fp64
+    return Divergence(
+        module=c.module,
+        op=c.op,
+        direction=c.direction,
+        step=c.step,
+        rank=c.rank,
+        source=c.source,
+        verdict=c.origin or "introduced",
+        status=c.status,
+        metrics=metrics,
+        key=c.key,
+        level=c.level,
+        cand_module=c.cand_module,
+        cand_op=c.cand_op,
+        cand_source=c.cand_source,
+        note=c.note,
+        in_error=c.in_error,
+        out_error=c.out_error,
+    )
+
+
+def first_divergence(
+    calls: list[CallResult], pairs: dict[str, PairResult], direction: str
+) -> Divergence | None:
+    """The first failing call of ``direction`` in execution order (first warning if none fail).
+
+    Execution order is (step, sequence number of the call's first output): an op finishes
+    before the module that runs it, so at level "both" the op is found first, with its module.
+    """
+    cs = sorted((c for c in calls if c.direction == direction), key=lambda c: (c.step, c.order))
+    for want in ("fail", "warn"):
+        for c in cs:
+            if c.status == want:
+                return _divergence(c, pairs)
+    return None
+
+
+def min_tolerances(pairs: list[PairResult]) -> list[dict[str, Any]]:
+    """Per tolerance in use: the smallest atol (at that rtol) and rtol (at that atol) that pass."""
+    groups: dict[tuple[float, float], dict[str, Any]] = {}
+    for p in pairs:
+        m = p.metrics
+        if m.get("basis") not in ("tensors", "stats"):
+            continue
+        g = groups.setdefault(
+            (p.rtol, p.atol),
+            {"rtol": p.rtol, "atol": p.atol, "min_atol": 0.0, "min_rtol": 0.0, "pairs": 0,
+             "nonfinite_mismatch": 0, "basis": set()},
+        )
+        g["pairs"] += 1
+        g["basis"].add(m["basis"])
+        if m.get("nan_mismatch") or m.get("inf_mismatch"):
+            g["nonfinite_mismatch"] += 1  # no tolerance passes these
+            continue
+        g["min_atol"] = max(g["min_atol"], _g(m, "min_atol"))
+        g["min_rtol"] = max(g["min_rtol"], _g(m, "min_rtol"))
+    out = []
+    for g in groups.values():
+        g["basis"] = "+".join(sorted(g["basis"]))
+        out.append(g)
+    out.sort(key=lambda g: -int(g["pairs"]))
+    return out
+
+
+def localise(result: CompareResult, amplification: float = AMPLIFICATION) -> None:
+    """Classify calls and fill the first divergences and minimum tolerances of ``result``."""
+    pairs = {p.key: p for p in result.pairs}
+    classify_calls(result.calls, pairs, amplification)
+    result.first_divergence = first_divergence(result.calls, pairs, "forward")
+    result.first_backward = first_divergence(result.calls, pairs, "backward")
+    result.first_update = first_divergence(result.calls, pairs, "update")
+    result.min_tolerance = min_tolerances(result.all_pairs())

@@ -1,0 +1,52 @@
+"""recheck and the CLI exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import netparity
+from netparity.cli import main
+from netparity.compare.engine import recheck
+from netparity.compare.results import CompareResult
+
+
+def test_recheck_loosened_tolerance_changes_verdict(net, tmp_path, capsys):
+    ref, cand = net(), net(noise=1e-4, noise_seed=3)
+    out = tmp_path / "r.json"
+    assert main(["compare", str(ref), str(cand), "--json", str(out), "--quiet"]) == 1
+    saved = json.loads(out.read_text())
+    mt = saved["min_tolerance"][0]
+    assert main(["recheck", str(out), "--atol", str(mt["min_atol"] * 1.01), "--quiet"]) == 0
+    assert "PASS" in capsys.readouterr().out
+    assert main(["recheck", str(out), "--rtol", "0", "--atol", "0", "--quiet"]) == 1
+    # loosening rtol past the reported minimum is decided exactly
+    exact = recheck(CompareResult.from_json(saved), rtol=mt["min_rtol"] * 1.01, atol=mt["atol"])
+    assert exact.status == "pass" and not exact.notes
+    # elsewhere recheck agrees with a fresh comparison, or says it only estimated
+    for rt, at in ((1e-3, 1e-4), (1e-4, 1e-3), (3e-5, 3e-5)):
+        fresh = netparity.compare(ref, cand, rtol=rt, atol=at)
+        again = recheck(CompareResult.from_json(saved), rtol=rt, atol=at)
+        for p, q in zip(again.all_pairs(), fresh.all_pairs()):
+            assert p.key == q.key
+            if "re-run compare" not in p.reason:
+                assert p.status == q.status, (p.key, p.reason, q.reason)
+
+
+def test_cli_exit_codes(net, tmp_path, capsys):
+    ref = net()
+    assert main(["compare", str(ref), str(net()), "--quiet"]) == 0
+    bad = net(perturb={("net.l2", "forward"): 1e-2})
+    html, csvp = tmp_path / "r.html", tmp_path / "r.csv"
+    assert main(["compare", str(ref), str(bad), "--html", str(html), "--csv", str(csvp)]) == 1
+    assert "net.l2" in capsys.readouterr().out
+    assert html.is_file() and csvp.read_text().count("\n") > 30
+    assert main(["compare", str(ref), str(tmp_path / "nope")]) == 2
+    assert main(["compare", str(ref), str(bad), "--tol", "nonsense"]) == 2
+    assert main(["compare", str(ref), str(bad), "--steps", "9"]) == 2
+    (tmp_path / "x.json").write_text("{}")
+    assert main(["recheck", str(tmp_path / "x.json"), "--rtol", "1"]) == 2
+    with pytest.raises(SystemExit) as e:
+        main(["compare", str(ref)])
+    assert e.value.code == 2
