@@ -201,7 +201,14 @@ class TorchCapture(CaptureSession):
         self._custom_calls: dict[str, int] = {}
         self._op_names: dict[Any, tuple[str, str]] = {}
         self._canon_mod: dict[type, tuple[str, str]] = {}
-        self._src_cache: dict[Any, str] = {}
+        ref = weakref.ref(self)
+
+        def in_child() -> None:  # a forked data-loader worker must not record into our writer
+            c = ref()
+            if c is not None:
+                c._on = False
+
+        os.register_at_fork(after_in_child=in_child)
 
     # ---- naming ----------------------------------------------------------------------------
     def _name_tree(self, root: torch.nn.Module, prefix: str) -> None:
@@ -639,6 +646,8 @@ class TorchCapture(CaptureSession):
 
     # ---- optimizer -------------------------------------------------------------------------
     def _owns(self, opt: torch.optim.Optimizer) -> bool:
+        if self.global_mode:
+            return True
         if self.optimizer is not None:
             return opt is self.optimizer
         names = self._param_names
@@ -744,7 +753,7 @@ class TorchCapture(CaptureSession):
         self._outside_fwd = self._outside_bwd = 0
         self._update_ops = 0
         self._update_no = 0
-        self._on = self.active
+        self._on = self.active and os.getpid() == self._pid
 
     def flush(self) -> None:
         busy = self._busy

@@ -1,0 +1,177 @@
+"""Zero-code capture: run an unmodified PyTorch script with netparity watching.
+
+``netparity run -o DIR -- python train.py ARGS`` starts the command with
+
+* ``PYTHONPATH`` prefixed by ``netparity/capture/_bootstrap`` (a ``sitecustomize`` module) and
+  by the directory holding the ``netparity`` package, and
+* ``NETPARITY_CAPTURE`` holding the capture policy as JSON.
+
+In every Python process of the command (``torchrun`` workers included) the bootstrap waits for
+``import torch`` without importing it itself. Once torch is imported it registers one global
+module forward pre-hook; the capture proper starts at the first ``nn.Module`` call, so processes
+that never run a model (the ``torchrun`` agent, data-loader workers) write nothing. From then on:
+
+* global module forward hooks record every module (the first root module called is path ``""``;
+  other root modules, e.g. a loss module, are named by their class);
+* the op-level dispatch mode is pushed for op/both levels;
+* global optimizer step hooks mark the ``update`` direction, record gradients and updated
+  parameters, and end the step (one optimizer step = one step);
+* the loss is the output of a ``torch.nn`` loss module (``nn.CrossEntropyLoss`` & co.) called
+  outside any other module; a loss computed with a function (``F.cross_entropy``) is not detected;
+* records go to ``DIR/rank{RANK}`` (``RANK``/``WORLD_SIZE`` from the environment, as set by
+  ``torchrun``), and the trace is closed at interpreter exit.
+
+Example:
+    >>> env = capture_env("runs/ref", {"level": "module"}, base={})
+    >>> sorted(k for k in env if k.startswith(("PYTHON", "NETPARITY")))
+    ['NETPARITY_CAPTURE', 'PYTHONPATH']
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from netparity.errors import UsageError
+
+ENV_VAR = "NETPARITY_CAPTURE"
+BOOTSTRAP_DIR = str(Path(__file__).resolve().parent / "_bootstrap")
+_SRC_DIR = str(Path(__file__).resolve().parents[2])
+
+#: keys of the JSON policy in ``NETPARITY_CAPTURE``
+POLICY_KEYS = ("path", "level", "payload", "steps", "ranks", "include", "exclude", "directions",
+               "max_bytes", "overwrite")
+
+_state: dict[str, Any] = {}
+
+
+def capture_env(path: str | os.PathLike[str], options: Mapping[str, Any],
+                base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for a child process captured into ``path`` with ``options`` (policy keys)."""
+    env = dict(os.environ if base is None else base)
+    policy = {k: v for k, v in options.items() if k in POLICY_KEYS and v is not None}
+    policy["path"] = str(Path(path).resolve())
+    env[ENV_VAR] = json.dumps(policy)
+    parts = [BOOTSTRAP_DIR, _SRC_DIR]
+    old = env.get("PYTHONPATH")
+    if old:
+        parts.append(old)
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    return env
+
+
+def run_captured(cmd: Sequence[str], path: str | os.PathLike[str],
+                 options: Mapping[str, Any]) -> int:
+    """Run ``cmd`` captured into ``path``; returns its exit status (128+N when killed by signal N).
+
+    Raises:
+        UsageError: empty command, or an existing trace without ``overwrite``.
+    """
+    if not cmd:
+        raise UsageError("no command to run (use: netparity run -o DIR -- python train.py ...)")
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} exists and is not a directory")
+    if not options.get("overwrite") and any(out.glob("rank*/index.sqlite")):
+        raise UsageError(f"{out} already holds a trace; choose another directory or --overwrite")
+    env = capture_env(out, options)
+    try:
+        proc = subprocess.Popen(list(cmd), env=env)
+    except OSError as e:
+        raise UsageError(f"cannot run {cmd[0]!r}: {e.strerror or e}") from None
+    try:
+        rc = proc.wait()
+    except KeyboardInterrupt:  # the child got the same SIGINT; let it finish its exit handlers
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait()
+    return 128 - rc if rc < 0 else rc
+
+
+# ---- inside the captured process ------------------------------------------------------------
+class _TorchWatcher(importlib.abc.MetaPathFinder):
+    """Finds nothing itself; when ``torch`` is imported, runs ``_on_torch`` after it loads."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != "torch":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        orig = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            orig(module)
+            try:
+                _on_torch()
+            except Exception as e:  # never break the user's program
+                print(f"netparity: capture disabled ({e})", file=sys.stderr)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def activate_from_env() -> None:
+    """Called by the bootstrap ``sitecustomize``: arm the capture for when torch is imported."""
+    raw = os.environ.get(ENV_VAR)
+    if not raw or "--multiprocessing-fork" in sys.argv:  # spawned workers capture nothing
+        return
+    _state["policy"] = json.loads(raw)
+    _state["pid"] = os.getpid()
+    if "torch" in sys.modules:
+        _on_torch()
+    else:
+        sys.meta_path.insert(0, _TorchWatcher())
+
+
+def _on_torch() -> None:
+    import torch.nn.modules.module as mm
+
+    def first_call(module: Any, args: Any) -> None:
+        if os.getpid() != _state.get("pid") or "cap" in _state:
+            return
+        handle.remove()
+        cap = _start()
+        cap._global_pre(module, args)
+
+    handle = mm.register_module_forward_pre_hook(first_call)
+
+
+def _start() -> Any:
+    from netparity.capture.policy import CapturePolicy
+    from netparity.frameworks.torch_capture import TorchCapture
+
+    pol = dict(_state["policy"])
+    path = pol.pop("path")
+    overwrite = bool(pol.pop("overwrite", False))
+    if "directions" in pol:
+        pol["directions"] = tuple(pol["directions"])
+    policy = CapturePolicy(**pol)
+    cap = TorchCapture(None, path, policy, overwrite=overwrite, global_mode=True,
+                       auto_step=True, detect_loss=True,
+                       manifest={"launcher": "netparity run"})
+    cap.install()
+    _state["cap"] = cap
+    atexit.register(_finish)
+    return cap
+
+
+def _finish() -> None:
+    cap = _state.get("cap")
+    if cap is None or os.getpid() != _state.get("pid"):
+        return
+    try:
+        cap.close()
+    except Exception as e:
+        print(f"netparity: could not close the trace ({e})", file=sys.stderr)

@@ -1,0 +1,66 @@
+"""``netparity run``: capture an unmodified PyTorch training script.
+
+Example:
+    netparity run -o runs/ref --level both --steps 0-2 -- python train.py --epochs 1
+    netparity run -o runs/ddp -- torchrun --nproc-per-node 2 train.py
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from netparity.errors import UsageError
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="run a PyTorch script and capture it (no code change)",
+        description="Run COMMAND with netparity capturing every PyTorch process it starts. "
+        "Steps are delimited by optimizer steps; the loss is the output of a torch.nn loss "
+        "module. The exit status is the command's.",
+    )
+    p.add_argument("-o", "--output", required=True, help="trace directory to write")
+    p.add_argument("--level", choices=("module", "op", "both"), default="module")
+    p.add_argument("--payload", choices=("stats", "tensors", "hash"), default="stats")
+    p.add_argument("--steps", help="steps to capture, e.g. 0,2-4 (default: all)")
+    p.add_argument("--ranks", help="ranks to capture, e.g. 0 (default: all)")
+    p.add_argument("--include", action="append", help="glob on module/op/param names (repeatable)")
+    p.add_argument("--exclude", action="append", help="glob to leave out (repeatable)")
+    p.add_argument("--directions", default="forward,backward",
+                   help="comma list of forward, backward (default: both)")
+    p.add_argument("--max-bytes", type=int, help="stop storing tensors after this many bytes")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing trace")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from netparity.capture.launcher import run_captured
+    from netparity.capture.policy import CapturePolicy, parse_int_set
+
+    cmd = list(args.command)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("no command given (use: netparity run -o DIR -- python train.py ...)")
+    directions = tuple(d.strip() for d in args.directions.split(",") if d.strip())
+    steps = parse_int_set(args.steps)
+    ranks = parse_int_set(args.ranks)
+    # validate here so a bad flag fails before the script starts
+    CapturePolicy(level=args.level, payload=args.payload, steps=steps, ranks=ranks,
+                  include=args.include, exclude=args.exclude, directions=directions,
+                  max_bytes=args.max_bytes)
+    options = {
+        "level": args.level,
+        "payload": args.payload,
+        "steps": sorted(steps) if steps is not None else None,
+        "ranks": sorted(ranks) if ranks is not None else None,
+        "include": args.include,
+        "exclude": args.exclude,
+        "directions": list(directions),
+        "max_bytes": args.max_bytes,
+        "overwrite": args.overwrite,
+    }
+    return run_captured(cmd, args.output, options)
