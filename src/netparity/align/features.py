@@ -63,19 +63,19 @@ class Interner:
         return i
 
 
-def _stat_row(r: Record | None) -> tuple[float, float, float, float, float]:
+_NAN5 = (math.nan,) * 5
+
+
+def _stat_row(r: Record | None) -> tuple[float, ...]:
     """mean, std, min, max, rms of a record (NaN where unknown)."""
     if r is None:
-        return (math.nan,) * 5  # type: ignore[return-value]
+        return _NAN5
     s = r.stats
-    out = []
-    for k in _COLS:
-        v = s.get(k)
-        out.append(math.nan if v is None else float(v))
-    n = s.get("norm")
-    numel = r.numel or 1
-    out.append(math.nan if n is None or out[0] != out[0] else float(n) / math.sqrt(numel))
-    return out[0], out[1], out[2], out[3], out[4]
+    mean, std, mn, mx, n = s.get("mean"), s.get("std"), s.get("min"), s.get("max"), s.get("norm")
+    if mean is None or n is None:
+        return (math.nan if mean is None else mean, math.nan if std is None else std,
+                math.nan if mn is None else mn, math.nan if mx is None else mx, math.nan)
+    return (mean, std, mn, mx, n / math.sqrt(r.numel or 1))
 
 
 @dataclass
@@ -89,7 +89,6 @@ class Feats:
     out_shape: np.ndarray  # first output shape id
     in_shape: np.ndarray  # first input shape id
     stats: np.ndarray  # (n, 5) first output: mean, std, min, max, rms
-    in_stats: np.ndarray  # (n, 5) first input
     bucket: np.ndarray  # quantised log-rms of the first output (anchor keys)
     leaf: np.ndarray  # normalised last path token id (modules)
     path: list[str] = field(default_factory=list)  # normalised module paths
@@ -98,6 +97,11 @@ class Feats:
 
     def __len__(self) -> int:
         return len(self.calls)
+
+    def in_stats(self, idx: np.ndarray) -> np.ndarray:
+        """Statistics of the first input of ``calls[idx]`` (only N:M detection needs them)."""
+        rows = [_stat_row(self.calls[i].inputs[0] if self.calls[i].inputs else None) for i in idx]
+        return np.array(rows, dtype=np.float64).reshape(len(rows), 5)
 
 
 def build_feats(calls: list[Call], ids: Interner) -> Feats:
@@ -110,10 +114,10 @@ def build_feats(calls: list[Call], ids: Interner) -> Feats:
     ish = np.empty(n, np.int64)
     lf = np.empty(n, np.int64)
     st: list[tuple[float, ...]] = []
-    ist: list[tuple[float, ...]] = []
     paths: list[str] = []
     names: list[str] = []
     natives: list[str] = []
+    norm_cache: dict[str, str] = {}
     for i, c in enumerate(calls):
         ins = tuple(r.shape for r in c.inputs)
         outs = tuple(r.shape for r in c.outputs)
@@ -123,7 +127,6 @@ def build_feats(calls: list[Call], ids: Interner) -> Feats:
         osh[i] = ids(("o", outs[0] if outs else None))
         ish[i] = ids(("o", ins[0] if ins else None))
         st.append(_stat_row(c.outputs[0] if c.outputs else None))
-        ist.append(_stat_row(c.inputs[0] if c.inputs else None))
         if c.kind == "module":
             p = norm_path(c.module)
             paths.append(p)
@@ -131,13 +134,15 @@ def build_feats(calls: list[Call], ids: Interner) -> Feats:
         else:
             lf[i] = 0
         names.append(c.op)
-        natives.append(normalise(c.native) if c.native else c.op)
+        nat = norm_cache.get(c.native)
+        if nat is None:
+            nat = norm_cache[c.native] = normalise(c.native) if c.native else c.op
+        natives.append(nat)
     stats = np.array(st, dtype=np.float64).reshape(n, 5)
-    in_stats = np.array(ist, dtype=np.float64).reshape(n, 5)
     with np.errstate(divide="ignore", invalid="ignore"):
         lr = np.log2(np.abs(stats[:, 4]) + 1e-30)
     bucket = np.where(np.isfinite(lr), np.floor(lr * 2.0), -999).astype(np.int64)
-    return Feats(calls, name, sig, shp, osh, ish, stats, in_stats, bucket, lf, paths, names, natives)
+    return Feats(calls, name, sig, shp, osh, ish, stats, bucket, lf, paths, names, natives)
 
 
 def stats_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:

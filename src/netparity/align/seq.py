@@ -264,7 +264,7 @@ def _groups_in_region(A: Feats, ra: list[int], B: Feats, rb: list[int],
         return []
     ra, rb = ra[:GROUP_REGION], rb[:GROUP_REGION]
     ia, ib = np.array(ra), np.array(rb)
-    din = stats_distance(A.in_stats[ia], B.in_stats[ib])
+    din = stats_distance(A.in_stats(ia), B.in_stats(ib))
     din = np.where(A.in_shape[ia][:, None] == B.in_shape[ib][None, :], din, np.inf)
     dout = stats_distance(A.stats[ia], B.stats[ib])
     dout = np.where(A.out_shape[ia][:, None] == B.out_shape[ib][None, :], dout, np.inf)

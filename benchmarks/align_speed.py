@@ -1,0 +1,242 @@
+"""Alignment speed on synthetic traces of 1k, 10k and 100k ops per side.
+
+The two traces look like a PyTorch run and its MindSpore port of a deep ResNet-like network:
+repeated residual blocks (conv, batch norm, relu, add; a downsample path in the first block of
+each stage), different module names (``downsample`` / ``down_sample``, ``fc`` / ``classifier``),
+different native op names (``aten.convolution.default`` / ``Conv2D``), a linear head that the
+candidate runs as ``MatMul`` + ``BiasAdd`` (N:M), a layer norm the candidate decomposes into nine
+ops (N:M), a few ops inserted or deleted, and statistics that differ by ~0.1 % (float noise).
+Traces hold statistics only, written with ``TraceWriter`` into a temporary directory. Only
+``align_traces`` is timed (reading the index included, writing excluded).
+
+Run:  PYTHONPATH=src python benchmarks/align_speed.py [--sizes 1000,10000,100000] [--flat]
+(``--flat`` also times traces without module records: one 100k-op sequence.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from netparity.align import align_traces
+from netparity.align.vocab import canonical_op
+from netparity.trace import Record, TraceWriter, open_trace
+
+BUDGET_S = 5.0
+OPS_PER_STAGE = 61  # reference ops of one stage below: 8 blocks of 7, a downsample, a head of 3
+
+NAT = {
+    "torch": {"conv": "aten.convolution.default", "bn": "aten._native_batch_norm_legit.default",
+              "relu": "aten.relu.default", "add": "aten.add.Tensor", "mean": "aten.mean.dim",
+              "linear": "aten.addmm.default", "ln": "aten.native_layer_norm.default",
+              "Conv": "torch.nn.Conv2d", "BN": "torch.nn.BatchNorm2d", "ReLU": "torch.nn.ReLU",
+              "Block": "Bottleneck", "Seq": "torch.nn.Sequential", "Linear": "torch.nn.Linear",
+              "LN": "torch.nn.LayerNorm", "down": "downsample", "fc": "fc"},
+    "mindspore": {"conv": "Conv2D", "bn": "BatchNorm", "relu": "ReLU", "add": "Add",
+                  "mean": "ReduceMean", "linear": "MatMul", "ln": "LayerNorm",
+                  "Conv": "mindspore.nn.Conv2d", "BN": "mindspore.nn.BatchNorm2d",
+                  "ReLU": "mindspore.nn.ReLU", "Block": "ResidualBlock",
+                  "Seq": "mindspore.nn.SequentialCell", "Linear": "mindspore.nn.Dense",
+                  "LN": "mindspore.nn.LayerNorm", "down": "down_sample", "fc": "classifier"},
+}
+
+
+class T:
+    """A synthetic tensor: shape and statistics."""
+
+    __slots__ = ("shape", "stats", "tid")
+    _n = 0
+
+    def __init__(self, shape: tuple[int, ...], mean: float, std: float):
+        T._n += 1
+        self.tid = T._n
+        n = math.prod(shape)
+        self.shape = shape
+        self.stats = {"min": mean - 3 * std, "max": mean + 3 * std, "mean": mean, "std": std,
+                      "norm": math.sqrt(n * (std * std + mean * mean)), "abs_sum": n * (abs(mean) + std),
+                      "nan": 0, "posinf": 0, "neginf": 0, "zeros": 0, "fp16_overflow": 0}
+
+
+class Gen:
+    """Writes the same synthetic network as one framework would capture it."""
+
+    def __init__(self, path: Path, fw: str, ops: int, flat: bool, seed: int = 0):
+        self.fw, self.nat, self.flat = fw, NAT[fw], flat
+        self.w = TraceWriter(path, manifest={"framework": fw})
+        self.rng = np.random.default_rng(seed)  # same seed both sides: same network
+        self.noise = np.random.default_rng(1000 + (fw == "mindspore"))
+        self.target = ops
+        self.nops = 0
+        self.stack: list[list] = []
+        self.calls: dict[str, int] = {}
+
+    def _recs(self, ev: int, base: dict, role: str, ts: list[T]) -> None:
+        for k, t in enumerate(ts):
+            st = t.stats
+            if self.fw == "mindspore":  # float noise of another framework
+                f = 1 + 1e-3 * float(self.noise.standard_normal())
+                st = {k2: (v * f if k2 in ("min", "max", "mean", "std", "norm", "abs_sum") else v)
+                      for k2, v in st.items()}
+            self.w.add(Record(event=ev, role=role, arg=str(k) if len(ts) > 1 else "",
+                              dtype="float32", shape=t.shape, stats=st, **base))
+
+    def enter(self, path: str, cls: str, x: T) -> list:
+        if self.flat:
+            return []
+        call = self.calls.get(path, 0)
+        self.calls[path] = call + 1
+        ev = self.w.next_event()
+        base = {"kind": "module", "module": path, "op": canonical_op(self.fw, cls), "native": cls,
+                "call": call}
+        self._recs(ev, base, "input", [x])
+        h = [path, call, 0, ev, base]
+        self.stack.append(h)
+        return h
+
+    def exit(self, h: list, y: T) -> None:
+        if self.flat:
+            return
+        self.stack.pop()
+        self._recs(h[3], h[4], "output", [y])
+
+    def op(self, native: str, ins: list[T], out: T) -> T:
+        if self.stack:
+            h = self.stack[-1]
+            module, mcall, n = h[0], h[1], h[2]
+            h[2] += 1
+        else:
+            module, mcall, n = "", 0, 0
+        ev = self.w.next_event()
+        base = {"kind": "op", "module": module, "module_call": mcall, "call": n,
+                "op": canonical_op(self.fw, native), "native": native}
+        self._recs(ev, base, "input", ins)
+        self._recs(ev, base, "output", [out])
+        self.nops += 1
+        return out
+
+    def new(self, shape: tuple[int, ...], r: np.random.Generator | None = None) -> T:
+        r = r or self.rng
+        return T(shape, float(r.normal(0, 0.5)), float(r.uniform(0.2, 2.0)))
+
+    def leaf(self, path: str, cls: str, native: str, x: T, shape: tuple[int, ...] | None = None,
+             nparams: int = 1) -> T:
+        h = self.enter(path, self.nat[cls], x)
+        ws = [self.new((64, 64)) for _ in range(nparams)]
+        y = self.op(native, [x, *ws], self.new(shape or x.shape))
+        self.exit(h, y)
+        return y
+
+    def run(self) -> None:
+        ms = self.fw == "mindspore"
+        x = self.new((8, 64, 28, 28))
+        # the number of stages follows the reference's op count so both sides run the same net
+        stages = max(1, round(self.target / OPS_PER_STAGE))
+        for stage in range(1, stages + 1):
+            for b in range(8):
+                p = f"layer{stage}.{b}"
+                blk = self.enter(p, self.nat["Block"], x)
+                idn = x
+                y = self.leaf(f"{p}.conv1", "Conv", self.nat["conv"], x)
+                y = self.leaf(f"{p}.bn1", "BN", self.nat["bn"], y, nparams=2)
+                y = self.leaf(f"{p}.relu", "ReLU", self.nat["relu"], y, nparams=0)
+                y = self.leaf(f"{p}.conv2", "Conv", self.nat["conv"], y)
+                y = self.leaf(f"{p}.bn2", "BN", self.nat["bn"], y, nparams=2)
+                if b == 0:
+                    d = self.enter(f"{p}.{self.nat['down']}", self.nat["Seq"], idn)
+                    names = ("conv", "bn") if ms else ("0", "1")
+                    z = self.leaf(f"{p}.{self.nat['down']}.{names[0]}", "Conv", self.nat["conv"], idn)
+                    z = self.leaf(f"{p}.{self.nat['down']}.{names[1]}", "BN", self.nat["bn"], z, nparams=2)
+                    self.exit(d, z)
+                    idn = z
+                s = self.op(self.nat["add"], [y, idn], self.new(y.shape))
+                u = self.rng.random()  # one draw on both sides keeps the networks in step
+                if ms and u < 0.02:  # an extra cast only the port does
+                    self.op("Cast", [s], self.new(s.shape, self.noise))
+                elif not ms and 0.02 <= u < 0.04:  # an op only the reference runs
+                    self.op("aten.clone.default", [s], self.new(s.shape, self.noise))
+                x = self.op(self.nat["relu"], [s], self.new(s.shape))
+                self.exit(blk, x)
+            # a head per stage: pooling, layer norm (decomposed in the port), linear (N:M)
+            pooled = self.op(self.nat["mean"], [x], self.new((8, 64)))
+            h = self.enter(f"head{stage}.norm", self.nat["LN"], pooled)
+            g, be = self.new((64,)), self.new((64,))
+            normed = self.new((8, 64))
+            if ms:
+                t = [self.new((8, 1)), self.new((8, 64)), self.new((8, 64)), self.new((8, 1)),
+                     self.new((8, 1)), self.new((8, 1)), self.new((8, 64)), self.new((8, 64))]
+                self.op("ReduceMean", [pooled], t[0])
+                self.op("Sub", [pooled, t[0]], t[1])
+                self.op("Pow", [t[1]], t[2])
+                self.op("ReduceMean", [t[2]], t[3])
+                self.op("Add", [t[3]], t[4])
+                self.op("Rsqrt", [t[4]], t[5])
+                self.op("Mul", [t[1], t[5]], t[6])
+                self.op("Mul", [t[6], g], t[7])
+                self.op("Add", [t[7], be], normed)
+            else:
+                for _ in range(8):
+                    self.new((1,))  # keep generators in step with the decomposition
+                self.op(self.nat["ln"], [pooled, g, be], normed)
+            self.exit(h, normed)
+            h = self.enter(f"head{stage}.{self.nat['fc']}", self.nat["Linear"], normed)
+            wt, bias = self.new((10, 64)), self.new((10,))
+            mm, out = self.new((8, 10)), self.new((8, 10))
+            if ms:
+                self.op("MatMul", [normed, wt], mm)
+                self.op("BiasAdd", [mm, bias], out)
+            else:
+                self.op(self.nat["linear"], [normed, wt, bias], out)
+            self.exit(h, out)
+            x = self.new((8, 64, 28, 28))
+        self.w.close()
+
+
+def bench(size: int, flat: bool, tmp: Path) -> dict:
+    ref, cand = tmp / f"ref{size}{flat}", tmp / f"cand{size}{flat}"
+    t0 = time.perf_counter()
+    g1 = Gen(ref, "torch", size, flat)
+    g1.run()
+    g2 = Gen(cand, "mindspore", size, flat)
+    g2.run()
+    t_write = time.perf_counter() - t0
+    tr, tc = open_trace(ref), open_trace(cand)
+    t0 = time.perf_counter()
+    al = align_traces(tr, tc, level="op")
+    t_align = time.perf_counter() - t0
+    s = al.summary()
+    return {"size": size, "ref_ops": g1.nops, "cand_ops": g2.nops, "write_s": t_write,
+            "align_s": t_align, **s}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--flat", action="store_true", help="also time traces without module records")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(f"{'ops/side':>9} {'modules':>8} {'align s':>8} {'matched':>8} {'groups':>7} "
+          f"{'unm ref':>8} {'unm cand':>8}  (trace writing, not timed)")
+    last = None
+    with tempfile.TemporaryDirectory() as d:
+        for flat in [False, True] if args.flat else [False]:
+            for size in sizes:
+                r = bench(size, flat, Path(d))
+                print(f"{r['ref_ops']:>9} {'no' if flat else 'yes':>8} {r['align_s']:>8.2f} "
+                      f"{r['matched']:>8} {r['groups']:>7} {r['unmatched_ref']:>8} "
+                      f"{r['unmatched_cand']:>8}  ({r['write_s']:.1f} s)", flush=True)
+                if not flat:
+                    last = r
+    if last is not None:
+        print(f"largest ({last['ref_ops']} ops/side, op level): {last['align_s']:.2f} s = "
+              f"{last['align_s'] / BUDGET_S:.2f} x the {BUDGET_S:.0f} s budget")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
