@@ -143,7 +143,10 @@ def make_optimizer(
         >>> opt.loss_scale
         1024.0
     """
-    learning_rate: Any = ms.Tensor(np.asarray(lr, np.float32)) if isinstance(lr, Sequence) else lr
+    learning_rate: Any = lr
+    if isinstance(lr, Sequence):
+        # MindSpore wants a dynamic-LR tensor of 2+ elements; one step is a plain float.
+        learning_rate = ms.Tensor(np.asarray(lr, np.float32)) if len(lr) > 1 else float(lr[0])
     return nn.Momentum(
         param_groups(net, weight_decay, bug),
         learning_rate,
