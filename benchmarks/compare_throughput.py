@@ -1,0 +1,158 @@
+"""Tensor-comparison throughput and peak memory on two full-tensor traces of ResNet-50 scale.
+
+Writes two traces (float32, realistic ResNet-50 activation/gradient/parameter shapes at a
+batch size chosen to reach ``--gb`` GB per trace), compares them with ``netparity.compare`` and
+prints GB/s of tensor data compared (bytes of both traces) and the peak RSS of this process
+(VmHWM), both measured in this run. Targets: >= 1 GB/s, peak RSS < 1 GB.
+
+The page cache cannot be dropped here (no root-only sysctl in CI sandboxes); the traces were
+just written, so they are normally cached: the figure is the compute-bound rate. A second pass
+is timed as well to show the cached rate explicitly.
+
+    PYTHONPATH=src python benchmarks/compare_throughput.py --gb 1.0 --dir /tmp/np_bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from netparity.stats import compute_stats
+from netparity.trace import Record, TraceWriter, build_manifest
+
+# (name, channels, spatial) of ResNet-50 stage outputs at 224x224 input
+STAGES = [("conv1", 64, 112), ("layer1", 256, 56), ("layer2", 512, 28), ("layer3", 1024, 14),
+          ("layer4", 2048, 7)]
+BLOCKS = {"layer1": 3, "layer2": 4, "layer3": 6, "layer4": 3}
+
+
+def shapes(batch: int) -> list[tuple[str, tuple[int, ...]]]:
+    out: list[tuple[str, tuple[int, ...]]] = []
+    for name, c, s in STAGES:
+        for b in range(BLOCKS.get(name, 1)):
+            mod = name if name == "conv1" else f"{name}.{b}"
+            for sub, cc in (("conv1", c // 4), ("bn1", c // 4), ("conv2", c // 4), ("bn3", c)):
+                if name == "conv1":
+                    cc = c
+                out.append((f"{mod}.{sub}", (batch, cc, s, s)))
+                if name == "conv1":
+                    break
+    out.append(("fc", (batch, 1000)))
+    return out
+
+
+def vmhwm_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _stats(x: np.ndarray) -> dict[str, float | int | None]:
+    # what capture records for every tensor (norm feeds the relative-error scale); the full
+    # compute_stats is slow on GB-sized data and irrelevant to the timing measured here
+    flat = x.reshape(-1)
+    s = compute_stats(flat[:4096])
+    s["norm"] = float(np.sqrt(np.dot(flat.astype(np.float64), flat.astype(np.float64))))
+    return s
+
+
+def write(path: Path, batch: int, seed: int, noise: float) -> int:
+    rng = np.random.default_rng(seed)
+    base = np.random.default_rng(0)
+    total = 0
+    with TraceWriter(path, manifest=build_manifest(framework="numpy"), overwrite=True) as w:
+        for direction in ("forward", "backward"):
+            for mod, shp in shapes(batch):
+                ev = w.next_event()
+                x = base.standard_normal(shp, dtype=np.float32)
+                if noise:
+                    x += noise * rng.standard_normal(shp, dtype=np.float32)
+                rec = Record(kind="module", module=mod, op="conv2d", direction=direction,
+                             role="output", arg="0", dtype="float32", shape=shp, event=ev,
+                             stats=_stats(x))
+                w.add(rec, payload=x)
+                total += x.nbytes
+                del x
+    return total
+
+
+def bare_pass(root: Path, workers: int) -> float:
+    """Baseline in the same run: read both traces chunk by chunk, cast to float64 and take
+    max|a-b| -- the least any float64 comparison must do. Returns seconds."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from netparity.compare.metrics import CHUNK, TensorReader
+    from netparity.trace import open_trace
+
+    ref, cand = open_trace(root / "ref"), open_trace(root / "cand")
+    pairs = list(zip(ref.records(), cand.records()))
+
+    def one(pr: tuple[Record, Record]) -> float:
+        a_buf, b_buf = np.empty(CHUNK), np.empty(CHUNK)
+        m = 0.0
+        with TensorReader(ref, pr[0]) as ra, TensorReader(cand, pr[1]) as rb:
+            for s in range(0, ra.count, CHUNK):
+                n = min(CHUNK, ra.count - s)
+                a, b = a_buf[:n], b_buf[:n]
+                np.copyto(a, ra.read(s, n), casting="unsafe")
+                np.copyto(b, rb.read(s, n), casting="unsafe")
+                np.subtract(a, b, out=a)
+                m = max(m, float(np.abs(a, out=a).max()))
+        return m
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(workers) as ex:
+        list(ex.map(one, pairs))
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gb", type=float, default=1.0, help="GB of tensors per trace (default 1)")
+    ap.add_argument("--dir", default=None, help="where to write the traces (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--workers", type=int, default=None, help="compare threads (default: CPUs)")
+    args = ap.parse_args()
+    per_image = sum(int(np.prod(s[1:])) * 4 for _, s in shapes(1)) * 2
+    batch = max(1, int(args.gb * 1e9 / per_image))
+    root = Path(args.dir or tempfile.mkdtemp(prefix="np_bench_"))
+    root.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    nref = write(root / "ref", batch, 1, 0.0)
+    write(root / "cand", batch, 2, 1e-6)
+    tw = time.perf_counter() - t0
+    print(f"batch {batch}: {nref / 1e9:.2f} GB per trace, written in {tw:.1f} s; "
+          f"peak RSS after writing {vmhwm_mb():.0f} MB")
+
+    import os
+
+    import netparity
+
+    workers = args.workers or min(8, os.cpu_count() or 1)
+    print(f"{workers} worker thread(s); load average before: {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} CPUs (other processes share the machine when this exceeds it)")
+    for label in ("first pass (freshly written: page cache warm)", "second pass (cached)"):
+        t0 = time.perf_counter()
+        r = netparity.compare(root / "ref", root / "cand", workers=workers)
+        dt = time.perf_counter() - t0
+        gbs = 2 * nref / 1e9 / dt
+        print(f"{label}: {2 * nref / 1e9:.2f} GB compared in {dt:.2f} s = {gbs:.2f} GB/s "
+              f"({len(r.pairs)} pairs, status {r.status}); peak RSS {vmhwm_mb():.0f} MB")
+    tb = bare_pass(root, workers)
+    print(f"baseline (read + cast + max|a-b| only): {2 * nref / 1e9 / tb:.2f} GB/s; full metrics "
+          f"cost {dt / tb:.1f}x the baseline; load average after: {os.getloadavg()[0]:.1f}")
+    print(f"target: >= 1 GB/s -> {'met' if gbs >= 1 else 'NOT met'}; peak RSS < 1024 MB -> "
+          f"{'met' if vmhwm_mb() < 1024 else 'NOT met'}")
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
