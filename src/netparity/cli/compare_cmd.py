@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     steps = None
     if args.steps:
         try:
-            steps = sorted(parse_int_set(args.steps))
+            steps = sorted(parse_int_set(args.steps) or ())
         except ValueError as e:
             raise UsageError(f"--steps {args.steps!r}: {e}") from None
     overrides = dict(parse_tol_arg(t) for t in args.tol)

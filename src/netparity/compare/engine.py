@@ -183,7 +183,7 @@ def compare(
     if steps is None:
         step_list: list[int | None] = [None]
     else:
-        step_list = [steps] if isinstance(steps, int) else sorted(set(steps))
+        step_list = [steps] if isinstance(steps, int) else list(sorted(set(steps)))
         both = set(ref_tr.steps(rank)) & set(cand_tr.steps(rank))
         missing = [s for s in step_list if s not in both]
         if missing:

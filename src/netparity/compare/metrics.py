@@ -421,7 +421,7 @@ class TensorReader:
         nbytes = n * itemsize
         if self._buf.nbytes < nbytes:
             self._buf = np.empty(max(nbytes, CHUNK * 8), np.uint8)
-        mv = memoryview(self._buf)[:nbytes]
+        mv = memoryview(self._buf)[:nbytes]  # type: ignore[arg-type]
         got = 0
         pos = self.rec.offset + start * itemsize
         while got < nbytes:
@@ -514,7 +514,7 @@ def stats_metrics(ref: Record, cand: Record, *, rtol: float, atol: float) -> dic
         diffs[k] = abs(float(y) - float(x))
     n = max(1, ref.numel)
     if rs.get("norm") is not None and cs.get("norm") is not None:
-        diffs["norm"] = abs(float(cs["norm"]) - float(rs["norm"])) / math.sqrt(n)
+        diffs["norm"] = abs(float(cs["norm"] or 0.0) - float(rs["norm"] or 0.0)) / math.sqrt(n)
     diffs = {k: v for k, v in diffs.items() if not math.isnan(v)}
     mag = max(abs(float(rs.get("min") or 0.0)), abs(float(rs.get("max") or 0.0)))
     rms = record_rms(ref) or 0.0

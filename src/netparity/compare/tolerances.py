@@ -96,9 +96,9 @@ class Tolerances:
             if v is not None and not (v >= 0):
                 raise UsageError("tolerances must be non-negative numbers")
         clean: dict[str, tuple[float, float]] = {}
-        for k, v in (self.overrides or {}).items():
+        for k, pair in (self.overrides or {}).items():
             try:
-                r, a = float(v[0]), float(v[1])
+                r, a = float(pair[0]), float(pair[1])
             except (TypeError, ValueError, IndexError):
                 raise UsageError(f"tolerance override {k!r} must be (rtol, atol)") from None
             if r < 0 or a < 0:

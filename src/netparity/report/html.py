@@ -84,8 +84,9 @@ def svg_line_plot(
         >>> svg_line_plot({"loss": [2.0, 1.0]}, title="loss").count("<polyline")
         1
     """
+    items: list[tuple[str, list[float], list[float]]]
     if isinstance(series, Mapping):
-        items = [(str(k), list(range(len(v))), list(v)) for k, v in series.items()]
+        items = [(str(k), [float(i) for i in range(len(v))], list(v)) for k, v in series.items()]
     else:
         items = [(str(n), list(xs), list(ys)) for n, xs, ys in series]
     pts_all: list[tuple[float, float]] = []
@@ -150,7 +151,8 @@ def svg_line_plot(
             poly = " ".join(f"{sx(p[1]):.1f},{sy(p[2]):.1f}" for p in pts)
             out.append(f'<polyline fill="none" stroke="{col}" stroke-width="1.6" points="{poly}"/>')
         cols = (markers or {}).get(name)
-        for i, x, y in pts:
+        for i, xf, yf in pts:
+            x, y = xf, yf
             c = cols[i] if cols and i < len(cols) else col
             out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{esc(c)}"/>')
             if highlight and highlight[0] == name and highlight[1] == i:
