@@ -16,6 +16,7 @@ Run:  PYTHONPATH=src python benchmarks/align_speed.py [--sizes 1000,10000,100000
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import sys
 import tempfile
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from netparity.align import align_traces
+from netparity.align.core import align_records, load_records
 from netparity.align.vocab import canonical_op
 from netparity.trace import Record, TraceWriter, open_trace
 
@@ -208,10 +210,19 @@ def bench(size: int, flat: bool, tmp: Path) -> dict:
     tr, tc = open_trace(ref), open_trace(cand)
     t0 = time.perf_counter()
     al = align_traces(tr, tc, level="op")
+    t_total = time.perf_counter() - t0
+    # the same work split in two: reading the indexes into records, then aligning them
+    gc.disable()
+    t0 = time.perf_counter()
+    rr, cr = load_records(tr), load_records(tc)
+    t_load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    align_records(rr, cr, level="op", cross_framework=True)
     t_align = time.perf_counter() - t0
+    gc.enable()
     s = al.summary()
     return {"size": size, "ref_ops": g1.nops, "cand_ops": g2.nops, "write_s": t_write,
-            "align_s": t_align, **s}
+            "total_s": t_total, "load_s": t_load, "align_s": t_align, "records": len(rr), **s}
 
 
 def main() -> int:
@@ -220,21 +231,24 @@ def main() -> int:
     ap.add_argument("--flat", action="store_true", help="also time traces without module records")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"{'ops/side':>9} {'modules':>8} {'align s':>8} {'matched':>8} {'groups':>7} "
-          f"{'unm ref':>8} {'unm cand':>8}  (trace writing, not timed)")
+    print(f"{'ops/side':>9} {'modules':>8} {'records':>8} {'total s':>8} {'= read':>7} "
+          f"{'+ align':>8} {'matched':>8} {'groups':>7} {'unm ref':>8} {'unm cand':>8}")
     last = None
     with tempfile.TemporaryDirectory() as d:
         for flat in [False, True] if args.flat else [False]:
             for size in sizes:
                 r = bench(size, flat, Path(d))
-                print(f"{r['ref_ops']:>9} {'no' if flat else 'yes':>8} {r['align_s']:>8.2f} "
+                print(f"{r['ref_ops']:>9} {'no' if flat else 'yes':>8} {r['records']:>8} "
+                      f"{r['total_s']:>8.2f} {r['load_s']:>7.2f} {r['align_s']:>8.2f} "
                       f"{r['matched']:>8} {r['groups']:>7} {r['unmatched_ref']:>8} "
-                      f"{r['unmatched_cand']:>8}  ({r['write_s']:.1f} s)", flush=True)
+                      f"{r['unmatched_cand']:>8}", flush=True)
                 if not flat:
                     last = r
     if last is not None:
-        print(f"largest ({last['ref_ops']} ops/side, op level): {last['align_s']:.2f} s = "
-              f"{last['align_s'] / BUDGET_S:.2f} x the {BUDGET_S:.0f} s budget")
+        print(f"largest ({last['ref_ops']} ops/side, op level): align_traces {last['total_s']:.2f} s "
+              f"= {last['total_s'] / BUDGET_S:.2f} x the {BUDGET_S:.0f} s budget "
+              f"(reading the indexes {last['load_s']:.2f} s, aligning {last['align_s']:.2f} s = "
+              f"{last['align_s'] / BUDGET_S:.2f} x)")
     return 0
 
 

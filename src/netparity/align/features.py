@@ -94,6 +94,7 @@ class Feats:
     path: list[str] = field(default_factory=list)  # normalised module paths
     names: list[str] = field(default_factory=list)  # canonical op names
     natives: list[str] = field(default_factory=list)  # normalised native names
+    anchor_keys: list[np.ndarray] | None = None  # cached by netparity.align.seq
 
     def __len__(self) -> int:
         return len(self.calls)
@@ -107,32 +108,32 @@ class Feats:
 def build_feats(calls: list[Call], ids: Interner) -> Feats:
     """Feature arrays for ``calls``; ``ids`` is shared by both sides of an alignment."""
     n = len(calls)
-    name = np.empty(n, np.int64)
-    sig = np.empty(n, np.int64)
-    shp = np.empty(n, np.int64)
-    osh = np.empty(n, np.int64)
-    ish = np.empty(n, np.int64)
-    lf = np.empty(n, np.int64)
+    name: list[int] = [0] * n
+    sig: list[int] = [0] * n
+    shp: list[int] = [0] * n
+    osh: list[int] = [0] * n
+    ish: list[int] = [0] * n
+    lf: list[int] = [0] * n
     st: list[tuple[float, ...]] = []
     paths: list[str] = []
     names: list[str] = []
     natives: list[str] = []
     norm_cache: dict[str, str] = {}
     for i, c in enumerate(calls):
-        ins = tuple(r.shape for r in c.inputs)
-        outs = tuple(r.shape for r in c.outputs)
-        name[i] = ids(("op", c.op))
-        shp[i] = ids((ins, outs))
-        sig[i] = ids((c.op, ins, outs))
-        osh[i] = ids(("o", outs[0] if outs else None))
-        ish[i] = ids(("o", ins[0] if ins else None))
+        ins = tuple([r.shape for r in c.inputs])
+        outs = tuple([r.shape for r in c.outputs])
+        nid = ids(c.op)
+        sid = ids((ins, outs))
+        name[i] = nid
+        shp[i] = sid
+        sig[i] = ids((nid, sid))
+        osh[i] = ids((outs[0] if outs else None,))
+        ish[i] = ids((ins[0] if ins else None,))
         st.append(_stat_row(c.outputs[0] if c.outputs else None))
         if c.kind == "module":
             p = norm_path(c.module)
             paths.append(p)
             lf[i] = ids(("leaf", leaf(c.module)))
-        else:
-            lf[i] = 0
         names.append(c.op)
         nat = norm_cache.get(c.native)
         if nat is None:
@@ -142,7 +143,9 @@ def build_feats(calls: list[Call], ids: Interner) -> Feats:
     with np.errstate(divide="ignore", invalid="ignore"):
         lr = np.log2(np.abs(stats[:, 4]) + 1e-30)
     bucket = np.where(np.isfinite(lr), np.floor(lr * 2.0), -999).astype(np.int64)
-    return Feats(calls, name, sig, shp, osh, ish, stats, bucket, lf, paths, names, natives)
+    arr = [np.array(v, dtype=np.int64) for v in (name, sig, shp, osh, ish, lf)]
+    return Feats(calls, arr[0], arr[1], arr[2], arr[3], arr[4], stats, bucket, arr[5], paths,
+                 names, natives)
 
 
 def stats_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:

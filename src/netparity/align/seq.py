@@ -116,13 +116,20 @@ def _elementwise_cost(A: Feats, ia: np.ndarray, B: Feats, ib: np.ndarray, module
     return np.where(d > STATS_VETO, np.inf, c)
 
 
+def _anchor_keys(F: Feats) -> list[np.ndarray]:
+    """Anchor keys, computed once per feature set: op+shapes+magnitude, op+shapes,
+    shapes+magnitude."""
+    if F.anchor_keys is None:
+        F.anchor_keys = [F.sig * 4096 + (F.bucket + 2048), F.sig, F.shp * 4096 + (F.bucket + 2048)]
+    return F.anchor_keys
+
+
 class _Aligner:
     def __init__(self, A: Feats, B: Feats, modules: bool, diag_method: str):
         self.A, self.B, self.modules, self.diag_method = A, B, modules, diag_method
         self.out: list[Pair] = []
-        # anchor keys: op+shapes+magnitude, op+shapes, shapes+magnitude
-        self.keys_a = [A.sig * 4096 + (A.bucket + 2048), A.sig, A.shp * 4096 + (A.bucket + 2048)]
-        self.keys_b = [B.sig * 4096 + (B.bucket + 2048), B.sig, B.shp * 4096 + (B.bucket + 2048)]
+        self.keys_a = _anchor_keys(A)
+        self.keys_b = _anchor_keys(B)
 
     # -- dynamic programming -----------------------------------------------------------------
     def dp(self, sa: np.ndarray, sb: np.ndarray) -> list[tuple[int, int, float]]:
