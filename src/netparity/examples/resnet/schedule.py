@@ -6,7 +6,7 @@ the ``warmup`` bug is injected.
 Example:
     >>> lr = cosine_lr(0.0, 0.0, 0.1, total_steps=10, warmup_steps=2)
     >>> [round(v, 4) for v in lr[:3]]
-    [0.05, 0.1, 0.1]
+    [0.05, 0.1, 0.087]
 """
 
 from __future__ import annotations

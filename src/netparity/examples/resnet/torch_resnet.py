@@ -301,7 +301,7 @@ def numpy_state(model: nn.Module) -> dict[str, object]:
 
     Example:
         >>> len(numpy_state(resnet18(num_classes=10)))
-        120
+        102
     """
     return {
         k: v.detach().cpu().numpy().copy()
