@@ -190,7 +190,7 @@ def _resize_shorter(img: Any, size: int) -> Any:
         new = (size, int(size * h / w))
     else:
         new = (int(size * w / h), size)
-    return img.resize(new, Image.BILINEAR)
+    return img.resize(new, Image.Resampling.BILINEAR)
 
 
 def _center_crop(img: Any, size: int) -> Any:
@@ -246,9 +246,9 @@ def train_transform(img: Any, image_size: int, rng: np.random.Generator) -> np.n
     else:
         side = min(w, h)
         box = ((w - side) // 2, (h - side) // 2, (w - side) // 2 + side, (h - side) // 2 + side)
-    out = img.crop(box).resize((image_size, image_size), Image.BILINEAR)
+    out = img.crop(box).resize((image_size, image_size), Image.Resampling.BILINEAR)
     if rng.uniform() < 0.5:
-        out = out.transpose(Image.FLIP_LEFT_RIGHT)
+        out = out.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
     return _to_chw_normalised(out)
 
 
@@ -373,7 +373,7 @@ def torch_batches(
 def _take(
     it: Iterator[tuple[np.ndarray, np.ndarray]], count: int | None
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    out = []
+    out: list[tuple[np.ndarray, np.ndarray]] = []
     for item in it:
         if count is not None and len(out) >= count:
             break

@@ -202,7 +202,7 @@ class BasicBlock(nn.Cell):
         out = self.relu(self.bn1d(self.conv1(x)))
         out = self.bn2d(self.conv2(out))
         if self.down_sample:
-            identity = self.down_sample_layer(identity)
+            identity = self.down_sample_layer(identity)  # type: ignore[misc]
         return self.relu(out + identity)
 
 
@@ -247,7 +247,7 @@ class ResidualBlock(nn.Cell):
         out = self.relu(self.bn2(self.conv2(out)))
         out = self.bn3(self.conv3(out))
         if self.down_sample:
-            identity = self.down_sample_layer(identity)
+            identity = self.down_sample_layer(identity)  # type: ignore[misc]
         return self.relu(out + identity)
 
 

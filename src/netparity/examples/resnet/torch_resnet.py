@@ -18,7 +18,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -264,7 +265,7 @@ FACTORIES: dict[int, Callable[..., ResNet]] = {
 }
 
 
-def load_numpy_state(model: nn.Module, state: dict[str, object]) -> None:
+def load_numpy_state(model: nn.Module, state: Mapping[str, Any]) -> None:
     """Copy numpy arrays keyed by torchvision names into ``model`` (strict, no pickle involved).
 
     ``num_batches_tracked`` may be absent from ``state``; it is then left as is.
