@@ -105,6 +105,24 @@ def _exact_vec(t: torch.Tensor) -> torch.Tensor:
     return torch.stack([p.to(torch.float64) for p in parts])
 
 
+def _rows_norm_pow(x: torch.Tensor, p: int) -> float:
+    """sum(|x|**p) in one pass: float32 norms of 4096-element rows, combined in float64.
+
+    (A single float32 norm over millions of elements drifts by ~1e-4; short rows keep the
+    rounding near 1e-7.)
+    """
+    n = x.numel()
+    r = n // _ROW
+    total = 0.0
+    if r:
+        rows = torch.linalg.vector_norm(x[: r * _ROW].view(r, _ROW), p, dim=1)
+        total = float(rows.double().pow(p).sum())
+    if n > r * _ROW:
+        tail = x[r * _ROW :].double()
+        total += float(tail.abs().sum()) if p == 1 else float(torch.dot(tail, tail))
+    return total
+
+
 def _fast_cpu_vec(t: torch.Tensor) -> torch.Tensor:
     """CPU statistics in few passes; falls back to :func:`_exact_vec` for non-finite/large data."""
     x = t
@@ -123,27 +141,21 @@ def _fast_cpu_vec(t: torch.Tensor) -> torch.Tensor:
         return _exact_vec(t)
     n = x.numel()
     s = float(x.sum(dtype=torch.float64) if x.dtype == torch.float64 else x.sum())
-    abs_sum = float(x.abs().sum())
+    abs_sum = _rows_norm_pow(x, 1)
+    sq = _rows_norm_pow(x, 2)
     mean = s / n
-    # two-pass variance: sum((x - m)^2) with m rounded to x's dtype, corrected below
-    m = torch.tensor(mean, dtype=x.dtype)
-    d = x - m
-    mq = float(m)
-    r = n // _ROW
-    if r:
-        sq_d = float(torch.linalg.vector_norm(d[: r * _ROW].view(r, _ROW), dim=1).double().square().sum())
-        tail = d[r * _ROW :]
-    else:
-        sq_d, tail = 0.0, d
-    if tail.numel():
-        tail64 = tail.double()
-        sq_d += float(torch.dot(tail64, tail64))
-    sum_d = s - n * mq
-    # sum((x - mean)^2) = sum(d^2) - (sum d)^2 / n ; sum(x^2) = sum(d^2) + 2 mq sum(d) + n mq^2
-    ss = max(sq_d - sum_d * sum_d / n, 0.0)
-    sq = max(sq_d + 2 * mq * sum_d + n * mq * mq, 0.0)
+    var = sq / n - mean * mean
+    if var < 20.0 * mean * mean:
+        # |mean| dominates: sum(x^2)/n - mean^2 would cancel; take the two-pass route with the
+        # mean rounded to x's dtype, corrected exactly in float64
+        m = torch.tensor(mean, dtype=x.dtype)
+        mq = float(m)
+        sq_d = _rows_norm_pow(x - m, 2)
+        sum_d = s - n * mq
+        var = (sq_d - sum_d * sum_d / n) / n
     zeros = n - int(torch.count_nonzero(x))
-    vals = [lo, hi, mean, math.sqrt(ss / n), math.sqrt(sq), abs_sum, 0, 0, 0, zeros, 0, n]
+    vals = [lo, hi, mean, math.sqrt(max(var, 0.0)), math.sqrt(max(sq, 0.0)), abs_sum, 0, 0, 0,
+            zeros, 0, n]
     return torch.tensor(vals, dtype=torch.float64)
 
 

@@ -1,0 +1,133 @@
+"""Capture overhead on a ResNet-50 training step (CPU), measured as ratios in one run.
+
+Budgets (see DESIGN.md): module-level statistics <= 1.15x, op-level statistics <= 1.6x,
+full-tensor capture >= 50 % of the disk's sequential write speed.
+
+Usage:
+    PYTHONPATH=src python benchmarks/capture_overhead.py [--quick] [--out DIR] [--steps N]
+
+``--quick`` uses batch 2 at 64x64 for a fast check. The disk speed is measured in the output
+directory (about 1 GB written with 8 MiB blocks and fsync, then deleted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from netparity.examples.resnet.torch_resnet import resnet50
+from netparity.frameworks.torch_capture import capture
+
+
+def disk_write_speed(directory: Path, total: int = 1 << 30, block: int = 8 << 20) -> float:
+    """Sequential write speed in bytes/s (large blocks, fsync before stopping the clock)."""
+    buf = os.urandom(block)
+    path = directory / "disk-speed.bin"
+    t0 = time.perf_counter()
+    with open(path, "wb") as f:
+        for _ in range(total // block):
+            f.write(buf)
+        f.flush()
+        os.fsync(f.fileno())
+    dt = time.perf_counter() - t0
+    path.unlink()
+    return total / dt
+
+
+def make_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
+              y: torch.Tensor) -> Callable[[], torch.Tensor]:
+    crit = nn.CrossEntropyLoss()
+
+    def step() -> torch.Tensor:
+        loss = crit(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def timed(step: Callable[[], torch.Tensor], n: int, cap=None) -> list[float]:  # type: ignore[no-untyped-def]
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        loss = step()
+        if cap is not None:
+            cap.record_loss(loss)
+            cap.step()
+            cap.resolve()  # statistics are part of the step's cost
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="batch 2, 64x64")
+    ap.add_argument("--steps", type=int, default=4, help="timed steps per configuration")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--out", default=None, help="directory for traces and the disk test")
+    ap.add_argument("--skip-disk", action="store_true")
+    args = ap.parse_args()
+    batch, size = (2, 64) if args.quick else (8, 224)
+    out = Path(args.out or tempfile.mkdtemp(prefix="netparity-bench-"))
+    out.mkdir(parents=True, exist_ok=True)
+
+    torch.manual_seed(0)
+    model = resnet50()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, 3, size, size)
+    y = torch.randint(0, 1000, (batch,))
+    step = make_step(model, opt, x, y)
+    print(f"ResNet-50 training step, CPU, batch {batch}, {size}x{size}, "
+          f"threads {torch.get_num_threads()}, torch {torch.__version__}")
+
+    timed(step, args.warmup)
+    results: dict[str, float] = {}
+    configs = [("module stats", dict(level="module")), ("op stats", dict(level="op")),
+               ("both stats", dict(level="both")),
+               ("module tensors", dict(level="module", payload="tensors")),
+               ("op tensors", dict(level="op", payload="tensors"))]
+    base_runs: list[float] = []
+    written: dict[str, tuple[int, float]] = {}
+    for name, kw in configs:
+        base_runs += timed(step, args.steps)  # interleave the baseline: machines drift
+        d = out / name.replace(" ", "-")
+        shutil.rmtree(d, ignore_errors=True)
+        with capture(model, d, overwrite=True, **kw) as cap:  # type: ignore[arg-type]
+            timed(step, args.warmup, cap)
+            t0 = time.perf_counter()
+            t = timed(step, args.steps, cap)
+            cap.flush()
+            wall = time.perf_counter() - t0
+        results[name] = statistics.median(t)
+        if kw.get("payload") == "tensors":
+            nbytes = sum(p.stat().st_size for p in d.glob("rank0/tensors-*.safetensors"))
+            written[name] = (nbytes, wall)
+        shutil.rmtree(d, ignore_errors=True)
+    base = statistics.median(base_runs)
+    print(f"{'uninstrumented':16s} {base * 1e3:9.1f} ms/step   1.00x")
+    for name, v in results.items():
+        print(f"{name:16s} {v * 1e3:9.1f} ms/step   {v / base:.2f}x")
+    if not args.skip_disk:
+        disk = disk_write_speed(out)
+        print(f"disk sequential write (fsync, 8 MiB blocks, {out}): {disk / 1e6:.0f} MB/s")
+        for name, (nbytes, wall) in written.items():
+            rate = nbytes / wall
+            print(f"{name}: {nbytes / 1e6:.0f} MB in {wall:.2f} s (steps + flush) = "
+                  f"{rate / 1e6:.0f} MB/s = {rate / disk:.0%} of disk speed")
+    if args.out is None:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
