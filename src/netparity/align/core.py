@@ -233,11 +233,11 @@ def align_records(
     out.matches.sort(key=lambda m: (m.ref[0].seq, m.ref[0].kind != "module"))
     out.unmatched_ref.sort(key=lambda c: c.seq)
     out.unmatched_cand.sort(key=lambda c: c.seq)
-    for r, v in module_votes.items():
-        out.module_map[r] = v.most_common(1)[0][0]
-    for r, v in op_votes.items():
-        if r not in out.module_map:
-            out.module_map[r] = v.most_common(1)[0][0]
+    for path, v in module_votes.items():
+        out.module_map[path] = v.most_common(1)[0][0]
+    for path, v in op_votes.items():
+        if path not in out.module_map:
+            out.module_map[path] = v.most_common(1)[0][0]
     out.op_groups = group_names
     _align_params(ref_records, cand_records, out, mp, rcalls)
     return out

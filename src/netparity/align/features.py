@@ -72,7 +72,7 @@ def _stat_row(r: Record | None) -> tuple[float, ...]:
         return _NAN5
     s = r.stats
     mean, std, mn, mx, n = s.get("mean"), s.get("std"), s.get("min"), s.get("max"), s.get("norm")
-    if mean is None or n is None:
+    if mean is None or std is None or mn is None or mx is None or n is None:
         return (math.nan if mean is None else mean, math.nan if std is None else std,
                 math.nan if mn is None else mn, math.nan if mx is None else mx, math.nan)
     return (mean, std, mn, mx, n / math.sqrt(r.numel or 1))

@@ -240,8 +240,19 @@ def calls_from_records(records: list[Record]) -> list[Call]:
             c.outputs.append(r)
     out = list(calls.values())  # dicts keep insertion order: first-record execution order
     for c in out:
-        if len(c.inputs) > 1:
+        if len(c.inputs) > 1 and not _in_order(c.inputs):
             c.inputs.sort(key=lambda r: _arg_key(r.arg))
-        if len(c.outputs) > 1:
+        if len(c.outputs) > 1 and not _in_order(c.outputs):
             c.outputs.sort(key=lambda r: _arg_key(r.arg))
     return out
+
+
+def _in_order(recs: list[Record]) -> bool:
+    """Cheap check for the usual case: single-character positional args already ascending."""
+    prev = ""
+    for r in recs:
+        a = r.arg
+        if len(a) != 1 or a < prev:
+            return False
+        prev = a
+    return True

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     steps = None
     if args.steps:
         try:
-            steps = sorted(parse_int_set(args.steps))
+            steps = sorted(parse_int_set(args.steps) or ())
         except (ValueError, TypeError) as e:
             raise UsageError(f"--steps: {e}") from None
     mapping = load_mapping(args.mapping) if args.mapping else None
