@@ -38,6 +38,7 @@ def _cases() -> dict[str, torch.Tensor]:
         "all_inf": torch.tensor([math.inf, -math.inf]),
         "ones": torch.ones(10000),
         "zeros": torch.zeros(50),
+        "signed_zeros": torch.tensor([0.0, -0.0, 1.0, -0.0]),
         "scalar": torch.tensor(2.5),
         "strided": torch.randn(40, 30, generator=g).t()[::2],
     }
