@@ -693,13 +693,9 @@ class TorchCapture(CaptureSession):
             if params:
                 items_p.append((name, prm))
         for name, g in items_g:
-            self._emit_all(lambda _a, n=name: Record(kind="grad", op="grad", module=n,
-                                                     direction="backward", role="grad"),
-                           [("", g)])
+            self._emit_all(functools.partial(_param_record, "grad", name, "backward"), [("", g)])
         for name, t in items_p:
-            self._emit_all(lambda _a, n=name: Record(kind="param", op="param", module=n,
-                                                     direction="update", role="param"),
-                           [("", t)])
+            self._emit_all(functools.partial(_param_record, "param", name, "update"), [("", t)])
 
     # ---- user API --------------------------------------------------------------------------
     def record_loss(self, loss: Any) -> None:
@@ -772,6 +768,10 @@ class TorchCapture(CaptureSession):
                 super().resolve()
         finally:
             self._busy = busy
+
+
+def _param_record(kind: str, name: str, direction: str, arg: str) -> Record:
+    return Record(kind=kind, op=kind, module=name, direction=direction, role=kind)
 
 
 def _dist_rank() -> tuple[int, int]:
