@@ -49,17 +49,12 @@ def capture(model: Any, path: str, **kwargs: Any) -> Any:
     """Capture what ``model`` computes into the trace directory ``path``.
 
     Dispatches on the model's framework (PyTorch ``nn.Module``, MindSpore ``nn.Cell``). See
-    :func:`netparity.frameworks.torch_capture.capture` for the arguments.
+    :func:`netparity.frameworks.torch_capture.capture` for the arguments. (Once any
+    ``netparity.capture.*`` submodule is imported this name is the callable package, which does
+    the same.)
     """
-    from netparity.frameworks.base import adapter_for
+    from netparity.capture import capture as _cap
 
-    name = adapter_for(model).name
-    if name == "torch":
-        from netparity.frameworks.torch_capture import capture as _cap
-    elif name == "mindspore":
-        from netparity.frameworks.mindspore_capture import capture as _cap  # type: ignore[no-redef]
-    else:
-        raise FrameworkError(f"capture does not support {name} models yet")
     return _cap(model, path, **kwargs)
 
 

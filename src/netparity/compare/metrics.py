@@ -92,7 +92,8 @@ class _Buffers:
         self.d = np.empty(n)
         self.r = np.empty(n)
         self.t = np.empty(n)
-        self.d32 = np.empty(n // HIST_STRIDE + n % HIST_STRIDE + 1, np.float32)
+        # Tensors of at most one chunk are sampled with stride 1 (every element): size for that.
+        self.d32 = np.empty(n + 1, np.float32)
         self.r32 = np.empty_like(self.d32)
         self.bd = np.empty(self.d32.shape, np.int32)
         self.br = np.empty(self.d32.shape, np.int32)

@@ -1,0 +1,542 @@
+"""The one-step parity workflow: "reproduce a single step first", automated.
+
+The migration guides' method for a network whose training does not match is to make one
+training step agree before anything else: same weights, same data, then forward, loss,
+backward and the optimizer update, checked in that order; then a few more steps; then
+evaluation. :func:`run_step_parity` does exactly that for two specs (see
+:mod:`netparity.workflow.spec`) and names the first phase that diverges, where, and why:
+
+==============  ==============================================================================
+phase           checked by
+==============  ==============================================================================
+setup           parameter counts and shapes match; weights converted from the reference and
+                loaded into the candidate reproduce the reference's values exactly
+data            the two data pipelines yield the same batches (after this check both sides are
+                fed the reference's batches, so later phases are judged on equal inputs)
+forward         step 0 module outputs (culprit: first module whose inputs agree but outputs don't)
+loss            the step-0 loss, when every forward output agrees
+backward        gradients flowing back through modules and parameter gradients
+update          parameters (and BatchNorm statistics) after the optimizer step; a uniform ratio
+                between the two sides' updates is reported as a learning-rate difference
+later-steps     losses and parameters of steps 1..N-1
+eval            evaluation outputs after training (e.g. BatchNorm left in training mode)
+==============  ==============================================================================
+
+Example:
+    >>> from netparity.workflow.step import run_step_parity                    # doctest: +SKIP
+    >>> r = run_step_parity("ref_spec.py", "cand_spec.py", "runs/step")        # doctest: +SKIP
+    >>> r.first_phase, r.where                                                 # doctest: +SKIP
+    ('forward', 'layer2.0.conv2')
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from netparity.errors import UsageError
+from netparity.workflow.spec import Spec, load_spec
+
+PHASES = ("setup", "data", "forward", "loss", "backward", "update", "later-steps", "eval")
+RESULT_VERSION = 1
+
+
+@dataclass
+class Phase:
+    """The verdict on one phase, with the evidence."""
+
+    name: str
+    status: str = "pass"  # pass | fail | warn | skipped
+    where: str = ""  # module or parameter that diverges first
+    step: int | None = None
+    summary: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return self.status != "fail"
+
+
+@dataclass
+class StepResult:
+    """What :func:`run_step_parity` found. Truthy when every phase passes."""
+
+    phases: list[Phase]
+    ref: dict[str, Any]
+    cand: dict[str, Any]
+    losses: dict[str, list[float]]
+    lr: dict[str, list[float] | None]
+    out_dir: str
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    compare_step0: Any = None  # CompareResult of step 0 (not serialised here: see its JSON)
+
+    @property
+    def first(self) -> Phase | None:
+        return next((p for p in self.phases if p.status == "fail"), None)
+
+    @property
+    def first_phase(self) -> str | None:
+        f = self.first
+        return f.name if f is not None else None
+
+    @property
+    def where(self) -> str | None:
+        f = self.first
+        return f.where if f is not None else None
+
+    def phase(self, name: str) -> Phase:
+        return next(p for p in self.phases if p.name == name)
+
+    def __bool__(self) -> bool:
+        return self.first is None
+
+    def to_json(self) -> dict[str, Any]:
+        f = self.first
+        return {
+            "netparity_step_result_version": RESULT_VERSION,
+            "status": "pass" if f is None else "fail",
+            "first_divergence": None if f is None else {
+                "phase": f.name, "where": f.where, "step": f.step, "summary": f.summary},
+            "phases": [asdict(p) for p in self.phases],
+            "ref": self.ref,
+            "cand": self.cand,
+            "losses": self.losses,
+            "lr": self.lr,
+            "out_dir": self.out_dir,
+            "notes": self.notes,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+def _module_of(param: str) -> str:
+    return param.rsplit(".", 1)[0] if "." in param else ""
+
+
+def _max_rel(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    a64 = np.asarray(a, dtype=np.float64)
+    b64 = np.asarray(b, dtype=np.float64)
+    if a64.shape != b64.shape:
+        return math.inf, math.inf
+    d = np.abs(a64 - b64)
+    max_abs = float(d.max()) if d.size else 0.0
+    scale = float(np.sqrt(np.mean(a64 * a64))) if a64.size else 0.0
+    return max_abs, (max_abs / scale if scale else max_abs)
+
+
+def _setup_phase(ref: Spec, cand: Spec, phase: Phase) -> tuple[dict[str, str], dict[str, Any]]:
+    """Counts, name map, weight conversion and its verification. Returns (ref->cand, info)."""
+    from netparity.ckpt.mapping import map_names, state_of
+    from netparity.frameworks.models import param_counts, set_weights
+
+    rc, cc = param_counts(ref.model), param_counts(cand.model)
+    info: dict[str, Any] = {"ref_counts": asdict(rc), "cand_counts": asdict(cc)}
+    nm = map_names(ref.model, cand.model)
+    how = "automatic"
+    if not nm and cand.name_map:
+        # The spec knows better than a guess: use its map, but say so.
+        user = {r: c for c, r in cand.name_map.items()}
+        nm = map_names(ref.model, cand.model, mapping={"params": user})
+        how = "spec name_map"
+    info["name_map"] = {"how": how, "pairs": len(nm.pairs), "by": nm.counts(),
+                        "unmatched_ref": nm.unmatched_ref[:20],
+                        "unmatched_cand": nm.unmatched_cand[:20],
+                        "ambiguous": dict(list(nm.ambiguous.items())[:20]),
+                        "dropped": len(nm.dropped_ref) + len(nm.dropped_cand)}
+    if cand.name_map and how == "automatic":
+        disagree = [(c, r) for c, r in cand.name_map.items()
+                    if nm.cand_to_ref().get(c, r) != r]
+        if disagree:
+            info["name_map"]["disagrees_with_spec"] = disagree[:10]
+    problems: list[str] = []
+    if rc.trainable != cc.trainable:
+        problems.append(f"trainable parameters differ: {rc.trainable:,} vs {cc.trainable:,}")
+    if nm.unmatched_ref or nm.unmatched_cand or nm.ambiguous:
+        problems.append(f"{len(nm.unmatched_ref)} reference and {len(nm.unmatched_cand)} candidate "
+                        f"parameter(s) unmatched, {len(nm.ambiguous)} ambiguous")
+    bad = nm.shape_mismatches()
+    if bad:
+        p = bad[0]
+        problems.append(f"shape mismatch: {p.ref} {tuple(p.ref_shape)} vs {p.cand} "
+                        f"{tuple(p.cand_shape)}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""))
+    if problems:
+        phase.status = "fail"
+        phase.where = bad[0].ref if bad else (nm.unmatched_ref[:1] or nm.unmatched_cand[:1] or [""])[0]
+        phase.summary = "; ".join(problems)
+        phase.evidence = info
+        return nm.ref_to_cand(), info
+    # Convert and load the reference's weights into the candidate; then check they landed.
+    rs = state_of(ref.model)
+    arrays: dict[str, np.ndarray] = {}
+    for p in nm.pairs:
+        a = np.asarray(rs[p.ref])
+        if tuple(a.shape) != tuple(p.cand_shape):
+            a = a.reshape(p.cand_shape)  # layout conversions the map allows (e.g. Conv1d)
+        arrays[p.cand] = a
+    set_weights(cand.model, arrays, {p.cand: rs.dtypes[p.ref] for p in nm.pairs
+                                      if rs.dtypes.get(p.ref) == "bfloat16"})
+    cs = state_of(cand.model)
+    worst = ("", 0.0)
+    for p in nm.pairs:
+        d, _ = _max_rel(np.asarray(rs[p.ref]).reshape(-1), np.asarray(cs[p.cand]).reshape(-1))
+        if d > worst[1]:
+            worst = (p.ref, d)
+    info["weights_loaded"] = len(arrays)
+    info["max_weight_diff_after_load"] = worst[1]
+    if worst[1] > 0:
+        phase.status = "fail"
+        phase.where = worst[0]
+        phase.summary = f"converted weights did not load exactly ({worst[0]} differs by {worst[1]:.3g})"
+    else:
+        phase.summary = (f"{rc.trainable:,} trainable parameters on both sides; "
+                         f"{len(nm.pairs)} tensors mapped ({how}: "
+                         + ", ".join(f"{k} {v}" for k, v in nm.counts().items())
+                         + "), converted and loaded exactly")
+    phase.evidence = info
+    return nm.ref_to_cand(), info
+
+
+def _data_phase(ref: Spec, cand: Spec, steps: int, phase: Phase, atol: float) -> None:
+    n = min(len(ref.batches), len(cand.batches))
+    if n < steps:
+        raise UsageError(f"the specs provide {n} batch(es) but {steps} step(s) were asked for")
+    rows = []
+    for i in range(steps):
+        (rx, ry), (cx, cy) = ref.batches[i], cand.batches[i]
+        x_abs, x_rel = _max_rel(rx, cx)
+        labels_equal = rx.shape[:1] == cx.shape[:1] and np.array_equal(
+            np.asarray(ry).astype(np.int64), np.asarray(cy).astype(np.int64))
+        rows.append({"batch": i, "inputs_max_abs": x_abs, "inputs_rel": x_rel,
+                     "shape_ref": list(rx.shape), "shape_cand": list(cx.shape),
+                     "labels_equal": bool(labels_equal)})
+        if phase.status == "pass" and (x_abs > atol or not labels_equal):
+            phase.status = "fail"
+            phase.step = i
+            phase.where = "labels" if x_abs <= atol else "inputs"
+            phase.summary = (
+                f"batch {i} differs: " + (f"inputs max abs {x_abs:.3g} (shapes {list(rx.shape)} vs "
+                                          f"{list(cx.shape)})" if x_abs > atol else "labels differ")
+                + "; later phases use the reference's batches on both sides")
+    phase.evidence = {"batches": rows, "atol": atol}
+    if phase.status == "pass":
+        worst = max(r["inputs_max_abs"] for r in rows)
+        phase.summary = f"{steps} batch(es) identical (max abs difference {worst:.3g})"
+
+
+def _train(spec: Spec, batches: list[tuple[np.ndarray, np.ndarray]], path: Path, steps: int,
+           level: str, payload: str) -> list[float]:
+    """Run ``steps`` training steps under capture; returns the losses."""
+    import netparity
+    from netparity.frameworks.models import as_tensor, scalar_tensor
+
+    losses: list[float] = []
+    with netparity.capture(spec.model, str(path), level=level, payload=payload,
+                           optimizer=spec.optimizer, overwrite=True,
+                           manifest={"spec": spec.source, "spec_options": _jsonable(spec.options)}
+                           ) as cap:
+        for i in range(steps):
+            x, y = batches[i]
+            cap.record("inputs", as_tensor(x, spec.framework), kind="data")
+            cap.record("labels", as_tensor(np.asarray(y).astype(np.int64), spec.framework),
+                       kind="data")
+            loss = float(spec.train_step(x, y))
+            losses.append(loss)
+            cap.record_loss(scalar_tensor(loss, spec.framework))
+            cap.step()
+    return losses
+
+
+def _evaluate(spec: Spec, path: Path, level: str, payload: str) -> dict[str, Any] | None:
+    """Run the spec's evaluation under a forward-only capture."""
+    import netparity
+
+    if spec.eval is None:
+        return None
+    with netparity.capture(spec.model, str(path), level=level, payload=payload,
+                           directions=("forward",), overwrite=True) as cap:
+        metrics = spec.eval()
+        cap.step()
+    return {k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v)
+            for k, v in (metrics or {}).items()}
+
+
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v))
+            for k, v in d.items()}
+
+
+def _param_order(result: Any) -> dict[str, int]:
+    """Execution order of modules in the reference forward (params sort by their module)."""
+    order: dict[str, int] = {}
+    for c in sorted(result.calls, key=lambda c: c.order):
+        if c.direction == "forward" and c.level == "module" and c.module not in order:
+            # A parent returns after its children; use the first time a path is seen so that
+            # layer1.0.conv1 sorts before layer1.0.
+            order[c.module] = len(order)
+    return order
+
+
+def _first_param(pairs: list[Any], order: dict[str, int]) -> Any:
+    def key(p: Any) -> tuple[int, int, str]:
+        mod = _module_of(p.module)
+        # Parameters of modules never seen in forward (e.g. unused heads) sort last.
+        return (order.get(mod, 10**9), 0 if p.status == "fail" else 1, p.module)
+
+    return min(pairs, key=key)
+
+
+def _update_ratio(ref_before: dict[str, np.ndarray], cand_before: dict[str, np.ndarray],
+                  result: Any, ref_tr: Any, cand_tr: Any, ref_to_cand: dict[str, str],
+                  step: int) -> dict[str, Any] | None:
+    """Ratio of candidate to reference parameter updates: uniform -> learning-rate difference."""
+    ref_after = {r.module: r for r in ref_tr.records(step=step, kind="param")}
+    cand_after = {r.module: r for r in cand_tr.records(step=step, kind="param")}
+    ratios = []
+    for name, rec in ref_after.items():
+        cname = ref_to_cand.get(name)
+        if cname is None or cname not in cand_after or name not in ref_before:
+            continue
+        if not rec.has_payload or not cand_after[cname].has_payload:
+            return None
+        if any(k in name for k in ("running_", "moving_", "num_batches")):
+            continue  # statistics, not optimizer updates
+        d_ref = np.asarray(ref_tr.tensor(rec), np.float64).ravel() - np.asarray(
+            ref_before[name], np.float64).ravel()
+        d_cand = np.asarray(cand_tr.tensor(cand_after[cname]), np.float64).ravel() - np.asarray(
+            cand_before[cname], np.float64).ravel()
+        if d_ref.size != d_cand.size:
+            continue
+        nr = float(np.dot(d_ref, d_ref))
+        if nr < 1e-30:
+            continue
+        ratios.append((name, float(np.dot(d_cand, d_ref) / nr),
+                       float(np.linalg.norm(d_cand - d_ref * np.dot(d_cand, d_ref) / nr)
+                             / (np.linalg.norm(d_cand) or 1.0))))
+    if len(ratios) < 3:
+        return None
+    vals = np.array([r for _, r, _ in ratios])
+    resid = np.array([e for _, _, e in ratios])
+    med = float(np.median(vals))
+    spread = float(np.median(np.abs(vals - med)))
+    uniform = abs(med - 1.0) > 1e-3 and spread < 0.01 * abs(med) and float(np.median(resid)) < 0.05
+    return {"median_ratio": med, "spread": spread, "params": len(ratios), "uniform": bool(uniform)}
+
+
+def run_step_parity(
+    ref_spec: str | Spec,
+    cand_spec: str | Spec,
+    out_dir: str | Path,
+    *,
+    steps: int = 3,
+    options: dict[str, Any] | None = None,
+    ref_options: dict[str, Any] | None = None,
+    cand_options: dict[str, Any] | None = None,
+    level: str = "module",
+    payload: str = "tensors",
+    seed: int = 0,
+    rtol: float | None = None,
+    atol: float | None = None,
+    data_atol: float = 1e-5,
+    run_eval: bool = True,
+    overwrite: bool = True,
+) -> StepResult:
+    """Run the one-step parity workflow (see the module docstring).
+
+    Args:
+        ref_spec, cand_spec: spec files/modules (or already-built :class:`Spec` objects).
+        out_dir: where traces and reports go (``ref/``, ``cand/``, ``ref-eval/``, ...).
+        steps: training steps to run and compare (the first one in full detail).
+        options: passed to both specs' ``build``; ``ref_options`` / ``cand_options`` add to it.
+        level: capture level for the training steps (``module``, ``op`` or ``both``).
+        payload: capture payload (``tensors`` gives full metrics; ``stats`` is lighter).
+        seed: given to :func:`netparity.seed_everything` before each side is built.
+        rtol, atol: comparison tolerances (default: the comparison's cross-framework table).
+        data_atol: largest absolute difference tolerated between the two sides' batches.
+        run_eval: also compare evaluation after training.
+        overwrite: replace earlier traces in ``out_dir``.
+
+    Returns:
+        A :class:`StepResult`; ``first_phase`` / ``where`` name the first divergence.
+    """
+    from netparity.ckpt.mapping import state_of
+    from netparity.compare.engine import compare
+    from netparity.seeding import seed_everything
+    from netparity.trace import open_trace
+
+    t0 = time.perf_counter()
+    if steps < 1:
+        raise UsageError("steps must be >= 1")
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise UsageError(f"{out} is not empty; pass overwrite=True or choose another directory")
+    out.mkdir(parents=True, exist_ok=True)
+    for sub in ("ref", "cand", "ref-eval", "cand-eval"):
+        if (out / sub / "manifest.json").exists():
+            shutil.rmtree(out / sub)
+    opts = dict(options or {})
+    sides = []
+    for src, extra in ((ref_spec, ref_options), (cand_spec, cand_options)):
+        if isinstance(src, Spec):
+            sides.append(src)
+            continue
+        seed_everything(seed)
+        sides.append(load_spec(src, **{**opts, **(extra or {})}))
+    ref, cand = sides
+    phases = {name: Phase(name) for name in PHASES}
+    notes: list[str] = []
+    result = StepResult(
+        phases=list(phases.values()),
+        ref={"spec": ref.source, "framework": ref.framework, "description": ref.description},
+        cand={"spec": cand.source, "framework": cand.framework, "description": cand.description},
+        losses={}, lr={"ref": ref.lr_schedule, "cand": cand.lr_schedule}, out_dir=str(out),
+        notes=notes,
+    )
+
+    def skip_rest(after: str, why: str) -> None:
+        for name in PHASES[PHASES.index(after) + 1:]:
+            phases[name].status = "skipped"
+            phases[name].summary = why
+
+    # 1. setup: counts, mapping, weights.
+    ref_to_cand, info = _setup_phase(ref, cand, phases["setup"])
+    result.ref["params"] = info["ref_counts"]
+    result.cand["params"] = info["cand_counts"]
+    if phases["setup"].status == "fail":
+        skip_rest("setup", "not run: the two sides do not start from the same weights")
+        result.seconds = time.perf_counter() - t0
+        return result
+    # 2. data.
+    _data_phase(ref, cand, steps, phases["data"], data_atol)
+    batches = ref.batches  # both sides get the reference's batches from here on
+    # 3. training steps under capture.
+    ref_before = dict(state_of(ref.model))
+    cand_before = dict(state_of(cand.model))
+    result.losses["ref"] = _train(ref, batches, out / "ref", steps, level, payload)
+    result.losses["cand"] = _train(cand, batches, out / "cand", steps, level, payload)
+    mapping = {
+        "modules": {_module_of(r): _module_of(c) for r, c in ref_to_cand.items()
+                    if _module_of(r) and _module_of(c)},
+        "params": ref_to_cand,
+    }
+    tol = {"rtol": rtol, "atol": atol}
+    r0 = compare(out / "ref", out / "cand", mapping=mapping, level=level, steps=[0], **tol)
+    result.compare_step0 = r0
+    order = _param_order(r0)
+    # 4. forward.
+    fwd = phases["forward"]
+    d = r0.first_divergence
+    if d is not None and d.status == "fail":
+        fwd.status, fwd.where, fwd.step = "fail", d.module or d.op, d.step
+        fwd.summary = (f"{d.module or '<root>'} ({d.op}) is the first module whose output diverges "
+                       f"while its inputs agree ({d.verdict} here)"
+                       if d.verdict == "introduced" else
+                       f"{d.module or '<root>'} ({d.op}) diverges first ({d.verdict})")
+        fwd.evidence = {"verdict": d.verdict, "metrics": d.metrics, "source": d.source,
+                        "cand_module": d.cand_module, "in_error": d.in_error,
+                        "out_error": d.out_error}
+    else:
+        n = sum(1 for p in r0.pairs if p.direction == "forward")
+        fwd.summary = f"{n} forward tensor pairs agree at step 0"
+    # 5. loss.
+    lp = [p for p in r0.loss if p.step == 0]
+    lossph = phases["loss"]
+    rl, cl = result.losses["ref"][0], result.losses["cand"][0]
+    lossph.evidence = {"ref": rl, "cand": cl, "abs_diff": abs(rl - cl)}
+    if lp and lp[0].status == "fail":
+        lossph.status, lossph.step, lossph.where = "fail", 0, "loss"
+        lossph.summary = f"step-0 loss {rl:.7g} vs {cl:.7g} (difference {abs(rl - cl):.3g})"
+    else:
+        lossph.summary = f"step-0 loss {rl:.7g} vs {cl:.7g}"
+    # 6. backward.
+    bwd = phases["backward"]
+    grads = r0.divergent_params("grad")
+    db = r0.first_backward
+    if db is not None and db.status == "fail":
+        bwd.status, bwd.where, bwd.step = "fail", db.module or db.op, db.step
+        bwd.summary = f"gradient flowing back diverges first at {db.module or '<root>'} ({db.verdict})"
+        bwd.evidence = {"verdict": db.verdict, "metrics": db.metrics}
+    if grads and any(g.status == "fail" for g in grads):
+        g = _first_param([g for g in grads if g.status == "fail"], order)
+        if bwd.status != "fail":
+            bwd.status, bwd.where, bwd.step = "fail", _module_of(g.module), 0
+            bwd.summary = f"parameter gradient {g.module} diverges first"
+        bwd.evidence.update({"first_grad": g.module, "grads_diverging": len(grads),
+                             "grad_metrics": g.metrics})
+    if bwd.status == "pass":
+        n = sum(1 for p in r0.params if p.kind == "grad")
+        bwd.summary = f"{n} parameter gradients agree" + (
+            "" if n else " (no gradients captured)")
+    # 7. update.
+    upd = phases["update"]
+    params = [p for p in r0.divergent_params("param") if p.status == "fail"]
+    if params:
+        p = _first_param(params, order)
+        upd.status, upd.where, upd.step = "fail", _module_of(p.module), 0
+        stat = any(s in p.module for s in ("running_", "moving_"))
+        upd.summary = (f"{len(params)} parameter(s) differ after the optimizer step; first: "
+                       f"{p.module}" + (" (BatchNorm running statistics: updated in forward with "
+                                        "the layer's momentum)" if stat else ""))
+        upd.evidence = {"first_param": p.module, "cand_param": p.cand_module,
+                        "diverging": [q.module for q in params][:20], "metrics": p.metrics}
+        ratio = _update_ratio(ref_before, cand_before, r0, open_trace(out / "ref"),
+                              open_trace(out / "cand"), ref_to_cand, 0)
+        if ratio:
+            upd.evidence["update_ratio"] = ratio
+            if ratio["uniform"]:
+                upd.summary += (f"; every update is {ratio['median_ratio']:.4g}x the reference's: "
+                                "the learning rate (schedule) differs")
+    else:
+        n = sum(1 for p in r0.params if p.kind == "param")
+        upd.summary = f"{n} parameters agree after the optimizer step"
+    # 8. later steps.
+    later = phases["later-steps"]
+    if steps > 1:
+        rl_all = compare(out / "ref", out / "cand", mapping=mapping, level=level,
+                         steps=list(range(1, steps)), **tol)
+        for s in range(1, steps):
+            bad = [p for p in rl_all.all_pairs() if p.step == s and p.status == "fail"]
+            if bad:
+                later.status, later.step = "fail", s
+                loss_bad = [p for p in bad if p.kind == "loss"]
+                first = min(bad, key=lambda p: p.order)
+                later.where = "loss" if loss_bad and len(bad) == len(loss_bad) else (
+                    _module_of(first.module) if first.kind in ("param", "grad") else first.module)
+                later.summary = (f"step {s}: {len(bad)} pair(s) diverge, first {first.name}; loss "
+                                 f"{result.losses['ref'][s]:.7g} vs {result.losses['cand'][s]:.7g}")
+                break
+        if later.status == "pass":
+            later.summary = f"steps 1-{steps - 1} agree (losses and parameters)"
+    else:
+        later.status, later.summary = "skipped", "only one step was run"
+    # 9. eval.
+    ev = phases["eval"]
+    if run_eval and ref.eval is not None and cand.eval is not None:
+        m_ref = _evaluate(ref, out / "ref-eval", "module", payload)
+        m_cand = _evaluate(cand, out / "cand-eval", "module", payload)
+        re = compare(out / "ref-eval", out / "cand-eval", mapping=mapping, level="module", **tol)
+        ev.evidence = {"ref": m_ref, "cand": m_cand}
+        de = re.first_divergence
+        if de is not None and de.status == "fail":
+            ev.status, ev.where = "fail", de.module or de.op
+            ev.summary = (f"evaluation diverges first at {de.module or '<root>'} ({de.verdict})"
+                          + (f"; eval loss {m_ref.get('loss'):.5g} vs {m_cand.get('loss'):.5g}"
+                             if m_ref and m_cand and isinstance(m_ref.get('loss'), float)
+                             and isinstance(m_cand.get('loss'), float) else ""))
+        else:
+            ev.summary = "evaluation outputs agree"
+    else:
+        ev.status, ev.summary = "skipped", "no eval in the specs" if run_eval else "not asked"
+    # Phases after the first failure usually fail because of it: say so instead of hiding them.
+    first = result.first
+    if first is not None:
+        for p in result.phases[result.phases.index(first) + 1:]:
+            if p.status == "fail":
+                p.summary += f" (may follow from the {first.name} divergence)"
+    result.seconds = time.perf_counter() - t0
+    return result
