@@ -90,7 +90,9 @@ def test_module_level_conv_bn_inplace_relu(tmp_path) -> None:  # type: ignore[no
             ("relu", "output"), ("fc", "input"), ("fc", "output"), ("", "input")} <= got
     params = tr.records(step=0, kind="param")
     grads = tr.records(step=0, kind="grad")
-    assert {r.module for r in params} == {n for n, _ in m.named_parameters()}
+    # parameters and the float buffers training updates (BN running statistics)
+    assert {r.module for r in params} == {n for n, _ in m.named_parameters()} | {
+        "bn.running_mean", "bn.running_var"}
     assert all(r.direction == "update" and r.role == "param" for r in params)
     assert {r.module for r in grads} == {n for n, _ in m.named_parameters()}
     assert all(r.direction == "backward" and r.role == "grad" for r in grads)
@@ -105,7 +107,8 @@ def test_param_and_grad_values_are_exact(tmp_path) -> None:  # type: ignore[no-u
         _train(m, 1, cap)
     tr = open_trace(tmp_path / "t")
     for r in tr.records(kind="param"):
-        np.testing.assert_array_equal(tr.tensor(r), dict(m.named_parameters())[r.module].detach().numpy())
+        state = dict(m.state_dict())  # parameters and buffers
+        np.testing.assert_array_equal(tr.tensor(r), state[r.module].detach().numpy())
     for r in tr.records(kind="grad"):
         np.testing.assert_array_equal(tr.tensor(r), dict(m.named_parameters())[r.module].grad.numpy())
 
@@ -281,7 +284,8 @@ def test_steps_include_exclude_directions(tmp_path) -> None:  # type: ignore[no-
     assert {r.module for r in tr.records(kind="op")} <= {"conv", "bn"}
     assert not tr.records(direction="backward")
     assert {r.module for r in tr.records(kind="param")} == {"conv.weight", "conv.bias",
-                                                            "bn.weight"}
+                                                            "bn.weight", "bn.running_mean",
+                                                            "bn.running_var"}
 
 
 def test_restore_on_exception(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -347,3 +351,63 @@ def test_dtypes_through_ops(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert {"complex64", "bool", "float16", "int64", "float32"} <= dtypes
     for r in tr.records(kind="op"):
         assert r.stats["nan"] == 0 and not math.isnan(r.stats["norm"])
+
+
+class _Residual(torch.nn.Module):
+    """x feeds both conv (through an in-place ReLU) and the identity shortcut."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 3, 3, padding=1)
+        self.relu = torch.nn.ReLU(inplace=True)
+        self.head = torch.nn.Linear(3 * 4 * 4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.relu(self.conv(x)) + x
+        return self.head(y.flatten(1))
+
+
+def test_module_input_gradient_is_the_modules_own_contribution(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    m = _Residual()
+    x0 = torch.randn(2, 3, 4, 4)
+    # Reference: what register_full_backward_hook reports for conv (its grad_input), on a copy.
+    ref_model = _Residual()
+    ref_model.load_state_dict(m.state_dict())
+    ref_model.relu.inplace = False  # full_backward_hook itself cannot handle the in-place ReLU
+    seen: dict[str, torch.Tensor] = {}
+
+    def keep(mod, gi, go):  # type: ignore[no-untyped-def]
+        seen["conv"] = gi[0].detach().clone()
+
+    ref_model.conv.register_full_backward_hook(keep)
+    xr = x0.clone().requires_grad_(True)
+    ref_model(xr).sum().backward()
+    x = x0.clone().requires_grad_(True)
+    with capture(m, tmp_path / "t", payload="tensors") as cap:
+        m(x).sum().backward()
+        cap.step()
+    tr = open_trace(tmp_path / "t")
+    (rec,) = tr.records(kind="module", module="conv", direction="backward", role="output")
+    got = tr.tensor(rec)
+    np.testing.assert_allclose(got, seen["conv"].numpy(), rtol=1e-6, atol=1e-7)
+    # ...which is not the input's total gradient (conv path + shortcut)
+    assert not np.allclose(got, xr.grad.numpy(), atol=1e-4)
+
+
+def test_param_grads_are_recorded_as_backward_produced_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    scale = 1024.0
+    with capture(m, tmp_path / "t", payload="tensors", optimizer=opt) as cap:
+        loss = m(torch.ones(3, 4)).pow(2).sum()
+        (loss * scale).backward()
+        scaled = m.weight.grad.detach().clone()
+        for p in m.parameters():  # static loss scaling: unscale before the update
+            p.grad.div_(scale)
+        opt.step()
+        cap.step()
+    tr = open_trace(tmp_path / "t")
+    (g,) = tr.records(kind="grad", module="weight")
+    np.testing.assert_array_equal(tr.tensor(g), scaled.numpy())

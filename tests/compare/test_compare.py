@@ -107,9 +107,23 @@ def test_dtype_aware_tolerances(net):
 
 def test_cross_profile_when_frameworks_differ(net):
     r = netparity.compare(net(framework="torch"), net(framework="mindspore", noise=1e-6))
-    assert {p.tol_source for p in r.pairs} == {"cross:float32"}
+    assert {p.tol_source for p in r.pairs} == {"cross:float32(atol x rms)"}
     assert r
 
+
+def test_cross_profile_atol_scales_with_magnitude(net):
+    # Gradients of ~1e-7 scaled by 1024 on one side (a loss-scale mismatch) must fail even though
+    # every absolute difference is far below 1e-4; tiny relative noise at that scale passes.
+    def scaled(factor):
+        return lambda m, d, role, a: a * factor if role == "grad" else a
+
+    ref = net(framework="torch", edit=scaled(1e-7))
+    ok = netparity.compare(ref, net(framework="mindspore", edit=scaled(1e-7 * (1 + 1e-7))))
+    assert ok
+    bad = netparity.compare(ref, net(framework="mindspore", edit=scaled(1e-7 * 1024)))
+    grads = [p for p in bad.params if p.kind == "grad"]
+    assert grads and all(p.status == "fail" for p in grads)
+    assert all(p.atol < 1e-9 for p in grads)  # scaled to the gradients' own magnitude
 
 def test_per_name_overrides_and_globals(net):
     ref, cand = net(), net(perturb={("net.l2", "forward"): 1e-2})
@@ -205,3 +219,24 @@ def test_large_tensor_chunked_matches_direct():
     assert m["within"] == pytest.approx(np.mean(d <= 1e-6 + 1e-5 * np.abs(a)))
     assert m["q50"] == pytest.approx(np.median(d), rel=0.45)
     assert m["q99"] == pytest.approx(np.quantile(d, 0.99), rel=0.45)
+
+
+def test_cross_profile_judges_normwise_sparse_outliers_warn(net):
+    # One backward element flipped (a ReLU decision that fell the other way): elementwise it is
+    # far off, normwise tiny -> warn, not fail. A systematic 1% forward shift -> fail.
+    def flip(m, d, role, a):
+        if m == "net.l2" and d == "backward" and role == "output":
+            a = a.copy()
+            a[7] *= 0.8  # one element off by 20%
+        return a
+
+    ref = net(framework="torch", size=3000)
+    r = netparity.compare(ref, net(framework="mindspore", size=3000, edit=flip))
+    (p,) = [p for p in r.pairs if p.module == "net.l2" and p.direction == "backward"
+            and p.role == "output"]
+    assert p.status == "warn" and "sparse outliers" in p.reason
+    assert r  # warnings do not fail the comparison
+    shifted = netparity.compare(ref, net(framework="mindspore", size=3000,
+                                         perturb={("net.l1", "forward"): 1e-2}))
+    assert not shifted and shifted.first_divergence.module == "net.l1"
+    assert shifted.first_divergence.metrics["norm_err"] > 1e-3

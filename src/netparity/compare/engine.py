@@ -257,6 +257,8 @@ def compare(
     def run(j: _Job) -> None:
         pr = j.result
         pr.metrics = _evidence(ref_tr, j.ref, cand_tr, j.cand, j.tol)
+        if j.tol.norm is not None and pr.metrics.get("basis") == "tensors":
+            pr.metrics["norm_tol"] = j.tol.norm
         pr.status, pr.reason = judge(pr.metrics, j.tol.rtol, j.tol.atol)
         f = j.fp64_rec
         if (

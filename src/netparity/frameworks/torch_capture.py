@@ -101,7 +101,7 @@ class _Call:
     """One module call: forward identity and, once its backward starts, backward identity."""
 
     __slots__ = ("path", "module", "native", "op", "fwd_call", "event", "nops", "bwd_call",
-                 "bwd_event", "bwd_nops", "recompute", "source", "in_nodes")
+                 "bwd_event", "bwd_nops", "recompute", "source", "in_nodes", "in_edges", "in_acc")
 
     def __init__(self, path: str, module: torch.nn.Module, native: str, op: str):
         self.path = path
@@ -117,6 +117,10 @@ class _Call:
         self.recompute = False
         self.source = ""
         self.in_nodes: set[Any] = set()
+        # (arg, grad_fn or None, output_nr, tensor) of inputs that need a gradient
+        self.in_edges: list[tuple[str, Any, int, Any]] = []
+        # arg -> [contributions expected, arrived, running sum]
+        self.in_acc: dict[str, list[Any]] = {}
 
 
 class _TLS(threading.local):
@@ -198,6 +202,7 @@ class TorchCapture(CaptureSession):
         self._update_ops = 0
         self._update_no = 0
         self._params_done = -1
+        self._grads_seen: dict[str, int] = {}
         self._custom_calls: dict[str, int] = {}
         self._op_names: dict[Any, tuple[str, str]] = {}
         self._canon_mod: dict[type, tuple[str, str]] = {}
@@ -262,6 +267,13 @@ class TorchCapture(CaptureSession):
                     self._hooks.append(m.register_forward_hook(
                         functools.partial(self._post_hook, path), with_kwargs=True,
                         always_call=True))
+                # Parameter gradients as backward produces them (before any unscaling, clipping
+                # or zeroing by the training loop): the same moment MindSpore's
+                # Parameter.register_hook sees, so loss-scaled runs compare like for like.
+                for name, prm in self.model.named_parameters():
+                    if prm.requires_grad:
+                        self._hooks.append(prm.register_post_accumulate_grad_hook(
+                            functools.partial(self._acc_grad, name)))
             om = _optim_mod
             self._hooks.append(om.register_optimizer_step_pre_hook(self._opt_pre))
             self._hooks.append(om.register_optimizer_step_post_hook(self._opt_post))
@@ -453,8 +465,8 @@ class TorchCapture(CaptureSession):
                 for arg, t in tensors:
                     if t.requires_grad:
                         if p.modules and p.wants_name(path, op):
-                            self._step_hooks.append(t.register_hook(
-                                functools.partial(self._grad_hook, info, "output", arg)))
+                            # resolved in _post into hooks on the edges that feed this input
+                            info.in_edges.append((arg, t.grad_fn, t.output_nr, t))
                         if p.ops and t.grad_fn is not None:
                             info.in_nodes.add(t.grad_fn)
         self._tls.stack.append(info)
@@ -485,6 +497,8 @@ class TorchCapture(CaptureSession):
                         functools.partial(self._grad_hook, info, "input", arg)))
                 if t.grad_fn is not None:
                     roots.append(t.grad_fn)
+        if info.in_edges:
+            self._hook_input_grads(info, tensors)
         if any(t.requires_grad for _, t in tensors):
             self._hooked.add(path)
         if p.ops and roots:
@@ -515,6 +529,94 @@ class TorchCapture(CaptureSession):
 
         self._emit_all(make, [(arg, grad)])
         return None
+
+    def _hook_input_grads(self, info: _Call, outs: list[tuple[str, torch.Tensor]]) -> None:
+        """Record the gradient w.r.t. each input *through this module* (what
+        ``register_full_backward_hook`` reports), not the input tensor's total gradient.
+
+        A tensor hook on an input would see the sum over every use of the tensor (a ResNet
+        block's input feeds ``conv1`` and the shortcut). Instead, walk the autograd nodes between
+        the module's outputs and its inputs and hook the edges that end at an input: their
+        gradients, summed, are the module's contribution. In-place updates inside the module
+        keep working because the input's node is taken before the module runs. An output that
+        *is* an input (identity, in-place activation without a node of its own) passes the
+        output's gradient through.
+        """
+        keys: dict[tuple[int, int], str] = {}
+        leaves: dict[int, str] = {}
+        stop: set[Any] = set()
+        for arg, node, nr, t in info.in_edges:
+            if node is None:
+                leaves[id(t)] = arg
+            else:
+                keys[(id(node), nr)] = arg
+                stop.add(node)
+        info.in_edges = []  # drop tensor references
+        acc = info.in_acc
+        hooks = self._step_hooks
+        todo = []
+        for _, t in outs:
+            if not t.requires_grad:
+                continue
+            if t.grad_fn is None:
+                continue
+            arg = keys.get((id(t.grad_fn), t.output_nr))
+            if arg is not None:  # the output is the input itself: gradient passes through
+                acc.setdefault(arg, [0, 0, None])[0] += 1
+                hooks.append(t.register_hook(functools.partial(self._in_grad_tensor, info, arg)))
+            else:
+                todo.append(t.grad_fn)
+        edges: dict[Any, list[tuple[int, str]]] = {}
+        seen: set[Any] = set()
+        budget = 100_000  # bounds the walk if the outputs depend on a huge outside graph
+        while todo and budget:
+            node = todo.pop()
+            if node in seen or node in stop:
+                continue
+            seen.add(node)
+            budget -= 1
+            for j, (nxt, nr) in enumerate(node.next_functions):
+                if nxt is None:
+                    continue
+                arg = keys.get((id(nxt), nr))
+                if arg is None and leaves:
+                    var = getattr(nxt, "variable", None)
+                    arg = leaves.get(id(var)) if var is not None else None
+                if arg is not None:
+                    edges.setdefault(node, []).append((j, arg))
+                    acc.setdefault(arg, [0, 0, None])[0] += 1
+                elif nxt not in stop:
+                    todo.append(nxt)
+        for node, lst in edges.items():
+            hooks.append(node.register_hook(functools.partial(self._in_grad_node, info, lst)))
+
+    def _in_grad_node(self, info: _Call, lst: list[tuple[int, str]], grad_inputs: Any,
+                      grad_outputs: Any) -> None:
+        for j, arg in lst:
+            self._in_grad_part(info, arg, grad_inputs[j] if j < len(grad_inputs) else None)
+        return None
+
+    def _in_grad_tensor(self, info: _Call, arg: str, grad: torch.Tensor) -> None:
+        self._in_grad_part(info, arg, grad)
+        return None
+
+    def _in_grad_part(self, info: _Call, arg: str, grad: torch.Tensor | None) -> None:
+        if not self._on or self._busy:
+            return
+        slot = info.in_acc.get(arg)
+        if slot is None:
+            return
+        slot[1] += 1
+        if grad is not None:
+            if slot[0] == 1:  # the usual case: one edge, record it now, no copy
+                self._grad_hook(info, "output", arg, grad)
+                return
+            with torch._C._DisableTorchDispatch(), torch.no_grad():
+                # autograd may accumulate into a gradient buffer in place later: keep a copy
+                slot[2] = grad.detach().clone() if slot[2] is None else slot[2] + grad
+        if slot[1] >= slot[0] and slot[2] is not None:
+            total, slot[2] = slot[2], None
+            self._grad_hook(info, "output", arg, total)
 
     def _start_bwd(self, info: _Call) -> None:
         if info.bwd_call < 0:
@@ -671,6 +773,22 @@ class TorchCapture(CaptureSession):
         if self.auto_step:
             self.step()
 
+    def _acc_grad(self, name: str, prm: torch.Tensor) -> None:
+        if not self._on or self._busy or prm.grad is None:
+            return
+        pol = self.policy
+        if not (pol.wants_direction("backward") and pol.wants_name(name, name.rpartition(".")[0])):
+            return
+        n = self._grads_seen.get(name, 0)
+        self._grads_seen[name] = n + 1
+
+        def make(a: str) -> Record:
+            r = _param_record("grad", name, "backward", a)
+            r.call = n  # gradient accumulation: one record per backward
+            return r
+
+        self._emit_all(make, [("", prm.grad)])
+
     def _record_params(self, opt: torch.optim.Optimizer | None, *, grads: bool,
                        params: bool) -> None:
         if opt is not None:
@@ -688,10 +806,19 @@ class TorchCapture(CaptureSession):
             # a parameter passes when its name or its module's path does ("conv" -> conv.weight)
             if name is None or not pol.wants_name(name, name.rpartition(".")[0]):
                 continue
-            if grads and prm.grad is not None and pol.wants_direction("backward"):
+            if (grads and prm.grad is not None and pol.wants_direction("backward")
+                    and name not in self._grads_seen):
                 items_g.append((name, prm.grad))
             if params:
                 items_p.append((name, prm))
+        if params and self.model is not None:
+            # Buffers that training updates (BatchNorm running statistics) belong to the state
+            # after the step; MindSpore keeps them as parameters (moving_mean/variance).
+            for name, buf in self.model.named_buffers():
+                if name.endswith("num_batches_tracked") or not buf.is_floating_point():
+                    continue
+                if pol.wants_name(name, name.rpartition(".")[0]):
+                    items_p.append((name, buf))
         for name, g in items_g:
             self._emit_all(functools.partial(_param_record, "grad", name, "backward"), [("", g)])
         for name, t in items_p:
@@ -746,6 +873,7 @@ class TorchCapture(CaptureSession):
         self._fwd_calls.clear()
         self._bwd_calls.clear()
         self._custom_calls.clear()
+        self._grads_seen.clear()
         self._outside_fwd = self._outside_bwd = 0
         self._update_ops = 0
         self._update_no = 0
