@@ -18,13 +18,15 @@ layers), float16 ``1e-2 / 1e-3``, bfloat16 ``5e-2 / 1e-2``, float64 ``1e-7 / 1e-
 bool tensors must be equal.
 
 The ``cross`` profile also judges *normwise*: a pair fails when ``rmse / rms(ref)`` exceeds
-:data:`CROSS_NORM` (float32: 1e-3 forward, 1e-2 backward); elementwise violations under that bound
+:data:`CROSS_NORM` (float32: 1e-3 forward, 5e-2 backward); elementwise violations under that bound
 are a *warn* (parameters after the update use the backward bound: they carry the gradients'
 noise). Why: different kernels make a few activations that sit at a ReLU/max-pool decision
 boundary (values ~1e-7 from zero) fall on opposite sides; the gradients of those elements then
 differ by their full size, and BatchNorm's backward spreads that over the whole tensor. Measured
-on the ResNet demo (batch 2): forward pairs agree to ~1e-6 normwise, backward to ~1e-3 with
-cosine 0.9999997 -- agreement that an elementwise assert_close rule calls a failure. Seeded
+on the ResNet demos: forward pairs agree to 1e-6..4e-5 normwise; backward to ~1e-3 (ResNet-18,
+batch 2) and up to 1.5e-2 (ResNet-50 at 64 px, where one flip in layer4's 2x2 maps is spread
+by BatchNorm over 16 samples), with cosine >= 0.9999 -- agreement that an elementwise
+assert_close rule calls a failure. Seeded
 migration bugs sit one to several orders of magnitude above these bounds.
 
 In the ``cross`` profile the default ``atol`` is *relative to the reference tensor's RMS*
@@ -79,8 +81,8 @@ PROFILES = {"same": SAME, "cross": CROSS}
 CROSS_NORM: dict[str, tuple[float, float]] = {
     "float64": (1e-9, 1e-7),
     "complex128": (1e-9, 1e-7),
-    "float32": (1e-3, 1e-2),
-    "complex64": (1e-3, 1e-2),
+    "float32": (1e-3, 5e-2),
+    "complex64": (1e-3, 5e-2),
     "float16": (1e-2, 5e-2),
     "bfloat16": (5e-2, 1e-1),
     "float8_e4m3fn": (2e-1, 3e-1),

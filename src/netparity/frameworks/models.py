@@ -102,7 +102,7 @@ def set_weights(model: Any, arrays: Mapping[str, np.ndarray],
                 if tuple(t.shape) != tuple(np.shape(a)):
                     raise MappingError(
                         f"{name}: shape {tuple(np.shape(a))} does not fit {tuple(t.shape)}")
-                t.copy_(torch.as_tensor(np.ascontiguousarray(a)).to(t.dtype))
+                t.copy_(torch.as_tensor(np.array(a, order="C")).to(t.dtype))  # keeps 0-d shapes
                 done.append(name)
         return done
     import mindspore as ms
@@ -115,7 +115,7 @@ def set_weights(model: Any, arrays: Mapping[str, np.ndarray],
         a = decode(np.asarray(arr), dtypes.get(name, "")) if name in dtypes else arr
         if tuple(p.shape) != tuple(np.shape(a)):
             raise MappingError(f"{name}: shape {tuple(np.shape(a))} does not fit {tuple(p.shape)}")
-        p.set_data(ms.Tensor(np.ascontiguousarray(a)).astype(p.dtype))
+        p.set_data(ms.Tensor(np.array(a, order="C")).astype(p.dtype))
         done.append(name)
     return done
 
@@ -145,3 +145,47 @@ def as_tensor(arr: np.ndarray, framework: str) -> Any:
 
         return ms.Tensor(a)
     return a
+
+
+def optimizer_settings(optimizer: Any, model: Any) -> dict[str, dict[str, Any]]:
+    """Per-parameter optimizer settings: ``{name: {"weight_decay", "momentum", "lr"}}``.
+
+    PyTorch: from each param group. MindSpore: from the optimizer's groups and decay flags, with
+    the loss scale taken out of the weight decay (MindSpore stores ``weight_decay * loss_scale``
+    because it decays the still-scaled gradients). ``lr`` is ``None`` for schedules (compare the
+    specs' ``lr_schedule`` instead). Unknown layouts give an empty dict.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    if optimizer is None:
+        return out
+    fw = framework_of(model)
+    if fw == "torch":
+        names = {id(p): n for n, p in model.named_parameters()}
+        for g in getattr(optimizer, "param_groups", []):
+            for p in g["params"]:
+                if id(p) in names:
+                    out[names[id(p)]] = {
+                        "weight_decay": float(g.get("weight_decay", 0.0) or 0.0),
+                        "momentum": float(g.get("momentum", 0.0) or 0.0),
+                        "lr": float(g["lr"]) if isinstance(g.get("lr"), (int, float)) else None,
+                    }
+        return out
+    try:
+        params = list(optimizer._parameters)
+        scale = float(getattr(optimizer, "loss_scale", 1.0) or 1.0)
+        flags = list(getattr(optimizer, "decay_flags", [True] * len(params)))
+        if getattr(optimizer, "is_group", False):
+            wds = [float(w) if isinstance(w, (int, float)) else float(np.asarray(w.asnumpy()))
+                   for w in optimizer.group_weight_decay]
+        else:
+            w = optimizer.weight_decay
+            wd = float(w) if isinstance(w, (int, float)) else float(np.asarray(w.asnumpy()))
+            wds = [wd] * len(params)
+        mom = getattr(optimizer, "momentum", None)
+        momentum = float(np.asarray(mom.asnumpy())) if hasattr(mom, "asnumpy") else float(mom or 0)
+    except Exception:  # a custom optimizer without the standard attributes
+        return out
+    for p, f, wd in zip(params, flags, wds):
+        out[p.name] = {"weight_decay": (wd / scale) if f else 0.0, "momentum": momentum,
+                       "lr": None}
+    return out

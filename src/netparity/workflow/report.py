@@ -74,7 +74,8 @@ def _num(v: Any) -> str:
 def render_html(r: StepResult, *, title: str = "netparity one-step parity") -> str:
     """One self-contained HTML page: phases, culprit, loss curves, then the step-0 comparison."""
     from netparity.compare.results import CompareResult
-    from netparity.report.html import esc, render_html as render_compare, svg_line_plot
+    from netparity.report.html import esc, svg_line_plot
+    from netparity.report.html import render_html as render_compare
 
     rows = []
     for p in r.phases:

@@ -291,41 +291,124 @@ def _first_param(pairs: list[Any], order: dict[str, int]) -> Any:
     return min(pairs, key=key)
 
 
-def _update_ratio(ref_before: dict[str, np.ndarray], cand_before: dict[str, np.ndarray],
-                  result: Any, ref_tr: Any, cand_tr: Any, ref_to_cand: dict[str, str],
-                  step: int) -> dict[str, Any] | None:
-    """Ratio of candidate to reference parameter updates: uniform -> learning-rate difference."""
+def _update_deltas(ref_before: dict[str, np.ndarray], cand_before: dict[str, np.ndarray],
+                   ref_tr: Any, cand_tr: Any, ref_to_cand: dict[str, str],
+                   step: int) -> list[dict[str, Any]]:
+    """Compare the optimizer's *updates* (after - before) parameter by parameter.
+
+    Optimizer bugs barely move parameter values (an extra weight decay of 1/32768 changes a
+    BatchNorm gamma by ~3e-7 in one step) but change the update by a visible fraction. For each
+    parameter: the normwise error of the update, its ratio to the reference's update (uniform
+    ratios across parameters mean a learning-rate difference), and how much of the difference is
+    proportional to the parameter itself (a weight-decay difference).
+    """
     ref_after = {r.module: r for r in ref_tr.records(step=step, kind="param")}
     cand_after = {r.module: r for r in cand_tr.records(step=step, kind="param")}
-    ratios = []
+    out: list[dict[str, Any]] = []
     for name, rec in ref_after.items():
         cname = ref_to_cand.get(name)
-        if cname is None or cname not in cand_after or name not in ref_before:
-            continue
-        if not rec.has_payload or not cand_after[cname].has_payload:
-            return None
         if any(k in name for k in ("running_", "moving_", "num_batches")):
             continue  # statistics, not optimizer updates
-        d_ref = np.asarray(ref_tr.tensor(rec), np.float64).ravel() - np.asarray(
-            ref_before[name], np.float64).ravel()
-        d_cand = np.asarray(cand_tr.tensor(cand_after[cname]), np.float64).ravel() - np.asarray(
+        if cname is None or cname not in cand_after or name not in ref_before \
+                or cname not in cand_before:
+            continue
+        crec = cand_after[cname]
+        if not rec.has_payload or not crec.has_payload:
+            continue
+        p0 = np.asarray(ref_before[name], np.float64).ravel()
+        d_ref = np.asarray(ref_tr.tensor(rec), np.float64).ravel() - p0
+        d_cand = np.asarray(cand_tr.tensor(crec), np.float64).ravel() - np.asarray(
             cand_before[cname], np.float64).ravel()
         if d_ref.size != d_cand.size:
             continue
-        nr = float(np.dot(d_ref, d_ref))
-        if nr < 1e-30:
+        nr = float(np.linalg.norm(d_ref))
+        dd = d_cand - d_ref
+        ndd = float(np.linalg.norm(dd))
+        pp = float(np.dot(p0, p0))
+        c = float(np.dot(dd, p0) / pp) if pp > 0 else 0.0
+        explained = 1.0 - float(np.linalg.norm(dd - c * p0)) ** 2 / ndd**2 if ndd > 0 else 0.0
+        out.append({
+            "param": name, "cand_param": cname,
+            "rel_err": ndd / nr if nr > 0 else (0.0 if ndd == 0 else math.inf),
+            "ratio": float(np.dot(d_cand, d_ref) / nr**2) if nr > 0 else math.nan,
+            "decay_coef": c,  # d_cand - d_ref ~= c * param_before
+            "decay_explained": explained,
+            "decay_signal": abs(c) * math.sqrt(pp) / nr if nr > 0 else 0.0,
+        })
+    return out
+
+
+#: update differences below this (normwise, relative to the update) are gradient noise (the
+#: backward bound of the cross-framework comparison: updates carry the gradients' noise)
+UPDATE_NOISE = 5e-2
+#: later steps: the loss curves agree when every step's loss is within this relative band.
+#: Why a band and not tensors: after one update the two runs differ by gradient noise, which small
+#: batches and BatchNorm amplify step after step; the guides' criterion for "later losses" is
+#: the curve staying within an error band.
+LOSS_CURVE_RTOL = 1e-2
+#: ...and beyond this band they fail. Between the two: warn. Measured on the ResNet-50 demo
+#: (batch 4, 64 px): step 0 agrees to 1e-5, later losses drift 0.3-6% apart, because the
+#: step-0 gradient of conv1 differs by 1.5% (ReLU decisions flipping, accumulated over 50
+#: layers of backward) and conv1's update is large next to its weights.
+LOSS_CURVE_FAIL = 5e-2
+#: a difference proportional to the parameter must explain this much of the update difference
+DECAY_EXPLAINED = 0.9
+#: ...and be at least this large relative to the update, to be called a weight-decay difference
+DECAY_SIGNAL = 2e-3
+
+
+def _optimizer_mismatch(ref: Spec, cand: Spec, ref_to_cand: dict[str, str],
+                        order: dict[str, int]) -> dict[str, Any] | None:
+    """Per-parameter optimizer settings (weight decay, momentum) that differ between the sides."""
+    from netparity.frameworks.models import optimizer_settings
+
+    rs = optimizer_settings(ref.optimizer, ref.model)
+    cs = optimizer_settings(cand.optimizer, cand.model)
+    bad = []
+    for rname, cname in ref_to_cand.items():
+        a, b = rs.get(rname), cs.get(cname)
+        if a is None or b is None:
             continue
-        ratios.append((name, float(np.dot(d_cand, d_ref) / nr),
-                       float(np.linalg.norm(d_cand - d_ref * np.dot(d_cand, d_ref) / nr)
-                             / (np.linalg.norm(d_cand) or 1.0))))
-    if len(ratios) < 3:
+        for key in ("weight_decay", "momentum"):
+            if not math.isclose(a[key], b[key], rel_tol=1e-5, abs_tol=1e-12):
+                bad.append({"param": rname, "cand_param": cname, "setting": key.replace("_", " "),
+                            "ref": a[key], "cand": b[key]})
+                break
+    if not bad:
         return None
-    vals = np.array([r for _, r, _ in ratios])
-    resid = np.array([e for _, _, e in ratios])
-    med = float(np.median(vals))
-    spread = float(np.median(np.abs(vals - med)))
-    uniform = abs(med - 1.0) > 1e-3 and spread < 0.01 * abs(med) and float(np.median(resid)) < 0.05
-    return {"median_ratio": med, "spread": spread, "params": len(ratios), "uniform": bool(uniform)}
+    first = min(bad, key=lambda d: (order.get(_module_of(d["param"]), 10**9), d["param"]))
+    return {"kind": "settings", "first": first, "params": [d["param"] for d in bad],
+            "checked": len(rs)}
+
+
+def _judge_updates(deltas: list[dict[str, Any]], order: dict[str, int],
+                   lr_ref: float | None) -> dict[str, Any] | None:
+    """Name the optimizer difference the update deltas show, or None when they agree."""
+    if not deltas:
+        return None
+
+    def pos(d: dict[str, Any]) -> tuple[int, str]:
+        return (order.get(_module_of(d["param"]), 10**9), d["param"])
+
+    ratios = np.array([d["ratio"] for d in deltas if math.isfinite(d["ratio"])])
+    if ratios.size >= 3:
+        med = float(np.median(ratios))
+        spread = float(np.median(np.abs(ratios - med)))
+        if abs(med - 1.0) > UPDATE_NOISE and spread < 0.05 * max(abs(med), 1e-3):
+            first = min(deltas, key=pos)
+            return {"kind": "learning-rate", "first": first, "median_ratio": med,
+                    "spread": spread, "params": int(ratios.size)}
+    decay = [d for d in deltas if d["decay_explained"] > DECAY_EXPLAINED
+             and d["decay_signal"] > DECAY_SIGNAL]
+    if decay:
+        first = min(decay, key=pos)
+        extra = -first["decay_coef"] / lr_ref if lr_ref else None
+        return {"kind": "weight-decay", "first": first, "params": [d["param"] for d in decay],
+                "extra_weight_decay": extra}
+    bad = [d for d in deltas if d["rel_err"] > UPDATE_NOISE]
+    if bad:
+        return {"kind": "update", "first": min(bad, key=pos), "params": [d["param"] for d in bad]}
+    return None
 
 
 def run_step_parity(
@@ -415,8 +498,8 @@ def run_step_parity(
     _data_phase(ref, cand, steps, phases["data"], data_atol)
     batches = ref.batches  # both sides get the reference's batches from here on
     # 3. training steps under capture.
-    ref_before = dict(state_of(ref.model))
-    cand_before = dict(state_of(cand.model))
+    ref_state0, cand_state0 = state_of(ref.model), state_of(cand.model)
+    ref_before, cand_before = dict(ref_state0), dict(cand_state0)
     result.losses["ref"] = _train(ref, batches, out / "ref", steps, level, payload)
     result.losses["cand"] = _train(cand, batches, out / "cand", steps, level, payload)
     mapping = {
@@ -472,51 +555,108 @@ def run_step_parity(
         n = sum(1 for p in r0.params if p.kind == "grad")
         bwd.summary = f"{n} parameter gradients agree" + (
             "" if n else " (no gradients captured)")
-    # 7. update.
+    # 7. update: parameter values after the step, then the updates themselves.
     upd = phases["update"]
     params = [p for p in r0.divergent_params("param") if p.status == "fail"]
-    if params:
-        p = _first_param(params, order)
-        upd.status, upd.where, upd.step = "fail", _module_of(p.module), 0
-        stat = any(s in p.module for s in ("running_", "moving_"))
-        upd.summary = (f"{len(params)} parameter(s) differ after the optimizer step; first: "
-                       f"{p.module}" + (" (BatchNorm running statistics: updated in forward with "
-                                        "the layer's momentum)" if stat else ""))
-        upd.evidence = {"first_param": p.module, "cand_param": p.cand_module,
-                        "diverging": [q.module for q in params][:20], "metrics": p.metrics}
-        ratio = _update_ratio(ref_before, cand_before, r0, open_trace(out / "ref"),
-                              open_trace(out / "cand"), ref_to_cand, 0)
-        if ratio:
-            upd.evidence["update_ratio"] = ratio
-            if ratio["uniform"]:
-                upd.summary += (f"; every update is {ratio['median_ratio']:.4g}x the reference's: "
-                                "the learning rate (schedule) differs")
+    deltas = _update_deltas(ref_before, cand_before, open_trace(out / "ref"),
+                            open_trace(out / "cand"), ref_to_cand, 0)
+    lr_ref = ref.lr_schedule[0] if ref.lr_schedule else None
+    verdict = _judge_updates(deltas, order, lr_ref)
+    lr_note = ""
+    if ref.lr_schedule and cand.lr_schedule and not math.isclose(
+            ref.lr_schedule[0], cand.lr_schedule[0], rel_tol=1e-6, abs_tol=1e-12):
+        lr_note = (f"; the specs' learning rates for step 0 differ: {ref.lr_schedule[0]:.6g} vs "
+                   f"{cand.lr_schedule[0]:.6g}")
+    settings = _optimizer_mismatch(ref, cand, ref_to_cand, order)
+    if verdict is None and settings is not None:
+        verdict = settings
+    first_value = _first_param(params, order) if params else None
+    if verdict is not None or first_value is not None:
+        upd.status, upd.step = "fail", 0
+        # the earliest parameter (in forward order) with either kind of difference
+        cands = []
+        if first_value is not None:
+            cands.append((order.get(_module_of(first_value.module), 10**9), "value"))
+        if verdict is not None:
+            cands.append((order.get(_module_of(verdict["first"]["param"]), 10**9), "delta"))
+        which = min(cands)[1] if verdict is None or verdict["kind"] != "learning-rate" else "delta"
+        if which == "value":
+            p = first_value
+            upd.where = _module_of(p.module)
+            stat = any(k in p.module for k in ("running_", "moving_"))
+            upd.summary = (f"{len(params)} parameter(s) differ after the optimizer step; first: "
+                           f"{p.module}" + (" (BatchNorm running statistics: updated in forward "
+                                            "with the layer's momentum)" if stat else ""))
+            upd.evidence = {"first_param": p.module, "cand_param": p.cand_module,
+                            "diverging": [q.module for q in params][:20], "metrics": p.metrics}
+        else:
+            f = verdict["first"]
+            if verdict["kind"] == "learning-rate":
+                upd.where = "optimizer (learning rate)"
+                upd.summary = (f"every parameter's update is {verdict['median_ratio']:.4g}x the "
+                               f"reference's ({verdict['params']} parameters): the learning rate "
+                               "differs")
+            elif verdict["kind"] == "settings":
+                upd.where = _module_of(f["param"])
+                upd.summary = (f"optimizer settings differ for {len(verdict['params'])} "
+                               f"parameter(s); first: {f['param']} {f['setting']} "
+                               f"{f['ref']:.6g} (reference) vs {f['cand']:.6g} (candidate)")
+            elif verdict["kind"] == "weight-decay":
+                upd.where = _module_of(f["param"])
+                wd = verdict.get("extra_weight_decay")
+                upd.summary = (f"the update of {f['param']} differs by a multiple of the parameter "
+                               "itself: weight decay differs" + (
+                                   f" (candidate applies {wd:.3g} more)" if wd else "")
+                               + f"; {len(verdict['params'])} parameter(s) affected")
+            else:
+                upd.where = _module_of(f["param"])
+                upd.summary = (f"the update of {f['param']} differs by {f['rel_err']:.3g} "
+                               f"(normwise, relative to the update) while gradients agree")
+            upd.evidence = {k: v for k, v in verdict.items() if k != "first"}
+            upd.evidence["first_param"] = f
+        upd.summary += lr_note
+        upd.evidence["deltas_checked"] = len(deltas)
     else:
         n = sum(1 for p in r0.params if p.kind == "param")
-        upd.summary = f"{n} parameters agree after the optimizer step"
-    # 8. later steps.
+        upd.summary = (f"{n} parameters agree after the optimizer step; {len(deltas)} updates "
+                       f"agree within {UPDATE_NOISE:g}")
+    # 8. later steps: the loss curve within a band; evidence from the step's comparison.
     later = phases["later-steps"]
     if steps > 1:
-        rl_all = compare(out / "ref", out / "cand", mapping=mapping, level=level,
-                         steps=list(range(1, steps)), **tol)
-        for s in range(1, steps):
-            bad = [p for p in rl_all.all_pairs() if p.step == s and p.status == "fail"]
-            if bad:
-                later.status, later.step = "fail", s
-                loss_bad = [p for p in bad if p.kind == "loss"]
-                first = min(bad, key=lambda p: p.order)
-                later.where = "loss" if loss_bad and len(bad) == len(loss_bad) else (
-                    _module_of(first.module) if first.kind in ("param", "grad") else first.module)
-                later.summary = (f"step {s}: {len(bad)} pair(s) diverge, first {first.name}; loss "
-                                 f"{result.losses['ref'][s]:.7g} vs {result.losses['cand'][s]:.7g}")
-                break
-        if later.status == "pass":
-            later.summary = f"steps 1-{steps - 1} agree (losses and parameters)"
+        lr_, lc_ = result.losses["ref"], result.losses["cand"]
+        rel = [abs(c - r) / max(abs(r), 1e-12) for r, c in zip(lr_, lc_)]
+        later.evidence = {"loss_rel_diff": rel, "band": LOSS_CURVE_RTOL}
+        bad_steps = [k for k in range(1, steps) if not rel[k] <= LOSS_CURVE_RTOL]
+        if bad_steps:
+            failing = [k for k in bad_steps if not rel[k] <= LOSS_CURVE_FAIL]
+            k = failing[0] if failing else bad_steps[0]
+            later.status, later.step = ("fail" if failing else "warn"), k
+            rk = compare(out / "ref", out / "cand", mapping=mapping, level=level, steps=[k], **tol)
+            dk = rk.first_divergence
+            later.where = (dk.module or dk.op) if dk is not None else "loss"
+            later.summary = (f"step {k}: loss {lr_[k]:.7g} vs {lc_[k]:.7g} ({rel[k]:.2%} apart, "
+                             f"band {LOSS_CURVE_RTOL:.0%})"
+                             + (f"; first divergence {dk.module or dk.op} ({dk.verdict})"
+                                if dk is not None else "")
+                             + ("" if failing or any(
+                                 phases[n].status == "fail" for n in PHASES[:PHASES.index(
+                                     "later-steps")]) else
+                                f"; below the {LOSS_CURVE_FAIL:.0%} fail band and step 0 "
+                                "agrees: likely numeric noise amplified by training"))
+        else:
+            later.summary = (f"losses of steps 1-{steps - 1} within {LOSS_CURVE_RTOL:.0%} "
+                             f"(largest {max(rel[1:]):.2%})")
     else:
         later.status, later.summary = "skipped", "only one step was run"
     # 9. eval.
     ev = phases["eval"]
     if run_eval and ref.eval is not None and cand.eval is not None:
+        # Evaluate the converted *initial* weights, so the verdict does not depend on how far
+        # training drifted (later-steps judges that): restore both sides first.
+        from netparity.frameworks.models import set_weights
+
+        for model, st in ((ref.model, ref_state0), (cand.model, cand_state0)):
+            set_weights(model, st, {k: v for k, v in st.dtypes.items() if v == "bfloat16"})
         m_ref = _evaluate(ref, out / "ref-eval", "module", payload)
         m_cand = _evaluate(cand, out / "cand-eval", "module", payload)
         re = compare(out / "ref-eval", out / "cand-eval", mapping=mapping, level="module", **tol)

@@ -1,0 +1,38 @@
+"""``netparity demo``: the built-in ResNet-50 PyTorch -> MindSpore migration."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("demo", help="the ResNet-50 PyTorch -> MindSpore migration, end to end")
+    p.add_argument("-o", "--out", default="netparity-demo", help="output directory")
+    p.add_argument("--bug", help="inject a classic migration mistake (see --list-bugs)")
+    p.add_argument("--list-bugs", action="store_true", help="list the injectable bugs")
+    p.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
+    p.add_argument("--depth", type=int, default=50, choices=(18, 34, 50, 101, 152))
+    p.add_argument("--image-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from netparity.examples.resnet.bugs import BUGS
+
+    if args.list_bugs:
+        for name, text in BUGS.items():
+            print(f"{name:12s} {text}")
+        return 0
+    from netparity.cli._common import console
+    from netparity.workflow.demo import run_demo
+    from netparity.workflow.report import render_terminal
+
+    con = console()
+    r = run_demo(args.out, bug=args.bug, steps=args.steps,
+                 options={"depth": args.depth, "image_size": args.image_size,
+                          "batch_size": args.batch_size}, say=con.print)
+    render_terminal(r, con)
+    for n in r.notes:
+        con.print(n)
+    return 0 if r else 1
