@@ -84,7 +84,10 @@ def seed_everything(
             pass
         if deterministic:
             try:
-                ms.set_context(deterministic="ON")
+                if hasattr(ms, "set_deterministic"):  # 2.5+; set_context(deterministic) is deprecated
+                    ms.set_deterministic(True)
+                else:
+                    ms.set_context(deterministic="ON")
                 info["deterministic"] = "ON"
             except Exception:  # older versions / unsupported on this target
                 pass

@@ -20,6 +20,8 @@ from netparity.trace.schema import Record
 from netparity.trace.writer import TraceWriter
 
 _PKG_DIR = str(Path(__file__).resolve().parents[1])
+#: netparity code that *is* user code for the source line (the example networks and specs)
+_USER_DIRS = (str(Path(_PKG_DIR) / "examples"),)
 
 
 def user_source(skip_prefixes: tuple[str, ...] = ()) -> str:
@@ -30,9 +32,11 @@ def user_source(skip_prefixes: tuple[str, ...] = ()) -> str:
     f = sys._getframe(1)
     while f is not None:
         fn = f.f_code.co_filename
+        ours = fn.startswith(_PKG_DIR) and not fn.startswith(_USER_DIRS)
         if not (
-            fn.startswith(_PKG_DIR)
+            ours
             or fn.startswith("<")
+            or os.path.basename(fn) == "netparity"  # the console-script entry point
             or any(fn.startswith(p) for p in skip_prefixes)
         ):
             return f"{os.path.basename(fn)}:{f.f_lineno}"

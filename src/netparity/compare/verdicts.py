@@ -357,17 +357,22 @@ def min_tolerances(pairs: list[PairResult]) -> list[dict[str, Any]]:
         m = p.metrics
         if m.get("basis") not in ("tensors", "stats"):
             continue
+        # RMS-relative atol (cross profile): every pair has its own absolute atol, so group by
+        # rtol and report atol in units of each tensor's RMS instead of one line per pair.
+        rms = _g(m, "ref_rms") if "(atol x rms)" in p.tol_source else 0.0
+        scale = rms if rms > 0 else 1.0
         g = groups.setdefault(
-            (p.rtol, p.atol),
-            {"rtol": p.rtol, "atol": p.atol, "min_atol": 0.0, "min_rtol": 0.0, "pairs": 0,
-             "nonfinite_mismatch": 0, "basis": set()},
+            (p.rtol, p.atol) if rms <= 0 else (p.rtol, -1.0),
+            {"rtol": p.rtol, "atol": p.atol / scale, "min_atol": 0.0, "min_rtol": 0.0,
+             "pairs": 0, "nonfinite_mismatch": 0, "basis": set(),
+             **({"atol_unit": "rms"} if rms > 0 else {})},
         )
         g["pairs"] += 1
         g["basis"].add(m["basis"])
         if m.get("nan_mismatch") or m.get("inf_mismatch"):
             g["nonfinite_mismatch"] += 1  # no tolerance passes these
             continue
-        g["min_atol"] = max(g["min_atol"], _g(m, "min_atol"))
+        g["min_atol"] = max(g["min_atol"], _g(m, "min_atol") / scale)
         g["min_rtol"] = max(g["min_rtol"], _g(m, "min_rtol"))
     out = []
     for g in groups.values():

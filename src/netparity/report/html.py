@@ -258,11 +258,15 @@ def render_html(
     *,
     title: str = "netparity comparison",
     extra_sections: Sequence[tuple[str, str]] = (),
+    lead_sections: Sequence[tuple[str, str]] = (),
 ) -> str:
     """The report as one HTML string (see the module docstring)."""
     status = result.status
     head = esc(summary_lines(result)[0])
-    body = [f'<h1>{esc(title)}</h1><div class="verdict v-{esc(status)}" id="verdict">{head}</div>']
+    body = [f"<h1>{esc(title)}</h1>"]
+    for t, frag in lead_sections:  # e.g. the one-step workflow's phase table, before the rest
+        body.append(f"<h2>{esc(t)}</h2>{frag}")
+    body.append(f'<div class="verdict v-{esc(status)}" id="verdict">{head}</div>')
     runs = result.runs
     if runs:
         body.append("<p class='muted mono'>ref: " + esc(runs.get("ref", {})) + "<br>cand: "

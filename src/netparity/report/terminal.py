@@ -73,6 +73,11 @@ def divergence_lines(title: str, d: Divergence | None) -> list[str]:
     return lines
 
 
+def unit(t: dict[str, Any]) -> str:
+    """Unit suffix of a minimum-tolerance entry ("x rms" for RMS-relative atol)."""
+    return " x rms" if t.get("atol_unit") == "rms" else ""
+
+
 def summary_lines(result: CompareResult) -> list[str]:
     """The first screen as plain text: verdict, culprit, backward, params, loss."""
     counts = result.counts()
@@ -108,8 +113,9 @@ def summary_lines(result: CompareResult) -> list[str]:
         lines.append(f"data: {len(bad_data)} input record(s) differ -- the runs were not fed the same data")
     for t in result.min_tolerance:
         lines.append(
-            f"minimum passing tolerance: atol>={fmt(t['min_atol'])} at rtol={fmt(t['rtol'])}, "
-            f"or rtol>={fmt(t['min_rtol'])} at atol={fmt(t['atol'])} ({t['pairs']} pairs"
+            f"minimum passing tolerance: atol>={fmt(t['min_atol'])}{unit(t)} at "
+            f"rtol={fmt(t['rtol'])}, or rtol>={fmt(t['min_rtol'])} at atol={fmt(t['atol'])}"
+            f"{unit(t)} ({t['pairs']} pairs"
             + (f", {t['nonfinite_mismatch']} with NaN/Inf mismatches that no tolerance passes"
                if t["nonfinite_mismatch"] else "")
             + ")"

@@ -19,8 +19,9 @@ _COLOUR = {"pass": "green", "fail": "bold red", "warn": "yellow", "skipped": "di
 def headline(r: StepResult) -> str:
     f = r.first
     if f is None:
+        warns = [p.name for p in r.phases if p.status == "warn"]
         return (f"PASS: one training step and {max(len(r.losses.get('ref', [])) - 1, 0)} more "
-                "agree in every phase")
+                "agree" + (f" (warning: {', '.join(warns)})" if warns else " in every phase"))
     where = f" at {f.where}" if f.where else ""
     step = f" (step {f.step})" if f.step is not None else ""
     return f"FAIL: first divergence in the {f.name.upper()} phase{where}{step}"
@@ -88,7 +89,8 @@ def render_html(r: StepResult, *, title: str = "netparity one-step parity") -> s
               "<style>.phases td,.phases th{padding:3px 8px;border-bottom:1px solid #ddd;"
               "text-align:left}.st-fail{color:#b00;font-weight:bold}.st-pass{color:#070}"
               ".st-skipped{color:#999}.ph-fail{background:#fee}</style>")
-    head = f"<p id='step-verdict' class='verdict'><b>{esc(headline(r))}</b></p>"
+    st = "pass" if r.first is None else "fail"
+    head = (f"<div id='step-verdict' class='verdict v-{st}'>{esc(headline(r))}</div>")
     sides = (f"<p class='muted'>reference: {esc(r.ref.get('description') or r.ref.get('spec'))}"
              f"<br>candidate: {esc(r.cand.get('description') or r.cand.get('spec'))}</p>")
     curves = ""
@@ -99,9 +101,10 @@ def render_html(r: StepResult, *, title: str = "netparity one-step parity") -> s
     if r.lr.get("ref") and r.lr.get("cand"):
         lr = svg_line_plot({"reference": r.lr["ref"], "candidate": r.lr["cand"]},
                            title="learning rate per step", x_label="step", height=200)
-    extra = [("One-step parity", head + sides + phases), ("Loss curves", curves + lr)]
+    lead = [("One-step parity", head + sides + phases), ("Loss curves", curves + lr),
+            ("Step 0 in detail", "")]
     cmp_result = r.compare_step0 if r.compare_step0 is not None else CompareResult()
-    return render_compare(cmp_result, title=title, extra_sections=extra)
+    return render_compare(cmp_result, title=title, lead_sections=lead)
 
 
 def write_reports(r: StepResult, out_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:

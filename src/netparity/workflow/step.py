@@ -141,9 +141,17 @@ def _setup_phase(ref: Spec, cand: Spec, phase: Phase) -> tuple[dict[str, str], d
     how = "automatic"
     if not nm and cand.name_map:
         # The spec knows better than a guess: use its map, but say so.
+        from netparity.errors import MappingError
+
         user = {r: c for c, r in cand.name_map.items()}
-        nm = map_names(ref.model, cand.model, mapping={"params": user})
-        how = "spec name_map"
+        try:
+            nm = map_names(ref.model, cand.model, mapping={"params": user})
+            how = "spec name_map"
+        except MappingError as e:  # e.g. the spec's own map pairs tensors of different shapes
+            phase.status, phase.summary = "fail", str(e)
+            phase.where = str(e).split(": ", 1)[-1].split(" ", 1)[0]
+            phase.evidence = {"ref_counts": asdict(rc), "cand_counts": asdict(cc)}
+            return {}, phase.evidence
     info["name_map"] = {"how": how, "pairs": len(nm.pairs), "by": nm.counts(),
                         "unmatched_ref": nm.unmatched_ref[:20],
                         "unmatched_cand": nm.unmatched_cand[:20],
@@ -611,7 +619,7 @@ def run_step_parity(
             else:
                 upd.where = _module_of(f["param"])
                 upd.summary = (f"the update of {f['param']} differs by {f['rel_err']:.3g} "
-                               f"(normwise, relative to the update) while gradients agree")
+                               "(normwise, relative to the update)")
             upd.evidence = {k: v for k, v in verdict.items() if k != "first"}
             upd.evidence["first_param"] = f
         upd.summary += lr_note
