@@ -1,20 +1,7 @@
-"""Shared test set-up: framework availability and small helpers."""
+"""Test suite set-up.
 
-from __future__ import annotations
-
-import importlib.util
-import shutil
-
-import pytest
-
-
-def has(mod: str) -> bool:
-    return importlib.util.find_spec(mod) is not None
-
-
-HAS_TORCH = has("torch")
-HAS_MINDSPORE = has("mindspore")
-HAS_CHROMIUM = shutil.which("chromium") is not None or shutil.which("chromium-browser") is not None
-
-needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="PyTorch is not installed")
-needs_mindspore = pytest.mark.skipif(not HAS_MINDSPORE, reason="MindSpore is not installed")
+Tests that need a framework skip themselves with a reason (``pytest.importorskip``) so the rest
+runs without it. Markers (``slow``, ``gpu``, ``browser``...) are declared in pyproject.toml.
+Area-specific fixtures live in each directory's own conftest.py; import helpers from them by
+path, not as ``conftest`` (several exist, and under xdist the name is ambiguous).
+"""

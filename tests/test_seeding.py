@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
+import importlib.util
 
-from conftest import needs_mindspore, needs_torch
+import numpy as np
+import pytest
+
 from netparity import seed_everything
+
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                 reason="PyTorch is not installed")
+needs_mindspore = pytest.mark.skipif(importlib.util.find_spec("mindspore") is None,
+                                     reason="MindSpore is not installed")
 
 
 def test_python_numpy_repeatable():

@@ -91,5 +91,5 @@ def content_hash(arr: np.ndarray) -> str:
     h = hashlib.blake2b(digest_size=16)
     h.update(str(a.dtype).encode())
     h.update(str(a.shape).encode())
-    h.update(memoryview(a).cast("B") if a.size else b"")
+    h.update(a.reshape(-1).data.cast("B") if a.size else b"")
     return h.hexdigest()

@@ -18,14 +18,16 @@ from typing import Any
 
 def capture(model: Any, path: Any, **kwargs: Any) -> Any:
     """Capture ``model`` into ``path``; see :func:`netparity.frameworks.torch_capture.capture`."""
-    from netparity.frameworks.base import adapter_for
     from netparity.errors import FrameworkError
+    from netparity.frameworks.base import adapter_for
 
     name = adapter_for(model).name
     if name == "torch":
         from netparity.frameworks.torch_capture import capture as _cap
     elif name == "mindspore":
-        from netparity.frameworks.mindspore_capture import capture as _cap  # type: ignore[no-redef]
+        from netparity.frameworks.mindspore_capture import (  # type: ignore[assignment]
+            capture as _cap,
+        )
     else:
         raise FrameworkError(f"capture does not support {name} models")
     return _cap(model, path, **kwargs)

@@ -59,5 +59,7 @@ def console() -> Any:
 
     from rich.console import Console
 
-    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "120"))
+    # A terminal reports its own width; piped output (CI logs, files) gets a fixed, readable 120
+    # columns rather than whatever COLUMNS the parent process happened to export.
+    width = None if sys.stdout.isatty() else max(120, int(os.environ.get("NETPARITY_COLUMNS", "120")))
     return Console(highlight=False, width=width, soft_wrap=False)

@@ -182,7 +182,8 @@ def optimizer_settings(optimizer: Any, model: Any) -> dict[str, dict[str, Any]]:
             wd = float(w) if isinstance(w, (int, float)) else float(np.asarray(w.asnumpy()))
             wds = [wd] * len(params)
         mom = getattr(optimizer, "momentum", None)
-        momentum = float(np.asarray(mom.asnumpy())) if hasattr(mom, "asnumpy") else float(mom or 0)
+        momentum = (float(np.asarray(mom.asnumpy())) if mom is not None and hasattr(mom, "asnumpy")
+                    else float(mom or 0))
     except Exception:  # a custom optimizer without the standard attributes
         return out
     for p, f, wd in zip(params, flags, wds):

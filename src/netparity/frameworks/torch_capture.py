@@ -554,16 +554,16 @@ class TorchCapture(CaptureSession):
         info.in_edges = []  # drop tensor references
         acc = info.in_acc
         hooks = self._step_hooks
-        todo = []
+        todo: list[Any] = []
         for _, t in outs:
             if not t.requires_grad:
                 continue
             if t.grad_fn is None:
                 continue
-            arg = keys.get((id(t.grad_fn), t.output_nr))
-            if arg is not None:  # the output is the input itself: gradient passes through
-                acc.setdefault(arg, [0, 0, None])[0] += 1
-                hooks.append(t.register_hook(functools.partial(self._in_grad_tensor, info, arg)))
+            hit = keys.get((id(t.grad_fn), t.output_nr))
+            if hit is not None:  # the output is the input itself: gradient passes through
+                acc.setdefault(hit, [0, 0, None])[0] += 1
+                hooks.append(t.register_hook(functools.partial(self._in_grad_tensor, info, hit)))
             else:
                 todo.append(t.grad_fn)
         edges: dict[Any, list[tuple[int, str]]] = {}
@@ -578,13 +578,13 @@ class TorchCapture(CaptureSession):
             for j, (nxt, nr) in enumerate(node.next_functions):
                 if nxt is None:
                     continue
-                arg = keys.get((id(nxt), nr))
-                if arg is None and leaves:
+                found = keys.get((id(nxt), nr))
+                if found is None and leaves:
                     var = getattr(nxt, "variable", None)
-                    arg = leaves.get(id(var)) if var is not None else None
-                if arg is not None:
-                    edges.setdefault(node, []).append((j, arg))
-                    acc.setdefault(arg, [0, 0, None])[0] += 1
+                    found = leaves.get(id(var)) if var is not None else None
+                if found is not None:
+                    edges.setdefault(node, []).append((j, found))
+                    acc.setdefault(found, [0, 0, None])[0] += 1
                 elif nxt not in stop:
                     todo.append(nxt)
         for node, lst in edges.items():

@@ -70,7 +70,7 @@ class Trace:
         if not self.ranks:
             raise TraceError(f"{self.path}: trace has no rank index (rank*/index.sqlite)")
         self._db: dict[int, sqlite3.Connection] = {}
-        self._maps: dict[tuple[int, str], np.memmap] = {}
+        self._maps: dict[tuple[int, str], np.ndarray] = {}
         for r in self.ranks:
             self._conn(r)  # validate every index up front: fail early, one line
 
@@ -176,12 +176,13 @@ class Trace:
         if rec.shard is None or rec.offset is None or rec.nbytes is None:
             raise TraceError(f"{rec.key()}: no tensor payload was captured for this record")
         key = (rec.rank, rec.shard)
-        mm = self._maps.get(key)
+        mm: np.ndarray | None = self._maps.get(key)
         if mm is None:
             p = self.path / f"rank{rec.rank}" / rec.shard
             if not p.is_file():
                 raise TraceError(f"{p}: payload shard is missing")
-            mm = np.memmap(p, dtype=np.uint8, mode="r") if p.stat().st_size else np.zeros(0, np.uint8)
+            mm = (np.memmap(p, dtype=np.uint8, mode="r") if p.stat().st_size
+                  else np.zeros(0, np.uint8))
             self._maps[key] = mm
         end = rec.offset + rec.nbytes
         if end > mm.shape[0]:

@@ -369,7 +369,7 @@ class TraceWriter:
                 self._shard.close()
             self._shard = _Shard(self.rank_dir / f"tensors-{self._shard_no:05d}.safetensors")
             self._shard_no += 1
-        buf = memoryview(arr.reshape(-1)).cast("B") if arr.size else memoryview(b"")
+        buf = arr.reshape(-1).data.cast("B") if arr.size else memoryview(b"")
         rec.offset = self._shard.append(key, tag, tuple(arr.shape), buf)
         rec.shard = self._shard.path.name
         rec.nbytes = arr.nbytes

@@ -98,8 +98,9 @@ def render_html(r: StepResult, *, title: str = "netparity one-step parity") -> s
         curves = svg_line_plot({"reference": r.losses["ref"], "candidate": r.losses["cand"]},
                                title="loss per step", x_label="step", y_label="loss")
     lr = ""
-    if r.lr.get("ref") and r.lr.get("cand"):
-        lr = svg_line_plot({"reference": r.lr["ref"], "candidate": r.lr["cand"]},
+    lr_ref, lr_cand = r.lr.get("ref"), r.lr.get("cand")
+    if lr_ref and lr_cand:
+        lr = svg_line_plot({"reference": lr_ref, "candidate": lr_cand},
                            title="learning rate per step", x_label="step", height=200)
     lead = [("One-step parity", head + sides + phases), ("Loss curves", curves + lr),
             ("Step 0 in detail", "")]

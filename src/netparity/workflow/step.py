@@ -214,7 +214,7 @@ def _data_phase(ref: Spec, cand: Spec, steps: int, phase: Phase, atol: float) ->
     n = min(len(ref.batches), len(cand.batches))
     if n < steps:
         raise UsageError(f"the specs provide {n} batch(es) but {steps} step(s) were asked for")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i in range(steps):
         (rx, ry), (cx, cy) = ref.batches[i], cand.batches[i]
         x_abs, x_rel = _max_rel(rx, cx)
@@ -515,7 +515,7 @@ def run_step_parity(
                     if _module_of(r) and _module_of(c)},
         "params": ref_to_cand,
     }
-    tol = {"rtol": rtol, "atol": atol}
+    tol: dict[str, Any] = {"rtol": rtol, "atol": atol}
     r0 = compare(out / "ref", out / "cand", mapping=mapping, level=level, steps=[0], **tol)
     result.compare_step0 = r0
     order = _param_order(r0)
@@ -589,6 +589,7 @@ def run_step_parity(
             cands.append((order.get(_module_of(verdict["first"]["param"]), 10**9), "delta"))
         which = min(cands)[1] if verdict is None or verdict["kind"] != "learning-rate" else "delta"
         if which == "value":
+            assert first_value is not None
             p = first_value
             upd.where = _module_of(p.module)
             stat = any(k in p.module for k in ("running_", "moving_"))
@@ -598,6 +599,7 @@ def run_step_parity(
             upd.evidence = {"first_param": p.module, "cand_param": p.cand_module,
                             "diverging": [q.module for q in params][:20], "metrics": p.metrics}
         else:
+            assert verdict is not None
             f = verdict["first"]
             if verdict["kind"] == "learning-rate":
                 upd.where = "optimizer (learning rate)"
