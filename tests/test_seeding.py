@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import random
-
 import importlib.util
+import random
 
 import numpy as np
 import pytest
