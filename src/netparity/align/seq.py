@@ -67,6 +67,10 @@ CROSS_WINDOW = 24
 GROUP_TENSOR_LIMIT = 0.2
 GROUP_REGION = 40
 GROUP_RUN = 16
+#: a 1:1 pair grows into an N:1 group only when its outputs differ at least this much ...
+GROW_MIN = 1e-3
+#: ... and the grown group's last output is at least this much closer (ratio of distances)
+GROW_GAIN = 0.5
 
 
 @dataclass
@@ -366,6 +370,9 @@ def align_seq(
     matched_a = {x for p in pairs for x in p.a}
     matched_b = {x for p in pairs for x in p.b}
     if find_groups and (len(matched_a) < len(ia) or len(matched_b) < len(ib)):
+        pairs = _grow_pairs(A, ia, B, ib, pairs, pos_a, pos_b, matched_a, matched_b)
+        matched_a = {x for p in pairs for x in p.a}
+        matched_b = {x for p in pairs for x in p.b}
         pairs = _add_groups(A, ia, B, ib, pairs, pos_a, pos_b, matched_a, matched_b)
         matched_a = {x for p in pairs for x in p.a}
         matched_b = {x for p in pairs for x in p.b}
@@ -381,6 +388,60 @@ def align_seq(
             un_a = [x for x in un_a if x not in got_a]
             un_b = [x for x in un_b if x not in got_b]
     return pairs, un_a, un_b
+
+
+def _grow_pairs(A: Feats, ia: list[int], B: Feats, ib: list[int], pairs: list[Pair],
+                pos_a: dict[int, int], pos_b: dict[int, int],
+                matched_a: set[int], matched_b: set[int]) -> list[Pair]:
+    """Extend a 1:1 pair over the unmatched calls that follow it on one side (N:1 groups).
+
+    ``aten.convolution(x, w, b)`` against MindSpore's ``Conv2D(x, w)`` + ``BiasAdd``: the two
+    convolutions share their first input and almost their output (the bias is small), so they
+    pair 1:1 as identical ops and become a region border that :func:`_add_groups` never looks
+    across -- the ``BiasAdd`` stays unmatched and the convolution is compared without its bias.
+    A pair grows into ``[a] <-> [b, b+1, ...]`` (or the mirror) when the calls after ``b`` are
+    free, contiguous in execution order, and the last one's output matches ``a``'s output
+    clearly better than ``b``'s own (at most half the statistics distance, below the group
+    limit); a pair whose outputs already agree (distance < ``GROW_MIN``) is left alone.
+    """
+    free_a = set(ia) - matched_a
+    free_b = set(ib) - matched_b
+    out: list[Pair] = []
+    for p in pairs:
+        if len(p.a) != 1 or len(p.b) != 1 or p.method == "mapping":
+            out.append(p)
+            continue
+        a, b = p.a[0], p.b[0]
+        d_cur = float(stats_distance(A.stats[[a]], B.stats[[b]])[0, 0])
+        best: tuple[float, list[int], list[int]] | None = None
+        if d_cur >= GROW_MIN:
+            for side in ("b", "a"):
+                seq, pos, free = (ib, pos_b, free_b) if side == "b" else (ia, pos_a, free_a)
+                start = pos[b if side == "b" else a]
+                run: list[int] = []
+                for x in seq[start + 1 : start + GROUP_RUN]:
+                    if x not in free:
+                        break
+                    run.append(x)
+                    if side == "b":
+                        same = A.out_shape[a] == B.out_shape[x]
+                        d = float(stats_distance(A.stats[[a]], B.stats[[x]])[0, 0])
+                    else:
+                        same = A.out_shape[x] == B.out_shape[b]
+                        d = float(stats_distance(A.stats[[x]], B.stats[[b]])[0, 0])
+                    if (same and d < GROUP_TENSOR_LIMIT and d <= GROW_GAIN * d_cur
+                            and (best is None or d < best[0])):
+                        best = (d, [a, *run] if side == "a" else [a],
+                                [b, *run] if side == "b" else [b])
+        if best is None:
+            out.append(p)
+            continue
+        d, ga, gb = best
+        free_a.difference_update(ga)
+        free_b.difference_update(gb)
+        out.append(Pair(ga, gb, "stats", STATS_WEIGHT * d,
+                        "N:M: a pair extended over the next calls, whose output matches better"))
+    return out
 
 
 def _add_groups(A: Feats, ia: list[int], B: Feats, ib: list[int], pairs: list[Pair],

@@ -30,6 +30,34 @@ _EPS = {
 }
 
 
+#: Ops whose outputs after the first are framework-specific by-products saved for backward:
+#: PyTorch's layer norm returns (out, mean, rstd), MindSpore's (out, mean, variance); batch
+#: norm (out, save_mean, save_invstd) against five MindSpore outputs. Across frameworks only
+#: the first output of these is compared (the rest is listed under ``unmatched``).
+AUX_OUTPUT_OPS = frozenset({"batch_norm", "layer_norm", "group_norm", "instance_norm",
+                            "rms_norm"})
+
+
+def _positional(rs: list[Any], cs: list[Any]) -> list[tuple[Any, Any]]:
+    """Tensor pairs of a matched call: by position when both sides have as many tensors.
+
+    When the counts differ, positions after the first have no known correspondence: PyTorch's
+    ``native_batch_norm`` returns (out, save_mean, save_invstd), MindSpore's ``BatchNorm`` five
+    tensors of other meanings; ``addmm(bias, x, w)`` takes the bias first where ``BiasAdd(mm,
+    bias)`` takes it last. Pairing them by position compares unrelated tensors and reports false
+    divergences, so only the primary tensor is paired, and only when the shapes agree (up to
+    size-1 dims); the count difference is listed under ``unmatched``.
+    """
+    if len(rs) == len(cs):
+        return list(zip(rs, cs))
+    if rs and cs and _squeezed(rs[0].shape) == _squeezed(cs[0].shape):
+        return [(rs[0], cs[0])]
+    return []
+
+
+def _squeezed(shape: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in (shape or ()) if d != 1)
+
 def _open(t: Any, what: str) -> Trace:
     if isinstance(t, Trace):
         return t
@@ -179,6 +207,7 @@ def compare(
         )
     if profile == "auto":
         profile = "same" if _same_setup(ref_tr, cand_tr) else "cross"
+    cross_fw = ref_tr.framework != cand_tr.framework
     tols = Tolerances(rtol=rtol, atol=atol, overrides=dict(tolerances or {}), profile=profile)
     if steps is None:
         step_list: list[int | None] = [None]
@@ -225,16 +254,20 @@ def compare(
                     confidence=float(m.confidence),
                 )
                 for role, rs, cs in (("in", r0.inputs, c0.inputs), ("out", outs_r, outs_c)):
-                    for i, (a, b) in enumerate(zip(rs, cs)):
+                    aux = (role == "out" and cross_fw and len(m.ref) == 1 and len(m.cand) == 1
+                           and r0.op in AUX_OUTPUT_OPS and c0.op == r0.op)
+                    for i, (a, b) in enumerate(_positional(rs, cs)[:1] if aux else
+                                               _positional(rs, cs)):
                         tol = tols.resolve(a, b)
                         pr = _make_pair(a, b, tol, f"{role}{i}", ck)
                         pr.key = f"{lv}|{pr.key}|{r0.event}"
                         jobs.append(_Job(a, b, tol, pr))
                         (call.inputs if role == "in" else call.outputs).append(pr.key)
-                    if len(rs) != len(cs):
+                    if len(rs) != len(cs) or (aux and len(rs) > 1):
                         unmatched["tensors"].append(
                             {"call": call.name, "role": role + "puts", "ref": len(rs),
                              "cand": len(cs), "direction": call.direction, "step": call.step}
+                            | ({"note": "auxiliary outputs differ by framework"} if aux else {})
                         )
                 result.calls.append(call)
             if not params_done:

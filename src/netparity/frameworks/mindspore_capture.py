@@ -73,7 +73,7 @@ def _flatten(obj: Any, prefix: str, is_tensor: Callable[[Any], bool]) -> Iterato
 class _Frame:
     """One running Cell call: the op counter attributes primitives to it."""
 
-    __slots__ = ("path", "call", "event", "ops", "update")
+    __slots__ = ("path", "call", "event", "ops", "update", "state")
 
     def __init__(self, path: str, call: int, event: int, update: bool):
         self.path = path
@@ -81,6 +81,8 @@ class _Frame:
         self.event = event
         self.ops = 0
         self.update = update
+        # id(Parameter) -> copy taken before the Cell ran (see MindSporeCapture._pre)
+        self.state: dict[int, Any] = {}
 
 
 class MindSporeCapture(CaptureSession):
@@ -353,6 +355,21 @@ class MindSporeCapture(CaptureSession):
             self._update += 1
             return
         p = self.policy
+        if self.active and p.ops and "forward" in p.directions:
+            # The op hook runs after a primitive, so an input the primitive updates in place
+            # (BatchNorm's moving_mean/moving_variance) would be recorded with its new value.
+            # Keep a copy of the Cell's own non-trainable Parameters (its state, typically a
+            # few small vectors) from before the call; _op records those instead.
+            state = [q for _, q in cell.parameters_and_names(expand=False)
+                     if not q.requires_grad]
+            if state:
+                from mindspore import Tensor
+
+                busy, self._busy = self._busy, True
+                try:
+                    frame.state = {id(q): Tensor(q.asnumpy().copy()) for q in state}
+                finally:
+                    self._busy = busy
         if self.active and p.modules and "forward" in p.directions:
             native, op = self._native[cid]
             if p.wants_name(path, op):
@@ -435,6 +452,8 @@ class MindSporeCapture(CaptureSession):
         call = frame.ops if frame is not None else 0
         if frame is not None:
             frame.ops += 1
+        if frame is not None and frame.state:
+            args = tuple(frame.state.get(id(a), a) for a in args)
         self._emit_call("op", path, native, op, call, frame.call if frame else 0, direction,
                         self.next_event(), args, res, user_source(self._skip))
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable
@@ -59,6 +60,21 @@ from netparity.trace.schema import Record
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _SKIP = (_TORCH_DIR,)
+# Ops that write into an input without declaring it in their schema, so autograd's version
+# counter does not move: training-mode batch norm updates running_mean/running_var in place.
+# The statistics/payload reuse keyed on (tensor, version) must forget their inputs afterwards,
+# or the buffers recorded after the step would repeat the values from before the update.
+_SILENT_WRITERS = frozenset({"native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm"})
+
+
+def _in_grad_seed() -> bool:
+    """True inside ``torch.autograd``'s ``_make_grads`` (the seed of ``backward()``)."""
+    f: Any = sys._getframe(2)
+    while f is not None:
+        if f.f_code.co_name == "_make_grads" and f.f_code.co_filename.startswith(_TORCH_DIR):
+            return True
+        f = f.f_back
+    return False
 _Tensor = torch.Tensor
 
 try:
@@ -685,6 +701,10 @@ class TorchCapture(CaptureSession):
         else:
             direction = "forward"
             info = tls.stack[-1] if tls.stack else None
+            if info is None and _in_grad_seed():
+                # loss.backward() builds the seed gradient (ones_like) before the engine runs:
+                # it belongs to the backward pass, not to the forward ops around the loss
+                direction = "backward"
         p = self.policy
         if not p.wants_direction(direction):
             return func(*args, **kwargs)
@@ -735,6 +755,9 @@ class TorchCapture(CaptureSession):
         finally:
             self._busy = False
         out = func(*args, **kwargs)
+        if native.partition(".")[2].partition(".")[0] in _SILENT_WRITERS:
+            for _, t in ins:
+                self._seen.pop(id(t), None)
         outs: list[tuple[str, torch.Tensor]] = []
         _flatten(out, "", outs)
         if outs:
