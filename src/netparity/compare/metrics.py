@@ -90,14 +90,12 @@ class _Buffers:
         self.a = np.empty(n)
         self.b = np.empty(n)
         self.d = np.empty(n)
-        self.r = np.empty(n)
-        self.t = np.empty(n)
         # Tensors of at most one chunk are sampled with stride 1 (every element): size for that.
         self.d32 = np.empty(n + 1, np.float32)
         self.r32 = np.empty_like(self.d32)
-        self.bd = np.empty(self.d32.shape, np.int32)
         self.br = np.empty(self.d32.shape, np.int32)
-        self.pend = np.empty(1 << 20, np.int32)
+        self.mask = np.empty(n, np.bool_)
+        self.pend = np.empty(1 << 18, np.int32)
 
 
 class _Acc:
@@ -124,15 +122,16 @@ class _Acc:
         self.sampled = 0
         self.pending = 0
 
-    def add_hist(self, idx: np.ndarray, buf: _Buffers) -> None:
+    def hist_slot(self, m: int, buf: _Buffers) -> np.ndarray:
+        """The next ``m`` entries of the pending bin-index batch, for the caller to fill."""
         # Bin indices are buffered and counted in batches: one bincount over the full 2-D
         # grid per chunk would cost more than the chunk's arithmetic.
-        m = idx.shape[0]
         if self.pending + m > buf.pend.shape[0]:
             self.flush_hist(buf)
-        buf.pend[self.pending : self.pending + m] = idx
+        slot = buf.pend[self.pending : self.pending + m]
         self.pending += m
         self.sampled += m
+        return slot
 
     def flush_hist(self, buf: _Buffers) -> None:
         if not self.pending:
@@ -173,14 +172,23 @@ def _accumulate(
     stride: int,
     offset: int,
 ) -> None:
-    """Add one chunk (float64 ``a`` = ref, ``b`` = cand, same length, views into ``buf``)."""
+    """Add one chunk (float64 ``a`` = ref, ``b`` = cand, same length, views into ``buf``).
+
+    The pass count per element is what limits throughput, so every quantity is computed from
+    as few full-length NumPy passes as possible: ``|d|`` and ``|r|`` are computed once and
+    reused, sums of squares are BLAS dot products, and the tolerance passes that a cheap bound
+    already decides (all within when ``max(d - rtol*|r|) <= atol``; no positive rtol needed when
+    ``max d <= atol``) are skipped -- the skipped work would produce the same numbers.
+    """
     n = a.shape[0]
     d = buf.d[:n]
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is handled below
         np.subtract(b, a, out=d)
+    np.abs(d, out=d)
     # One reduction tells whether every element of both sides is finite (a NaN/inf on either side
-    # makes the difference non-finite; float32/16 values cannot overflow a float64 sum).
-    if not math.isfinite(float(d.sum())):
+    # makes |d| non-finite; float32/16 values cannot overflow a float64 sum) and is sum_d as well.
+    sum_d = float(d.sum())
+    if not math.isfinite(sum_d):
         fa, fb = np.isfinite(a), np.isfinite(b)
         both = fa & fb
         na, nb = np.isnan(a), np.isnan(b)
@@ -195,47 +203,67 @@ def _accumulate(
         a = a[both]
         b = b[both]
         n = a.shape[0]
-        d = buf.d[:n]
-        np.subtract(b, a, out=d)
         if n == 0:
             return
+        d = buf.d[:n]
+        np.subtract(b, a, out=d)
+        np.abs(d, out=d)
+        sum_d = float(d.sum())
     acc.n += n
-    np.abs(d, out=d)
-    acc.sum_d += float(d.sum())
-    acc.max_d = max(acc.max_d, float(d.max()))
+    acc.sum_d += sum_d
+    max_d = float(d.max())
+    acc.max_d = max(acc.max_d, max_d)
     acc.ss_d += float(np.dot(d, d))
     acc.aa += float(np.dot(a, a))
     acc.bb += float(np.dot(b, b))
     acc.ab += float(np.dot(a, b))
-    r = buf.r[:n]
-    t = buf.t[:n]
-    np.abs(a, out=r)
+    # a and b are scratch from here on (views of the chunk buffers or filtered copies): reusing
+    # them for |r| and the temporaries keeps the working set at three arrays, inside L2.
+    r = np.abs(a, out=a)
+    t = b
     np.maximum(r, scale, out=t)
     np.divide(d, t, out=t)
     acc.max_rel = max(acc.max_rel, float(t.max()))
     acc.sum_rel += float(t.sum())
-    np.multiply(r, rtol, out=t)
-    np.subtract(d, t, out=t)
-    acc.excess = max(acc.excess, float(t.max()))
-    acc.within += int(np.count_nonzero(t <= atol))
-    np.subtract(d, atol, out=t)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        np.divide(t, r, out=t)
-    # fmax skips the NaN of 0/0 (an element exactly at atol with r == 0 needs no rtol)
-    acc.rtol_need = max(acc.rtol_need, float(np.fmax.reduce(t)))
+    # excess = max(d - rtol*|r|): the smallest atol that passes at this rtol
+    if rtol == 0.0:
+        t = d
+        excess = max_d
+    else:
+        np.multiply(r, rtol, out=t)
+        np.subtract(d, t, out=t)
+        excess = float(t.max())
+    acc.excess = max(acc.excess, excess)
+    # ``t <= atol`` for every element when its maximum is: the count is then n, no pass needed
+    acc.within += n if excess <= atol else int(np.count_nonzero(t <= atol))
+    # Only elements with d > atol can need a positive rtol ((d - atol)/|r| <= 0 otherwise, and
+    # min_rtol is clamped at 0): none when max d <= atol, usually few otherwise.
+    if max_d > atol:
+        m = np.greater(d, atol, out=buf.mask[:n])
+        k = int(np.count_nonzero(m))
+        if k * 4 < n:
+            dd, rr = d[m], r[m]
+        else:
+            dd, rr = d, r
+        tt = b[: dd.shape[0]]  # not t: that is d itself when rtol == 0
+        np.subtract(dd, atol, out=tt)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            np.divide(tt, rr, out=tt)
+        # fmax skips the NaN of 0/0 (an element exactly at atol with r == 0 needs no rtol)
+        acc.rtol_need = max(acc.rtol_need, float(np.fmax.reduce(tt)))
     # 2-D log histogram of (d, |r|) on a strided sample, via float32 bit patterns: the exponent
     # and top mantissa bits of a non-negative float are a monotone piecewise-linear log2, bounded
-    # (0..511 / 0..255) without clipping.
+    # (0..511 / 0..255) without clipping. Bin indices are written straight into the pending batch.
     ds = d[offset::stride]
-    m = ds.shape[0]
-    d32, r32, bd, br = buf.d32[:m], buf.r32[:m], buf.bd[:m], buf.br[:m]
+    m_s = ds.shape[0]
+    d32, r32, br = buf.d32[:m_s], buf.r32[:m_s], buf.br[:m_s]
     np.copyto(d32, ds, casting="unsafe")
     np.copyto(r32, r[offset::stride], casting="unsafe")
-    np.right_shift(d32.view(np.int32), D_SHIFT, out=bd)
+    slot = acc.hist_slot(m_s, buf)
+    np.right_shift(d32.view(np.int32), D_SHIFT, out=slot)
+    np.left_shift(slot, R_BITS, out=slot)
     np.right_shift(r32.view(np.int32), R_SHIFT, out=br)
-    np.left_shift(bd, R_BITS, out=bd)
-    np.bitwise_or(bd, br, out=bd)
-    acc.add_hist(bd, buf)
+    np.bitwise_or(slot, br, out=slot)
 
 
 def _finish(acc: _Acc, numel: int, rtol: float, atol: float, scale: float) -> dict[str, Any]:
