@@ -160,6 +160,14 @@ class _Acc:
         return np.array(keys, dtype=np.int64), np.array([counts[k] for k in keys], dtype=np.int64)
 
 
+def _over(d: np.ndarray, r: np.ndarray, lo: float, buf: _Buffers) -> tuple[np.ndarray, np.ndarray]:
+    """``d`` and ``r`` at the positions where ``d > lo`` (all of them when that is most)."""
+    idx = np.flatnonzero(np.greater(d, lo, out=buf.mask[: d.shape[0]]))
+    if idx.shape[0] * 4 < d.shape[0]:
+        return d.take(idx), r.take(idx)
+    return d, r
+
+
 def _accumulate(
     acc: _Acc,
     a: np.ndarray,
@@ -225,27 +233,32 @@ def _accumulate(
     np.divide(d, t, out=t)
     acc.max_rel = max(acc.max_rel, float(t.max()))
     acc.sum_rel += float(t.sum())
-    # excess = max(d - rtol*|r|): the smallest atol that passes at this rtol
+    # excess = max(d - rtol*|r|), the smallest atol that passes at this rtol. It is reported
+    # clamped at 0 and d - rtol*|r| <= d, so elements with d <= lo = min(max(excess so far, 0),
+    # atol) can neither raise it nor fail the tolerance: only the others (usually a few percent
+    # once the first chunk has set the running maximum) are evaluated.
     if rtol == 0.0:
-        t = d
-        excess = max_d
+        acc.excess = max(acc.excess, max_d)
+        acc.within += n if max_d <= atol else int(np.count_nonzero(d <= atol))
     else:
-        np.multiply(r, rtol, out=t)
-        np.subtract(d, t, out=t)
-        excess = float(t.max())
-    acc.excess = max(acc.excess, excess)
-    # ``t <= atol`` for every element when its maximum is: the count is then n, no pass needed
-    acc.within += n if excess <= atol else int(np.count_nonzero(t <= atol))
+        lo = min(max(acc.excess, 0.0), atol)
+        if max_d <= lo:
+            acc.within += n
+        else:
+            dd, rr = _over(d, r, lo, buf)
+            tt = t[: dd.shape[0]]
+            np.multiply(rr, rtol, out=tt)
+            np.subtract(dd, tt, out=tt)
+            excess = float(tt.max())
+            acc.excess = max(acc.excess, excess)
+            # ``tt <= atol`` for every element when its maximum is: no counting pass then
+            within = tt.shape[0] if excess <= atol else int(np.count_nonzero(tt <= atol))
+            acc.within += within + (n - tt.shape[0])
     # Only elements with d > atol can need a positive rtol ((d - atol)/|r| <= 0 otherwise, and
     # min_rtol is clamped at 0): none when max d <= atol, usually few otherwise.
     if max_d > atol:
-        m = np.greater(d, atol, out=buf.mask[:n])
-        k = int(np.count_nonzero(m))
-        if k * 4 < n:
-            dd, rr = d[m], r[m]
-        else:
-            dd, rr = d, r
-        tt = b[: dd.shape[0]]  # not t: that is d itself when rtol == 0
+        dd, rr = _over(d, r, atol, buf)
+        tt = t[: dd.shape[0]]
         np.subtract(dd, atol, out=tt)
         with np.errstate(divide="ignore", invalid="ignore"):
             np.divide(tt, rr, out=tt)
