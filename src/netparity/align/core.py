@@ -38,12 +38,26 @@ from netparity.align.names import LEAF_ALTERNATIVES, norm_path, split_param
 from netparity.align.seq import ANCHOR_LIMIT, Pair, _elementwise_cost, _lis, align_seq
 from netparity.errors import UsageError
 from netparity.trace.reader import _SELECT, Trace
-from netparity.trace.schema import STAT_FIELDS, Record
+from netparity.trace.schema import COLUMN_NAMES, STAT_FIELDS, Record
 
 LEVELS = ("module", "op", "both")
 PARAM_KINDS = ("param", "grad", "loss", "data", "custom")
 
 _STAT_SLICE = slice(16, 16 + len(STAT_FIELDS))
+#: the fast loader below unpacks rows by position and spells the statistics out
+_FAST_STATS = ("min", "max", "mean", "std", "norm", "abs_sum", "nan", "posinf", "neginf", "zeros",
+               "fp16_overflow")
+_FAST_COLUMNS = ("seq", "step", "rank", "kind", "op", "native", "module", "call", "module_call",
+                 "direction", "role", "arg", "event", "dtype", "shape",
+                 *(f"s_{k}" for k in _FAST_STATS), "shard", "offset", "nbytes", "hash", "source",
+                 "extra")
+_FAST_SELECT = (
+    "SELECT " + ", ".join(f'"{c}"' for c in _FAST_COLUMNS)
+    # NaN statistics are stored as the text 'nan' (SQLite turns a NaN REAL into NULL): flag
+    # the rare rows holding one in SQL instead of scanning every row's values in Python
+    + ", ('nan' IN (" + ", ".join(f'"s_{k}"' for k in _FAST_STATS) + ")) FROM records"
+)
+_FAST_OK = STAT_FIELDS == _FAST_STATS and set(_FAST_COLUMNS) <= set(COLUMN_NAMES)
 
 
 def _fast_records(rows: list[tuple[Any, ...]]) -> list[Record]:
@@ -81,6 +95,45 @@ def _fast_records(rows: list[tuple[Any, ...]]) -> list[Record]:
     return out
 
 
+def _fast_records2(rows: list[tuple[Any, ...]]) -> list[Record]:
+    """Rows of ``_FAST_SELECT`` to :class:`Record` objects (same result as ``row_to_record``).
+
+    The per-row work is what remains after everything else was hoisted out: tuple unpacking
+    into locals, a dict literal for the statistics (no NaN scan: SQL flags those rows), shapes
+    parsed once per distinct string, and no dataclass ``__init__``. About 1.7x faster than
+    :func:`_fast_records` on 100k-op traces.
+    """
+    shapes: dict[str, tuple[int, ...]] = {}
+    new = object.__new__
+    out: list[Record] = []
+    append = out.append
+    loads = json.loads
+    nan = float("nan")
+    for (seq, step, rank, kind, op, native, module, call, module_call, direction, role, arg,
+         event, dtype, s, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, shard, offset, nbytes,
+         hsh, source, extra, has_nan) in rows:
+        shp = shapes.get(s)
+        if shp is None:
+            shp = shapes[s] = tuple(loads(s))
+        if has_nan:
+            stats = {k: (nan if v == "nan" else v) for k, v in
+                     zip(_FAST_STATS, (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10))}
+        else:
+            stats = {"min": a0, "max": a1, "mean": a2, "std": a3, "norm": a4, "abs_sum": a5,
+                     "nan": a6, "posinf": a7, "neginf": a8, "zeros": a9, "fp16_overflow": a10}
+        r = new(Record)
+        r.__dict__ = {
+            "kind": kind, "op": op, "native": native, "module": module, "call": call,
+            "module_call": module_call, "direction": direction, "role": role, "arg": arg,
+            "dtype": dtype, "shape": shp, "step": step, "rank": rank, "seq": seq,
+            "event": event, "stats": stats, "shard": shard, "offset": offset,
+            "nbytes": nbytes, "hash": hsh, "source": source,
+            "extra": loads(extra) if extra else {},
+        }
+        append(r)
+    return out
+
+
 def load_records(
     trace: Trace,
     *,
@@ -104,8 +157,10 @@ def load_records(
         vals = [val] if isinstance(val, (str, int)) else list(val)
         where.append(f'"{col}" IN ({",".join("?" for _ in vals)})')
         params.extend(vals)
-    sql = _SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY seq"
-    return _fast_records(trace._query(sql, params, rank))
+    cond = (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY seq"
+    if _FAST_OK:
+        return _fast_records2(trace._query(_FAST_SELECT + cond, params, rank))
+    return _fast_records(trace._query(_SELECT + cond, params, rank))
 
 
 def _as_mapping(mapping: Mapping | dict[str, Any] | str | os.PathLike[str] | None) -> Mapping:
@@ -220,7 +275,7 @@ def align_records(
             rops = [c for c in rc if c.kind == "op"]
             cops = [c for c in cc if c.kind == "op"]
             if rops or cops:
-                path_map = {r: v.most_common(1)[0][0] for r, v in module_votes.items()}
+                path_map = {r: _top(v) for r, v in module_votes.items()}
                 om, ur, uc = _align_ops(rops, cops, call_map, path_map, mp, ids, cross_framework)
                 for m in om:
                     if m.is_group and m.method != "mapping":
@@ -234,13 +289,21 @@ def align_records(
     out.unmatched_ref.sort(key=lambda c: c.seq)
     out.unmatched_cand.sort(key=lambda c: c.seq)
     for path, v in module_votes.items():
-        out.module_map[path] = v.most_common(1)[0][0]
+        out.module_map[path] = _top(v)
     for path, v in op_votes.items():
         if path not in out.module_map:
-            out.module_map[path] = v.most_common(1)[0][0]
+            out.module_map[path] = _top(v)
     out.op_groups = group_names
     _align_params(ref_records, cand_records, out, mp, rcalls)
     return out
+
+
+def _top(votes: Counter[str]) -> str:
+    """The most voted-for key (the first seen among equals), as ``most_common(1)`` picks it."""
+    if len(votes) == 1:  # nearly always: skip most_common's heap machinery
+        for k in votes:
+            return k
+    return votes.most_common(1)[0][0]
 
 
 def _confidence(p: Pair) -> float:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -114,27 +115,54 @@ def build_feats(calls: list[Call], ids: Interner) -> Feats:
     osh: list[int] = [0] * n
     ish: list[int] = [0] * n
     lf: list[int] = [0] * n
-    st: list[tuple[float, ...]] = []
+    st: list[tuple[float, ...]] = [_NAN5] * n
     paths: list[str] = []
     names: list[str] = []
     natives: list[str] = []
     norm_cache: dict[str, str] = {}
+    # Large traces repeat a few dozen (op, shapes) signatures and module names thousands of
+    # times: intern each distinct one once (in first-seen order, so ids are the same as
+    # interning every call) instead of hashing nested shape tuples five times per call.
+    sig_cache: dict[tuple[str, tuple[Any, ...], tuple[Any, ...]], tuple[int, int, int, int, int]] = {}
+    mod_cache: dict[str, tuple[str, int]] = {}
+    root: dict[tuple[int, ...], float] = {}
+    sqrt = math.sqrt
+    nan = math.nan
     for i, c in enumerate(calls):
-        ins = tuple([r.shape for r in c.inputs])
-        outs = tuple([r.shape for r in c.outputs])
-        nid = ids(c.op)
-        sid = ids((ins, outs))
-        name[i] = nid
-        shp[i] = sid
-        sig[i] = ids((nid, sid))
-        osh[i] = ids((outs[0] if outs else None,))
-        ish[i] = ids((ins[0] if ins else None,))
-        st.append(_stat_row(c.outputs[0] if c.outputs else None))
+        cins = c.inputs
+        couts = c.outputs
+        ins = tuple([r.shape for r in cins])
+        outs = tuple([r.shape for r in couts])
+        op = c.op
+        key = (op, ins, outs)
+        f = sig_cache.get(key)
+        if f is None:
+            nid = ids(op)
+            sid = ids((ins, outs))
+            f = sig_cache[key] = (nid, sid, ids((nid, sid)), ids((outs[0] if outs else None,)),
+                                  ids((ins[0] if ins else None,)))
+        name[i], shp[i], sig[i], osh[i], ish[i] = f
+        if couts:
+            r = couts[0]
+            s = r.stats
+            mean, std, mn, mx, nrm = (s.get("mean"), s.get("std"), s.get("min"), s.get("max"),
+                                      s.get("norm"))
+            if mean is None or std is None or mn is None or mx is None or nrm is None:
+                st[i] = (nan if mean is None else mean, nan if std is None else std,
+                         nan if mn is None else mn, nan if mx is None else mx, nan)
+            else:
+                shape = r.shape
+                q = root.get(shape)
+                if q is None:
+                    q = root[shape] = sqrt(r.numel or 1)
+                st[i] = (mean, std, mn, mx, nrm / q)
         if c.kind == "module":
-            p = norm_path(c.module)
-            paths.append(p)
-            lf[i] = ids(("leaf", leaf(c.module)))
-        names.append(c.op)
+            m = mod_cache.get(c.module)
+            if m is None:
+                m = mod_cache[c.module] = (norm_path(c.module), ids(("leaf", leaf(c.module))))
+            paths.append(m[0])
+            lf[i] = m[1]
+        names.append(op)
         nat = norm_cache.get(c.native)
         if nat is None:
             nat = norm_cache[c.native] = normalise(c.native) if c.native else c.op
