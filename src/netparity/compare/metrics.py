@@ -121,6 +121,7 @@ class _Acc:
         self.sparse: dict[int, int] = {}
         self.sampled = 0
         self.pending = 0
+        self.lo, self.hi = N_BINS, -1  # occupied range of the dense histogram
 
     def hist_slot(self, m: int, buf: _Buffers) -> np.ndarray:
         """The next ``m`` entries of the pending bin-index batch, for the caller to fill."""
@@ -143,27 +144,39 @@ class _Acc:
             for i, k in zip(u.tolist(), c.tolist()):
                 self.sparse[i] = self.sparse.get(i, 0) + k
             return
-        h = np.bincount(idx, minlength=N_BINS)
         if self.hist is None:
-            self.hist = h
-        else:
-            self.hist += h
+            self.hist = np.zeros(N_BINS, np.int64)
+        # unbuffered add.at: no N_BINS-sized temporary per batch, unlike bincount + add
+        np.add.at(self.hist, idx, 1)
+        # the occupied index range, so that histogram() scans only it (errors of one tensor
+        # span a few dozen of the 512 d-bins)
+        self.lo = min(self.lo, int(idx.min()))
+        self.hi = max(self.hi, int(idx.max()))
 
     def histogram(self) -> tuple[np.ndarray, np.ndarray]:
         """Non-zero bins and their counts, sorted by bin."""
-        counts: dict[int, int] = dict(self.sparse)
-        if self.hist is not None:
-            nz = np.flatnonzero(self.hist)
-            for i, k in zip(nz.tolist(), self.hist[nz].tolist()):
-                counts[i] = counts.get(i, 0) + k
-        keys = sorted(counts)
-        return np.array(keys, dtype=np.int64), np.array([counts[k] for k in keys], dtype=np.int64)
+        if self.hist is None:
+            keys = sorted(self.sparse)
+            return (np.array(keys, dtype=np.int64),
+                    np.array([self.sparse[k] for k in keys], dtype=np.int64))
+        h = self.hist
+        if self.sparse:
+            h = h.copy()
+            keys = np.fromiter(self.sparse.keys(), np.int64, len(self.sparse))
+            np.add.at(h, keys, np.fromiter(self.sparse.values(), np.int64, len(self.sparse)))
+        lo, hi = self.lo, self.hi + 1
+        if self.sparse:
+            lo, hi = min(lo, int(keys.min())), max(hi, int(keys.max()) + 1)
+        nz = np.flatnonzero(h[lo:hi]) + lo
+        return nz.astype(np.int64), h[nz]
 
 
 def _over(d: np.ndarray, r: np.ndarray, lo: float, buf: _Buffers) -> tuple[np.ndarray, np.ndarray]:
     """``d`` and ``r`` at the positions where ``d > lo`` (all of them when that is most)."""
-    idx = np.flatnonzero(np.greater(d, lo, out=buf.mask[: d.shape[0]]))
-    if idx.shape[0] * 4 < d.shape[0]:
+    m = np.greater(d, lo, out=buf.mask[: d.shape[0]])
+    # counting a bool mask is far cheaper than building the index array of a mostly-set one
+    if np.count_nonzero(m) * 4 < d.shape[0]:
+        idx = np.flatnonzero(m)
         return d.take(idx), r.take(idx)
     return d, r
 
@@ -190,8 +203,7 @@ def _accumulate(
     """
     n = a.shape[0]
     d = buf.d[:n]
-    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is handled below
-        np.subtract(b, a, out=d)
+    np.subtract(b, a, out=d)  # inf - inf is NaN: handled below (warnings off in _stream)
     np.abs(d, out=d)
     # One reduction tells whether every element of both sides is finite (a NaN/inf on either side
     # makes |d| non-finite; float32/16 values cannot overflow a float64 sum) and is sum_d as well.
@@ -260,8 +272,7 @@ def _accumulate(
         dd, rr = _over(d, r, atol, buf)
         tt = t[: dd.shape[0]]
         np.subtract(dd, atol, out=tt)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            np.divide(tt, rr, out=tt)
+        np.divide(tt, rr, out=tt)  # x/0 -> inf, 0/0 -> NaN (warnings off in _stream)
         # fmax skips the NaN of 0/0 (an element exactly at atol with r == 0 needs no rtol)
         acc.rtol_need = max(acc.rtol_need, float(np.fmax.reduce(tt)))
     # 2-D log histogram of (d, |r|) on a strided sample, via float32 bit patterns: the exponent
@@ -320,7 +331,7 @@ def _finish(acc: _Acc, numel: int, rtol: float, atol: float, scale: float) -> di
         )
     nz, cnt = acc.histogram()
     if nz.size:
-        out["hist"] = [[int(i), int(k)] for i, k in zip(nz, cnt)]
+        out["hist"] = [[i, k] for i, k in zip(nz.tolist(), cnt.tolist())]
         out["hist_sampled"] = acc.sampled
         dmarg = np.bincount(nz >> R_BITS, weights=cnt, minlength=1 << 9)
         cdf = np.cumsum(dmarg)
@@ -406,15 +417,18 @@ def _stream(
     buf = _buffers()
     acc = _Acc()
     stride = 1 if numel <= CHUNK else HIST_STRIDE
-    for i, s in enumerate(range(0, numel, CHUNK)):
-        n = min(CHUNK, numel - s)
-        a, b = buf.a[:n], buf.b[:n]
-        np.copyto(a, read_ref(s, n), casting="unsafe")
-        np.copyto(b, read_cand(s, n), casting="unsafe")
-        _accumulate(
-            acc, a, b, buf, scale=scale, rtol=rtol, atol=atol, stride=stride,
-            offset=(i % stride) if n > stride else 0,
-        )
+    # One errstate for the whole pass (entering it per chunk costs more than a small chunk's
+    # arithmetic): inf - inf, x/0 and 0/0 are expected and handled where they occur.
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        for i, s in enumerate(range(0, numel, CHUNK)):
+            n = min(CHUNK, numel - s)
+            a, b = buf.a[:n], buf.b[:n]
+            np.copyto(a, read_ref(s, n), casting="unsafe")
+            np.copyto(b, read_cand(s, n), casting="unsafe")
+            _accumulate(
+                acc, a, b, buf, scale=scale, rtol=rtol, atol=atol, stride=stride,
+                offset=(i % stride) if n > stride else 0,
+            )
     acc.flush_hist(buf)
     return _finish(acc, numel, rtol, atol, scale)
 
