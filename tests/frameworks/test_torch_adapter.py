@@ -154,3 +154,25 @@ def test_dtype_names_and_facts() -> None:
         assert isinstance(prec[k], bool)
     assert a.is_model(torch.nn.Linear(1, 1)) and not a.is_model(torch.zeros(1))
     assert a.is_tensor(torch.zeros(1)) and not a.is_tensor(np.zeros(1))
+
+
+@pytest.mark.parametrize("kind", ["mixed_sign", "relu_like", "negative", "positive_offset", "ints"])
+def test_large_cpu_tensors_use_rows_and_chunks_exactly(kind: str) -> None:
+    """Tensors longer than the fast path's rows and chunks (tails included) stay exact."""
+    g = torch.Generator().manual_seed(1)
+    n = 3 * (1 << 18) + 4097  # several |x| chunks, many 4096-element rows, a ragged tail
+    base = torch.randn(n, generator=g)
+    t = {
+        "mixed_sign": base * 50.0,
+        "relu_like": torch.relu(base) * 3.0,  # about half exact zeros, abs_sum == sum
+        "negative": -torch.rand(n, generator=g) - 1e-3,  # one sign, no zeros
+        "positive_offset": base * 1e-3 + 7.0,  # mean dominates std: two-pass variance
+        "ints": torch.randint(-3, 4, (n,), generator=g, dtype=torch.int32),
+    }[kind]
+    t[::1000] = 0.0 if kind != "negative" else t[::1000]
+    if kind == "mixed_sign":
+        t[5::1000] = -0.0
+    a = TorchAdapter()
+    ref = compute_stats(a.to_numpy(t), a.dtype_name(t))
+    (got,) = a.resolve_stats([a.stats_handle(t)])
+    _check(got, ref, kind)

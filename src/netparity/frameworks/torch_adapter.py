@@ -105,26 +105,39 @@ def _exact_vec(t: torch.Tensor) -> torch.Tensor:
     return torch.stack([p.to(torch.float64) for p in parts])
 
 
-def _rows_norm_pow(x: torch.Tensor, p: int) -> float:
-    """sum(|x|**p) in one pass: float32 norms of 4096-element rows, combined in float64.
+#: elements per chunk of the CPU path's abs/zero pass: the chunk's |x| buffer stays in cache
+_CHUNK = 1 << 18
 
-    (A single float32 norm over millions of elements drifts by ~1e-4; short rows keep the
-    rounding near 1e-7.)
-    """
-    n = x.numel()
-    r = n // _ROW
-    total = 0.0
-    if r:
-        rows = torch.linalg.vector_norm(x[: r * _ROW].view(r, _ROW), p, dim=1)
-        total = float(rows.double().pow(p).sum())
-    if n > r * _ROW:
-        tail = x[r * _ROW :].double()
-        total += float(tail.abs().sum()) if p == 1 else float(torch.dot(tail, tail))
-    return total
+
+def _row_view(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``a`` as (rows of _ROW elements, tail): float32 reductions over short rows stay exact."""
+    r = a.size // _ROW
+    return a[: r * _ROW].reshape(r, _ROW), a[r * _ROW :]
+
+
+def _sum64(a: np.ndarray) -> float:
+    """sum(a) accumulated per row in a's dtype, rows combined in float64 (~1e-8 relative)."""
+    rows, tail = _row_view(a)
+    return float(rows.sum(axis=1).sum(dtype=np.float64)) + float(tail.sum(dtype=np.float64))
+
+
+def _sumsq64(a: np.ndarray) -> float:
+    """sum(a*a), per-row dot products in a's dtype combined in float64, without a temporary."""
+    rows, tail = _row_view(a)
+    total = float(np.einsum("ij,ij->i", rows, rows).sum(dtype=np.float64))
+    t64 = tail.astype(np.float64)
+    return total + float(np.dot(t64, t64))
 
 
 def _fast_cpu_vec(t: torch.Tensor) -> torch.Tensor:
-    """CPU statistics in few passes; falls back to :func:`_exact_vec` for non-finite/large data."""
+    """CPU statistics in few passes; falls back to :func:`_exact_vec` for non-finite/large data.
+
+    Runs on a zero-copy NumPy view: NumPy's reductions are single-threaded, so they never
+    wait on an intra-op thread pool that the training step (or another process) keeps busy,
+    and each one is a plain SIMD pass. Values derivable from the extremes are not computed:
+    ``abs_sum`` is ``+-sum`` for a tensor of one sign and ``zeros`` is 0 when 0 lies outside
+    [min, max]; ``fp16_overflow`` is 0 because the fast path only handles |x| <= 65504.
+    """
     x = t
     if x.dtype not in (torch.float32, torch.float64):
         # half/bf16/fp8 sums overflow or lose precision in their own dtype; ints/bool need a
@@ -134,31 +147,46 @@ def _fast_cpu_vec(t: torch.Tensor) -> torch.Tensor:
             x = x.to(torch.float32)
         else:
             x = x.to(torch.float64)
-    x = x.reshape(-1)
-    mn, mx = torch.aminmax(x)
-    lo, hi = float(mn), float(mx)  # CPU: no device to synchronise with
-    if not (lo >= -FP16_MAX and hi <= FP16_MAX):  # NaN compares False: exact path
+    if x.is_conj() or x.is_neg():
+        x = x.resolve_conj().resolve_neg()
+    a = x.reshape(-1).numpy()  # CPU: shares memory (copies only a non-contiguous tensor)
+    lo, hi = float(a.min()), float(a.max())  # NaN propagates, so it fails the test below
+    if not (lo >= -FP16_MAX and hi <= FP16_MAX):
         return _exact_vec(t)
-    n = x.numel()
-    s = float(x.sum(dtype=torch.float64) if x.dtype == torch.float64 else x.sum())
-    abs_sum = _rows_norm_pow(x, 1)
-    sq = _rows_norm_pow(x, 2)
+    n = a.size
+    s = _sum64(a)
+    sq = _sumsq64(a)
+    need_abs = lo < 0.0 < hi
+    need_zeros = lo <= 0.0 <= hi
+    if need_abs or need_zeros:
+        # one chunked pass: |x| into a cache-sized buffer, then its sum and its count of
+        # non-zero bit patterns (|x| clears the sign bit, so -0.0 counts as zero like x == 0)
+        ibits = np.int32 if a.dtype == np.float32 else np.int64
+        buf = np.empty(min(n, _CHUNK), dtype=a.dtype)
+        abs_sum = 0.0
+        nonzero = 0
+        for i in range(0, n, _CHUNK):
+            b = buf[: min(_CHUNK, n - i)]
+            np.abs(a[i : i + _CHUNK], out=b)
+            if need_abs:
+                abs_sum += _sum64(b)
+            if need_zeros:
+                nonzero += int(np.count_nonzero(b.view(ibits)))
+        zeros = n - nonzero if need_zeros else 0
+        if not need_abs:
+            abs_sum = s if hi > 0.0 else -s
+    else:
+        zeros = 0
+        abs_sum = s if lo >= 0.0 else -s
     mean = s / n
     var = sq / n - mean * mean
     if mean * mean > 10.0 * var:
         # |mean| dominates: sum(x^2)/n - mean^2 would cancel; take the two-pass route with the
         # mean rounded to x's dtype, corrected exactly in float64
-        m = torch.tensor(mean, dtype=x.dtype)
-        mq = float(m)
-        sq_d = _rows_norm_pow(x - m, 2)
-        sum_d = s - n * mq
+        m = a.dtype.type(mean)
+        sq_d = _sumsq64(a - m)
+        sum_d = s - n * float(m)
         var = (sq_d - sum_d * sum_d / n) / n
-    if x.dtype == torch.float32:
-        # count_nonzero on floats is ~5x slower than on ints; shifting out the sign bit makes
-        # -0.0 count as zero, like x == 0
-        zeros = n - int(torch.count_nonzero(x.view(torch.int32) << 1))
-    else:
-        zeros = n - int(torch.count_nonzero(x))
     vals = [lo, hi, mean, math.sqrt(max(var, 0.0)), math.sqrt(max(sq, 0.0)), abs_sum, 0, 0, 0,
             zeros, 0, n]
     return torch.tensor(vals, dtype=torch.float64)
