@@ -160,13 +160,12 @@ class _Acc:
             return (np.array(keys, dtype=np.int64),
                     np.array([self.sparse[k] for k in keys], dtype=np.int64))
         h = self.hist
-        if self.sparse:
-            h = h.copy()
-            keys = np.fromiter(self.sparse.keys(), np.int64, len(self.sparse))
-            np.add.at(h, keys, np.fromiter(self.sparse.values(), np.int64, len(self.sparse)))
         lo, hi = self.lo, self.hi + 1
         if self.sparse:
-            lo, hi = min(lo, int(keys.min())), max(hi, int(keys.max()) + 1)
+            h = h.copy()
+            ks = np.fromiter(self.sparse.keys(), np.int64, len(self.sparse))
+            np.add.at(h, ks, np.fromiter(self.sparse.values(), np.int64, len(self.sparse)))
+            lo, hi = min(lo, int(ks.min())), max(hi, int(ks.max()) + 1)
         nz = np.flatnonzero(h[lo:hi]) + lo
         return nz.astype(np.int64), h[nz]
 
