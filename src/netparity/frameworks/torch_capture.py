@@ -18,8 +18,9 @@ Mechanisms (chosen so that capture never changes the run and survives in-place c
   nodes and the parent keeps the rest (e.g. a residual add).
 * **Statistics** are computed on the tensor's device by :class:`TorchAdapter` with dispatch
   disabled (so they are never captured themselves), batched and fetched in one transfer per
-  batch. An op input that is the same tensor object, at the same version counter, as a recently
-  recorded tensor reuses its statistics instead of recomputing them.
+  batch. A tensor over the same memory (storage, offset, shape, strides, dtype) as a recently
+  recorded tensor that is still alive, with neither written since (version counters), reuses
+  its statistics instead of recomputing them.
 
 Example:
     >>> import tempfile, torch
@@ -211,7 +212,7 @@ class TorchCapture(CaptureSession):
         self._bwd_calls: dict[str, int] = {}
         self._hooked: set[str] = set()  # paths whose backward hooks exist this step
         self._claimed: dict[Any, _Call] = {}
-        self._seen: dict[int, tuple[Any, int, Any, Any]] = {}
+        self._seen: dict[Any, tuple[Any, int, Any, Any]] = {}
         self._outside_fwd = 0
         self._outside_bwd = 0
         self._in_update = 0
@@ -375,13 +376,24 @@ class TorchCapture(CaptureSession):
         rec.rank = self.rank
         rec.dtype = a.dtype_name(t)
         rec.shape = tuple(t.shape)
-        key = id(t)
         try:
             ver = t._version
         except RuntimeError:  # inference tensors have no version counter
             ver = None
+        try:
+            # Keyed by the memory the tensor reads, not by object: an op's output is often a
+            # new object (alias, view, detach) over exactly the elements of a tensor recorded
+            # just before, e.g. a module's output seen again as the next op's input.
+            key: Any = (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride(),
+                        t.dtype, t.device)
+        except (RuntimeError, NotImplementedError):  # no plain storage (sparse, functional...)
+            key = id(t)
         hit = self._seen.get(key) if ver is not None else None
-        if hit is not None and hit[1] == ver and hit[0]() is t:
+        # The cached tensor must still be alive (so its memory cannot have been reused) and
+        # neither it nor this tensor may have been written since (both version counters).
+        src = hit[0]() if hit is not None else None
+        if hit is not None and src is not None and hit[1] == ver and (
+                src is t or src._version == ver):
             handle, snap = hit[2], hit[3]
         else:
             handle = a.stats_handle(t)
