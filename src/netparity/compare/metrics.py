@@ -256,7 +256,8 @@ def _accumulate(
         acc.excess = max(acc.excess, max_d)
         acc.within += n if max_d <= atol else int(np.count_nonzero(d <= atol))
     else:
-        lo = min(max(acc.excess, 0.0), atol)
+        # (the bound d - rtol*|r| <= d needs rtol >= 0; a negative rtol visits every element)
+        lo = min(max(acc.excess, 0.0), atol) if rtol > 0.0 else -math.inf
         if max_d <= lo:
             acc.within += n
         else:
