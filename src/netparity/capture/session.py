@@ -9,8 +9,11 @@ trace writer in batches: statistics of a batch are fetched to the host in one tr
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +112,38 @@ class CaptureSession:
 
     def next_event(self) -> int:
         return self.writer.next_event() if self.writer is not None else -1
+
+    # ---- lifecycle: frameworks implement install/uninstall -----------------------------------
+    def install(self) -> CaptureSession:
+        """Install the framework's hooks (idempotent)."""
+        raise NotImplementedError
+
+    def uninstall(self) -> None:
+        """Remove every hook; safe to call twice."""
+        raise NotImplementedError
+
+    def __enter__(self) -> CaptureSession:
+        self.install()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()  # close() uninstalls first, also when the body raised
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Use as a decorator: each call of ``fn`` runs captured; the trace closes at exit (or
+        on :meth:`close`)."""
+        atexit.register(self.close)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self.install()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.uninstall()
+                self.flush()
+
+        return wrapper
 
     # ---- recording -------------------------------------------------------------------------
     def emit(self, rec: Record, tensor: Any) -> None:

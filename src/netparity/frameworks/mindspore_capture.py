@@ -131,10 +131,10 @@ class MindSporeCapture(CaptureSession):
         self._opt_ids: set[int] = set()
 
     # ---- install / remove ------------------------------------------------------------------
-    def install(self) -> None:
+    def install(self) -> MindSporeCapture:
         """Register the hooks (idempotent)."""
         if self._installed:
-            return
+            return self
         import mindspore as ms
         from mindspore import nn
 
@@ -143,7 +143,7 @@ class MindSporeCapture(CaptureSession):
         if graph:
             self.notes.append("GRAPH_MODE: Cell hooks do not run in compiled graphs; only "
                               "record/record_loss/step are captured (use msdump import)")
-            return
+            return self
         opt = self.optimizer
         if opt is not None and isinstance(opt, nn.Cell):
             self._opt_ids = {id(c) for _, c in opt.cells_and_names()}
@@ -181,6 +181,7 @@ class MindSporeCapture(CaptureSession):
             else:
                 self._op_ctx = _OpContext(self)
                 jc.set_jit_context(self._op_ctx)
+        return self
 
     def remove(self) -> None:
         """Remove every hook and restore MindSpore's state exactly (idempotent)."""
@@ -209,24 +210,9 @@ class MindSporeCapture(CaptureSession):
         if errors:
             raise errors[0]
 
-    def __enter__(self) -> MindSporeCapture:
-        self.install()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            self.install()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.remove()
-                self.flush()
-
-        return wrapper
+    def uninstall(self) -> None:
+        """Remove every hook and the op context (the shared lifecycle's name for :meth:`remove`)."""
+        self.remove()
 
     def close(self) -> None:
         try:

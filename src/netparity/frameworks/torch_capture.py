@@ -39,7 +39,6 @@ Example:
 
 from __future__ import annotations
 
-import atexit
 import functools
 import os
 import sys
@@ -323,30 +322,6 @@ class TorchCapture(CaptureSession):
         self._hooked.clear()
         self._seen.clear()
 
-    def __enter__(self) -> TorchCapture:
-        return self.install()
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self.uninstall()
-        finally:
-            self.close()
-
-    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Use as a decorator: every call of ``fn`` runs captured."""
-        atexit.register(self.close)
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            self.install()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.uninstall()
-                self.flush()
-
-        return wrapper
-
     def close(self) -> None:
         """Uninstall, write everything pending and close the trace. Safe to call twice."""
         if self._closed:
@@ -380,14 +355,7 @@ class TorchCapture(CaptureSession):
             ver = t._version
         except RuntimeError:  # inference tensors have no version counter
             ver = None
-        try:
-            # Keyed by the memory the tensor reads, not by object: an op's output is often a
-            # new object (alias, view, detach) over exactly the elements of a tensor recorded
-            # just before, e.g. a module's output seen again as the next op's input.
-            key: Any = (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride(),
-                        t.dtype, t.device)
-        except (RuntimeError, NotImplementedError):  # no plain storage (sparse, functional...)
-            key = id(t)
+        key = _reuse_key(t)
         hit = self._seen.get(key) if ver is not None else None
         # The cached tensor must still be alive (so its memory cannot have been reused) and
         # neither it nor this tensor may have been written since (both version counters).
@@ -768,8 +736,8 @@ class TorchCapture(CaptureSession):
             self._busy = False
         out = func(*args, **kwargs)
         if native.partition(".")[2].partition(".")[0] in _SILENT_WRITERS:
-            for _, t in ins:
-                self._seen.pop(id(t), None)
+            for _, t in ins:  # written without a version bump: forget their statistics
+                self._seen.pop(_reuse_key(t), None)
         outs: list[tuple[str, torch.Tensor]] = []
         _flatten(out, "", outs)
         if outs:
@@ -931,6 +899,17 @@ class TorchCapture(CaptureSession):
                 super().resolve()
         finally:
             self._busy = busy
+
+
+def _reuse_key(t: torch.Tensor) -> Any:
+    """Key of the statistics-reuse cache: the memory the tensor reads, not the object. An op's
+    output is often a new object (alias, view, detach) over exactly the elements of a tensor
+    recorded just before, e.g. a module's output seen again as the next op's input."""
+    try:
+        return (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride(),
+                t.dtype, t.device)
+    except (RuntimeError, NotImplementedError):  # no plain storage (sparse, functional...)
+        return id(t)
 
 
 def _param_record(kind: str, name: str, direction: str, arg: str) -> Record:
