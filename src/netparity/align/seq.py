@@ -53,6 +53,7 @@ from netparity.align.features import (
     cost_matrix,
     stats_distance,
 )
+from netparity.sequences import longest_increasing
 
 #: gaps up to this many cells go straight to dynamic programming
 DP_CELLS = 40_000
@@ -84,26 +85,7 @@ class Pair:
     note: str = ""
 
 
-def _lis(bs: list[int]) -> list[int]:
-    """Indices of a longest strictly increasing subsequence of ``bs``."""
-    tails: list[int] = []
-    tails_idx: list[int] = []
-    prev = [-1] * len(bs)
-    for i, v in enumerate(bs):
-        k = bisect.bisect_left(tails, v)
-        if k == len(tails):
-            tails.append(v)
-            tails_idx.append(i)
-        else:
-            tails[k] = v
-            tails_idx[k] = i
-        prev[i] = tails_idx[k - 1] if k else -1
-    out: list[int] = []
-    i = tails_idx[-1] if tails_idx else -1
-    while i >= 0:
-        out.append(i)
-        i = prev[i]
-    return out[::-1]
+_lis = longest_increasing  # order-consistent anchors (shared with ckpt mapping)
 
 
 def _elementwise_cost(A: Feats, ia: np.ndarray, B: Feats, ib: np.ndarray, modules: bool) -> np.ndarray:

@@ -489,26 +489,7 @@ def _structural(R: _Side, C: _Side, out: NameMap, pair: Any, both_models: bool) 
 
 def _monotone_anchors(pts: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Longest chain of matched pairs increasing on both sides (order anchors)."""
-    pts = sorted(pts)
-    if not pts:
-        return []
-    import bisect
+    from netparity.sequences import longest_increasing
 
-    tails: list[int] = []
-    tails_idx: list[int] = []
-    prev = [-1] * len(pts)
-    for i, (_, b) in enumerate(pts):
-        j = bisect.bisect_left(tails, b)
-        if j == len(tails):
-            tails.append(b)
-            tails_idx.append(i)
-        else:
-            tails[j] = b
-            tails_idx[j] = i
-        prev[i] = tails_idx[j - 1] if j else -1
-    chain = []
-    k = tails_idx[-1]
-    while k >= 0:
-        chain.append(pts[k])
-        k = prev[k]
-    return chain[::-1]
+    pts = sorted(pts)
+    return [pts[i] for i in longest_increasing([b for _, b in pts])]
