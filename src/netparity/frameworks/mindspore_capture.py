@@ -26,7 +26,9 @@ How each level is observed (PyNative mode; see docs/capture-mindspore.md for the
   :meth:`MindSporeCapture.record_grads`.
 
 Graph mode (``GRAPH_MODE``, ``Model.train``) compiles Cells into one graph: Python hooks do not run
-there; use MindSpore's own dump and :func:`netparity.frameworks.mindspore_dump.import_dump`.
+there. Each Cell's forward output is then captured by an in-graph probe
+(:mod:`netparity.frameworks.mindspore_graph`), recorded at each ``step()``; for the rest use
+MindSpore's own dump and :func:`netparity.frameworks.mindspore_dump.import_dump`.
 
 Example:
     >>> import numpy as np, mindspore as ms, tempfile
@@ -43,13 +45,16 @@ import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from netparity.align.vocab import canonical_op
 from netparity.capture.policy import CapturePolicy
 from netparity.capture.session import CaptureSession, user_source
 from netparity.frameworks.mindspore_adapter import MindSporeAdapter
 from netparity.trace.schema import Record
+
+if TYPE_CHECKING:
+    from netparity.frameworks.mindspore_graph import GraphProbes
 
 
 def _ms_dir() -> str:
@@ -68,6 +73,13 @@ def _flatten(obj: Any, prefix: str, is_tensor: Callable[[Any], bool]) -> Iterato
     elif isinstance(obj, dict):
         for k, v in obj.items():
             yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k), is_tensor)
+
+
+def _native_of(cls: type) -> tuple[str, str]:
+    """(native class name, canonical op) of a Cell class."""
+    native = (f"{cls.__module__.split('.')[0]}.nn.{cls.__qualname__}"
+              if cls.__module__.startswith("mindspore.nn") else f"{cls.__module__}.{cls.__qualname__}")
+    return native, canonical_op("mindspore", cls.__name__)
 
 
 class _Frame:
@@ -129,6 +141,8 @@ class MindSporeCapture(CaptureSession):
         self._paths: dict[int, str] = {}
         self._native: dict[int, tuple[str, str]] = {}
         self._opt_ids: set[int] = set()
+        self._graph: GraphProbes | None = None
+        self._graph_native: dict[str, tuple[str, str]] = {}
 
     # ---- install / remove ------------------------------------------------------------------
     def install(self) -> MindSporeCapture:
@@ -140,26 +154,21 @@ class MindSporeCapture(CaptureSession):
 
         self._installed = True
         graph = ms.get_context("mode") == ms.GRAPH_MODE
-        if graph:
-            self.notes.append("GRAPH_MODE: Cell hooks do not run in compiled graphs; only "
-                              "record/record_loss/step are captured (use msdump import)")
-            return self
         opt = self.optimizer
         if opt is not None and isinstance(opt, nn.Cell):
             self._opt_ids = {id(c) for _, c in opt.cells_and_names()}
         for _name, cell in self.model.cells_and_names():
             if isinstance(cell, nn.Optimizer):
                 self._opt_ids.update(id(c) for _, c in cell.cells_and_names())
+        if graph:
+            self._install_graph()
+            return self
         cells = list(self.model.cells_and_names())
         if opt is not None and isinstance(opt, nn.Cell) and all(c is not opt for _, c in cells):
             cells.append(("optimizer", opt))
         for name, cell in cells:
             self._paths[id(cell)] = name
-            cls = type(cell)
-            self._native[id(cell)] = (f"{cls.__module__.split('.')[0]}.nn.{cls.__qualname__}"
-                                      if cls.__module__.startswith("mindspore.nn")
-                                      else f"{cls.__module__}.{cls.__qualname__}",
-                                      canonical_op("mindspore", cls.__name__))
+            self._native[id(cell)] = _native_of(type(cell))
             had_bwd = cell._cell_backward_hook is not None
             self._handles.append(cell.register_forward_pre_hook(self._pre, with_kwargs=True))
             self._handles.append(cell.register_forward_hook(self._post, with_kwargs=True,
@@ -183,12 +192,55 @@ class MindSporeCapture(CaptureSession):
                 jc.set_jit_context(self._op_ctx)
         return self
 
+    def _install_graph(self) -> None:
+        """GRAPH_MODE: Cell hooks never run; probe each Cell's output inside the graph instead."""
+        from netparity.frameworks.mindspore_graph import GraphProbes
+
+        p = self.policy
+        if not (p.modules and "forward" in p.directions):
+            self.notes.append("GRAPH_MODE: Cell hooks do not run in compiled graphs; only "
+                              "record/record_loss/step are captured (use msdump import)")
+            return
+        cells = [(n, c) for n, c in self.model.cells_and_names() if id(c) not in self._opt_ids]
+        for name, cell in cells:
+            self._paths[id(cell)] = name
+            self._native[id(cell)] = _native_of(type(cell))
+        self._graph = GraphProbes()
+        self._graph.install(cells)
+        self._graph_native = {name: self._native[id(c)] for name, c in cells}
+        self.notes.append("GRAPH_MODE: Cell forward outputs captured through in-graph pyfunc "
+                          "probes (single-Tensor outputs only); inputs, backward and ops need "
+                          "the msdump import")
+
+    def _drain_graph(self) -> None:
+        """Turn the outputs the graph probes saw in this step into ``module`` records."""
+        if self._graph is None:
+            return
+        seen = self._graph.drain()
+        if not self.active:
+            return
+        from mindspore import Tensor
+
+        for path, arr in seen:
+            native, op = self._graph_native[path]
+            if not self.policy.wants_name(path, op):
+                continue
+            call = self._next_call("forward", path)
+            self._emit_call("module", path, native, op, call, 0, "forward", self.next_event(),
+                            None, Tensor(arr), "")
+
     def remove(self) -> None:
         """Remove every hook and restore MindSpore's state exactly (idempotent)."""
         if not self._installed:
             return
         self._installed = False
         errors: list[BaseException] = []
+        if self._graph is not None:
+            try:
+                self._drain_graph()
+            finally:
+                self._graph.remove()
+                self._graph = None
         if self._op_ctx is not None:
             from mindspore.graph import jit_context as jc
 
@@ -268,6 +320,7 @@ class MindSporeCapture(CaptureSession):
 
     def step(self) -> None:
         """Record parameters after the update, then start the next step."""
+        self._drain_graph()
         if self.active:
             for p in self.model.get_parameters():
                 if self.policy.wants_name(p.name):
