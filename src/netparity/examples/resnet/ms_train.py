@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ import numpy as np
 from mindspore import nn, ops
 
 from netparity.examples.resnet.bugs import check_bug
-from netparity.examples.resnet.schedule import HParams, cosine_lr
+from netparity.examples.resnet.schedule import HParams, TrainResult, cosine_lr, eval_metrics
 
 __all__ = [
     "CrossEntropySmooth",
@@ -238,21 +237,7 @@ def evaluate(
         loss_sum += float(-logp[np.arange(len(y)), y].sum())
         count += len(y)
     net.set_train(True)
-    n = max(count, 1)
-    return {
-        "top_1_accuracy": top1 / n,
-        "top_5_accuracy": top5 / n,
-        "loss": loss_sum / n,
-        "count": float(count),
-    }
-
-
-@dataclass
-class TrainResult:
-    """Losses per step and the checkpoints written."""
-
-    losses: list[float] = field(default_factory=list)
-    checkpoints: list[Path] = field(default_factory=list)
+    return eval_metrics(top1, top5, loss_sum, count)
 
 
 def train(

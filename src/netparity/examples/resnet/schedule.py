@@ -12,7 +12,8 @@ Example:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from netparity.errors import UsageError
 
@@ -83,3 +84,27 @@ def cosine_lr(
             lr = lr_max * (linear * cosine + 0.00001)
         out.append(lr)
     return out
+
+
+@dataclass
+class TrainResult:
+    """Losses per step and the checkpoints written (both frameworks' training loops)."""
+
+    losses: list[float] = field(default_factory=list)
+    checkpoints: list[Path] = field(default_factory=list)
+
+
+def eval_metrics(top1: int, top5: int, loss_sum: float, count: int) -> dict[str, float]:
+    """The evaluation result both frameworks return: accuracies and mean loss over ``count``.
+
+    Example:
+        >>> eval_metrics(3, 4, 2.0, 4)["top_1_accuracy"]
+        0.75
+    """
+    n = max(count, 1)
+    return {
+        "top_1_accuracy": top1 / n,
+        "top_5_accuracy": top5 / n,
+        "loss": loss_sum / n,
+        "count": float(count),
+    }

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from netparity.examples.resnet.schedule import HParams
+from netparity.examples.resnet.schedule import HParams, TrainResult, eval_metrics
 
 __all__ = [
     "CrossEntropySmooth",
@@ -189,21 +188,7 @@ def evaluate(
         loss_sum += float(nn.functional.cross_entropy(logits, y, reduction="sum"))
         count += int(y.numel())
     model.train()
-    n = max(count, 1)
-    return {
-        "top_1_accuracy": top1 / n,
-        "top_5_accuracy": top5 / n,
-        "loss": loss_sum / n,
-        "count": float(count),
-    }
-
-
-@dataclass
-class TrainResult:
-    """Losses per step and the checkpoints written."""
-
-    losses: list[float] = field(default_factory=list)
-    checkpoints: list[Path] = field(default_factory=list)
+    return eval_metrics(top1, top5, loss_sum, count)
 
 
 def train(
