@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt setup.py src/netparity/_fastvec.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[$(EXTRAS)]'
@@ -27,6 +27,7 @@ lint: $(STAMP)
 	$(BIN)/mypy src/netparity
 
 bench: $(STAMP)
+	$(BIN)/python benchmarks/stats_kernel.py
 	$(BIN)/python benchmarks/capture_overhead.py
 	$(BIN)/python benchmarks/align_speed.py
 	$(BIN)/python benchmarks/compare_throughput.py

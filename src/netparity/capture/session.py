@@ -27,22 +27,35 @@ _PKG_DIR = str(Path(__file__).resolve().parents[1])
 _USER_DIRS = (str(Path(_PKG_DIR) / "examples"),)
 
 
+#: per (file name, skipped prefixes): the file's base name if it is user code, else None
+_USER_FILE: dict[tuple[str, tuple[str, ...]], str | None] = {}
+
+
+def _user_file(fn: str, skip_prefixes: tuple[str, ...]) -> str | None:
+    ours = fn.startswith(_PKG_DIR) and not fn.startswith(_USER_DIRS)
+    if (ours or fn.startswith("<")
+            or os.path.basename(fn) == "netparity"  # the console-script entry point
+            or any(fn.startswith(p) for p in skip_prefixes)):
+        return None
+    return os.path.basename(fn)
+
+
 def user_source(skip_prefixes: tuple[str, ...] = ()) -> str:
     """``file:line`` of the innermost stack frame in user code (not netparity, not a framework).
 
-    ``skip_prefixes`` are directory prefixes of framework installations to skip.
+    ``skip_prefixes`` are directory prefixes of framework installations to skip. The verdict
+    per file is cached: op-level capture asks once per operator.
     """
     f = sys._getframe(1)
+    cache = _USER_FILE
     while f is not None:
-        fn = f.f_code.co_filename
-        ours = fn.startswith(_PKG_DIR) and not fn.startswith(_USER_DIRS)
-        if not (
-            ours
-            or fn.startswith("<")
-            or os.path.basename(fn) == "netparity"  # the console-script entry point
-            or any(fn.startswith(p) for p in skip_prefixes)
-        ):
-            return f"{os.path.basename(fn)}:{f.f_lineno}"
+        key = (f.f_code.co_filename, skip_prefixes)
+        try:
+            base = cache[key]
+        except KeyError:
+            base = cache[key] = _user_file(key[0], skip_prefixes)
+        if base is not None:
+            return f"{base}:{f.f_lineno}"
         f = f.f_back  # type: ignore[assignment]
     return ""
 

@@ -4,7 +4,8 @@ Statistics follow :mod:`netparity.stats` exactly (finite-only min/max/mean/std/n
 counts of NaN, +Inf, -Inf, zeros and finite values above 65504; complex tensors describe
 ``|x|``; reductions accumulate in float64). They are computed on the tensor's own device and
 returned as a small float64 tensor of 12 numbers (the 11 statistics plus the count of finite
-values) so that :meth:`TorchAdapter.resolve_stats` can fetch a whole batch with one transfer.
+values) so that :meth:`TorchAdapter.resolve_stats` can fetch a whole batch with one transfer;
+the CPU path, which has nothing to transfer, returns the same 12 numbers as a list.
 
 Two code paths compute the same numbers:
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -68,6 +70,19 @@ _NP_BITS = {torch.int16: np.uint16, torch.uint8: np.uint8}
 _NFIN = len(STAT_FIELDS)
 _VEC = _NFIN + 1
 _COUNT_IDX = {i for i, k in enumerate(STAT_FIELDS) if k in ("nan", "posinf", "neginf", "zeros", "fp16_overflow")}
+
+_kernel: ModuleType | None
+try:  # the optional one-pass C kernel (setup.py builds it; absent without a C compiler)
+    import netparity._fastvec as _kernel
+except ImportError:  # pragma: no cover - depends on the build
+    _kernel = None
+
+#: threads the C kernel uses for one large tensor. One, measured: between the step's
+#: operators torch's OpenMP workers still spin-wait on the other cores, so a second kernel
+#: thread competes with them -- on the 2-core benchmark machine two threads made the captured
+#: ResNet-50 step slower (1.50x against 1.37x), although they double the kernel's speed on
+#: an idle machine (see benchmarks/stats_kernel.py).
+KERNEL_THREADS = 1
 
 #: rows used by the fast path's sum of squares: shorter float32 rows keep rounding ~1e-7
 _ROW = 4096
@@ -129,14 +144,15 @@ def _sumsq64(a: np.ndarray) -> float:
     return total + float(np.dot(t64, t64))
 
 
-def _fast_cpu_vec(t: torch.Tensor) -> torch.Tensor:
-    """CPU statistics in few passes; falls back to :func:`_exact_vec` for non-finite/large data.
+def _fast_cpu_vec(t: torch.Tensor) -> torch.Tensor | list[float]:
+    """CPU statistics in one or few passes; :func:`_exact_vec` for non-finite/large data.
 
-    Runs on a zero-copy NumPy view: NumPy's reductions are single-threaded, so they never
-    wait on an intra-op thread pool that the training step (or another process) keeps busy,
-    and each one is a plain SIMD pass. Values derivable from the extremes are not computed:
-    ``abs_sum`` is ``+-sum`` for a tensor of one sign and ``zeros`` is 0 when 0 lies outside
-    [min, max]; ``fp16_overflow`` is 0 because the fast path only handles |x| <= 65504.
+    Runs on a zero-copy NumPy view of the tensor (float32/float64; other dtypes are converted
+    first). With the C kernel (:mod:`netparity._fastvec`) every statistic comes from one memory
+    pass (on :data:`KERNEL_THREADS` threads). Without it, a handful of NumPy passes give the
+    same numbers (see :func:`_numpy_sums`). Either way the result is exact
+    whenever the tensor is finite and within float16 range -- the common case; otherwise the
+    tensor takes the finite-masked float64 path.
     """
     x = t
     if x.dtype not in (torch.float32, torch.float64):
@@ -149,35 +165,23 @@ def _fast_cpu_vec(t: torch.Tensor) -> torch.Tensor:
             x = x.to(torch.float64)
     if x.is_conj() or x.is_neg():
         x = x.resolve_conj().resolve_neg()
-    a = x.reshape(-1).numpy()  # CPU: shares memory (copies only a non-contiguous tensor)
-    lo, hi = float(a.min()), float(a.max())  # NaN propagates, so it fails the test below
+    flat = x.reshape(-1)  # CPU: shares memory when it can
+    if not flat.is_contiguous():  # e.g. an expanded (stride-0) view
+        flat = flat.contiguous()
+    a = flat.numpy()
+    if _kernel is not None:
+        lo, hi, s, sq, abs_sum, zeros = _kernel.stats(a, KERNEL_THREADS)
+        if not math.isfinite(sq):  # a NaN or +-Inf somewhere (min/max skip NaN, the sums don't)
+            return _exact_vec(t)
+    else:
+        lo, hi = float(a.min()), float(a.max())  # NaN propagates, so it fails the test below
+        s = sq = abs_sum = 0.0
+        zeros = 0
     if not (lo >= -FP16_MAX and hi <= FP16_MAX):
         return _exact_vec(t)
     n = a.size
-    s = _sum64(a)
-    sq = _sumsq64(a)
-    need_abs = lo < 0.0 < hi
-    need_zeros = lo <= 0.0 <= hi
-    if need_abs or need_zeros:
-        # one chunked pass: |x| into a cache-sized buffer, then its sum and its count of
-        # non-zero bit patterns (|x| clears the sign bit, so -0.0 counts as zero like x == 0)
-        ibits = np.int32 if a.dtype == np.float32 else np.int64
-        buf = np.empty(min(n, _CHUNK), dtype=a.dtype)
-        abs_sum = 0.0
-        nonzero = 0
-        for i in range(0, n, _CHUNK):
-            b = buf[: min(_CHUNK, n - i)]
-            np.abs(a[i : i + _CHUNK], out=b)
-            if need_abs:
-                abs_sum += _sum64(b)
-            if need_zeros:
-                nonzero += int(np.count_nonzero(b.view(ibits)))
-        zeros = n - nonzero if need_zeros else 0
-        if not need_abs:
-            abs_sum = s if hi > 0.0 else -s
-    else:
-        zeros = 0
-        abs_sum = s if lo >= 0.0 else -s
+    if _kernel is None:
+        s, sq, abs_sum, zeros = _numpy_sums(a, lo, hi)
     mean = s / n
     var = sq / n - mean * mean
     if mean * mean > 10.0 * var:
@@ -187,9 +191,42 @@ def _fast_cpu_vec(t: torch.Tensor) -> torch.Tensor:
         sq_d = _sumsq64(a - m)
         sum_d = s - n * float(m)
         var = (sq_d - sum_d * sum_d / n) / n
-    vals = [lo, hi, mean, math.sqrt(max(var, 0.0)), math.sqrt(max(sq, 0.0)), abs_sum, 0, 0, 0,
+    # already on the host: a plain list (a tensor per record would cost more than the kernel
+    # on small tensors)
+    return [lo, hi, mean, math.sqrt(max(var, 0.0)), math.sqrt(max(sq, 0.0)), abs_sum, 0, 0, 0,
             zeros, 0, n]
-    return torch.tensor(vals, dtype=torch.float64)
+
+
+def _numpy_sums(a: np.ndarray, lo: float, hi: float) -> tuple[float, float, float, int]:
+    """sum, sum of squares, sum of |x| and zero count of finite ``a`` with NumPy passes.
+
+    Values derivable from the extremes are not computed: ``abs_sum`` is ``+-sum`` for data of
+    one sign and ``zeros`` is 0 when 0 lies outside [lo, hi].
+    """
+    n = a.size
+    s = _sum64(a)
+    sq = _sumsq64(a)
+    need_abs = lo < 0.0 < hi
+    need_zeros = lo <= 0.0 <= hi
+    if not (need_abs or need_zeros):
+        return s, sq, (s if lo >= 0.0 else -s), 0
+    # one chunked pass: |x| into a cache-sized buffer, then its sum and its count of non-zero
+    # bit patterns (|x| clears the sign bit, so -0.0 counts as zero like x == 0)
+    ibits = np.int32 if a.dtype == np.float32 else np.int64
+    buf = np.empty(min(n, _CHUNK), dtype=a.dtype)
+    abs_sum = 0.0
+    nonzero = 0
+    for i in range(0, n, _CHUNK):
+        b = buf[: min(_CHUNK, n - i)]
+        np.abs(a[i : i + _CHUNK], out=b)
+        if need_abs:
+            abs_sum += _sum64(b)
+        if need_zeros:
+            nonzero += int(np.count_nonzero(b.view(ibits)))
+    zeros = n - nonzero if need_zeros else 0
+    if not need_abs:
+        abs_sum = s if hi > 0.0 else -s
+    return s, sq, abs_sum, zeros
 
 
 class TorchAdapter(FrameworkAdapter):
@@ -225,7 +262,8 @@ class TorchAdapter(FrameworkAdapter):
 
     # ---- statistics ------------------------------------------------------------------------
     def stats_handle(self, t: Any) -> Any:
-        """Start the statistics of ``t`` on its device; returns a 12-element float64 tensor.
+        """Start the statistics of ``t``: a 12-element float64 tensor on ``t``'s device, or --
+        for CPU tensors, computed at once -- a list of 12 numbers (``None`` for no elements).
 
         Never mutates ``t``, never changes its dtype, uses no RNG and builds no autograd graph.
         """
@@ -239,7 +277,7 @@ class TorchAdapter(FrameworkAdapter):
 
     def resolve_stats(self, handles: list[Any]) -> list[dict[str, Any]]:
         """Fetch a batch of handles: one stack and one host transfer per device (usually one)."""
-        rows: list[list[float] | None] = [None] * len(handles)
+        rows: list[list[float] | None] = [h if isinstance(h, list) else None for h in handles]
         by_dev: dict[Any, list[int]] = {}
         for i, h in enumerate(handles):
             if isinstance(h, torch.Tensor):

@@ -1,0 +1,69 @@
+"""Speed of the capture statistics on CPU: the one-pass C kernel against the NumPy passes.
+
+Both compute the same 11 statistics (``netparity.frameworks.torch_adapter._fast_cpu_vec``);
+the figures are GB/s of float32 data, measured in one run, on data that is hot in cache (the
+same 25 MB tensor again and again) and cold (a walk over 1.6 GB, as a training step's
+activations are). ``threads 2`` splits each tensor between two kernel threads; capture uses
+one thread, because torch's OpenMP workers spin on the other core between operators (see
+``KERNEL_THREADS`` in torch_adapter.py).
+
+Run:  PYTHONPATH=src python benchmarks/stats_kernel.py [--cold-gb 1.6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from netparity.frameworks import torch_adapter
+
+
+def rate(fn: Callable[[torch.Tensor], object], tensors: list[torch.Tensor], repeat: int) -> float:
+    fn(tensors[0])
+    nbytes = sum(t.numel() * 4 for t in tensors) * repeat
+    t0 = time.perf_counter()
+    for _ in range(repeat):
+        for t in tensors:
+            fn(t)
+    return nbytes / (time.perf_counter() - t0) / 1e9
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cold-gb", type=float, default=1.6)
+    args = ap.parse_args()
+    kernel = torch_adapter._kernel
+    if kernel is None:
+        raise SystemExit("netparity._fastvec is not built (pip install -e . with a C compiler)")
+    g = torch.Generator().manual_seed(0)
+    chunk = 6_400_000  # 25.6 MB: one large ResNet-50 activation at batch 8
+    hot = [torch.relu(torch.randn(chunk, generator=g))]
+    big = torch.randn(int(args.cold_gb * 1e9 / 4) // chunk * chunk, generator=g)
+    cold = list(big.split(chunk))
+
+    def numpy_path(t: torch.Tensor) -> object:
+        torch_adapter._kernel = None
+        try:
+            return torch_adapter._fast_cpu_vec(t)
+        finally:
+            torch_adapter._kernel = kernel
+
+    def kernel_with(threads: int) -> Callable[[torch.Tensor], object]:
+        return lambda t: kernel.stats(t.numpy(), threads)
+
+    print(f"float32 statistics, GB/s (torch {torch.__version__}, numpy {np.__version__})")
+    print(f"{'':24s} {'hot 25 MB':>10s} {'cold':>10s}")
+    base = None
+    for name, fn in [("NumPy passes", numpy_path), ("kernel, 1 thread", kernel_with(1)),
+                     ("kernel, 2 threads", kernel_with(2))]:
+        h, c = rate(fn, hot, 20), rate(fn, cold, 1)
+        base = base or (h, c)
+        print(f"{name:24s} {h:10.1f} {c:10.1f}   ({h / base[0]:.1f}x, {c / base[1]:.1f}x)")
+
+
+if __name__ == "__main__":
+    main()
