@@ -42,6 +42,7 @@ typedef struct {
     const void *data;
     Py_ssize_t n;
     int is_double;
+    double shift; /* statistics of x - shift (in x's precision) */
     double mn, mx, sum, sumsq, abssum;
     Py_ssize_t zeros;
 } part_t;
@@ -87,7 +88,9 @@ static void stats_f32(part_t *p)
     Py_ssize_t zeros = 0;
     Py_ssize_t i = 0;
     const vi absmask = (vi){0} + 0x7fffffff;
-    vf mn0 = (vf){0} + x[0], mx0 = mn0, mn1 = mn0, mx1 = mn0;
+    const float shift = (float)p->shift;
+    const vf sh = (vf){0} + shift;
+    vf mn0 = (vf){0} + (x[0] - shift), mx0 = mn0, mn1 = mn0, mx1 = mn0;
     for (; i + SUPER <= n; i += SUPER) {
         /* float32 partial sums: BLOCK / (2 * VW) additions per lane within a block, then
          * SUPER / BLOCK additions of block sums, then the lanes go into float64 totals */
@@ -101,6 +104,8 @@ static void stats_f32(part_t *p)
                 vf v0, v1;
                 LOAD_VF(v0, b + k);
                 LOAD_VF(v1, b + k + VW);
+                v0 -= sh;
+                v1 -= sh;
                 s0 += v0;
                 s1 += v1;
                 q0 += v0 * v0;
@@ -125,7 +130,7 @@ static void stats_f32(part_t *p)
             zeros += Z[j];
         }
     }
-    float fmn = x[0], fmx = x[0];
+    float fmn = x[0] - shift, fmx = fmn;
     for (int j = 0; j < VW; j++) {
         fmn = mn0[j] < fmn ? mn0[j] : fmn;
         fmn = mn1[j] < fmn ? mn1[j] : fmn;
@@ -134,7 +139,7 @@ static void stats_f32(part_t *p)
     }
     set_totals(p, fmn, fmx, sum, sumsq, abssum, zeros);
     for (; i < n; i++) /* the tail, shorter than SUPER, in float64 */
-        add_scalar(p, x[i]);
+        add_scalar(p, x[i] - shift);
 }
 
 NP_CLONES
@@ -147,13 +152,14 @@ static void stats_f64(part_t *p)
     Py_ssize_t z[LANES / 2] = {0};
     Py_ssize_t i = 0;
     const int L = LANES / 2;
+    const double shift = p->shift;
     for (int j = 0; j < L; j++) {
-        mn[j] = x[0];
-        mx[j] = x[0];
+        mn[j] = x[0] - shift;
+        mx[j] = x[0] - shift;
     }
     for (; i + L <= n; i += L) {
         for (int j = 0; j < L; j++) {
-            double v = x[i + j];
+            double v = x[i + j] - shift;
             s[j] += v;
             q[j] += v * v;
             a[j] += fabs(v);
@@ -174,7 +180,7 @@ static void stats_f64(part_t *p)
     }
     set_totals(p, fmn, fmx, sum, sumsq, abssum, zeros);
     for (; i < n; i++)
-        add_scalar(p, x[i]);
+        add_scalar(p, x[i] - shift);
 }
 
 static void run_part(part_t *p)
@@ -191,18 +197,21 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
-/* stats(buffer, threads) -> (min, max, sum, sum_sq, abs_sum, zeros)
+/* stats(buffer, threads, shift) -> (min, max, sum, sum_sq, abs_sum, zeros) of buffer - shift
  *
  * `buffer`: a C-contiguous buffer of format 'f' (float32) or 'd' (float64) with at least one
  * element.  `threads`: 1 or 2; with 2, buffers of at least 2**19 elements are split in halves
- * (the split points are fixed, so the result is deterministic). */
+ * (the split points are fixed, so the result is deterministic).  `shift` (default 0) is
+ * subtracted from every element first, in the buffer's precision: a second call with the mean
+ * gives the sum of squared deviations without cancellation and without a temporary array. */
 static PyObject *fastvec_stats(PyObject *self, PyObject *args)
 {
     PyObject *obj;
     int threads = 1;
+    double shift = 0.0;
     Py_buffer view;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O|i", &obj, &threads))
+    if (!PyArg_ParseTuple(args, "O|id", &obj, &threads, &shift))
         return NULL;
     if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return NULL;
@@ -229,9 +238,11 @@ static PyObject *fastvec_stats(PyObject *self, PyObject *args)
     parts[0].data = view.buf;
     parts[0].n = half;
     parts[0].is_double = is_double;
+    parts[0].shift = shift;
     parts[1].data = (const char *)view.buf + half * view.itemsize;
     parts[1].n = n - half;
     parts[1].is_double = is_double;
+    parts[1].shift = shift;
     Py_BEGIN_ALLOW_THREADS
     pthread_t tid;
     int spawned = nparts == 2 && pthread_create(&tid, NULL, thread_main, &parts[1]) == 0;
@@ -256,8 +267,8 @@ static PyObject *fastvec_stats(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"stats", fastvec_stats, METH_VARARGS,
-     "stats(buffer, threads=1) -> (min, max, sum, sum_sq, abs_sum, zeros) of a float32/float64 "
-     "buffer in one pass; NaN is ignored by min/max but makes the sums non-finite."},
+     "stats(buffer, threads=1, shift=0.0) -> (min, max, sum, sum_sq, abs_sum, zeros) of a "
+     "float32/float64 buffer minus shift, in one pass; NaN is ignored by min/max but makes the sums non-finite."},
     {NULL, NULL, 0, NULL},
 };
 

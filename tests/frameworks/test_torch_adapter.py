@@ -218,6 +218,10 @@ def test_kernel_halves_agree_and_flag_non_finite() -> None:
                                               np.dot(a.astype(np.float64), a),
                                               np.abs(a).sum(dtype=np.float64)], rtol=1e-6)
     assert two == k.stats(a, 2)  # fixed split points: deterministic
+    shifted = k.stats(a, 2, 5.0)  # statistics of a - 5 without a temporary
+    d = a.astype(np.float64) - 5.0
+    np.testing.assert_allclose(shifted[:5], [d.min(), d.max(), d.sum(), d @ d, np.abs(d).sum()],
+                               rtol=1e-6)
     b = a.copy()
     b[123456] = np.nan
     assert not math.isfinite(k.stats(b, 2)[3])

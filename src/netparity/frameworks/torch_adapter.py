@@ -188,8 +188,11 @@ def _fast_cpu_vec(t: torch.Tensor) -> torch.Tensor | list[float]:
         # |mean| dominates: sum(x^2)/n - mean^2 would cancel; take the two-pass route with the
         # mean rounded to x's dtype, corrected exactly in float64
         m = a.dtype.type(mean)
-        sq_d = _sumsq64(a - m)
-        sum_d = s - n * float(m)
+        if _kernel is not None:
+            _, _, sum_d, sq_d, _, _ = _kernel.stats(a, KERNEL_THREADS, float(m))
+        else:
+            sq_d = _sumsq64(a - m)
+            sum_d = s - n * float(m)
         var = (sq_d - sum_d * sum_d / n) / n
     # already on the host: a plain list (a tensor per record would cost more than the kernel
     # on small tensors)
@@ -267,13 +270,13 @@ class TorchAdapter(FrameworkAdapter):
 
         Never mutates ``t``, never changes its dtype, uses no RNG and builds no autograd graph.
         """
-        with torch.no_grad():
-            x = t.detach()
-            if x.numel() == 0 or x.layout != torch.strided or x.device.type == "meta":
-                return None
-            if x.device.type == "cpu" and not x.is_complex():
-                return _fast_cpu_vec(x)
-            return _exact_vec(x)
+        x = t.detach()  # no graph is built from a detached tensor: no need for no_grad()
+        dev = x.device.type
+        if x.numel() == 0 or x.layout != torch.strided or dev == "meta":
+            return None
+        if dev == "cpu" and not x.is_complex():
+            return _fast_cpu_vec(x)
+        return _exact_vec(x)
 
     def resolve_stats(self, handles: list[Any]) -> list[dict[str, Any]]:
         """Fetch a batch of handles: one stack and one host transfer per device (usually one)."""
