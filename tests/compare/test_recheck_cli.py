@@ -50,3 +50,30 @@ def test_cli_exit_codes(net, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["compare", str(ref)])
     assert e.value.code == 2
+
+
+def test_recheck_keeps_the_cross_profile_normwise_rule(net, tmp_path):
+    """Without new tolerances recheck reproduces a cross-profile result (normwise rule, warn for
+    outliers under it); global tolerances switch to the elementwise rule, as compare does."""
+    ref = net()
+    # small noise: under the normwise bound, but elementwise outside the cross float32 tolerance
+    cand = net(noise=3e-4, noise_seed=5)
+    out = tmp_path / "cross.json"
+    assert main(["compare", str(ref), str(cand), "--profile", "cross", "--json", str(out),
+                 "--quiet"]) in (0, 1)
+    saved = json.loads(out.read_text())
+    original = CompareResult.from_json(saved)
+    statuses = [p.status for p in original.all_pairs()]
+    assert "warn" in statuses  # the case this test is about: outliers under the normwise bound
+    again = recheck(CompareResult.from_json(saved))
+    assert [p.status for p in again.all_pairs()] == statuses
+    assert again.status == original.status
+    # global tolerances: elementwise judgement, exactly what a fresh compare gives
+    rt, at = 1e-6, 1e-6
+    fresh = netparity.compare(ref, cand, rtol=rt, atol=at, profile="cross")
+    elementwise = recheck(CompareResult.from_json(saved), rtol=rt, atol=at)
+    for p, q in zip(elementwise.all_pairs(), fresh.all_pairs()):
+        assert p.key == q.key
+        if "re-run compare" not in p.reason:
+            assert p.status == q.status, (p.key, p.reason, q.reason)
+    assert "fail" in [p.status for p in elementwise.all_pairs()]

@@ -6,7 +6,10 @@ NaN/Inf mismatches; and, for tensor pairs, any new tolerance that the saved poin
 ``min_rtol`` at the old atol) -- in particular loosening either tolerance past the reported
 minimum. Otherwise the verdict and the "fraction within" come from the saved 2-D error
 histogram (estimates; marked as such). fp64-reference verdicts are kept as they were (the
-tolerances do not enter them). Call origins and the first divergences are recomputed.
+tolerances do not enter them). Pairs judged by the cross profile's normwise rule keep it when
+no tolerance is given (the normwise error is exact; a recheck without options reproduces the
+saved verdicts); ``--rtol``/``--atol`` switch to the elementwise rule, as they do in
+``compare``. Call origins and the first divergences are recomputed.
 
 Exit status: 0 all pass, 1 divergence, 2 usage/input error.
 """

@@ -427,7 +427,8 @@ def recheck(result: Any, *, rtol: float | None = None, atol: float | None = None
             continue  # the fp64 rule does not use rtol/atol
         r = p.rtol if rtol is None else rtol
         a = p.atol if atol is None else atol
-        p.status, p.reason, exact = rejudge(p.metrics, r, a)
+        # as in compare: global tolerances replace the cross profile's normwise rule
+        p.status, p.reason, exact = rejudge(p.metrics, r, a, use_norm=rtol is None and atol is None)
         p.rtol, p.atol = r, a
         p.tol_source = "recheck"
         estimated += not exact

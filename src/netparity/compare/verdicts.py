@@ -236,11 +236,16 @@ def _decide(m: dict[str, Any], rtol: float, atol: float) -> str:
     return "unsure"
 
 
-def rejudge(m: dict[str, Any], rtol: float, atol: float) -> tuple[str, str, bool]:
+def rejudge(m: dict[str, Any], rtol: float, atol: float,
+            use_norm: bool = True) -> tuple[str, str, bool]:
     """Status, reason and exactness of a saved pair at new tolerances (no tensor access).
 
     Exact for the stats and hash bases and, on the tensor basis, whenever the saved points of the
-    convex required-tolerance curve decide it; otherwise estimated from the histogram.
+    convex required-tolerance curve decide it; otherwise estimated from the histogram. A pair
+    judged by the cross profile's normwise rule (``norm_tol`` in its metrics) keeps that rule
+    while ``use_norm`` -- as ``compare`` does, global tolerances switch it off: the normwise
+    error does not depend on tolerances, so it is exact, and only the pass/warn split under it
+    uses the elementwise decision at the new tolerances.
     """
     basis = m.get("basis")
     if basis != "tensors":
@@ -250,6 +255,14 @@ def rejudge(m: dict[str, Any], rtol: float, atol: float) -> tuple[str, str, bool
     if nf:
         return "fail", nf, True
     d = _decide(m, rtol, atol)
+    norm_tol = m.get("norm_tol") if use_norm else None
+    if norm_tol is not None:
+        est, _ = estimate_within(m, rtol, atol)
+        seen = {**m, "within": est if d != "pass" and est == est else 1.0}
+        s, r = _judge_norm(seen, float(norm_tol), rtol, atol, d == "pass")
+        m["norm_err"] = seen["norm_err"]
+        exact = s != "warn" or d == "fail"
+        return s, (r if exact else r + " (elementwise part estimated; re-run compare)"), exact
     if d == "pass":
         return "pass", "", True
     est, _ = estimate_within(m, rtol, atol)
