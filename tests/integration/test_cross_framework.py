@@ -230,6 +230,11 @@ def test_cnn_losses_agree_after_weight_conversion(cnn: dict[str, Any]) -> None:
 
 def test_cnn_module_level_every_pair_passes(cnn: dict[str, Any]) -> None:
     _check_module_level(cnn, CNN_MODULES)
+    # conv1's bias sits before a training-mode batch norm: its gradient is zero in exact
+    # arithmetic, rounding noise on each side, and passes as such (not as agreement)
+    (g,) = [p for p in cnn["module"]["json"]["params"]
+            if p["kind"] == "grad" and p["module"].endswith("conv1.bias")]
+    assert g["status"] == "pass" and "rounding noise" in g["reason"], g
 
 
 def test_cnn_op_level_every_matched_pair_passes(cnn: dict[str, Any]) -> None:

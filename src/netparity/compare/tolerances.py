@@ -162,7 +162,7 @@ class Tolerances:
             dr, da = self.overrides[""]
             src = "override:''"
         if self.profile == "cross" and not src.startswith(("override", "exact")):
-            rms = _rms(ref) or (_rms(cand) if cand is not None else 0.0)
+            rms = record_rms(ref) or (record_rms(cand) if cand is not None else 0.0)
             da *= rms
             src += "(atol x rms)"
         norm = None
@@ -186,7 +186,7 @@ class Tolerances:
         }
 
 
-def _rms(rec: Record) -> float:
+def record_rms(rec: Record) -> float:
     """Root mean square of a record's finite values, from its captured L2 norm."""
     norm = rec.stats.get("norm") if rec.stats else None
     n = rec.numel
