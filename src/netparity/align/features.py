@@ -30,13 +30,14 @@ Example:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from netparity.align.model import Call
-from netparity.align.names import leaf, norm_path
+from netparity.align.names import leaf
 from netparity.align.vocab import normalise
 from netparity.trace.schema import Record
 
@@ -79,11 +80,28 @@ def _stat_row(r: Record | None) -> tuple[float, ...]:
     return (mean, std, mn, mx, n / math.sqrt(r.numel or 1))
 
 
+#: the ids a call's signature gets: op, (input shapes, output shapes), both, first output
+#: shape, first input shape
+SigIds = tuple[int, int, int, int, int]
+
+
+def sig_ids(ids: Interner, op: str, ins: tuple[Any, ...], outs: tuple[Any, ...]) -> SigIds:
+    """Interned ids of one call signature (every feature builder interns the same keys)."""
+    nid = ids(op)
+    sid = ids((ins, outs))
+    return (nid, sid, ids((nid, sid)), ids((outs[0] if outs else None,)),
+            ids((ins[0] if ins else None,)))
+
+
+def stats_rows(rows: list[tuple[float, ...]]) -> np.ndarray:
+    """An ``(n, 5)`` float matrix of :func:`_stat_row` tuples."""
+    return np.array(rows, dtype=np.float64).reshape(len(rows), 5)
+
+
 @dataclass
 class Feats:
-    """Feature arrays of a list of calls (index ``i`` describes ``calls[i]``)."""
+    """Feature arrays of a list of calls (index ``i`` describes call ``i``)."""
 
-    calls: list[Call]
     name: np.ndarray  # canonical op id
     sig: np.ndarray  # (op, input shapes, output shapes) id
     shp: np.ndarray  # (input shapes, output shapes) id
@@ -92,39 +110,83 @@ class Feats:
     stats: np.ndarray  # (n, 5) first output: mean, std, min, max, rms
     bucket: np.ndarray  # quantised log-rms of the first output (anchor keys)
     leaf: np.ndarray  # normalised last path token id (modules)
-    path: list[str] = field(default_factory=list)  # normalised module paths
-    names: list[str] = field(default_factory=list)  # canonical op names
-    natives: list[str] = field(default_factory=list)  # normalised native names
+    names: np.ndarray  # canonical op names (object array)
+    natives: np.ndarray  # normalised native names (object array)
+    #: first-input statistics of calls ``idx`` (``(k, 5)``): only N:M detection needs them, so
+    #: a trace-backed builder fetches them on demand instead of reading every input record
+    first_inputs: Callable[[np.ndarray], np.ndarray]
     anchor_keys: list[np.ndarray] | None = None  # cached by netparity.align.seq
 
     def __len__(self) -> int:
-        return len(self.calls)
+        return len(self.name)
 
     def in_stats(self, idx: np.ndarray) -> np.ndarray:
-        """Statistics of the first input of ``calls[idx]`` (only N:M detection needs them)."""
-        rows = [_stat_row(self.calls[i].inputs[0] if self.calls[i].inputs else None) for i in idx]
-        return np.array(rows, dtype=np.float64).reshape(len(rows), 5)
+        """Statistics of the first input of calls ``idx``."""
+        return self.first_inputs(np.asarray(idx, dtype=np.int64))
+
+    def warm_inputs(self, idx: np.ndarray) -> None:
+        """Calls ``idx`` may soon need :meth:`in_stats`: fetch them together, if that helps."""
+        warm = getattr(self.first_inputs, "warm", None)
+        if warm is not None and len(idx):
+            warm(np.asarray(idx, dtype=np.int64))
+
+    def take(self, idx: np.ndarray) -> Feats:
+        """The features of calls ``idx`` (in that order), as a new :class:`Feats`."""
+        return Feats(self.name[idx], self.sig[idx], self.shp[idx], self.out_shape[idx],
+                     self.in_shape[idx], self.stats[idx], self.bucket[idx], self.leaf[idx],
+                     self.names[idx], self.natives[idx], _Subset(self.first_inputs, idx))
+
+
+class _Subset:
+    """First-input statistics of some of another feature set's calls."""
+
+    def __init__(self, parent: Callable[[np.ndarray], np.ndarray], idx: np.ndarray):
+        self.parent, self.idx = parent, idx
+
+    def __call__(self, j: np.ndarray) -> np.ndarray:
+        return self.parent(self.idx[j])
+
+    def warm(self, j: np.ndarray) -> None:
+        warm = getattr(self.parent, "warm", None)
+        if warm is not None:
+            warm(self.idx[j])
+
+
+def make_feats(sigs: list[SigIds] | np.ndarray, leaf_ids: np.ndarray, stats: np.ndarray,
+               names: np.ndarray, natives: np.ndarray,
+               first_inputs: Callable[[np.ndarray], np.ndarray]) -> Feats:
+    """Assemble :class:`Feats` from per-call signature ids and first-output statistics."""
+    n = len(stats)
+    s = np.array(sigs, dtype=np.int64).reshape(n, 5)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lr = np.log2(np.abs(stats[:, 4]) + 1e-30)
+    bucket = np.where(np.isfinite(lr), np.floor(lr * 2.0), -999).astype(np.int64)
+    return Feats(s[:, 0].copy(), s[:, 2].copy(), s[:, 1].copy(), s[:, 3].copy(), s[:, 4].copy(),
+                 stats, bucket, np.asarray(leaf_ids, dtype=np.int64), names, natives,
+                 first_inputs)
+
+
+def object_array(values: list[Any]) -> np.ndarray:
+    """A 1-D object array of ``values`` (strings stay Python strings)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
 
 
 def build_feats(calls: list[Call], ids: Interner) -> Feats:
     """Feature arrays for ``calls``; ``ids`` is shared by both sides of an alignment."""
     n = len(calls)
-    name: list[int] = [0] * n
-    sig: list[int] = [0] * n
-    shp: list[int] = [0] * n
-    osh: list[int] = [0] * n
-    ish: list[int] = [0] * n
+    sigs: list[SigIds] = []
     lf: list[int] = [0] * n
     st: list[tuple[float, ...]] = [_NAN5] * n
-    paths: list[str] = []
     names: list[str] = []
     natives: list[str] = []
     norm_cache: dict[str, str] = {}
     # Large traces repeat a few dozen (op, shapes) signatures and module names thousands of
     # times: intern each distinct one once (in first-seen order, so ids are the same as
     # interning every call) instead of hashing nested shape tuples five times per call.
-    sig_cache: dict[tuple[str, tuple[Any, ...], tuple[Any, ...]], tuple[int, int, int, int, int]] = {}
-    mod_cache: dict[str, tuple[str, int]] = {}
+    sig_cache: dict[tuple[str, tuple[Any, ...], tuple[Any, ...]], SigIds] = {}
+    leaf_cache: dict[str, int] = {}
     root: dict[tuple[int, ...], float] = {}
     sqrt = math.sqrt
     nan = math.nan
@@ -137,11 +199,8 @@ def build_feats(calls: list[Call], ids: Interner) -> Feats:
         key = (op, ins, outs)
         f = sig_cache.get(key)
         if f is None:
-            nid = ids(op)
-            sid = ids((ins, outs))
-            f = sig_cache[key] = (nid, sid, ids((nid, sid)), ids((outs[0] if outs else None,)),
-                                  ids((ins[0] if ins else None,)))
-        name[i], shp[i], sig[i], osh[i], ish[i] = f
+            f = sig_cache[key] = sig_ids(ids, op, ins, outs)
+        sigs.append(f)
         if couts:
             r = couts[0]
             s = r.stats
@@ -157,23 +216,32 @@ def build_feats(calls: list[Call], ids: Interner) -> Feats:
                     q = root[shape] = sqrt(r.numel or 1)
                 st[i] = (mean, std, mn, mx, nrm / q)
         if c.kind == "module":
-            m = mod_cache.get(c.module)
+            m = leaf_cache.get(c.module)
             if m is None:
-                m = mod_cache[c.module] = (norm_path(c.module), ids(("leaf", leaf(c.module))))
-            paths.append(m[0])
-            lf[i] = m[1]
+                m = leaf_cache[c.module] = leaf_id(ids, c.module)
+            lf[i] = m
         names.append(op)
-        nat = norm_cache.get(c.native)
+        nat = norm_cache.get(c.native) if c.native else op
         if nat is None:
-            nat = norm_cache[c.native] = normalise(c.native) if c.native else c.op
+            nat = norm_cache[c.native] = native_name(c.native, op)
         natives.append(nat)
-    stats = np.array(st, dtype=np.float64).reshape(n, 5)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lr = np.log2(np.abs(stats[:, 4]) + 1e-30)
-    bucket = np.where(np.isfinite(lr), np.floor(lr * 2.0), -999).astype(np.int64)
-    arr = [np.array(v, dtype=np.int64) for v in (name, sig, shp, osh, ish, lf)]
-    return Feats(calls, arr[0], arr[1], arr[2], arr[3], arr[4], stats, bucket, arr[5], paths,
-                 names, natives)
+
+    def first_inputs(idx: np.ndarray) -> np.ndarray:
+        return stats_rows([_stat_row(calls[i].inputs[0] if calls[i].inputs else None)
+                           for i in idx.tolist()])
+
+    return make_feats(sigs, np.array(lf, dtype=np.int64), stats_rows(st), object_array(names),
+                      object_array(natives), first_inputs)
+
+
+def leaf_id(ids: Interner, module: str) -> int:
+    """Interned id of a module path's normalised last token."""
+    return ids(("leaf", leaf(module)))
+
+
+def native_name(native: str, op: str) -> str:
+    """The normalised native name op-group mappings match against (the op when unknown)."""
+    return normalise(native) if native else op
 
 
 def stats_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -181,14 +249,27 @@ def stats_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
     Columns: mean, std, min, max, rms. NaN (unknown) on either side gives the neutral 0.5.
     """
-    A = a[:, None, :]
-    B = b[None, :, :]
-    scale = np.maximum(np.abs(A[..., 4]), np.abs(B[..., 4]))[..., None]
+    return _distance(a[:, None, :], b[None, :, :])
+
+
+def row_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Distance between row ``k`` of ``a`` and row ``k`` of ``b`` (as :func:`stats_distance`)."""
+    return _distance(a, b)
+
+
+def _distance(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """The statistics distance of broadcastable ``(..., 5)`` arrays, over the last axis.
+
+    Written with few temporaries: the N:M search calls it thousands of times on tiny arrays.
+    """
+    aa, ab = np.abs(A), np.abs(B)
+    scale = np.maximum(aa[..., 4:5], ab[..., 4:5])
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        denom = TAU * (np.maximum(np.abs(A), np.abs(B)) + scale) + 1e-30
-        d = np.minimum(np.abs(A - B) / denom, 1.0)
-    d = np.where(np.isnan(d), _NO_STATS, d)
-    return np.asarray(d.mean(axis=2))
+        d = np.abs(A - B)
+        d /= TAU * (np.maximum(aa, ab) + scale) + 1e-30
+        np.minimum(d, 1.0, out=d)
+    d[np.isnan(d)] = _NO_STATS
+    return np.asarray(np.add.reduce(d, axis=-1) / d.shape[-1])
 
 
 def cost_matrix(A: Feats, ia: np.ndarray, B: Feats, ib: np.ndarray, modules: bool = False) -> np.ndarray:

@@ -59,6 +59,7 @@ class Call:
         return recs[0].seq if recs else -1
 
     def to_json(self) -> dict[str, Any]:
+        ins, outs = self._io_shapes()
         return {
             "kind": self.kind,
             "module": self.module,
@@ -71,9 +72,13 @@ class Call:
             "rank": self.rank,
             "event": self.event,
             "source": self.source,
-            "inputs": [list(r.shape) for r in self.inputs],
-            "outputs": [list(r.shape) for r in self.outputs],
+            "inputs": ins,
+            "outputs": outs,
         }
+
+    def _io_shapes(self) -> tuple[list[list[int]], list[list[int]]]:
+        """Shapes of the inputs and of the outputs."""
+        return [list(r.shape) for r in self.inputs], [list(r.shape) for r in self.outputs]
 
 
 @dataclass

@@ -51,6 +51,7 @@ from netparity.align.features import (
     STATS_WEIGHT,
     Feats,
     cost_matrix,
+    row_distance,
     stats_distance,
 )
 from netparity.sequences import longest_increasing
@@ -361,7 +362,9 @@ def align_seq(
     un_a = [x for x in ia if x not in matched_a]
     un_b = [x for x in ib if x not in matched_b]
     if un_a and un_b:
-        extra = _cross(A, un_a, B, un_b, pairs, pos_a, pos_b, modules)
+        ends = sorted((pos_a[p.a[-1]], pos_b[p.b[-1]]) for p in pairs)
+        extra = _cross(A, un_a, [pos_a[x] for x in un_a], B, un_b, [pos_b[x] for x in un_b],
+                       [e[0] for e in ends], [e[1] for e in ends], modules)
         if extra:
             pairs.extend(extra)
             pairs.sort(key=lambda p: pos_a[p.a[0]])
@@ -370,6 +373,60 @@ def align_seq(
             un_a = [x for x in un_a if x not in got_a]
             un_b = [x for x in un_b if x not in got_b]
     return pairs, un_a, un_b
+
+
+def align_fixed(
+    A: Feats, B: Feats, fa: np.ndarray, fb: np.ndarray, *, modules: bool = False,
+    diag_method: str = "anchor",
+) -> tuple[list[Pair], list[Pair], np.ndarray, np.ndarray]:
+    """:func:`align_seq` of all of ``A`` with all of ``B`` around 1:1 fixed pairs ``fa[k] <->
+    fb[k]`` given as arrays, without N:M groups.
+
+    The module pass fixes tens of thousands of pairs by path and leaves a few calls to align;
+    building a :class:`Pair` per fixed pair and walking every (empty) gap between them costs more
+    than the alignment itself. Same result as ``align_seq(A, range(len(A)), B, range(len(B)),
+    fixed=..., find_groups=False)``.
+
+    Returns:
+        (pairs the aligner made in the gaps, pairs made out of execution order, unmatched
+        reference indices, unmatched candidate indices); the fixed pairs are not repeated.
+    """
+    n, m = len(A), len(B)
+    order = np.argsort(fa, kind="stable")
+    fa, fb = fa[order], fb[order]
+    keep = np.array(_lis(fb.tolist()), dtype=np.int64)
+    ca, cb = fa[keep], fb[keep]
+    free_a = np.ones(n, dtype=bool)
+    free_a[fa] = False
+    free_b = np.ones(m, dtype=bool)
+    free_b[fb] = False
+    # gap k lies between chain pairs k-1 and k; only gaps with free calls on both sides align
+    lo_a, hi_a = np.concatenate(([0], ca + 1)), np.concatenate((ca, [n]))
+    lo_b, hi_b = np.concatenate(([0], cb + 1)), np.concatenate((cb, [m]))
+    cs_a = np.concatenate(([0], np.cumsum(free_a)))
+    cs_b = np.concatenate(([0], np.cumsum(free_b)))
+    busy = (cs_a[hi_a] > cs_a[lo_a]) & (cs_b[hi_b] > cs_b[lo_b])
+    al = _Aligner(A, B, modules, diag_method)
+    for k in np.nonzero(busy)[0].tolist():
+        sa = np.arange(lo_a[k], hi_a[k], dtype=np.int64)
+        sb = np.arange(lo_b[k], hi_b[k], dtype=np.int64)
+        al.run(sa[free_a[sa]], sb[free_b[sb]])
+    for p in al.out:
+        free_a[p.a] = False
+        free_b[p.b] = False
+    un_a, un_b = np.nonzero(free_a)[0], np.nonzero(free_b)[0]
+    extra: list[Pair] = []
+    if len(un_a) and len(un_b):
+        ends_a = np.concatenate((fa, [p.a[-1] for p in al.out])).astype(np.int64)
+        ends_b = np.concatenate((fb, [p.b[-1] for p in al.out])).astype(np.int64)
+        o = np.lexsort((ends_b, ends_a))
+        ua, ub = un_a.tolist(), un_b.tolist()
+        extra = _cross(A, ua, ua, B, ub, ub, ends_a[o].tolist(), ends_b[o].tolist(), modules)
+        for p in extra:
+            free_a[p.a] = False
+            free_b[p.b] = False
+        un_a, un_b = np.nonzero(free_a)[0], np.nonzero(free_b)[0]
+    return al.out, extra, un_a, un_b
 
 
 def _grow_pairs(A: Feats, ia: list[int], B: Feats, ib: list[int], pairs: list[Pair],
@@ -389,12 +446,15 @@ def _grow_pairs(A: Feats, ia: list[int], B: Feats, ib: list[int], pairs: list[Pa
     free_a = set(ia) - matched_a
     free_b = set(ib) - matched_b
     out: list[Pair] = []
+    grow = [p for p in pairs if len(p.a) == 1 and len(p.b) == 1 and p.method != "mapping"]
+    d_now = row_distance(A.stats[[p.a[0] for p in grow]], B.stats[[p.b[0] for p in grow]])
+    cur = dict(zip(map(id, grow), d_now.tolist()))
     for p in pairs:
-        if len(p.a) != 1 or len(p.b) != 1 or p.method == "mapping":
+        d_cur = cur.get(id(p))
+        if d_cur is None:
             out.append(p)
             continue
         a, b = p.a[0], p.b[0]
-        d_cur = float(stats_distance(A.stats[[a]], B.stats[[b]])[0, 0])
         best: tuple[float, list[int], list[int]] | None = None
         if d_cur >= GROW_MIN:
             for side in ("b", "a"):
@@ -405,16 +465,20 @@ def _grow_pairs(A: Feats, ia: list[int], B: Feats, ib: list[int], pairs: list[Pa
                     if x not in free:
                         break
                     run.append(x)
-                    if side == "b":
-                        same = A.out_shape[a] == B.out_shape[x]
-                        d = float(stats_distance(A.stats[[a]], B.stats[[x]])[0, 0])
-                    else:
-                        same = A.out_shape[x] == B.out_shape[b]
-                        d = float(stats_distance(A.stats[[x]], B.stats[[b]])[0, 0])
-                    if (same and d < GROUP_TENSOR_LIMIT and d <= GROW_GAIN * d_cur
+                if not run:
+                    continue
+                if side == "b":
+                    same = B.out_shape[run] == A.out_shape[a]
+                    ds = stats_distance(A.stats[[a]], B.stats[run])[0]
+                else:
+                    same = A.out_shape[run] == B.out_shape[b]
+                    ds = stats_distance(A.stats[run], B.stats[[b]])[:, 0]
+                for k, (sm, d) in enumerate(zip(same.tolist(), ds.tolist())):
+                    if (sm and d < GROUP_TENSOR_LIMIT and d <= GROW_GAIN * d_cur
                             and (best is None or d < best[0])):
-                        best = (d, [a, *run] if side == "a" else [a],
-                                [b, *run] if side == "b" else [b])
+                        members = run[: k + 1]
+                        best = (d, [a, *members] if side == "a" else [a],
+                                [b, *members] if side == "b" else [b])
         if best is None:
             out.append(p)
             continue
@@ -477,19 +541,20 @@ def _add_groups(A: Feats, ia: list[int], B: Feats, ib: list[int], pairs: list[Pa
     return out
 
 
-def _cross(A: Feats, un_a: list[int], B: Feats, un_b: list[int], pairs: list[Pair],
-           pos_a: dict[int, int], pos_b: dict[int, int], modules: bool) -> list[Pair]:
-    """Pair leftovers out of order when the evidence is strong (step 5)."""
+def _cross(A: Feats, un_a: list[int], upos_a: list[int], B: Feats, un_b: list[int],
+           upos_b: list[int], anchors_a: list[int], anchors_b: list[int],
+           modules: bool) -> list[Pair]:
+    """Pair leftovers out of order when the evidence is strong (step 5).
+
+    ``upos_*`` are the leftovers' positions in their sequences (increasing); ``anchors_*`` the
+    positions of the last calls of the pairs made, sorted, which give each reference position
+    its expected candidate position.
+    """
     if len(un_a) * len(un_b) > 4_000_000:
         return []
-    # expected candidate position of a reference position: follow the nearest preceding pair
-    ends = sorted((pos_a[p.a[-1]], pos_b[p.b[-1]]) for p in pairs)
-    anchors_a = [e[0] for e in ends]
-    anchors_b = [e[1] for e in ends]
-    ub_pos = [pos_b[x] for x in un_b]
+    ub_pos = upos_b
     cand: list[tuple[float, int, int]] = []
-    for x in un_a:
-        p = pos_a[x]
+    for x, p in zip(un_a, upos_a):
         k = bisect.bisect_right(anchors_a, p) - 1
         exp = anchors_b[k] + (p - anchors_a[k]) if k >= 0 else p
         lo = bisect.bisect_left(ub_pos, exp - CROSS_WINDOW)

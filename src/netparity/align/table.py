@@ -1,0 +1,110 @@
+"""One side's module and op calls as columns (:class:`CallTable`), the form alignment works on.
+
+Alignment looks at every call of both traces several times (bucketing by step and direction,
+module paths and call indices, op partitions, features); on 100k-op traces doing that through
+:class:`~netparity.align.model.Call` objects costs seconds of Python attribute access. A
+:class:`CallTable` holds the same facts as NumPy arrays, one row per call in execution order,
+and makes the :class:`Call` objects only for the calls a result names.
+
+Two builders give the same table: :func:`table_from_calls` from :class:`Call` objects (what
+:func:`~netparity.align.core.align_records` has), and
+:func:`netparity.align.reading.read_table` straight from a trace index (what
+:func:`~netparity.align.core.align_traces` uses; its calls read their records on first access).
+
+Example:
+    >>> from netparity.trace import Record
+    >>> from netparity.align.model import calls_from_records
+    >>> recs = [Record(kind="module", module="fc", op="linear", event=1, role="input", seq=0),
+    ...         Record(kind="op", module="fc", op="matmul", event=2, role="output", seq=1),
+    ...         Record(kind="module", module="fc", op="linear", event=1, role="output", seq=2)]
+    >>> t = table_from_calls(calls_from_records(recs), Pools())
+    >>> t.is_module.tolist(), [t.call_obj(i).op for i in range(len(t))]
+    ([True, False], ['linear', 'matmul'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from netparity.align.features import Feats, Interner, build_feats
+from netparity.align.model import Call
+
+
+class StringPool:
+    """Ids for strings shared by both sides (equal ids mean equal strings), and back."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.strs: list[str] = []
+
+    def __call__(self, s: str) -> int:
+        i = self.ids.get(s)
+        if i is None:
+            i = self.ids[s] = len(self.strs)
+            self.strs.append(s)
+        return i
+
+    def many(self, values: list[str]) -> np.ndarray:
+        """Ids of ``values`` as an int64 array."""
+        get = self.ids.get
+        out = [get(s) for s in values]
+        if None in out:
+            out = [self(s) for s in values]
+        return np.array(out, dtype=np.int64)
+
+
+@dataclass
+class Pools:
+    """Interners shared by the two sides of one alignment."""
+
+    ids: Interner = field(default_factory=Interner)  # feature ids (ops, shapes, signatures)
+    paths: StringPool = field(default_factory=StringPool)  # module paths
+    directions: StringPool = field(default_factory=StringPool)
+
+
+@dataclass
+class CallTable:
+    """Module/op calls of one side in execution order; row ``i`` of every array is call ``i``."""
+
+    feats: Feats
+    is_module: np.ndarray  # bool
+    step: np.ndarray
+    direction: np.ndarray  # ids in Pools.directions
+    module: np.ndarray  # ids in Pools.paths
+    call: np.ndarray
+    module_call: np.ndarray
+    seq: np.ndarray  # Call.seq: sequence number of the first input (else output) record
+    make_call: Callable[[int], Call]  # builds call i (only for calls a result names)
+    _calls: dict[int, Call] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def call_obj(self, i: int) -> Call:
+        """The :class:`Call` of row ``i`` (the same object on every request)."""
+        c = self._calls.get(i)
+        if c is None:
+            c = self._calls[i] = self.make_call(i)
+        return c
+
+    def call_objs(self, idx: list[int]) -> list[Call]:
+        return [self.call_obj(i) for i in idx]
+
+
+def table_from_calls(calls: list[Call], pools: Pools) -> CallTable:
+    """The table of ``calls`` (already in execution order, e.g. from ``calls_from_records``)."""
+    paths, dirs = pools.paths, pools.directions
+    return CallTable(
+        feats=build_feats(calls, pools.ids),
+        is_module=np.array([c.kind == "module" for c in calls], dtype=bool),
+        step=np.array([c.step for c in calls], dtype=np.int64),
+        direction=dirs.many([c.direction for c in calls]),
+        module=paths.many([c.module for c in calls]),
+        call=np.array([c.call for c in calls], dtype=np.int64),
+        module_call=np.array([c.module_call for c in calls], dtype=np.int64),
+        seq=np.array([c.seq for c in calls], dtype=np.int64),
+        make_call=calls.__getitem__,
+    )
