@@ -21,34 +21,24 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-#: path tokens (after lower-casing and dropping underscores) that name the same thing
+from netparity.param_names import MS_TO_TORCH_LEAF, leaf_alternatives
+from netparity.param_names import split_param as split_param  # re-exported
+
+#: path tokens (after lower-casing and dropping underscores) that name the same thing; the
+#: parameter leaves come from the shared table in :mod:`netparity.param_names`
 TOKEN_SYNONYMS: dict[str, str] = {
     "classifier": "fc",
     "head": "fc",
     "dense": "fc",
     "downsamplelayer": "downsample",
     "shortcut": "downsample",
-    "gamma": "weight",
-    "beta": "bias",
-    "movingmean": "runningmean",
-    "movingvariance": "runningvar",
-    "embeddingtable": "weight",
+    **{ms.replace("_", ""): pt.replace("_", "") for ms, pt in MS_TO_TORCH_LEAF.items()},
 }
 #: leading wrapper tokens that carry no structure (DataParallel, MindSpore WithLossCell...)
 WRAPPER_PREFIXES = ("module", "network", "backbone", "model")
 
 #: parameter leaf name -> the names the same tensor has in the other framework
-LEAF_ALTERNATIVES: dict[str, tuple[str, ...]] = {
-    "weight": ("gamma", "embedding_table"),
-    "bias": ("beta",),
-    "running_mean": ("moving_mean",),
-    "running_var": ("moving_variance",),
-    "gamma": ("weight",),
-    "beta": ("bias",),
-    "moving_mean": ("running_mean",),
-    "moving_variance": ("running_var",),
-    "embedding_table": ("weight",),
-}
+LEAF_ALTERNATIVES: dict[str, tuple[str, ...]] = leaf_alternatives()
 
 
 @lru_cache(maxsize=65536)
@@ -71,11 +61,3 @@ def norm_path(path: str) -> str:
 def leaf(path: str) -> str:
     """Normalised last token of a path (``""`` for the root)."""
     return norm_token(path.rsplit(".", 1)[-1]) if path else ""
-
-
-def split_param(name: str) -> tuple[str, str]:
-    """``"a.b.weight"`` -> ``("a.b", "weight")``; a bare name has the root module ``""``."""
-    if "." in name:
-        mod, _, lf = name.rpartition(".")
-        return mod, lf
-    return "", name

@@ -36,30 +36,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-#: MindSpore leaf name -> PyTorch leaf name (unambiguous in this direction)
-MS_TO_TORCH_LEAF = {
-    "gamma": "weight",
-    "beta": "bias",
-    "moving_mean": "running_mean",
-    "moving_variance": "running_var",
-    "embedding_table": "weight",
-}
-BN_TORCH_TO_MS = {
-    "weight": "gamma",
-    "bias": "beta",
-    "running_mean": "moving_mean",
-    "running_var": "moving_variance",
-}
+from netparity.param_names import BN_TORCH_TO_MS, MS_TO_TORCH_LEAF
+from netparity.param_names import split_param as split_name
+
 NBT = "num_batches_tracked"
 NBT_NOTE = "PyTorch BatchNorm counter; MindSpore has none (the optimizer step replaces it)"
 _EMB_NAME = re.compile(r"(^|[._])(emb|embed|embeds|embedding|embeddings|wte|wpe|tok_embeddings)$",
                        re.IGNORECASE)
-
-
-def split_name(name: str) -> tuple[str, str]:
-    """``"layer1.0.bn1.weight"`` -> ``("layer1.0.bn1", "weight")``."""
-    mod, _, leaf = name.rpartition(".")
-    return mod, leaf
 
 
 def squeeze_key(shape: tuple[int, ...]) -> tuple[int, ...]:
