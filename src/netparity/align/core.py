@@ -34,8 +34,9 @@ from netparity.align.mapping import Mapping, load_mapping
 from netparity.align.model import Alignment, Call, Match, ParamPair, calls_from_records
 from netparity.align.names import LEAF_ALTERNATIVES, norm_path, split_param
 from netparity.align.passes import Chunk, OpContext, module_pass, op_pass, pair_codes
-from netparity.align.reading import load_records, read_table
+from netparity.align.reading import count_records, load_records
 from netparity.align.table import CallTable, Pools, table_from_calls
+from netparity.align.tableread import read_table
 from netparity.errors import UsageError
 from netparity.trace.reader import Trace
 from netparity.trace.schema import Record
@@ -109,13 +110,22 @@ def align_traces(
                              kinds=call_kinds) for t in (ref, cand)]
         out = _align_tables(tables[0], tables[1], level, mp, ref.framework != cand.framework,
                             pools)
-        rp, cp = (load_records(t, rank=rank, step=step, direction=direction, kinds=PARAM_KINDS)
-                  for t in (ref, cand))
+        rp, cp = (_param_records(t, tb, rank, step, direction) for t, tb in zip((ref, cand),
+                                                                                  tables))
         _align_params(rp, cp, out, mp)
         return out
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _param_records(trace: Trace, calls: CallTable, rank: int, step: int | Iterable[int] | None,
+                   direction: str | Iterable[str] | None) -> list[Record]:
+    """The param/grad/loss/data/custom records of a query; none to read when every record the
+    query selects belongs to a call (one count on the index instead of a scan)."""
+    if count_records(trace, rank=rank, step=step, direction=direction) == calls.n_records:
+        return []
+    return load_records(trace, rank=rank, step=step, direction=direction, kinds=PARAM_KINDS)
 
 
 def align_records(
@@ -266,12 +276,14 @@ class _Results:
                         np.fmax(0.05, np.fmin(1.0, 1.0 - ch.cost / MATCH_LIMIT))).tolist()
         new = object.__new__
         if ch.pairs is None:
-            ga, gb = ra[ch.a].tolist(), cb[ch.b].tolist()
-            for i, j, m, cf, nt in zip(ga, gb, ch.method.tolist(), conf, ch.note.tolist()):
+            rs = self.rt.call_objs(ra[ch.a].tolist())
+            cs = self.ct.call_objs(cb[ch.b].tolist())
+            append = self.matches.append
+            for r, c, m, cf, nt in zip(rs, cs, ch.method.tolist(), conf, ch.note.tolist()):
                 mt = new(Match)
-                mt.__dict__ = {"ref": [rcall(i)], "cand": [ccall(j)], "method": m,
-                               "confidence": cf, "note": nt}
-                self.matches.append(mt)
+                mt.__dict__ = {"ref": [r], "cand": [c], "method": m, "confidence": cf,
+                               "note": nt}
+                append(mt)
         else:
             for p, cf in zip(ch.pairs, conf):
                 mt = Match([rcall(int(ra[x])) for x in p.a], [ccall(int(cb[y])) for y in p.b],

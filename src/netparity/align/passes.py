@@ -22,7 +22,14 @@ import numpy as np
 from netparity.align.features import Feats
 from netparity.align.mapping import Mapping
 from netparity.align.names import norm_path
-from netparity.align.seq import ANCHOR_LIMIT, Pair, _elementwise_cost, _lis, align_fixed, align_seq
+from netparity.align.seq import (
+    ANCHOR_LIMIT,
+    Pair,
+    _elementwise_cost,
+    align_fixed,
+    align_seq,
+    increasing_chain,
+)
 from netparity.align.table import CallTable, StringPool
 
 
@@ -367,7 +374,7 @@ def _align_leftovers(A: Feats, left_a: np.ndarray, B: Feats, left_b: np.ndarray,
     else:
         a0 = b0 = np.zeros(0, dtype=np.int64)
     o = np.lexsort((b0, a0))
-    keep = np.array(_lis(b0[o].tolist()), dtype=np.int64)
+    keep = increasing_chain(b0[o])
     chain_a, chain_b = a0[o][keep], b0[o][keep]
     ga = np.searchsorted(chain_a, left_a, side="left")
     gb = np.searchsorted(chain_b, left_b, side="left")

@@ -89,6 +89,14 @@ class Pair:
 _lis = longest_increasing  # order-consistent anchors (shared with ckpt mapping)
 
 
+def increasing_chain(values: np.ndarray) -> np.ndarray:
+    """:func:`_lis` of an int array, as an array; an increasing array (pairs that all keep
+    execution order, the usual case) is its own chain and skips the Python loop."""
+    if len(values) < 2 or bool((values[1:] > values[:-1]).all()):
+        return np.arange(len(values), dtype=np.int64)
+    return np.array(_lis(values.tolist()), dtype=np.int64)
+
+
 def _elementwise_cost(A: Feats, ia: np.ndarray, B: Feats, ib: np.ndarray, modules: bool) -> np.ndarray:
     c = (A.name[ia] != B.name[ib]).astype(np.float64)
     c += np.where(A.shp[ia] == B.shp[ib], 0.0, np.where(A.out_shape[ia] == B.out_shape[ib], 0.5, 1.0))
@@ -394,7 +402,7 @@ def align_fixed(
     n, m = len(A), len(B)
     order = np.argsort(fa, kind="stable")
     fa, fb = fa[order], fb[order]
-    keep = np.array(_lis(fb.tolist()), dtype=np.int64)
+    keep = increasing_chain(fb)
     ca, cb = fa[keep], fb[keep]
     free_a = np.ones(n, dtype=bool)
     free_a[fa] = False

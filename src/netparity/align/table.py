@@ -49,11 +49,9 @@ class StringPool:
 
     def many(self, values: list[str]) -> np.ndarray:
         """Ids of ``values`` as an int64 array."""
-        get = self.ids.get
-        out = [get(s) for s in values]
-        if None in out:
-            out = [self(s) for s in values]
-        return np.array(out, dtype=np.int64)
+        for s in dict.fromkeys(values):
+            self(s)
+        return np.fromiter(map(self.ids.__getitem__, values), dtype=np.int64, count=len(values))
 
 
 @dataclass
@@ -78,20 +76,29 @@ class CallTable:
     module_call: np.ndarray
     seq: np.ndarray  # Call.seq: sequence number of the first input (else output) record
     make_call: Callable[[int], Call]  # builds call i (only for calls a result names)
-    _calls: dict[int, Call] = field(default_factory=dict)
+    n_records: int = -1  # index records the calls were read from (-1: built from calls)
+    _calls: list[Call | None] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.seq)
 
     def call_obj(self, i: int) -> Call:
         """The :class:`Call` of row ``i`` (the same object on every request)."""
-        c = self._calls.get(i)
-        if c is None:
-            c = self._calls[i] = self.make_call(i)
-        return c
+        return self.call_objs([i])[0]
 
     def call_objs(self, idx: list[int]) -> list[Call]:
-        return [self.call_obj(i) for i in idx]
+        """The :class:`Call` objects of rows ``idx``, made on first request."""
+        cache = self._calls
+        if not cache:
+            cache.extend([None] * len(self))
+        make = self.make_call
+        out = []
+        for i in idx:
+            c = cache[i]
+            if c is None:
+                c = cache[i] = make(i)
+            out.append(c)
+        return out
 
 
 def table_from_calls(calls: list[Call], pools: Pools) -> CallTable:

@@ -1,0 +1,493 @@
+"""A :class:`~netparity.align.table.CallTable` read straight from a trace index.
+
+Alignment of two 100k-op traces must take seconds, and turning every one of ~500k index rows
+into a :class:`~netparity.trace.schema.Record` already costs more than that: SQLite hands Python
+every column of every row as a separate object. :func:`read_table` reads only what alignment
+looks at, in four scans of the index:
+
+1. per record: sequence number, event, role, argument, shape -- each column one
+   ``group_concat`` string that SQLite builds in C and NumPy or ``str.split`` takes apart;
+2. per call, from the record that opens its inputs (nearly always its first record): call
+   indices, kind, op, native name, module path, direction -- the same way;
+3. non-empty ``source`` values (a call's source is its first non-empty one);
+4. the statistics of the records that open a call's outputs, as rows: floating-point values must
+   keep every bit, and ``group_concat`` would print them with 15 digits.
+
+Odd records (a call whose first record or first output is not argument 0, NaN or NULL
+statistics, a value holding the separator character) are looked up by sequence number, so the
+table equals :func:`~netparity.align.table.table_from_calls` of the eagerly read records --
+which record is a call's first input or output follows
+:func:`~netparity.align.model.calls_from_records` exactly. The calls are
+:class:`~netparity.align.reading.LazyCall`\\ s: their records are read on first access.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from collections.abc import Callable, Iterable
+from itertools import chain
+from typing import Any
+
+import numpy as np
+
+from netparity.align.features import SigIds, leaf_id, make_feats, native_name, object_array, sig_ids
+from netparity.align.model import Call, _arg_key
+from netparity.align.reading import LazyCall, RecordSource, check_rank, where_clause
+from netparity.align.table import CallTable, Pools
+from netparity.trace.reader import Trace
+
+_SEP = "\x1e"  # joins text values in one group_concat; a value holding it falls back to rows
+_STATS5 = ["s_mean", "s_std", "s_min", "s_max", "s_norm"]
+#: by sequence number: the statistics and whether any of them is NULL (then the RMS is unknown)
+_STATS_BY_SEQ = ["seq", *_STATS5, "(" + " OR ".join(f"{c} IS NULL" for c in _STATS5) + ")"]
+_ARG0 = " AND arg IN ('', '0')"
+_OPENS_INPUTS = " AND role = 'input'" + _ARG0
+_OPENS_OUTPUTS = " AND role <> 'input'" + _ARG0
+#: a single-character argument's code point (-2: no argument, -1: a longer one)
+_ARGC = "CASE WHEN length(arg) = 1 THEN unicode(arg) WHEN arg = '' THEN -2 ELSE -1 END"
+_ARGC_0 = 48  # ord("0")
+_CALL_INTS = ["seq", "call", "module_call", "kind = 'module'"]
+_CALL_TEXTS = ["op", "native", "module", "direction"]
+_BY_SEQ_CHUNK = 500  # values per "seq IN (...)" query, below every SQLite variable limit
+
+
+class _Index:
+    """The records of one rank that a ``WHERE`` clause selects."""
+
+    def __init__(self, trace: Trace, rank: int, cond: str, params: list[Any]):
+        self.trace, self.rank, self.cond, self.params = trace, rank, cond, params
+
+    def _run(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        return self.trace._query(sql, params, self.rank)
+
+    def columns(self, ints: list[str], texts: list[str], extra: str = "",
+                aggs: tuple[str, ...] = ()) -> tuple[list[np.ndarray], list[list[str]], list[Any]]:
+        """Integer expressions as int64 arrays and text columns as lists, in one scan, plus
+        plain aggregates (``min(step)``).
+
+        Each column is one ``group_concat`` string. All columns of one call line up; their
+        order is the scan's, so callers read ``seq`` too.
+        """
+        cols = [f"group_concat({e})" for e in ints] + [f"group_concat({c}, char(30))"
+                                                          for c in texts]
+        sql = f"SELECT count(*), {', '.join([*cols, *aggs])} FROM records{self.cond}{extra}"
+        try:
+            row = self.trace._conn(self.rank).execute(sql, self.params).fetchone()
+        except sqlite3.DataError:  # longer than SQLite's string limit: read rows instead
+            row = None
+        if row is not None:
+            n, got = int(row[0]), row[1:]
+            ints_out = [_ints(s, n) for s in got[: len(ints)]]
+            texts_out = [s.split(_SEP) if n else [] for s in got[len(ints) : len(cols)]]
+            if all(a is not None for a in ints_out) and all(len(t) == n for t in texts_out):
+                return [a for a in ints_out if a is not None], texts_out, list(got[len(cols) :])
+        rows = self._run(f"SELECT {', '.join(ints + texts)} FROM records{self.cond}{extra}",
+                         self.params)
+        vals = list(zip(*rows)) if rows else [()] * (len(ints) + len(texts))
+        agg = (list(self._run(f"SELECT {', '.join(aggs)} FROM records{self.cond}{extra}",
+                              self.params)[0]) if aggs else [])
+        return ([np.array(v, dtype=np.int64) for v in vals[: len(ints)]],
+                [list(v) for v in vals[len(ints) :]], agg)
+
+    def rows(self, cols: list[str], extra: str) -> list[tuple[Any, ...]]:
+        """Rows of ``cols`` for the selected records matching ``extra``, by sequence number."""
+        return self._run(f"SELECT {', '.join(cols)} FROM records{self.cond}{extra} ORDER BY seq",
+                         self.params)
+
+    def rows_by_seq(self, cols: list[str], seqs: list[int]) -> list[tuple[Any, ...]]:
+        """Rows of ``cols`` for the records with these sequence numbers, by sequence number."""
+        out: list[tuple[Any, ...]] = []
+        for k in range(0, len(seqs), _BY_SEQ_CHUNK):
+            part = seqs[k : k + _BY_SEQ_CHUNK]
+            out += self._run(f"SELECT {', '.join(cols)} FROM records WHERE seq IN "
+                             f"({','.join('?' * len(part))}) ORDER BY seq", part)
+        return out
+
+
+def _ints(s: str | None, n: int) -> np.ndarray | None:
+    """A ``group_concat`` of ``n`` integers as an int64 array (None when it is not one)."""
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    if s is None:
+        return None
+    a = np.fromstring(s, dtype=np.int64, sep=",")
+    return a if len(a) == n else None
+
+
+def _lookup(keys: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Positions of ``want`` in the sorted ``keys``, -1 where absent."""
+    if not len(keys):
+        return np.full(len(want), -1, dtype=np.int64)
+    pos = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
+    return np.where(keys[pos] == want, pos, -1)
+
+
+def _intern(values: list[str]) -> tuple[list[str], np.ndarray]:
+    """Distinct values (first-seen order) and each value's index among them."""
+    d: dict[str, int] = dict.fromkeys(values, 0)
+    for i, k in enumerate(d):
+        d[k] = i
+    return list(d), np.fromiter(map(d.__getitem__, values), dtype=np.int64, count=len(values))
+
+
+class _Records:
+    """The selected records in sequence order, grouped into calls the way
+    :func:`~netparity.align.model.calls_from_records` groups them.
+
+    ``order`` lists record positions call by call, inputs before outputs, each run in argument
+    order; ``start``/``n_in``/``n_out`` locate a call's runs in it, ``first`` is each call's
+    first record (calls numbered in execution order).
+    """
+
+    def __init__(self, ix: _Index):
+        (seq, event, is_in, argc), (shapes,), (s0, s1, r0, r1) = ix.columns(
+            ["seq", "event", "role = 'input'", _ARGC], ["shape"],
+            aggs=("min(step)", "max(step)", "min(rank)", "max(rank)"))
+        n = len(seq)
+        o = np.argsort(seq, kind="stable")
+        self.seq, self.event, self.is_in, self.argc = seq[o], event[o], is_in[o] == 1, argc[o]
+        if s0 == s1 and r0 == r1:  # one step and rank (the usual query): no columns to read
+            self.step = np.full(n, s0 or 0, dtype=np.int64)
+            self.rank = np.full(n, r0 or 0, dtype=np.int64)
+        else:
+            (sq, st, rk), _, _ = ix.columns(["seq", "step", "rank"], [])
+            o2 = np.argsort(sq, kind="stable")
+            self.step, self.rank = st[o2], rk[o2]
+        self.shape_strs, shape_id = _intern(shapes)
+        self.shape_id = shape_id[o]
+        self._group()
+        self._sort_args(ix)
+
+    def _group(self) -> None:
+        n = len(self.seq)
+        lex = np.lexsort((self.event, self.step, self.rank))
+        new = np.zeros(n, dtype=bool)
+        if n:
+            new[0] = True
+            for k in (self.rank, self.step, self.event):
+                new[1:] |= k[lex][1:] != k[lex][:-1]
+        gid = np.empty(n, dtype=np.int64)
+        gid[lex] = np.cumsum(new) - 1
+        first = lex[new]  # lexsort is stable: the first record of each group
+        order = np.argsort(first, kind="stable")
+        num = np.empty(len(first), dtype=np.int64)
+        num[order] = np.arange(len(first))
+        self.first = first[order]
+        self.call_of = num[gid]
+        self.run = self.call_of * 2 + (~self.is_in)
+        self.order = np.argsort(self.run, kind="stable")
+        counts = np.bincount(self.run, minlength=2 * len(first))
+        self.run_start = np.concatenate(([0], np.cumsum(counts)))
+        self.n_in, self.n_out = counts[0::2], counts[1::2]
+        self.start = self.run_start[0:-1:2]
+
+    def _sort_args(self, ix: _Index) -> None:
+        """Runs of more than one record whose arguments are not single characters in ascending
+        order get sorted by argument path, as ``calls_from_records`` sorts them."""
+        r, a = self.run[self.order], self.argc[self.order]
+        bad = (r[1:] == r[:-1]) & ((a[1:] < a[:-1]) | (a[1:] < 0) | (a[:-1] < 0))
+        runs = np.unique(r[1:][bad]).tolist()
+        if not runs:
+            return
+        spans = [(int(self.run_start[k]), int(self.run_start[k + 1])) for k in runs]
+        pos = np.concatenate([self.order[s:e] for s, e in spans])
+        args = dict(ix.rows_by_seq(["seq", "arg"], sorted(self.seq[pos].tolist())))
+        for s, e in spans:
+            seg = self.order[s:e].tolist()
+            seg.sort(key=lambda p: _arg_key(args[int(self.seq[p])]))
+            self.order[s:e] = seg
+
+    def opening(self, outputs: bool) -> np.ndarray:
+        """Record position of every call's first input (or output); -1 where it has none."""
+        count = self.n_out if outputs else self.n_in
+        at = self.start + (self.n_in if outputs else 0)
+        return np.where(count > 0, self.order[np.minimum(at, max(len(self.order) - 1, 0))], -1)
+
+    def arg0(self, inputs: bool) -> np.ndarray:
+        """Mask of the records that may open a call's inputs (or outputs): argument 0 or none."""
+        side = self.is_in if inputs else ~self.is_in
+        return side & ((self.argc == _ARGC_0) | (self.argc == -2))
+
+
+class _CallInfo:
+    """Call-level columns of every call, from its first record (``calls_from_records`` takes
+    them from there). ``at`` maps each call to its row in ``ints``/``texts``."""
+
+    def __init__(self, ix: _Index, rec: _Records):
+        ints, texts, _ = ix.columns(_CALL_INTS, _CALL_TEXTS, extra=_OPENS_INPUTS)
+        seqs = rec.seq[rec.first]
+        o = np.argsort(ints[0], kind="stable")
+        pos = _lookup(ints[0][o], seqs)
+        at = np.where(pos >= 0, o[np.maximum(pos, 0)], -1)
+        missing = np.nonzero(at < 0)[0]
+        if len(missing):  # first records that do not open the inputs
+            rows = ix.rows_by_seq(_CALL_INTS + _CALL_TEXTS, sorted(seqs[missing].tolist()))
+            got = {int(r[0]): r for r in rows}
+            extra = [got[int(s)] for s in seqs[missing].tolist()]
+            ni = len(_CALL_INTS)
+            ints = [np.concatenate((a, np.array([r[k] for r in extra], dtype=np.int64)))
+                    for k, a in enumerate(ints)]
+            texts = [t + [r[ni + k] for r in extra] for k, t in enumerate(texts)]
+            at[missing] = len(o) + np.arange(len(missing))
+        self.at = at
+        self.call, self.module_call = ints[1][at], ints[2][at]
+        self.is_module = ints[3][at] == 1
+        self.op, self.native, self.module, self.direction = (object_array(t) for t in texts)
+        self.source = _first_sources(ix, rec)
+
+    def strings(self, col: np.ndarray) -> list[str]:
+        """A text column in call order."""
+        return col[self.at].tolist()  # type: ignore[no-any-return]
+
+
+def _first_sources(ix: _Index, rec: _Records) -> list[str]:
+    """Each call's first non-empty ``source``."""
+    (seqs,), (srcs,), _ = ix.columns(["seq"], ["source"], extra=" AND source <> ''")
+    out = [""] * len(rec.first)
+    if not len(seqs):
+        return out
+    o = np.argsort(seqs, kind="stable")
+    calls = rec.call_of[_lookup(rec.seq, seqs[o])]
+    _, first = np.unique(calls, return_index=True)
+    for c, k in zip(calls[first].tolist(), o[first].tolist()):
+        out[c] = srcs[k]
+    return out
+
+
+class _Stats:
+    """mean, std, min, max, RMS of records, as :func:`netparity.align.features._stat_row`
+    computes them (NaN where unknown; RMS unknown when any statistic is NULL)."""
+
+    def __init__(self, ix: _Index, rec: _Records, root: np.ndarray):
+        self.ix, self.rec, self.root = ix, rec, root
+
+    def matrix(self, pos: np.ndarray, rows: np.ndarray, null: np.ndarray) -> np.ndarray:
+        """``(len(pos), 5)`` for record positions ``pos`` (-1: none) given their ``(k, 5)``
+        statistics ``rows`` and NULL flags."""
+        out = np.full((len(pos), 5), math.nan)
+        ok = pos >= 0
+        out[ok, :4] = rows[ok, :4]
+        rms = rows[ok, 4] / self.root[self.rec.shape_id[pos[ok]]]
+        out[ok, 4] = np.where(null[ok], math.nan, rms)
+        return out
+
+    def by_seq(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Statistics and NULL flags of records ``pos`` (all >= 0), looked up one by one."""
+        seqs = self.rec.seq[pos]
+        rows = self.ix.rows_by_seq(_STATS_BY_SEQ, sorted(set(seqs.tolist())))
+        m = _floats(rows, 7)
+        k = _lookup(m[:, 0].astype(np.int64), seqs)
+        return m[k, 1:6], m[k, 6] != 0
+
+    def openings(self, pos: np.ndarray) -> np.ndarray:
+        """Statistics of the records ``pos`` that open calls' outputs, in one scan of the
+        records that may (argument 0 or none); others by sequence number."""
+        rec = self.rec
+        may = rec.arg0(inputs=False)
+        rows = self.ix.rows(_STATS5, _OPENS_OUTPUTS)
+        if len(rows) != int(may.sum()):  # the index changed under us: look every one up
+            may[:] = False
+            rows = []
+        row_of = np.full(len(rec.seq), -1, dtype=np.int64)
+        row_of[np.nonzero(may)[0]] = np.arange(len(rows))
+        vals = np.full((len(pos), 5), math.nan)
+        null = np.zeros(len(pos), dtype=bool)
+        have = np.nonzero(pos >= 0)[0]
+        r = row_of[pos[have]]
+        m = _floats(rows, 5)
+        vals[have[r >= 0]] = m[r[r >= 0]]
+        # a NaN may stand for NULL (empty tensors) or for a NaN statistic: ask which
+        odd = have[(r < 0) | np.isnan(vals[have, :4]).any(axis=1)]
+        if len(odd):
+            vals[odd], null[odd] = self.by_seq(pos[odd])
+        return self.matrix(pos, vals, null)
+
+
+def _floats(rows: list[tuple[Any, ...]], width: int) -> np.ndarray:
+    """Rows of numbers as a float matrix: NULL and the text 'nan' become NaN."""
+    try:  # the usual case, all numbers: one pass without a list of rows in between
+        flat = np.fromiter(chain.from_iterable(rows), dtype=np.float64, count=width * len(rows))
+    except (TypeError, ValueError):
+        flat = np.array(rows, dtype=np.float64)
+    return flat.reshape(len(rows), width)
+
+
+class _FirstInputs:
+    """First-input statistics of calls, read when N:M detection asks (or is about to ask:
+    :meth:`warm`), and kept."""
+
+    def __init__(self, stats: _Stats, pos: np.ndarray):
+        self.stats, self.pos = stats, pos
+        self.mat = np.full((len(pos), 5), math.nan)
+        self.known = pos < 0  # calls without inputs: NaN
+
+    def __call__(self, idx: np.ndarray) -> np.ndarray:
+        self.warm(idx)
+        return self.mat[idx]
+
+    def warm(self, idx: np.ndarray) -> None:
+        need = np.unique(idx[~self.known[idx]])
+        if len(need):
+            pos = self.pos[need]
+            vals, null = self.stats.by_seq(pos)
+            self.mat[need] = self.stats.matrix(pos, vals, null)
+            self.known[need] = True
+
+
+def read_table(
+    trace: Trace,
+    pools: Pools,
+    *,
+    rank: int = 0,
+    step: int | Iterable[int] | None = None,
+    direction: str | Iterable[str] | None = None,
+    kinds: Iterable[str] = ("module", "op"),
+) -> CallTable:
+    """The :class:`CallTable` of one rank's calls of ``kinds``, read from the index.
+
+    Its calls are :class:`~netparity.align.reading.LazyCall`\\ s: their records are read on
+    first access.
+    """
+    check_rank(trace, rank)
+    cond, params = where_clause(step, direction, kinds)
+    ix = _Index(trace, rank, cond, params)
+    rec = _Records(ix)
+    info = _CallInfo(ix, rec)
+    shape_tuples = [tuple(json.loads(s)) for s in rec.shape_strs]
+    root = np.array([math.sqrt(math.prod(int(d) for d in t) or 1) for t in shape_tuples])
+    stats = _Stats(ix, rec, root)
+    fi, fo = rec.opening(outputs=False), rec.opening(outputs=True)
+    ops = info.strings(info.op)
+    sigs, shapes = _signatures(rec, info, ops, shape_tuples, pools)
+    leaves = _leaves(info, pools)
+    natives = object_array(_native_names(info.strings(info.native), ops))
+    feats = make_feats(sigs, leaves, stats.openings(fo), object_array(ops), natives,
+                       _FirstInputs(stats, fi))
+    seq_at = np.where(fi >= 0, fi, fo)
+    seq = np.where(seq_at >= 0, rec.seq[np.maximum(seq_at, 0)], -1) if len(seq_at) else seq_at
+    source = RecordSource(trace, rank, step, direction, kinds)
+    return CallTable(
+        feats=feats, is_module=info.is_module, step=rec.step[rec.first],
+        direction=pools.directions.many(info.strings(info.direction)),
+        module=pools.paths.many(info.strings(info.module)), call=info.call,
+        module_call=info.module_call, seq=seq,
+        make_call=_call_maker(rec, info, ops, seq, shapes, source), n_records=len(rec.seq))
+
+
+def _native_names(natives: list[str], ops: list[str]) -> list[str]:
+    """Normalised native names, each distinct one normalised once."""
+    done: dict[str, str] = {}
+    out = []
+    for nat, op in zip(natives, ops):
+        v = done.get(nat) if nat else op
+        if v is None:
+            v = done[nat] = native_name(nat, op)
+        out.append(v)
+    return out
+
+
+def _leaves(info: _CallInfo, pools: Pools) -> np.ndarray:
+    """Leaf ids of module calls (0 for ops): a path's leaf depends on its last token only."""
+    out = np.zeros(len(info.at), dtype=np.int64)
+    mods = np.nonzero(info.is_module)[0]
+    done: dict[str, int] = {}
+    ids = []
+    for m in info.module[info.at[mods]].tolist():
+        tok = m.rpartition(".")[2]
+        v = done.get(tok)
+        if v is None:
+            v = done[tok] = leaf_id(pools.ids, tok)
+        ids.append(v)
+    out[mods] = ids
+    return out
+
+
+def _signatures(rec: _Records, info: _CallInfo, ops: list[str],
+                shape_tuples: list[tuple[int, ...]], pools: Pools,
+                ) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
+    """Signature ids and (input shapes, output shapes) of every call.
+
+    Calls with the same op and the same run of shape ids share one entry, found by hashing
+    the runs with NumPy; the shape tuples and ids are built once per distinct signature."""
+    n = len(rec.first)
+    if not n:
+        return np.zeros((0, 5), dtype=np.int64), []
+    op_ids = _intern(ops)[1]
+    sid = rec.shape_id[rec.order]
+    size = rec.n_in + rec.n_out
+    key, rep = _run_keys(sid, rec.start, size, op_ids, rec.n_in)
+    table: list[tuple[SigIds, tuple[Any, Any]]] = []
+    for c in rep.tolist():
+        s, ni, e = int(rec.start[c]), int(rec.n_in[c]), int(rec.start[c] + size[c])
+        run = [shape_tuples[k] for k in sid[s:e].tolist()]
+        ins, outs = tuple(run[:ni]), tuple(run[ni:])
+        table.append((sig_ids(pools.ids, ops[c], ins, outs), (ins, outs)))
+    sigs = np.array([t[0] for t in table], dtype=np.int64).reshape(len(table), 5)[key]
+    io = [t[1] for t in table]
+    return sigs, [io[k] for k in key.tolist()]
+
+
+def _run_keys(sid: np.ndarray, start: np.ndarray, size: np.ndarray, op_ids: np.ndarray,
+              n_in: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group calls by (op, inputs count, run of shape ids): each call's group, and each
+    group's first call (groups in order of first call).
+
+    A 64-bit hash of the run proposes the groups; every call is then checked against its
+    group's first call element by element, so a collision cannot merge different runs (it
+    falls back to exact keys)."""
+    n = len(start)
+    pos = np.arange(len(sid)) - np.repeat(start, size)
+    mult = np.uint64(0x9E3779B97F4A7C15)
+    with np.errstate(over="ignore"):
+        w = (sid.astype(np.uint64) + np.uint64(1)) * (pos.astype(np.uint64) * mult + np.uint64(1))
+        h = np.add.reduceat(w * mult, start) if len(sid) else np.zeros(n, dtype=np.uint64)
+        h = h ^ (op_ids.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)) ^ (
+            n_in.astype(np.uint64) * np.uint64(0x165667B19E3779F9)) ^ size.astype(np.uint64)
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    key, rep = rank[inv], np.sort(first)
+    r = rep[key]  # the group's first call, per call
+    same = (op_ids[r] == op_ids) & (n_in[r] == n_in) & (size[r] == size)
+    if same.all():
+        at = np.repeat(start[r], size) + pos
+        ok = sid[at] == sid
+        same &= np.logical_and.reduceat(ok, start) if len(ok) else same
+    if same.all():
+        return key, rep
+    exact: dict[tuple[int, int, bytes], int] = {}
+    keys = [exact.setdefault((o, ni, sid[s : s + z].tobytes()), len(exact))
+            for o, ni, s, z in zip(op_ids.tolist(), n_in.tolist(), start.tolist(), size.tolist())]
+    key = np.array(keys, dtype=np.int64)
+    _, rep = np.unique(key, return_index=True)
+    return key, rep
+
+
+def _call_maker(rec: _Records, info: _CallInfo, ops: list[str], seq: np.ndarray,
+                shapes: list[tuple[Any, Any]], source: RecordSource) -> Callable[[int], Call]:
+    """A function building call ``i`` as a :class:`LazyCall` (the dataclass ``__init__`` is
+    skipped: a result holds up to hundreds of thousands of calls)."""
+    first = rec.first
+    event, step, rank = (rec.event[first].tolist(), rec.step[first].tolist(),
+                         rec.rank[first].tolist())
+    kind = ["module" if m else "op" for m in info.is_module.tolist()]
+    module, native, direction = (info.strings(c) for c in (info.module, info.native,
+                                                           info.direction))
+    src = info.source
+    call, mcall, seqs = info.call.tolist(), info.module_call.tolist(), seq.tolist()
+    new = object.__new__
+
+    def make(i: int) -> Call:
+        c = new(LazyCall)
+        c.__dict__ = {
+            "event": event[i], "kind": kind[i], "module": module[i], "op": ops[i],
+            "native": native[i], "call": call[i], "module_call": mcall[i],
+            "direction": direction[i], "step": step[i], "rank": rank[i], "source": src[i],
+            "_seq": seqs[i], "_shapes": shapes[i], "_source": source,
+        }
+        return c
+
+    return make
