@@ -41,7 +41,7 @@ from netparity.errors import UsageError
 from netparity.trace.reader import Trace
 from netparity.trace.schema import Record
 
-__all__ = ["LEVELS", "PARAM_KINDS", "align_records", "align_traces", "load_records"]
+__all__ = ["LEVELS", "PARAM_KINDS", "align_records", "align_tables", "align_traces", "load_records"]
 
 LEVELS = ("module", "op", "both")
 PARAM_KINDS = ("param", "grad", "loss", "data", "custom")
@@ -108,8 +108,8 @@ def align_traces(
         pools = Pools()
         tables = [read_table(t, pools, rank=rank, step=step, direction=direction,
                              kinds=call_kinds) for t in (ref, cand)]
-        out = _align_tables(tables[0], tables[1], level, mp, ref.framework != cand.framework,
-                            pools)
+        out = align_tables(tables[0], tables[1], level=level, mapping=mp,
+                           cross_framework=ref.framework != cand.framework, pools=pools)
         rp, cp = (_param_records(t, tb, rank, step, direction) for t, tb in zip((ref, cand),
                                                                                   tables))
         _align_params(rp, cp, out, mp)
@@ -147,14 +147,25 @@ def align_records(
     pools = Pools()
     rt = table_from_calls(calls_from_records(ref_records), pools)
     ct = table_from_calls(calls_from_records(cand_records), pools)
-    out = _align_tables(rt, ct, level, mp, cross_framework, pools)
+    out = align_tables(rt, ct, level=level, mapping=mp, cross_framework=cross_framework,
+                       pools=pools)
     _align_params(ref_records, cand_records, out, mp)
     return out
 
 
-def _align_tables(rt: CallTable, ct: CallTable, level: str, mp: Mapping, cross_framework: bool,
-                  pools: Pools) -> Alignment:
-    """Steps 1 and 2 of the module docstring, bucket by bucket (step, then direction)."""
+def align_tables(rt: CallTable, ct: CallTable, *, level: str, mapping: Mapping,
+                 cross_framework: bool, pools: Pools) -> Alignment:
+    """Steps 1 and 2 of the module docstring on two call tables built with the same ``pools``,
+    bucket by bucket (step, then direction); parameters are not paired here.
+
+    Example:
+        >>> p = Pools()
+        >>> t = table_from_calls([], p)
+        >>> align_tables(t, t, level="op", mapping=Mapping(), cross_framework=False,
+        ...              pools=p).summary()["matched"]
+        0
+    """
+    mp = mapping
     out = Alignment()
     res = _Results(rt, ct)
     module_votes, op_votes = _Votes(), _Votes()

@@ -9,6 +9,7 @@ caller that never looks at records (``netparity align``) never pays for them.
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 from collections.abc import Iterable
@@ -18,9 +19,8 @@ from typing import Any
 from netparity.align.model import Call, calls_from_records
 from netparity.errors import UsageError
 from netparity.trace.reader import _SELECT, Trace
-from netparity.trace.schema import COLUMN_NAMES, STAT_FIELDS, Record
+from netparity.trace.schema import COLUMN_NAMES, STAT_FIELDS, Record, row_to_record
 
-_STAT_SLICE = slice(16, 16 + len(STAT_FIELDS))
 #: the fast loader below unpacks rows by position and spells the statistics out
 _FAST_STATS = ("min", "max", "mean", "std", "norm", "abs_sum", "nan", "posinf", "neginf", "zeros",
                "fp16_overflow")
@@ -38,47 +38,11 @@ _FAST_OK = STAT_FIELDS == _FAST_STATS and set(_FAST_COLUMNS) <= set(COLUMN_NAMES
 
 
 def _fast_records(rows: list[tuple[Any, ...]]) -> list[Record]:
-    """Rows of the index to :class:`Record` objects.
-
-    Same result as :func:`netparity.trace.schema.row_to_record`, about twice as fast on large
-    traces: shapes are parsed once per distinct string and the dataclass ``__init__`` is skipped.
-    The column order is the schema's (``COLUMN_NAMES``).
-    """
-    shapes: dict[str, tuple[int, ...]] = {}
-    new = object.__new__
-    out: list[Record] = []
-    append = out.append
-    for row in rows:
-        s = row[14]
-        shp = shapes.get(s)
-        if shp is None:
-            shp = shapes[s] = tuple(json.loads(s))
-        vals = row[_STAT_SLICE]
-        stats = dict(zip(STAT_FIELDS, vals))
-        if "nan" in vals:
-            for k, v in stats.items():
-                if v == "nan":
-                    stats[k] = float("nan")
-        r = new(Record)
-        r.__dict__ = {
-            "kind": row[3], "op": row[4], "native": row[5], "module": row[6], "call": row[7],
-            "module_call": row[8], "direction": row[9], "role": row[10], "arg": row[11],
-            "dtype": row[13], "shape": shp, "step": row[1], "rank": row[2], "seq": row[0],
-            "event": row[12], "stats": stats, "shard": row[27], "offset": row[28],
-            "nbytes": row[29], "hash": row[30], "source": row[31],
-            "extra": json.loads(row[32]) if row[32] else {},
-        }
-        append(r)
-    return out
-
-
-def _fast_records2(rows: list[tuple[Any, ...]]) -> list[Record]:
     """Rows of ``_FAST_SELECT`` to :class:`Record` objects (same result as ``row_to_record``).
 
     The per-row work is what remains after everything else was hoisted out: tuple unpacking
     into locals, a dict literal for the statistics (no NaN scan: SQL flags those rows), shapes
-    parsed once per distinct string, and no dataclass ``__init__``. About 1.7x faster than
-    :func:`_fast_records` on 100k-op traces.
+    parsed once per distinct string, and no dataclass ``__init__``.
     """
     shapes: dict[str, tuple[int, ...]] = {}
     new = object.__new__
@@ -128,8 +92,10 @@ def load_records(
     check_rank(trace, rank)
     cond, params = where_clause(step, direction, kinds)
     if _FAST_OK:
-        return _fast_records2(trace._query(_FAST_SELECT + cond + " ORDER BY seq", params, rank))
-    return _fast_records(trace._query(_SELECT + cond + " ORDER BY seq", params, rank))
+        return _fast_records(trace._query(_FAST_SELECT + cond + " ORDER BY seq", params, rank))
+    # the schema changed under the positional reader: the schema's own (slower) conversion
+    return [row_to_record(r) for r in trace._query(_SELECT + cond + " ORDER BY seq", params,
+                                                   rank)]
 
 
 def count_records(trace: Trace, *, rank: int = 0, step: int | Iterable[int] | None = None,
@@ -147,7 +113,7 @@ def check_rank(trace: Trace, rank: int) -> None:
 
 
 def where_clause(step: int | Iterable[int] | None, direction: str | Iterable[str] | None,
-           kinds: Iterable[str] | None) -> tuple[str, list[Any]]:
+                 kinds: Iterable[str] | None) -> tuple[str, list[Any]]:
     """The ``WHERE`` clause (never empty, so callers can append ``AND ...``) and its values."""
     where: list[str] = ["1"]
     params: list[Any] = []
@@ -175,11 +141,22 @@ class RecordSource:
     def get(self, key: tuple[int, int, int]) -> tuple[list[Record], list[Record]]:
         with self.lock:
             if self.calls is None:
-                recs = load_records(self.trace, rank=self.rank, step=self.step,
-                                    direction=self.direction, kinds=self.kinds)
-                self.calls = {(c.rank, c.step, c.event): c for c in calls_from_records(recs)}
+                self.calls = self._read()
         c = self.calls.get(key)
         return (c.inputs, c.outputs) if c is not None else ([], [])
+
+    def _read(self) -> dict[tuple[int, int, int], Call]:
+        # Hundreds of thousands of objects and no garbage: with the cyclic collector on, its
+        # repeated full scans would take longer than the reading.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            recs = load_records(self.trace, rank=self.rank, step=self.step,
+                                direction=self.direction, kinds=self.kinds)
+            return {(c.rank, c.step, c.event): c for c in calls_from_records(recs)}
+        finally:
+            if was_enabled:
+                gc.enable()
 
 
 class _RecordsField:
