@@ -1,11 +1,12 @@
 """Speed of the capture statistics on CPU: the one-pass C kernel against the NumPy passes.
 
-Both compute the same 11 statistics (``netparity.frameworks.torch_adapter._fast_cpu_vec``);
+Both compute the same 11 statistics (``netparity.hoststats.finite_vec``, which every CPU
+capture path uses);
 the figures are GB/s of float32 data, measured in one run, on data that is hot in cache (the
 same 25 MB tensor again and again) and cold (a walk over 1.6 GB, as a training step's
 activations are). ``threads 2`` splits each tensor between two kernel threads; capture uses
 one thread, because torch's OpenMP workers spin on the other core between operators (see
-``KERNEL_THREADS`` in torch_adapter.py).
+``KERNEL_THREADS`` in hoststats.py).
 
 Run:  PYTHONPATH=src python benchmarks/stats_kernel.py [--cold-gb 1.6]
 """
@@ -19,6 +20,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from netparity import hoststats
 from netparity.frameworks import torch_adapter
 
 
@@ -36,7 +38,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cold-gb", type=float, default=1.6)
     args = ap.parse_args()
-    kernel = torch_adapter._kernel
+    kernel = hoststats._kernel
     if kernel is None:
         raise SystemExit("netparity._fastvec is not built (pip install -e . with a C compiler)")
     g = torch.Generator().manual_seed(0)
@@ -46,11 +48,11 @@ def main() -> None:
     cold = list(big.split(chunk))
 
     def numpy_path(t: torch.Tensor) -> object:
-        torch_adapter._kernel = None
+        hoststats._kernel = None
         try:
             return torch_adapter._fast_cpu_vec(t)
         finally:
-            torch_adapter._kernel = kernel
+            hoststats._kernel = kernel
 
     def kernel_with(threads: int) -> Callable[[torch.Tensor], object]:
         return lambda t: kernel.stats(t.numpy(), threads)

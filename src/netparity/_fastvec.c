@@ -7,7 +7,7 @@
  * doubles the step time.  This kernel reads each element once and keeps every accumulator in
  * vector registers (GCC vector extensions, no intrinsics).  The caller may split a large
  * tensor over two threads (`threads=2`); capture does not, see KERNEL_THREADS in
- * frameworks/torch_adapter.py.
+ * hoststats.py.
  *
  * Precision: float32 data is summed in float32 lanes in two levels -- BLOCK elements give 8
  * additions per lane, SUPER / BLOCK block sums are added per lane -- and every SUPER elements

@@ -18,7 +18,13 @@ VALUES = np.concatenate([RNG.normal(0, 3, 61), [0.0, np.nan, np.inf, -np.inf, 70
 
 def _cases():
     f = VALUES.astype(np.float32)
+    big = (RNG.normal(0, 2, 100_003) + 0.5).astype(np.float32)  # finite: the one-pass path
+    off = (RNG.normal(0, 1e-3, 5_000) + 7.0).astype(np.float32)  # mean-dominated variance
     return [
+        ("float32-finite", ms.Tensor(big), big),
+        ("float32-offset", ms.Tensor(off), off),
+        ("float16-finite", ms.Tensor(big.astype(np.float16)), big.astype(np.float16)),
+        ("bfloat16-finite", ms.Tensor(big).astype(ms.bfloat16), decode(encode_bf16(big), "bfloat16")),
         ("float32", ms.Tensor(f), f),
         ("float16", ms.Tensor(VALUES.astype(np.float16)), VALUES.astype(np.float16)),
         ("bfloat16", ms.Tensor(f).astype(ms.bfloat16), decode(encode_bf16(f), "bfloat16")),
@@ -29,15 +35,17 @@ def _cases():
     ]
 
 
-def _close(a, b, exact):
+def _close(a, b, rel):
     assert a.keys() == b.keys()
     for k in a:
         if a[k] is None or b[k] is None:
             assert a[k] is None and b[k] is None, k
-        elif exact:
-            assert a[k] == b[k], k
+        elif isinstance(b[k], int):
+            assert a[k] == b[k] and isinstance(a[k], int), k
+        elif k == "mean":  # relative to the data's spread: a mean may cancel to ~0
+            assert abs(a[k] - b[k]) <= rel * (abs(b[k]) + b["std"]) + 1e-12, k
         else:
-            assert a[k] == pytest.approx(b[k], rel=1e-9, abs=1e-12), k
+            assert a[k] == pytest.approx(b[k], rel=rel, abs=1e-12), k
 
 
 @pytest.mark.parametrize("mode", ["host", "device"])
@@ -46,8 +54,9 @@ def test_stats_match_numpy_reference(mode):
     cases = _cases()
     got = a.resolve_stats([a.stats_handle(t) for _, t, _ in cases])  # one batch
     for (_label, _t, ref), st in zip(cases, got):
-        # host path is the reference itself; device path reduces in another order (float64)
-        _close(st, compute_stats(ref), exact=(mode == "host"))
+        # host: one pass with float32 lanes for finite data (netparity.hoststats, ~1e-7), the
+        # reference itself otherwise; device: float64 reductions in another order
+        _close(st, compute_stats(ref), rel=1e-9 if mode == "device" else 1e-6)
 
 
 def test_dtypes_payload_bits_and_adapter_lookup():

@@ -9,21 +9,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from netparity import hoststats  # noqa: E402
 from netparity.dtypes import decode  # noqa: E402
-from netparity.frameworks import torch_adapter  # noqa: E402
 from netparity.frameworks.torch_adapter import TorchAdapter, _exact_vec  # noqa: E402
 from netparity.stats import compute_stats  # noqa: E402
-
-
-@pytest.fixture(params=["kernel", "numpy"])
-def cpu_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test through the one-pass C kernel and through the NumPy fallback."""
-    if request.param == "kernel":
-        if torch_adapter._kernel is None:
-            pytest.skip("netparity._fastvec was not built")
-    else:
-        monkeypatch.setattr(torch_adapter, "_kernel", None)
-    return str(request.param)
 
 
 def _cases() -> dict[str, torch.Tensor]:
@@ -200,13 +189,13 @@ def test_kernel_is_built_where_a_compiler_exists() -> None:
 
     if shutil.which(sysconfig.get_config_var("CC").split()[0] or "cc") is None:
         pytest.skip("no C compiler: the NumPy fallback is expected")
-    assert torch_adapter._kernel is not None
+    assert hoststats._kernel is not None
 
 
 def test_kernel_halves_agree_and_flag_non_finite() -> None:
-    if torch_adapter._kernel is None:
+    if hoststats._kernel is None:
         pytest.skip("netparity._fastvec was not built")
-    k = torch_adapter._kernel
+    k = hoststats._kernel
     rng = np.random.default_rng(3)
     a = (rng.standard_normal((1 << 19) + 777) * 4).astype(np.float32)
     a[::97] = 0.0

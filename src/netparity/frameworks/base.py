@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from netparity.errors import FrameworkError
-from netparity.stats import compute_stats
+from netparity.hoststats import host_stats
 
 
 class FrameworkAdapter:
@@ -46,7 +46,7 @@ class FrameworkAdapter:
 
         Must not synchronise the device: the host fetch happens in :meth:`resolve_stats`.
         """
-        return compute_stats(self.to_numpy(t), self.dtype_name(t))
+        return host_stats(self.to_numpy(t), self.dtype_name(t))
 
     def resolve_stats(self, handles: list[Any]) -> list[dict[str, Any]]:
         """Fetch many statistics handles to the host at once (one transfer, not one per tensor)."""

@@ -5,8 +5,10 @@ MindSpore into a process that does not use it.
 
 Statistics follow :func:`netparity.stats.compute_stats` exactly. Two paths:
 
-* ``host`` (default on CPU): ``Tensor.asnumpy()`` then the NumPy reference. On CPU the tensor
-  already lives in host memory, so this costs one copy and gives bit-identical statistics.
+* ``host`` (default on CPU): ``Tensor.asnumpy()`` then :func:`netparity.hoststats.host_stats`
+  (one pass of the C kernel for finite data, equal to the reference to ~1e-7; the reference
+  itself for NaN/Inf or values beyond float16's range). On CPU the tensor already lives in host
+  memory, so this costs one copy.
 * ``device`` (default on GPU/Ascend): the same definitions written with MindSpore ops, run on the
   tensor's device under ``_no_grad``; each tensor yields a 12-element vector and
   :meth:`MindSporeAdapter.resolve_stats` concatenates all pending vectors and fetches them with a
@@ -35,7 +37,8 @@ import numpy as np
 from netparity.dtypes import FP16_MAX, storage_dtype
 from netparity.errors import FrameworkError
 from netparity.frameworks.base import FrameworkAdapter
-from netparity.stats import compute_stats, empty_stats
+from netparity.hoststats import host_stats
+from netparity.stats import empty_stats
 
 #: ``str(mindspore dtype)`` -> canonical netparity dtype name
 _MS_DTYPES: dict[str, str] = {
@@ -122,7 +125,7 @@ class MindSporeAdapter(FrameworkAdapter):
         if int(np.prod(t.shape, dtype=np.int64)) == 0:
             return empty_stats()
         if not self._use_device() or name.startswith("complex"):
-            return compute_stats(self.to_numpy(t), name)
+            return host_stats(self.to_numpy(t), name)
         return _DeviceStats(self._device_vector(t))
 
     def _device_vector(self, t: Any) -> Any:

@@ -46,7 +46,7 @@ import numpy as np
 from netparity.align.vocab import canonical_op
 from netparity.dtypes import encode_bf16
 from netparity.errors import TraceError, UsageError
-from netparity.stats import compute_stats
+from netparity.hoststats import host_stats
 from netparity.trace.schema import Record
 from netparity.trace.writer import TraceWriter
 
@@ -337,7 +337,7 @@ def import_dump(
                 rec.event = events[key]
                 rec.dtype = dtype
                 rec.shape = tuple(int(d) for d in arr.shape)
-                rec.stats = compute_stats(arr, dtype)
+                rec.stats = host_stats(arr, dtype)
                 w.add(rec, arr if payload else None, nbytes=arr.nbytes, store=payload)
                 counts["records"] += 1
     if counts["ranks"] == 0:

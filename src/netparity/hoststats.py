@@ -1,0 +1,176 @@
+"""Fast statistics of arrays already in host memory, equal to :mod:`netparity.stats` to ~1e-7.
+
+:func:`netparity.stats.compute_stats` is the reference: finite masking and a float64 copy of
+the whole array, six or more passes. Nearly every tensor a capture sees is finite and within
+float16 range, and for those :func:`finite_vec` gets every statistic from **one** pass of the
+optional C kernel (:mod:`netparity._fastvec`, built by ``setup.py``) -- or, without a C
+compiler, from a few NumPy passes in the array's own dtype -- and returns ``None`` for the rest,
+which then take the reference (or, for PyTorch, its device-side twin).
+
+Used by every CPU path: PyTorch's CPU tensors (through a zero-copy NumPy view), MindSpore's host
+path (``Tensor.asnumpy()``), the NumPy adapter and the MindSpore dump import
+(:func:`host_stats`).
+
+Accuracy: min, max and the counts are exact; sums run in float32 lanes flushed to float64 every
+4096 elements (relative error ~1e-7); a variance dominated by the mean is recomputed around the
+mean rounded to the array's dtype, so ``std`` keeps its relative accuracy.
+
+Example:
+    >>> import numpy as np
+    >>> s = host_stats(np.array([1.0, -3.0, 0.0], dtype=np.float32))
+    >>> (s["min"], s["max"], s["zeros"], s["abs_sum"])
+    (-3.0, 1.0, 1, 4.0)
+"""
+
+from __future__ import annotations
+
+import math
+from types import ModuleType
+
+import numpy as np
+
+from netparity.dtypes import FP16_MAX, decode
+from netparity.stats import compute_stats, empty_stats
+from netparity.trace.schema import STAT_FIELDS
+
+__all__ = ["KERNEL_THREADS", "finite_vec", "host_stats", "vec_to_stats"]
+
+_kernel: ModuleType | None
+try:  # the optional one-pass C kernel (setup.py builds it; absent without a C compiler)
+    import netparity._fastvec as _kernel
+except ImportError:  # pragma: no cover - depends on the build
+    _kernel = None
+
+#: threads the C kernel uses for one large array. One, measured: between a training step's
+#: operators the framework's OpenMP workers still spin-wait on the other cores, so a second
+#: kernel thread competes with them -- on the 2-core benchmark machine two threads made the
+#: captured ResNet-50 step slower (1.50x against 1.37x), although they double the kernel's
+#: speed on an idle machine (see benchmarks/stats_kernel.py).
+KERNEL_THREADS = 1
+
+#: index of the finite-value count in a statistics vector (after the 11 statistics)
+NFIN = len(STAT_FIELDS)
+_COUNT_IDX = {i for i, k in enumerate(STAT_FIELDS)
+              if k in ("nan", "posinf", "neginf", "zeros", "fp16_overflow")}
+
+#: rows used by the NumPy fallback's sums: shorter float32 rows keep rounding ~1e-7
+_ROW = 4096
+#: elements per chunk of the fallback's abs/zero pass: the chunk's |x| buffer stays in cache
+_CHUNK = 1 << 18
+
+
+def finite_vec(a: np.ndarray) -> list[float] | None:
+    """The 12-number statistics vector (the 11 of ``STAT_FIELDS`` plus the finite count) of a
+    1-D C-contiguous float32/float64 array, or ``None`` when it holds NaN/Inf or values beyond
+    float16's range (those need the finite-masked reference). ``a`` must not be empty.
+    """
+    if _kernel is not None:
+        lo, hi, s, sq, abs_sum, zeros = _kernel.stats(a, KERNEL_THREADS)
+        if not math.isfinite(sq):  # a NaN or +-Inf somewhere (min/max skip NaN, the sums don't)
+            return None
+    else:
+        lo, hi = float(a.min()), float(a.max())  # NaN propagates, so it fails the test below
+        s = sq = abs_sum = 0.0
+        zeros = 0
+    if not (lo >= -FP16_MAX and hi <= FP16_MAX):
+        return None
+    n = a.size
+    if _kernel is None:
+        s, sq, abs_sum, zeros = _numpy_sums(a, lo, hi)
+    mean = s / n
+    var = sq / n - mean * mean
+    if mean * mean > 10.0 * var:
+        # |mean| dominates: sum(x^2)/n - mean^2 would cancel; take the two-pass route with the
+        # mean rounded to a's dtype, corrected exactly in float64
+        m = a.dtype.type(mean)
+        if _kernel is not None:
+            _, _, sum_d, sq_d, _, _ = _kernel.stats(a, KERNEL_THREADS, float(m))
+        else:
+            sq_d = _sumsq64(a - m)
+            sum_d = s - n * float(m)
+        var = (sq_d - sum_d * sum_d / n) / n
+    return [lo, hi, mean, math.sqrt(max(var, 0.0)), math.sqrt(max(sq, 0.0)), abs_sum, 0, 0, 0,
+            zeros, 0, n]
+
+
+def vec_to_stats(row: list[float] | None) -> dict[str, float | int | None]:
+    """A statistics vector (``None``: no elements) as the statistics dict of the trace."""
+    out = empty_stats()
+    if row is None:
+        return out
+    for i, k in enumerate(STAT_FIELDS):
+        v = row[i]
+        out[k] = int(v) if i in _COUNT_IDX else float(v)
+    if row[NFIN] == 0:  # no finite value
+        for k in ("min", "max", "mean", "std"):
+            out[k] = None
+        out["norm"] = 0.0
+        out["abs_sum"] = 0.0
+    return out
+
+
+def host_stats(arr: np.ndarray, dtype: str | None = None) -> dict[str, float | int | None]:
+    """:func:`~netparity.stats.compute_stats` of a host array, through :func:`finite_vec` when
+    the array is real and finite. ``dtype`` names a canonical dtype when ``arr`` holds raw bits
+    (bfloat16, float8)."""
+    a = np.asarray(decode(np.asarray(arr), dtype) if dtype is not None else arr)
+    if a.size == 0 or a.dtype.kind not in "fiub":
+        return compute_stats(a)
+    if a.dtype not in (np.float32, np.float64):
+        # float16 sums lose precision in their own dtype; ints/bool need a float type. float32
+        # holds them exactly (ints up to 2**24); wider ints take float64.
+        a = a.astype(np.float32 if a.dtype.itemsize <= 2 else np.float64)
+    vec = finite_vec(np.ascontiguousarray(a).reshape(-1))
+    return compute_stats(a) if vec is None else vec_to_stats(vec)
+
+
+def _row_view(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``a`` as (rows of _ROW elements, tail): float32 reductions over short rows stay exact."""
+    r = a.size // _ROW
+    return a[: r * _ROW].reshape(r, _ROW), a[r * _ROW :]
+
+
+def _sum64(a: np.ndarray) -> float:
+    """sum(a) accumulated per row in a's dtype, rows combined in float64 (~1e-8 relative)."""
+    rows, tail = _row_view(a)
+    return float(rows.sum(axis=1).sum(dtype=np.float64)) + float(tail.sum(dtype=np.float64))
+
+
+def _sumsq64(a: np.ndarray) -> float:
+    """sum(a*a), per-row dot products in a's dtype combined in float64, without a temporary."""
+    rows, tail = _row_view(a)
+    total = float(np.einsum("ij,ij->i", rows, rows).sum(dtype=np.float64))
+    t64 = tail.astype(np.float64)
+    return total + float(np.dot(t64, t64))
+
+
+def _numpy_sums(a: np.ndarray, lo: float, hi: float) -> tuple[float, float, float, int]:
+    """sum, sum of squares, sum of |x| and zero count of finite ``a`` with NumPy passes.
+
+    Values derivable from the extremes are not computed: ``abs_sum`` is ``+-sum`` for data of
+    one sign and ``zeros`` is 0 when 0 lies outside [lo, hi].
+    """
+    n = a.size
+    s = _sum64(a)
+    sq = _sumsq64(a)
+    need_abs = lo < 0.0 < hi
+    need_zeros = lo <= 0.0 <= hi
+    if not (need_abs or need_zeros):
+        return s, sq, (s if lo >= 0.0 else -s), 0
+    # one chunked pass: |x| into a cache-sized buffer, then its sum and its count of non-zero
+    # bit patterns (|x| clears the sign bit, so -0.0 counts as zero like x == 0)
+    ibits = np.int32 if a.dtype == np.float32 else np.int64
+    buf = np.empty(min(n, _CHUNK), dtype=a.dtype)
+    abs_sum = 0.0
+    nonzero = 0
+    for i in range(0, n, _CHUNK):
+        b = buf[: min(_CHUNK, n - i)]
+        np.abs(a[i : i + _CHUNK], out=b)
+        if need_abs:
+            abs_sum += _sum64(b)
+        if need_zeros:
+            nonzero += int(np.count_nonzero(b.view(ibits)))
+    zeros = n - nonzero if need_zeros else 0
+    if not need_abs:
+        abs_sum = s if hi > 0.0 else -s
+    return s, sq, abs_sum, zeros

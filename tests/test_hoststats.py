@@ -1,0 +1,67 @@
+"""netparity.hoststats (the one-pass CPU statistics) against the NumPy reference, through the
+C kernel and through the NumPy fallback, for every dtype a host array can have."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from netparity import hoststats
+from netparity.dtypes import encode_bf16
+from netparity.stats import compute_stats
+
+RNG = np.random.default_rng(11)
+
+
+def _cases() -> dict[str, tuple[np.ndarray, str | None]]:
+    f = (RNG.standard_normal(70_001) * 3 + 0.25).astype(np.float32)
+    f[::101] = 0.0
+    return {
+        "float32": (f, None),
+        "float32_2d_fortran": (np.asfortranarray(f[:70_000].reshape(700, 100)), None),
+        "float32_offset": ((RNG.standard_normal(9_000) * 1e-3 + 5.0).astype(np.float32), None),
+        "float64": (RNG.standard_normal(5_000) * 1e3, None),
+        "float16": ((RNG.standard_normal(3_000) * 100).astype(np.float16), None),
+        "bfloat16_bits": (encode_bf16(f[:4_000]), "bfloat16"),
+        "int8": (RNG.integers(-128, 127, 999).astype(np.int8), None),
+        "uint16": (RNG.integers(0, 60_000, 999).astype(np.uint16), None),
+        "int32": (RNG.integers(-30_000, 30_000, 999).astype(np.int32), None),
+        "int64_wide": (RNG.integers(-(2**40), 2**40, 999), None),  # beyond fp16: the reference
+        "bool": (RNG.random(500) > 0.3, None),
+        "positive": (np.abs(f) + 1.0, None),  # one sign: abs_sum from the sum
+        "negative": (-np.abs(f) - 1.0, None),
+        "scalar": (np.float32(2.5), None),
+        "nan_inf": (np.array([1.0, np.nan, np.inf, -2.0, -np.inf], np.float32), None),
+        "beyond_fp16": (np.array([1.0, 7e4, -3.0], np.float32), None),
+        "complex": (np.array([1 + 1j, 3 - 4j], np.complex64), None),
+        "empty": (np.zeros((0, 4), np.float32), None),
+        "all_zero": (np.zeros(1_000, np.float32), None),
+    }
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+def test_host_stats_match_reference(name: str, cpu_path: str) -> None:
+    arr, dtype = _cases()[name]
+    before = np.array(arr, copy=True)
+    got, ref = hoststats.host_stats(arr, dtype), compute_stats(arr, dtype)
+    assert got.keys() == ref.keys()
+    for k, want in ref.items():
+        if want is None:
+            assert got[k] is None, k
+        elif isinstance(want, int):
+            assert got[k] == want and isinstance(got[k], int), k
+        else:
+            scale = abs(ref["mean"]) + ref["std"] if k == "mean" else abs(want)
+            assert abs(got[k] - want) <= 1e-6 * scale + 1e-300, (k, got[k], want)
+    assert np.array_equal(np.asarray(arr), before, equal_nan=arr.dtype.kind in "fc")  # read only
+
+
+def test_finite_vec_declines_what_needs_masking(cpu_path: str) -> None:
+    a = (RNG.standard_normal(10_000)).astype(np.float32)
+    assert hoststats.finite_vec(a) is not None
+    for bad in (math.nan, math.inf, -math.inf, 65505.0):
+        b = a.copy()
+        b[4321] = bad
+        assert hoststats.finite_vec(b) is None, bad
