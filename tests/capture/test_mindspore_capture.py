@@ -170,3 +170,58 @@ def test_call_index_kwargs_and_restoration(tmp_path):
     for p in boom.get_parameters():
         assert not p.hooks()
     assert jc.jit_context() is None
+
+
+def test_statistics_agree_with_stored_tensors(runs):
+    """Every stored tensor's statistics (one-pass host path) equal the reference statistics of
+    its stored payload, for every kind of record."""
+    from netparity.stats import compute_stats
+
+    _, _, tr = runs
+    recs = [r for r in tr.records() if r.shard is not None]
+    assert len(recs) > 50 and {r.kind for r in recs} >= {"module", "op", "param", "grad"}
+    for r in recs:
+        want = compute_stats(tr.raw_tensor(r), r.dtype)
+        for k, v in want.items():
+            got = r.stats[k]
+            if v is None or isinstance(v, int):
+                assert got == v, (r.kind, r.module, r.op, k)
+            else:
+                assert got == pytest.approx(v, rel=1e-6, abs=1e-6 * (1 + abs(want["std"] or 0))), \
+                    (r.kind, r.module, r.op, k)
+
+
+
+_BLOCKING_RUN = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from mindspore._c_expression import RuntimeConf
+from test_mindspore_capture import _train
+from netparity.trace import open_trace
+_, l0, p0, _ = _train(2)                       # asynchronous executor, no capture
+before = RuntimeConf.get_instance().is_launch_blocking()
+_, l1, p1, cap = _train(2, sys.argv[2], level="both", launch_blocking=True)
+same = all(a.tobytes() == b.tobytes() for a, b in zip(l0, l1)) and all(
+    p0[k].tobytes() == p1[k].tobytes() for k in p0)
+print(json.dumps({"before": before, "after": RuntimeConf.get_instance().is_launch_blocking(),
+                  "same": same, "notes": cap.notes, "errors": cap.errors,
+                  "manifest": open_trace(sys.argv[2]).manifest.get("launch_blocking"),
+                  "records": len(open_trace(sys.argv[2]).records())}))
+"""
+
+
+def test_launch_blocking_option(tmp_path):
+    """`launch_blocking=True` switches MindSpore to synchronous launches (one way, so in a
+    subprocess), says so in the manifest and notes, and changes no number."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = subprocess.run([sys.executable, "-c", _BLOCKING_RUN, str(Path(__file__).parent),
+                          str(tmp_path / "t")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (r["before"], r["after"], r["same"], r["manifest"]) == (False, True, True, True)
+    assert r["errors"] == [] and r["records"] > 50
+    assert any("launch_blocking" in n for n in r["notes"])

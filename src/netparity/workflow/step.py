@@ -246,8 +246,8 @@ def _train(spec: Spec, batches: list[tuple[np.ndarray, np.ndarray]], path: Path,
     losses: list[float] = []
     with netparity.capture(spec.model, str(path), level=level, payload=payload,
                            optimizer=spec.optimizer, overwrite=True,
-                           manifest={"spec": spec.source, "spec_options": _jsonable(spec.options)}
-                           ) as cap:
+                           manifest={"spec": spec.source, "spec_options": _jsonable(spec.options)},
+                           **_framework_options(spec)) as cap:
         for i in range(steps):
             x, y = batches[i]
             cap.record("inputs", as_tensor(x, spec.framework), kind="data")
@@ -267,11 +267,23 @@ def _evaluate(spec: Spec, path: Path, level: str, payload: str) -> dict[str, Any
     if spec.eval is None:
         return None
     with netparity.capture(spec.model, str(path), level=level, payload=payload,
-                           directions=("forward",), overwrite=True) as cap:
+                           directions=("forward",), overwrite=True,
+                           **_framework_options(spec)) as cap:
         metrics = spec.eval()
         cap.step()
     return {k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v)
             for k, v in (metrics or {}).items()}
+
+
+def _framework_options(spec: Spec) -> dict[str, Any]:
+    """Capture options for one framework. MindSpore on CPU runs operators synchronously under
+    capture (``launch_blocking``): each statistics read would otherwise wait for the
+    asynchronous executor, and this process is the workflow's own."""
+    if spec.framework != "mindspore":
+        return {}
+    import mindspore as ms
+
+    return {"launch_blocking": ms.get_context("device_target") == "CPU"}
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
