@@ -14,7 +14,9 @@ the traces the first time any of them is asked for, which the last column times 
 what the comparison engine pays on top, not part of the budget).
 
 Run:  PYTHONPATH=src python benchmarks/align_speed.py [--sizes 1000,10000,100000] [--flat]
-(``--flat`` also times traces without module records: one 100k-op sequence.)
+      [--compare]
+(``--flat`` also times traces without module records: one 100k-op sequence; ``--compare`` also
+times the whole ``netparity.compare(level="op")`` a user runs on the same traces.)
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+import netparity
 from netparity.align import Mapping, align_traces
 from netparity.align.core import align_tables
 from netparity.align.table import Pools
@@ -205,7 +208,7 @@ class Gen:
         self.w.close()
 
 
-def bench(size: int, flat: bool, tmp: Path) -> dict:
+def bench(size: int, flat: bool, tmp: Path, compare_too: bool = False) -> dict:
     ref, cand = tmp / f"ref{size}{flat}", tmp / f"cand{size}{flat}"
     t0 = time.perf_counter()
     g1 = Gen(ref, "torch", size, flat)
@@ -232,7 +235,12 @@ def bench(size: int, flat: bool, tmp: Path) -> dict:
     t_align = time.perf_counter() - t0
     gc.enable()
     s = al.summary()
-    return {"size": size, "ref_ops": g1.nops, "cand_ops": g2.nops, "write_s": t_write,
+    t_compare = None
+    if compare_too:  # the whole comparison a user runs on these traces (statistics basis)
+        t0 = time.perf_counter()
+        netparity.compare(str(ref), str(cand), level="op")
+        t_compare = time.perf_counter() - t0
+    return {"compare_s": t_compare, "size": size, "ref_ops": g1.nops, "cand_ops": g2.nops, "write_s": t_write,
             "total_s": t_total, "load_s": t_load, "align_s": t_align, "records_s": t_records,
             "records": rt.n_records, **s}
 
@@ -241,20 +249,23 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--flat", action="store_true", help="also time traces without module records")
+    ap.add_argument("--compare", action="store_true",
+                    help="also time netparity.compare(level='op') on the traces (last column)")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"{'ops/side':>9} {'modules':>8} {'records':>8} {'total s':>8} {'= read':>7} "
           f"{'+ align':>8} {'matched':>8} {'groups':>7} {'unm ref':>8} {'unm cand':>8} "
-          f"{'records s':>9}")
+          f"{'records s':>9}" + (f" {'compare s':>9}" if args.compare else ""))
     last = None
     with tempfile.TemporaryDirectory() as d:
         for flat in [False, True] if args.flat else [False]:
             for size in sizes:
-                r = bench(size, flat, Path(d))
+                r = bench(size, flat, Path(d), args.compare)
                 print(f"{r['ref_ops']:>9} {'no' if flat else 'yes':>8} {r['records']:>8} "
                       f"{r['total_s']:>8.2f} {r['load_s']:>7.2f} {r['align_s']:>8.2f} "
                       f"{r['matched']:>8} {r['groups']:>7} {r['unmatched_ref']:>8} "
-                      f"{r['unmatched_cand']:>8} {r['records_s']:>9.2f}", flush=True)
+                      f"{r['unmatched_cand']:>8} {r['records_s']:>9.2f}"
+                      + (f" {r['compare_s']:>9.2f}" if args.compare else ""), flush=True)
                 if not flat:
                     last = r
     if last is not None:

@@ -21,7 +21,6 @@ Everything not paired is reported in ``unmatched_*``.
 
 from __future__ import annotations
 
-import gc
 import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -38,6 +37,7 @@ from netparity.align.reading import count_records, load_records
 from netparity.align.table import CallTable, Pools, table_from_calls
 from netparity.align.tableread import read_table
 from netparity.errors import UsageError
+from netparity.gcpause import paused_gc
 from netparity.trace.reader import Trace
 from netparity.trace.schema import Record
 
@@ -100,11 +100,7 @@ def align_traces(
     _check_level(level)
     mp = _as_mapping(mapping)
     call_kinds = ("module",) if level == "module" else ("module", "op")
-    # Hundreds of thousands of small objects are created and none is garbage: the cyclic
-    # collector would rescan them all repeatedly.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():  # hundreds of thousands of small objects, none of them garbage
         pools = Pools()
         tables = [read_table(t, pools, rank=rank, step=step, direction=direction,
                              kinds=call_kinds) for t in (ref, cand)]
@@ -114,9 +110,6 @@ def align_traces(
                                                                                   tables))
         _align_params(rp, cp, out, mp)
         return out
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _param_records(trace: Trace, calls: CallTable, rank: int, step: int | Iterable[int] | None,

@@ -9,7 +9,6 @@ caller that never looks at records (``netparity align``) never pays for them.
 
 from __future__ import annotations
 
-import gc
 import json
 import threading
 from collections.abc import Iterable
@@ -18,6 +17,7 @@ from typing import Any
 
 from netparity.align.model import Call, calls_from_records
 from netparity.errors import UsageError
+from netparity.gcpause import paused_gc
 from netparity.trace.reader import _SELECT, Trace
 from netparity.trace.schema import COLUMN_NAMES, STAT_FIELDS, Record, row_to_record
 
@@ -146,17 +146,10 @@ class RecordSource:
         return (c.inputs, c.outputs) if c is not None else ([], [])
 
     def _read(self) -> dict[tuple[int, int, int], Call]:
-        # Hundreds of thousands of objects and no garbage: with the cyclic collector on, its
-        # repeated full scans would take longer than the reading.
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with paused_gc():  # hundreds of thousands of objects and no garbage
             recs = load_records(self.trace, rank=self.rank, step=self.step,
                                 direction=self.direction, kinds=self.kinds)
             return {(c.rank, c.step, c.event): c for c in calls_from_records(recs)}
-        finally:
-            if was_enabled:
-                gc.enable()
 
 
 class _RecordsField:

@@ -23,6 +23,7 @@ from netparity.compare.results import CallResult, CompareResult, PairResult
 from netparity.compare.tolerances import Tol, Tolerances, lower_precision, record_rms
 from netparity.compare.verdicts import AMPLIFICATION, judge, judge_fp64, localise
 from netparity.errors import UsageError
+from netparity.gcpause import paused_gc
 from netparity.trace import Record, Trace, open_trace
 
 LEVELS = ("module", "op", "both")
@@ -252,6 +253,7 @@ def _rec_dict(r: Record) -> dict[str, Any]:
             "rank": r.rank, "dtype": r.dtype, "shape": list(r.shape)}
 
 
+@paused_gc()  # a large comparison builds ~10^6 objects and no garbage (see netparity.gcpause)
 def compare(
     ref: Any,
     cand: Any,
@@ -420,12 +422,19 @@ def compare(
             }
             pr.status, pr.reason = judge_fp64(e_ref, e_cand, k, floor)
 
+    # Pairs with payloads on both sides stream tensors (NumPy releases the GIL): threads. Pairs
+    # judged from statistics are a few microseconds of Python each: inline, because handing
+    # each of them to a pool costs more than judging it (100k-op traces: ~300k pairs).
+    heavy = [j for j in jobs if j.ref.has_payload and j.cand.has_payload]
     nworkers = workers or min(8, os.cpu_count() or 1)
-    if nworkers > 1 and len(jobs) > 1:
+    if nworkers > 1 and len(heavy) > 1:
         with ThreadPoolExecutor(nworkers, thread_name_prefix="netparity-compare") as ex:
-            list(ex.map(run, jobs))
+            list(ex.map(run, heavy))
     else:
-        for j in jobs:
+        for j in heavy:
+            run(j)
+    for j in jobs:
+        if not (j.ref.has_payload and j.cand.has_payload):
             run(j)
 
     noise = _treat_rounding_noise(jobs)
