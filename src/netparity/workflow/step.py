@@ -451,6 +451,10 @@ def run_step_parity(
 ) -> StepResult:
     """Run the one-step parity workflow (see the module docstring).
 
+    A MindSpore side on CPU is captured with ``launch_blocking=True`` (see
+    :func:`netparity.frameworks.mindspore_capture.capture`): the calling process keeps
+    MindSpore's synchronous launches afterwards.
+
     Args:
         ref_spec, cand_spec: spec files/modules (or already-built :class:`Spec` objects).
         out_dir: where traces and reports go (``ref/``, ``cand/``, ``ref-eval/``, ...).
