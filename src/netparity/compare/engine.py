@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from netparity.compare.metrics import stats_metrics, stream_arrays, tensor_metrics
+from netparity.compare.metrics import record_rms, stats_metrics, stream_arrays, tensor_metrics
 from netparity.compare.results import CallResult, CompareResult, PairResult
-from netparity.compare.tolerances import Tol, Tolerances, lower_precision, record_rms
+from netparity.compare.tolerances import Tol, Tolerances, lower_precision
 from netparity.compare.verdicts import AMPLIFICATION, judge, judge_fp64, localise
 from netparity.errors import UsageError
 from netparity.gcpause import paused_gc
@@ -122,7 +122,7 @@ def _treat_rounding_noise(jobs: list[_Job]) -> int:
     for j in jobs:
         c = _noise_class(j.ref)
         r = record_rms(j.ref)
-        if c is not None and r > 0:
+        if c is not None and r:
             scale.setdefault((j.ref.step, c), []).append(r)
     med = {k: median(v) for k, v in scale.items()}
     changed = 0
@@ -134,7 +134,7 @@ def _treat_rounding_noise(jobs: list[_Job]) -> int:
                 or pr.metrics.get("nan_mismatch") or pr.metrics.get("inf_mismatch"):
             continue
         m = med.get((j.ref.step, c), 0.0)
-        a, b = record_rms(j.ref), record_rms(j.cand)
+        a, b = record_rms(j.ref) or 0.0, record_rms(j.cand) or 0.0
         # both far below the step's typical size, and of one order (noise of the same zero);
         # a 1024x loss-scale mismatch of tiny gradients is not noise
         if m > 0 and a <= floor * m and b <= floor * m and max(a, b) <= 10 * min(a, b):
@@ -425,17 +425,17 @@ def compare(
     # Pairs with payloads on both sides stream tensors (NumPy releases the GIL): threads. Pairs
     # judged from statistics are a few microseconds of Python each: inline, because handing
     # each of them to a pool costs more than judging it (100k-op traces: ~300k pairs).
-    heavy = [j for j in jobs if j.ref.has_payload and j.cand.has_payload]
+    heavy: list[_Job] = []
+    light: list[_Job] = []
+    for j in jobs:
+        (heavy if j.ref.has_payload and j.cand.has_payload else light).append(j)
     nworkers = workers or min(8, os.cpu_count() or 1)
     if nworkers > 1 and len(heavy) > 1:
         with ThreadPoolExecutor(nworkers, thread_name_prefix="netparity-compare") as ex:
             list(ex.map(run, heavy))
-    else:
-        for j in heavy:
-            run(j)
-    for j in jobs:
-        if not (j.ref.has_payload and j.cand.has_payload):
-            run(j)
+        heavy = []
+    for j in heavy + light:
+        run(j)
 
     noise = _treat_rounding_noise(jobs)
     for j in jobs:

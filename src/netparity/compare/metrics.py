@@ -521,7 +521,7 @@ def record_rms(rec: Record) -> float | None:
     n = rec.numel - bad
     if n <= 0:
         return 0.0
-    if np.dtype(storage_dtype(rec.dtype)).kind == "c":
+    if rec.dtype.startswith("complex"):
         n *= 2  # norm of |z| over 2n real values
     return float(norm) / math.sqrt(n)
 

@@ -51,6 +51,7 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass, field
 
+from netparity.compare.metrics import record_rms
 from netparity.errors import UsageError
 from netparity.trace.schema import Record
 
@@ -162,7 +163,7 @@ class Tolerances:
             dr, da = self.overrides[""]
             src = "override:''"
         if self.profile == "cross" and not src.startswith(("override", "exact")):
-            rms = record_rms(ref) or (record_rms(cand) if cand is not None else 0.0)
+            rms = record_rms(ref) or (record_rms(cand) if cand is not None else None) or 0.0
             da *= rms
             src += "(atol x rms)"
         norm = None
@@ -184,15 +185,6 @@ class Tolerances:
             "overrides": {k: list(v) for k, v in self.overrides.items()},
             "profile": self.profile,
         }
-
-
-def record_rms(rec: Record) -> float:
-    """Root mean square of a record's finite values, from its captured L2 norm."""
-    norm = rec.stats.get("norm") if rec.stats else None
-    n = rec.numel
-    if norm is None or not n:
-        return 0.0
-    return float(norm) / n ** 0.5
 
 
 def parse_tol_arg(text: str) -> tuple[str, tuple[float, float]]:
