@@ -180,8 +180,6 @@ def build_feats(calls: list[Call], ids: Interner) -> Feats:
     lf: list[int] = [0] * n
     st: list[tuple[float, ...]] = [_NAN5] * n
     names: list[str] = []
-    natives: list[str] = []
-    norm_cache: dict[str, str] = {}
     # Large traces repeat a few dozen (op, shapes) signatures and module names thousands of
     # times: intern each distinct one once (in first-seen order, so ids are the same as
     # interning every call) instead of hashing nested shape tuples five times per call.
@@ -221,17 +219,27 @@ def build_feats(calls: list[Call], ids: Interner) -> Feats:
                 m = leaf_cache[c.module] = leaf_id(ids, c.module)
             lf[i] = m
         names.append(op)
-        nat = norm_cache.get(c.native) if c.native else op
-        if nat is None:
-            nat = norm_cache[c.native] = native_name(c.native, op)
-        natives.append(nat)
 
     def first_inputs(idx: np.ndarray) -> np.ndarray:
         return stats_rows([_stat_row(calls[i].inputs[0] if calls[i].inputs else None)
                            for i in idx.tolist()])
 
+    natives = native_names([c.native for c in calls], names)
     return make_feats(sigs, np.array(lf, dtype=np.int64), stats_rows(st), object_array(names),
                       object_array(natives), first_inputs)
+
+
+def native_names(natives: list[str], ops: list[str]) -> list[str]:
+    """Normalised native name of each call (its op name when it has none), each distinct native
+    normalised once."""
+    done: dict[str, str] = {}
+    out = []
+    for nat, op in zip(natives, ops):
+        v = done.get(nat) if nat else op
+        if v is None:
+            v = done[nat] = native_name(nat, op)
+        out.append(v)
+    return out
 
 
 def leaf_id(ids: Interner, module: str) -> int:
@@ -285,15 +293,3 @@ def cost_matrix(A: Feats, ia: np.ndarray, B: Feats, ib: np.ndarray, modules: boo
     if modules:
         c += np.where(A.leaf[ia][:, None] == B.leaf[ib][None, :], 0.0, 0.5)
     return np.where(d > STATS_VETO, np.inf, c)
-
-
-def pair_cost(A: Feats, i: int, B: Feats, j: int, modules: bool = False) -> float:
-    """Cost of one pair (same formula as :func:`cost_matrix`)."""
-    return float(cost_matrix(A, np.array([i]), B, np.array([j]), modules)[0, 0])
-
-
-def tensor_close(sa: np.ndarray, sha: int, sb: np.ndarray, shb: int, limit: float = 0.2) -> bool:
-    """Two tensors plausibly hold the same values: same shape and statistics distance < limit."""
-    if sha != shb:
-        return False
-    return float(stats_distance(sa[None, :], sb[None, :])[0, 0]) < limit

@@ -110,7 +110,6 @@ class ModulePairs:
     """Module pairs of one bucket sorted by reference position, and the leftovers."""
 
     pairs: Chunk
-    extra: list[Pair]  # aligner pairs (all 1:1), already merged into ``pairs``
     un_a: np.ndarray
     un_b: np.ndarray
 
@@ -147,15 +146,14 @@ def module_pass(A: Feats, ra: np.ndarray, B: Feats, cb: np.ndarray, rt: CallTabl
     meth = np.concatenate([np.full(len(t[0]), t[2], dtype=object) for t in taken])
     note = np.concatenate([np.full(len(t[0]), t[3], dtype=object) for t in taken])
     new, extra, un_a, un_b = align_fixed(A, B, fa, fb, modules=True)
-    got = Chunk.of(new + extra) if new or extra else None
-    if got is not None:
+    cost = np.zeros(len(fa))
+    if new or extra:
+        got = Chunk.of(new + extra)
         fa, fb = np.concatenate((fa, got.a)), np.concatenate((fb, got.b))
         meth, note = np.concatenate((meth, got.method)), np.concatenate((note, got.note))
-    cost = np.zeros(len(fa))
-    if got is not None:
-        cost[len(fa) - len(got.a):] = got.cost
+        cost = np.concatenate((cost, got.cost))
     o = np.argsort(fa, kind="stable")
-    return ModulePairs(Chunk(fa[o], fb[o], cost[o], meth[o], note[o]), new + extra, un_a, un_b)
+    return ModulePairs(Chunk(fa[o], fb[o], cost[o], meth[o], note[o]), un_a, un_b)
 
 
 def _mapping_pairs(mod_a: np.ndarray, call_a: np.ndarray, mod_b: np.ndarray,

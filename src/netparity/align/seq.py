@@ -308,28 +308,24 @@ def align_seq(
     B: Feats,
     ib: list[int],
     *,
-    modules: bool = False,
-    fixed: list[Pair] | None = None,
     op_groups: list[tuple[tuple[str, ...], tuple[str, ...]]] | None = None,
     diag_method: str = "anchor",
-    find_groups: bool = True,
 ) -> tuple[list[Pair], list[int], list[int]]:
-    """Align ``A[ia]`` with ``B[ib]`` (index lists in execution order).
+    """Align the op calls ``A[ia]`` with ``B[ib]`` (index lists in execution order), N:M groups
+    included (module calls: :func:`align_fixed`).
 
     Args:
-        fixed: pairs decided beforehand (mapping, equal paths); kept as given.
         op_groups: op-name groups from a mapping (``(("linear",), ("matmul", "add"))``): runs
-            spelling them are paired first, in order.
+            spelling them are paired first, in order, and kept as given.
         diag_method: method recorded for the "same ops in the same order" fast path.
-        find_groups: look for N:M groups between identical pairs.
 
     Returns:
         (pairs sorted by first reference index, unmatched reference indices, unmatched candidate
         indices).
     """
-    fixed = list(fixed or [])
-    taken_a = {x for p in fixed for x in p.a}
-    taken_b = {x for p in fixed for x in p.b}
+    fixed: list[Pair] = []
+    taken_a: set[int] = set()
+    taken_b: set[int] = set()
     for ga, gb in op_groups or []:
         ra = _find_runs(A, [x for x in ia if x not in taken_a], ga)
         rb = _find_runs(B, [x for x in ib if x not in taken_b], gb)
@@ -342,7 +338,7 @@ def align_seq(
     # fixed pairs that keep execution order split the problem into independent gaps
     fixed.sort(key=lambda p: pos_a[p.a[0]])
     chain = [fixed[k] for k in _lis([pos_b[p.b[0]] for p in fixed])] if fixed else []
-    al = _Aligner(A, B, modules, diag_method)
+    al = _Aligner(A, B, False, diag_method)
     pa, pb = 0, 0
     arr_a, arr_b = np.array(ia, dtype=np.int64), np.array(ib, dtype=np.int64)
     for p in [*chain, None]:
@@ -360,7 +356,7 @@ def align_seq(
     pairs.sort(key=lambda p: pos_a[p.a[0]])
     matched_a = {x for p in pairs for x in p.a}
     matched_b = {x for p in pairs for x in p.b}
-    if find_groups and (len(matched_a) < len(ia) or len(matched_b) < len(ib)):
+    if len(matched_a) < len(ia) or len(matched_b) < len(ib):
         pairs = _grow_pairs(A, ia, B, ib, pairs, pos_a, pos_b, matched_a, matched_b)
         matched_a = {x for p in pairs for x in p.a}
         matched_b = {x for p in pairs for x in p.b}
@@ -372,7 +368,7 @@ def align_seq(
     if un_a and un_b:
         ends = sorted((pos_a[p.a[-1]], pos_b[p.b[-1]]) for p in pairs)
         extra = _cross(A, un_a, [pos_a[x] for x in un_a], B, un_b, [pos_b[x] for x in un_b],
-                       [e[0] for e in ends], [e[1] for e in ends], modules)
+                       [e[0] for e in ends], [e[1] for e in ends], False)
         if extra:
             pairs.extend(extra)
             pairs.sort(key=lambda p: pos_a[p.a[0]])
@@ -385,15 +381,14 @@ def align_seq(
 
 def align_fixed(
     A: Feats, B: Feats, fa: np.ndarray, fb: np.ndarray, *, modules: bool = False,
-    diag_method: str = "anchor",
 ) -> tuple[list[Pair], list[Pair], np.ndarray, np.ndarray]:
-    """:func:`align_seq` of all of ``A`` with all of ``B`` around 1:1 fixed pairs ``fa[k] <->
-    fb[k]`` given as arrays, without N:M groups.
+    """Align all of ``A`` with all of ``B`` around 1:1 fixed pairs ``fa[k] <-> fb[k]`` given as
+    arrays: the calls between the fixed pairs that keep execution order go through the sequence
+    aligner gap by gap, the rest through the out-of-order pass; no N:M groups.
 
     The module pass fixes tens of thousands of pairs by path and leaves a few calls to align;
-    building a :class:`Pair` per fixed pair and walking every (empty) gap between them costs more
-    than the alignment itself. Same result as ``align_seq(A, range(len(A)), B, range(len(B)),
-    fixed=..., find_groups=False)``.
+    building a :class:`Pair` per fixed pair and walking every (empty) gap between them would cost
+    more than the alignment itself.
 
     Returns:
         (pairs the aligner made in the gaps, pairs made out of execution order, unmatched
@@ -414,7 +409,7 @@ def align_fixed(
     cs_a = np.concatenate(([0], np.cumsum(free_a)))
     cs_b = np.concatenate(([0], np.cumsum(free_b)))
     busy = (cs_a[hi_a] > cs_a[lo_a]) & (cs_b[hi_b] > cs_b[lo_b])
-    al = _Aligner(A, B, modules, diag_method)
+    al = _Aligner(A, B, modules, "anchor")
     for k in np.nonzero(busy)[0].tolist():
         sa = np.arange(lo_a[k], hi_a[k], dtype=np.int64)
         sb = np.arange(lo_b[k], hi_b[k], dtype=np.int64)

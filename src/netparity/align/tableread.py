@@ -25,17 +25,25 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 from collections.abc import Callable, Iterable
 from itertools import chain
 from typing import Any
 
 import numpy as np
 
-from netparity.align.features import SigIds, leaf_id, make_feats, native_name, object_array, sig_ids
+from netparity.align.features import (
+    SigIds,
+    leaf_id,
+    make_feats,
+    native_names,
+    object_array,
+    sig_ids,
+)
 from netparity.align.model import Call, _arg_key
+from netparity.align.passes import lookup_last
 from netparity.align.reading import LazyCall, RecordSource, check_rank, where_clause
 from netparity.align.table import CallTable, Pools
+from netparity.errors import TraceError
 from netparity.trace.reader import Trace
 
 _SEP = "\x1e"  # joins text values in one group_concat; a value holding it falls back to rows
@@ -74,9 +82,9 @@ class _Index:
                                                           for c in texts]
         sql = f"SELECT count(*), {', '.join([*cols, *aggs])} FROM records{self.cond}{extra}"
         try:
-            row = self.trace._conn(self.rank).execute(sql, self.params).fetchone()
-        except sqlite3.DataError:  # longer than SQLite's string limit: read rows instead
-            row = None
+            row: tuple[Any, ...] | None = self._run(sql, self.params)[0]
+        except TraceError:  # longer than SQLite's string limit: read rows instead (a corrupt
+            row = None      # index fails there again, with the same one-line error)
         if row is not None:
             n, got = int(row[0]), row[1:]
             ints_out = [_ints(s, n) for s in got[: len(ints)]]
@@ -114,14 +122,6 @@ def _ints(s: str | None, n: int) -> np.ndarray | None:
         return None
     a = np.fromstring(s, dtype=np.int64, sep=",")
     return a if len(a) == n else None
-
-
-def _lookup(keys: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """Positions of ``want`` in the sorted ``keys``, -1 where absent."""
-    if not len(keys):
-        return np.full(len(want), -1, dtype=np.int64)
-    pos = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
-    return np.where(keys[pos] == want, pos, -1)
 
 
 def _intern(values: list[str]) -> tuple[list[str], np.ndarray]:
@@ -213,14 +213,13 @@ class _Records:
 
 class _CallInfo:
     """Call-level columns of every call, from its first record (``calls_from_records`` takes
-    them from there). ``at`` maps each call to its row in ``ints``/``texts``."""
+    them from there)."""
 
     def __init__(self, ix: _Index, rec: _Records):
         ints, texts, _ = ix.columns(_CALL_INTS, _CALL_TEXTS, extra=_OPENS_INPUTS)
         seqs = rec.seq[rec.first]
-        o = np.argsort(ints[0], kind="stable")
-        pos = _lookup(ints[0][o], seqs)
-        at = np.where(pos >= 0, o[np.maximum(pos, 0)], -1)
+        at = lookup_last(ints[0], seqs)  # seq is unique: the last match is the only one
+        n_rows = len(ints[0])
         missing = np.nonzero(at < 0)[0]
         if len(missing):  # first records that do not open the inputs
             rows = ix.rows_by_seq(_CALL_INTS + _CALL_TEXTS, sorted(seqs[missing].tolist()))
@@ -230,16 +229,13 @@ class _CallInfo:
             ints = [np.concatenate((a, np.array([r[k] for r in extra], dtype=np.int64)))
                     for k, a in enumerate(ints)]
             texts = [t + [r[ni + k] for r in extra] for k, t in enumerate(texts)]
-            at[missing] = len(o) + np.arange(len(missing))
-        self.at = at
+            at[missing] = n_rows + np.arange(len(missing))
         self.call, self.module_call = ints[1][at], ints[2][at]
         self.is_module = ints[3][at] == 1
-        self.op, self.native, self.module, self.direction = (object_array(t) for t in texts)
+        # text columns in call order
+        self.op, self.native, self.module, self.direction = (object_array(t)[at].tolist()
+                                                             for t in texts)
         self.source = _first_sources(ix, rec)
-
-    def strings(self, col: np.ndarray) -> list[str]:
-        """A text column in call order."""
-        return col[self.at].tolist()  # type: ignore[no-any-return]
 
 
 def _first_sources(ix: _Index, rec: _Records) -> list[str]:
@@ -249,7 +245,7 @@ def _first_sources(ix: _Index, rec: _Records) -> list[str]:
     if not len(seqs):
         return out
     o = np.argsort(seqs, kind="stable")
-    calls = rec.call_of[_lookup(rec.seq, seqs[o])]
+    calls = rec.call_of[lookup_last(rec.seq, seqs[o])]
     _, first = np.unique(calls, return_index=True)
     for c, k in zip(calls[first].tolist(), o[first].tolist()):
         out[c] = srcs[k]
@@ -278,7 +274,7 @@ class _Stats:
         seqs = self.rec.seq[pos]
         rows = self.ix.rows_by_seq(_STATS_BY_SEQ, sorted(set(seqs.tolist())))
         m = _floats(rows, 7)
-        k = _lookup(m[:, 0].astype(np.int64), seqs)
+        k = lookup_last(m[:, 0].astype(np.int64), seqs)
         return m[k, 1:6], m[k, 6] != 0
 
     def openings(self, pos: np.ndarray) -> np.ndarray:
@@ -359,10 +355,10 @@ def read_table(
     root = np.array([math.sqrt(math.prod(int(d) for d in t) or 1) for t in shape_tuples])
     stats = _Stats(ix, rec, root)
     fi, fo = rec.opening(outputs=False), rec.opening(outputs=True)
-    ops = info.strings(info.op)
+    ops = info.op
     sigs, shapes = _signatures(rec, info, ops, shape_tuples, pools)
     leaves = _leaves(info, pools)
-    natives = object_array(_native_names(info.strings(info.native), ops))
+    natives = object_array(native_names(info.native, ops))
     feats = make_feats(sigs, leaves, stats.openings(fo), object_array(ops), natives,
                        _FirstInputs(stats, fi))
     seq_at = np.where(fi >= 0, fi, fo)
@@ -370,31 +366,19 @@ def read_table(
     source = RecordSource(trace, rank, step, direction, kinds)
     return CallTable(
         feats=feats, is_module=info.is_module, step=rec.step[rec.first],
-        direction=pools.directions.many(info.strings(info.direction)),
-        module=pools.paths.many(info.strings(info.module)), call=info.call,
+        direction=pools.directions.many(info.direction),
+        module=pools.paths.many(info.module), call=info.call,
         module_call=info.module_call, seq=seq,
         make_call=_call_maker(rec, info, ops, seq, shapes, source), n_records=len(rec.seq))
 
 
-def _native_names(natives: list[str], ops: list[str]) -> list[str]:
-    """Normalised native names, each distinct one normalised once."""
-    done: dict[str, str] = {}
-    out = []
-    for nat, op in zip(natives, ops):
-        v = done.get(nat) if nat else op
-        if v is None:
-            v = done[nat] = native_name(nat, op)
-        out.append(v)
-    return out
-
-
 def _leaves(info: _CallInfo, pools: Pools) -> np.ndarray:
     """Leaf ids of module calls (0 for ops): a path's leaf depends on its last token only."""
-    out = np.zeros(len(info.at), dtype=np.int64)
+    out = np.zeros(len(info.op), dtype=np.int64)
     mods = np.nonzero(info.is_module)[0]
     done: dict[str, int] = {}
     ids = []
-    for m in info.module[info.at[mods]].tolist():
+    for m in [info.module[i] for i in mods.tolist()]:
         tok = m.rpartition(".")[2]
         v = done.get(tok)
         if v is None:
@@ -474,8 +458,7 @@ def _call_maker(rec: _Records, info: _CallInfo, ops: list[str], seq: np.ndarray,
     event, step, rank = (rec.event[first].tolist(), rec.step[first].tolist(),
                          rec.rank[first].tolist())
     kind = ["module" if m else "op" for m in info.is_module.tolist()]
-    module, native, direction = (info.strings(c) for c in (info.module, info.native,
-                                                           info.direction))
+    module, native, direction = info.module, info.native, info.direction
     src = info.source
     call, mcall, seqs = info.call.tolist(), info.module_call.tolist(), seq.tolist()
     new = object.__new__
