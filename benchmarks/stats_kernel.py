@@ -4,9 +4,10 @@ Both compute the same 11 statistics (``netparity.hoststats.finite_vec``, which e
 capture path uses);
 the figures are GB/s of float32 data, measured in one run, on data that is hot in cache (the
 same 25 MB tensor again and again) and cold (a walk over 1.6 GB, as a training step's
-activations are). ``threads 2`` splits each tensor between two kernel threads; capture uses
-one thread, because torch's OpenMP workers spin on the other core between operators (see
-``KERNEL_THREADS`` in hoststats.py).
+activations are). ``2 POSIX threads`` splits each tensor between two threads started by the
+kernel; ``2 on torch's team`` runs the same two parts on torch's OpenMP workers, which is what
+capture does (POSIX threads fight those workers inside a training step; see
+``share_openmp_pool`` in hoststats.py).
 
 Run:  PYTHONPATH=src python benchmarks/stats_kernel.py [--cold-gb 1.6]
 """
@@ -54,17 +55,24 @@ def main() -> None:
         finally:
             hoststats._kernel = kernel
 
-    def kernel_with(threads: int) -> Callable[[torch.Tensor], object]:
-        return lambda t: kernel.stats(t.numpy(), threads)
+    def kernel_with(threads: int, team: bool = False) -> Callable[[torch.Tensor], object]:
+        def run(t: torch.Tensor) -> object:
+            if team:
+                kernel.bind_openmp("torch")
+            else:
+                kernel.unbind_openmp()
+            return kernel.stats(t.numpy(), threads)
+        return run
 
     print(f"float32 statistics, GB/s (torch {torch.__version__}, numpy {np.__version__})")
-    print(f"{'':24s} {'hot 25 MB':>10s} {'cold':>10s}")
+    print(f"{'':26s} {'hot 25 MB':>10s} {'cold':>10s}")
     base = None
     for name, fn in [("NumPy passes", numpy_path), ("kernel, 1 thread", kernel_with(1)),
-                     ("kernel, 2 threads", kernel_with(2))]:
+                     ("kernel, 2 POSIX threads", kernel_with(2)),
+                     ("kernel, 2 on torch's team", kernel_with(2, team=True))]:
         h, c = rate(fn, hot, 20), rate(fn, cold, 1)
         base = base or (h, c)
-        print(f"{name:24s} {h:10.1f} {c:10.1f}   ({h / base[0]:.1f}x, {c / base[1]:.1f}x)")
+        print(f"{name:26s} {h:10.1f} {c:10.1f}   ({h / base[0]:.1f}x, {c / base[1]:.1f}x)")
 
 
 if __name__ == "__main__":

@@ -65,3 +65,41 @@ def test_finite_vec_declines_what_needs_masking(cpu_path: str) -> None:
         b = a.copy()
         b[4321] = bad
         assert hoststats.finite_vec(b) is None, bad
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_finite_vec_sum_is_the_statistics_of_the_sum(threads: int) -> None:
+    """The fused kernel adds its inputs in float32, left to right, as torch/NumPy do: the same
+    numbers as the statistics of the materialised sum, bit for bit (same kernel, same order)."""
+    if hoststats._kernel is None:
+        pytest.skip("netparity._fastvec was not built")
+    n = 3 * (1 << 16) + 12_345  # several parts plus a scalar tail
+    a, b, c = (RNG.standard_normal(n).astype(np.float32) for _ in range(3))
+    b[::7] = -a[::7]  # exact zeros in the sum
+    for parts in ([a, b], [a, b, c], [a + 40.0, b]):  # the last: mean-dominated, second pass
+        total = parts[0]
+        for p in parts[1:]:
+            total = total + p
+        got = hoststats.finite_vec_sum(parts, threads)
+        assert got == hoststats.finite_vec(total, threads)
+        ref = compute_stats(total)
+        assert got is not None and got[0] == ref["min"] and got[9] == ref["zeros"]
+        assert math.isclose(got[3], ref["std"], rel_tol=1e-6)
+    bad = a.copy()
+    bad[5] = np.inf
+    assert hoststats.finite_vec_sum([bad, b], threads) is None  # needs the masked reference
+    k = hoststats._kernel
+    with pytest.raises(ValueError):
+        k.stats_sum([a])
+    with pytest.raises(ValueError):
+        k.stats_sum([a, b[:-1]])
+    with pytest.raises(TypeError):
+        k.stats_sum([a, b.astype(np.float64)])
+    with pytest.raises(ValueError):
+        k.stats_sum([a] * 9)
+
+
+def test_finite_vec_sum_declines_without_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hoststats, "_kernel", None)
+    a = np.ones(10, np.float32)
+    assert hoststats.finite_vec_sum([a, a]) is None  # the caller adds the arrays itself

@@ -19,6 +19,17 @@
  * 3.4e38, which is harmless: such data is far outside float16 range anyway).  The Python side
  * then takes its exact, finite-masked path.
  *
+ * Threads: a large buffer is split into `threads` parts at fixed points (so the result depends
+ * only on the buffer and the thread count) whose totals are combined in order.  The parts run
+ * either on POSIX threads started for the call, or -- after `bind_openmp()` -- as one parallel
+ * region of the OpenMP runtime the framework already loaded (PyTorch's libgomp).  The second
+ * way matters inside a training step: between operators that runtime's workers spin-wait on
+ * the other cores, so extra POSIX threads fight them for the cores (measured: slower than one
+ * thread), while the runtime's own team takes the work at once, as the framework's operators
+ * do.  The runtime is reached through its stable GNU ABI entry `GOMP_parallel`, looked up in
+ * the already-loaded library (dlopen RTLD_NOLOAD), so nothing is linked against it; a forked
+ * child (other pid) falls back to the caller's thread.
+ *
  * GNU C (GCC or Clang) and POSIX threads; `target_clones` builds AVX-512, AVX2 and baseline versions
  * of the block loops where the compiler supports it and picks one at load time.
  */
@@ -27,10 +38,19 @@
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
+#include <dlfcn.h>
+#include <link.h>
+#include <unistd.h>
 
 #define LANES 32
 #define BLOCK 256  /* float32 elements per inner block (8 additions per lane) */
 #define SUPER 4096 /* elements per float64 flush (16 block sums per lane) */
+#define MAX_PARTS 16
+#define MAX_SRC 8 /* buffers summed element by element by stats_sum */
+/* smallest part worth a thread: waking an OpenMP team costs microseconds, starting a POSIX
+ * thread tens of microseconds */
+#define MIN_PART_OMP ((Py_ssize_t)1 << 15)
+#define MIN_PART_PTHREAD ((Py_ssize_t)1 << 18)
 
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
 #define NP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -40,6 +60,8 @@
 
 typedef struct {
     const void *data;
+    const float *more[MAX_SRC - 1]; /* float32 only: added to data element by element */
+    int nmore;
     Py_ssize_t n;
     int is_double;
     double shift; /* statistics of x - shift (in x's precision) */
@@ -79,10 +101,12 @@ typedef int vi __attribute__((vector_size(64)));
 #define LOAD_VF(dst, p) memcpy(&(dst), (p), sizeof(vf)) /* unaligned load */
 #define SELECT_VF(m, a, b) ((vf)(((vi)(a) & (m)) | ((vi)(b) & ~(m))))
 
-NP_CLONES
-static void stats_f32(part_t *p)
+/* float32 statistics of data (+ more[0..nmore-1]); always inlined into the two entry points
+ * below, so the plain one is compiled with nmore == 0 and keeps its tight loop */
+static inline __attribute__((always_inline)) void f32_body(part_t *p, const int nmore)
 {
     const float *x = (const float *)p->data;
+    const float *const *more = p->more;
     const Py_ssize_t n = p->n;
     double sum = 0.0, sumsq = 0.0, abssum = 0.0;
     Py_ssize_t zeros = 0;
@@ -90,7 +114,10 @@ static void stats_f32(part_t *p)
     const vi absmask = (vi){0} + 0x7fffffff;
     const float shift = (float)p->shift;
     const vf sh = (vf){0} + shift;
-    vf mn0 = (vf){0} + (x[0] - shift), mx0 = mn0, mn1 = mn0, mx1 = mn0;
+    float x0 = x[0]; /* element 0 of the (summed) data */
+    for (int m = 0; m < nmore; m++)
+        x0 += more[m][0];
+    vf mn0 = (vf){0} + (x0 - shift), mx0 = mn0, mn1 = mn0, mx1 = mn0;
     for (; i + SUPER <= n; i += SUPER) {
         /* float32 partial sums: BLOCK / (2 * VW) additions per lane within a block, then
          * SUPER / BLOCK additions of block sums, then the lanes go into float64 totals */
@@ -104,6 +131,14 @@ static void stats_f32(part_t *p)
                 vf v0, v1;
                 LOAD_VF(v0, b + k);
                 LOAD_VF(v1, b + k + VW);
+                for (int m = 0; m < nmore; m++) { /* float32 additions in order, as torch */
+                    vf t0, t1;
+                    const float *o = more[m] + i + blk + k;
+                    LOAD_VF(t0, o);
+                    LOAD_VF(t1, o + VW);
+                    v0 += t0;
+                    v1 += t1;
+                }
                 v0 -= sh;
                 v1 -= sh;
                 s0 += v0;
@@ -130,7 +165,7 @@ static void stats_f32(part_t *p)
             zeros += Z[j];
         }
     }
-    float fmn = x[0] - shift, fmx = fmn;
+    float fmn = x0 - shift, fmx = fmn;
     for (int j = 0; j < VW; j++) {
         fmn = mn0[j] < fmn ? mn0[j] : fmn;
         fmn = mn1[j] < fmn ? mn1[j] : fmn;
@@ -138,8 +173,24 @@ static void stats_f32(part_t *p)
         fmx = mx1[j] > fmx ? mx1[j] : fmx;
     }
     set_totals(p, fmn, fmx, sum, sumsq, abssum, zeros);
-    for (; i < n; i++) /* the tail, shorter than SUPER, in float64 */
-        add_scalar(p, x[i] - shift);
+    for (; i < n; i++) { /* the tail, shorter than SUPER, in float64 */
+        float e = x[i];
+        for (int m = 0; m < nmore; m++)
+            e += more[m][i];
+        add_scalar(p, e - shift);
+    }
+}
+
+NP_CLONES
+static void stats_f32(part_t *p)
+{
+    f32_body(p, 0);
+}
+
+NP_CLONES
+static void stats_f32_sum(part_t *p)
+{
+    f32_body(p, p->nmore);
 }
 
 NP_CLONES
@@ -187,6 +238,8 @@ static void run_part(part_t *p)
 {
     if (p->is_double)
         stats_f64(p);
+    else if (p->nmore > 0)
+        stats_f32_sum(p);
     else
         stats_f32(p);
 }
@@ -197,11 +250,196 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
+/* ---- the framework's OpenMP runtime (see the header comment) ---- */
+typedef void (*gomp_parallel_fn)(void (*)(void *), void *, unsigned, unsigned);
+typedef int (*omp_int_fn)(void);
+static gomp_parallel_fn omp_parallel = NULL;
+static omp_int_fn omp_thread_num = NULL, omp_num_threads = NULL;
+static pid_t omp_pid = 0;
+static char omp_path[4096];
+
+typedef struct {
+    part_t *parts;
+    int nparts;
+} team_job_t;
+
+static void team_body(void *arg)
+{
+    team_job_t *job = (team_job_t *)arg;
+    int team = omp_num_threads();
+    for (int k = omp_thread_num(); k < job->nparts; k += team > 0 ? team : job->nparts)
+        run_part(&job->parts[k]);
+}
+
+typedef struct {
+    const char *prefer;
+    char best[4096];
+    int best_preferred;
+} find_t;
+
+static int is_openmp_name(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    return strncmp(base, "libgomp", 7) == 0 || strncmp(base, "libiomp5", 8) == 0 ||
+           strncmp(base, "libomp.", 7) == 0 || strncmp(base, "libomp-", 7) == 0;
+}
+
+static int find_openmp(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    find_t *f = (find_t *)arg;
+    (void)size;
+    if (info->dlpi_name == NULL || !is_openmp_name(info->dlpi_name))
+        return 0;
+    int preferred = f->prefer[0] != '\0' && strstr(info->dlpi_name, f->prefer) != NULL;
+    if (f->best[0] == '\0' || (preferred && !f->best_preferred)) {
+        snprintf(f->best, sizeof(f->best), "%s", info->dlpi_name);
+        f->best_preferred = preferred;
+    }
+    return 0;
+}
+
+/* bind_openmp(prefer="") -> path or None: use the loaded OpenMP runtime (one whose path
+ * contains `prefer` first) for threads >= 2; None (and unbound) when none is loaded */
+static PyObject *fastvec_bind_openmp(PyObject *self, PyObject *args)
+{
+    const char *prefer = "";
+    (void)self;
+    if (!PyArg_ParseTuple(args, "|s", &prefer))
+        return NULL;
+    find_t f;
+    memset(&f, 0, sizeof(f));
+    f.prefer = prefer;
+    dl_iterate_phdr(find_openmp, &f);
+    omp_parallel = NULL;
+    omp_path[0] = '\0';
+    if (f.best[0] == '\0')
+        Py_RETURN_NONE;
+    void *h = dlopen(f.best, RTLD_LAZY | RTLD_NOLOAD);
+    if (h == NULL)
+        Py_RETURN_NONE;
+    gomp_parallel_fn par = (gomp_parallel_fn)dlsym(h, "GOMP_parallel");
+    omp_int_fn num = (omp_int_fn)dlsym(h, "omp_get_thread_num");
+    omp_int_fn team = (omp_int_fn)dlsym(h, "omp_get_num_threads");
+    /* the handle stays open: the library was loaded by the framework and stays anyway */
+    if (par == NULL || num == NULL || team == NULL)
+        Py_RETURN_NONE;
+    omp_thread_num = num;
+    omp_num_threads = team;
+    omp_parallel = par;
+    omp_pid = getpid();
+    snprintf(omp_path, sizeof(omp_path), "%s", f.best);
+    return PyUnicode_DecodeFSDefault(omp_path);
+}
+
+static PyObject *fastvec_unbind_openmp(PyObject *self, PyObject *args)
+{
+    (void)self;
+    (void)args;
+    omp_parallel = NULL;
+    omp_path[0] = '\0';
+    Py_RETURN_NONE;
+}
+
 /* stats(buffer, threads, shift) -> (min, max, sum, sum_sq, abs_sum, zeros) of buffer - shift
  *
  * `buffer`: a C-contiguous buffer of format 'f' (float32) or 'd' (float64) with at least one
- * element.  `threads`: 1 or 2; with 2, buffers of at least 2**19 elements are split in halves
- * (the split points are fixed, so the result is deterministic).  `shift` (default 0) is
+ * element.  `threads` (1..16): a large buffer is split into that many parts at fixed points
+ * (multiples of SUPER), so the result is deterministic for a given count; the parts run on the
+ * bound OpenMP runtime's team (`bind_openmp`) or on POSIX threads.  `shift` (default 0) is
+ * subtracted from every element first, in the buffer's precision: a second call with the mean
+ * gives the sum of squared deviations without cancellation and without a temporary array. */
+/* the statistics of n elements of buf (+ more[0..nmore-1], float32) - shift, split into up to
+ * `threads` parts; runs without the GIL */
+static part_t run_stats(const void *buf, const float *const *more, int nmore, Py_ssize_t n,
+                        int is_double, int threads, double shift)
+{
+    gomp_parallel_fn par = omp_parallel != NULL && omp_pid == getpid() ? omp_parallel : NULL;
+    Py_ssize_t min_part = par != NULL ? MIN_PART_OMP : MIN_PART_PTHREAD;
+    int nparts = threads;
+    if (n / min_part < nparts)
+        nparts = (int)(n / min_part);
+    if (nparts < 1)
+        nparts = 1;
+    part_t parts[MAX_PARTS];
+    memset(parts, 0, sizeof(parts));
+    const Py_ssize_t itemsize = is_double ? 8 : 4;
+    /* fixed split points: nparts - 1 parts of `each` elements (a multiple of SUPER), the rest
+     * in the last */
+    Py_ssize_t each = nparts > 1 ? (n / nparts / SUPER) * SUPER : n;
+    for (int k = 0; k < nparts; k++) {
+        Py_ssize_t start = each * k;
+        parts[k].data = (const char *)buf + start * itemsize;
+        parts[k].nmore = nmore;
+        for (int m = 0; m < nmore; m++)
+            parts[k].more[m] = more[m] + start;
+        parts[k].n = k == nparts - 1 ? n - start : each;
+        parts[k].is_double = is_double;
+        parts[k].shift = shift;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (nparts == 1) {
+        run_part(&parts[0]);
+    } else if (par != NULL) {
+        team_job_t job = {parts, nparts};
+        par(team_body, &job, (unsigned)nparts, 0);
+    } else {
+        pthread_t tid[MAX_PARTS];
+        int spawned[MAX_PARTS] = {0};
+        for (int k = 1; k < nparts; k++)
+            spawned[k] = pthread_create(&tid[k], NULL, thread_main, &parts[k]) == 0;
+        run_part(&parts[0]);
+        for (int k = 1; k < nparts; k++) {
+            if (spawned[k])
+                pthread_join(tid[k], NULL);
+            else
+                run_part(&parts[k]);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    part_t r = parts[0];
+    for (int k = 1; k < nparts; k++) {
+        r.mn = parts[k].mn < r.mn ? parts[k].mn : r.mn;
+        r.mx = parts[k].mx > r.mx ? parts[k].mx : r.mx;
+        r.sum += parts[k].sum;
+        r.sumsq += parts[k].sumsq;
+        r.abssum += parts[k].abssum;
+        r.zeros += parts[k].zeros;
+    }
+    return r;
+}
+
+static PyObject *totals_tuple(const part_t *r)
+{
+    return Py_BuildValue("dddddn", r->mn, r->mx, r->sum, r->sumsq, r->abssum, r->zeros);
+}
+
+static int check_threads(int threads)
+{
+    if (threads < 1 || threads > MAX_PARTS) {
+        PyErr_Format(PyExc_ValueError, "fastvec: threads must be 1..%d", MAX_PARTS);
+        return -1;
+    }
+    return 0;
+}
+
+/* the buffer's element type: 0 float32, 1 float64, -1 (TypeError set) otherwise */
+static int float_kind(const Py_buffer *view)
+{
+    if (view->format != NULL && strcmp(view->format, "f") == 0 && view->itemsize == 4)
+        return 0;
+    if (view->format != NULL && strcmp(view->format, "d") == 0 && view->itemsize == 8)
+        return 1;
+    PyErr_SetString(PyExc_TypeError, "fastvec: buffer must hold float32 or float64");
+    return -1;
+}
+
+/* stats(buffer, threads, shift) -> (min, max, sum, sum_sq, abs_sum, zeros) of buffer - shift
+ *
+ * `buffer`: a C-contiguous buffer of format 'f' (float32) or 'd' (float64) with at least one
+ * element.  `threads` (1..16): a large buffer is split into that many parts at fixed points
+ * (multiples of SUPER), so the result is deterministic for a given count; the parts run on the
+ * bound OpenMP runtime's team (`bind_openmp`) or on POSIX threads.  `shift` (default 0) is
  * subtracted from every element first, in the buffer's precision: a second call with the mean
  * gives the sum of squared deviations without cancellation and without a temporary array. */
 static PyObject *fastvec_stats(PyObject *self, PyObject *args)
@@ -211,64 +449,98 @@ static PyObject *fastvec_stats(PyObject *self, PyObject *args)
     double shift = 0.0;
     Py_buffer view;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O|id", &obj, &threads, &shift))
+    if (!PyArg_ParseTuple(args, "O|id", &obj, &threads, &shift) || check_threads(threads) < 0)
         return NULL;
     if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return NULL;
-    int is_double;
-    if (view.format != NULL && strcmp(view.format, "f") == 0 && view.itemsize == 4)
-        is_double = 0;
-    else if (view.format != NULL && strcmp(view.format, "d") == 0 && view.itemsize == 8)
-        is_double = 1;
-    else {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_TypeError, "fastvec.stats: buffer must hold float32 or float64");
-        return NULL;
-    }
-    Py_ssize_t n = view.len / view.itemsize;
-    if (n < 1) {
-        PyBuffer_Release(&view);
+    int is_double = float_kind(&view);
+    Py_ssize_t n = is_double < 0 ? 0 : view.len / view.itemsize;
+    if (is_double >= 0 && n < 1)
         PyErr_SetString(PyExc_ValueError, "fastvec.stats: empty buffer");
+    if (is_double < 0 || n < 1) {
+        PyBuffer_Release(&view);
         return NULL;
     }
-    part_t parts[2];
-    memset(parts, 0, sizeof(parts));
-    int nparts = (threads >= 2 && n >= ((Py_ssize_t)1 << 19)) ? 2 : 1;
-    Py_ssize_t half = nparts == 2 ? (n / 2 / SUPER) * SUPER : n;
-    parts[0].data = view.buf;
-    parts[0].n = half;
-    parts[0].is_double = is_double;
-    parts[0].shift = shift;
-    parts[1].data = (const char *)view.buf + half * view.itemsize;
-    parts[1].n = n - half;
-    parts[1].is_double = is_double;
-    parts[1].shift = shift;
-    Py_BEGIN_ALLOW_THREADS
-    pthread_t tid;
-    int spawned = nparts == 2 && pthread_create(&tid, NULL, thread_main, &parts[1]) == 0;
-    run_part(&parts[0]);
-    if (spawned)
-        pthread_join(tid, NULL);
-    else if (nparts == 2)
-        run_part(&parts[1]);
-    Py_END_ALLOW_THREADS
+    part_t r = run_stats(view.buf, NULL, 0, n, is_double, threads, shift);
     PyBuffer_Release(&view);
-    part_t r = parts[0];
-    if (nparts == 2) {
-        r.mn = parts[1].mn < r.mn ? parts[1].mn : r.mn;
-        r.mx = parts[1].mx > r.mx ? parts[1].mx : r.mx;
-        r.sum += parts[1].sum;
-        r.sumsq += parts[1].sumsq;
-        r.abssum += parts[1].abssum;
-        r.zeros += parts[1].zeros;
+    return totals_tuple(&r);
+}
+
+/* stats_sum(buffers, threads, shift): stats() of buffers[0] + buffers[1] + ... added element
+ * by element in float32, left to right (what torch computes for the same sum), without
+ * materialising the sum.  2..MAX_SRC non-empty float32 buffers of one length. */
+static PyObject *fastvec_stats_sum(PyObject *self, PyObject *args)
+{
+    PyObject *seq_obj;
+    int threads = 1;
+    double shift = 0.0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O|id", &seq_obj, &threads, &shift) || check_threads(threads) < 0)
+        return NULL;
+    PyObject *seq = PySequence_Fast(seq_obj, "fastvec.stats_sum: buffers must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
+    if (k < 2 || k > MAX_SRC) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "fastvec.stats_sum: 2..%d buffers", MAX_SRC);
+        return NULL;
     }
-    return Py_BuildValue("dddddn", r.mn, r.mx, r.sum, r.sumsq, r.abssum, r.zeros);
+    Py_buffer views[MAX_SRC];
+    Py_ssize_t got = 0, n = 0;
+    int ok = 1;
+    for (; got < k; got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &views[got],
+                               PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            ok = 0;
+            break;
+        }
+        if (float_kind(&views[got]) != 0) {
+            if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_Clear();
+                PyErr_SetString(PyExc_TypeError, "fastvec.stats_sum: buffers must hold float32");
+            }
+            got++;
+            ok = 0;
+            break;
+        }
+        Py_ssize_t len = views[got].len / 4;
+        if (got == 0)
+            n = len;
+        if (len != n || len < 1) {
+            PyErr_SetString(PyExc_ValueError,
+                            "fastvec.stats_sum: buffers must be non-empty and of one length");
+            got++;
+            ok = 0;
+            break;
+        }
+    }
+    PyObject *res = NULL;
+    if (ok) {
+        const float *more[MAX_SRC - 1];
+        for (Py_ssize_t m = 1; m < k; m++)
+            more[m - 1] = (const float *)views[m].buf;
+        part_t r = run_stats(views[0].buf, more, (int)(k - 1), n, 0, threads, shift);
+        res = totals_tuple(&r);
+    }
+    for (Py_ssize_t m = 0; m < got; m++)
+        PyBuffer_Release(&views[m]);
+    Py_DECREF(seq);
+    return res;
 }
 
 static PyMethodDef methods[] = {
     {"stats", fastvec_stats, METH_VARARGS,
      "stats(buffer, threads=1, shift=0.0) -> (min, max, sum, sum_sq, abs_sum, zeros) of a "
      "float32/float64 buffer minus shift, in one pass; NaN is ignored by min/max but makes the sums non-finite."},
+    {"stats_sum", fastvec_stats_sum, METH_VARARGS,
+     "stats_sum(buffers, threads=1, shift=0.0) -> stats() of the element-wise float32 sum "
+     "of 2..8 equal-length float32 buffers (left to right), without materialising it."},
+    {"bind_openmp", fastvec_bind_openmp, METH_VARARGS,
+     "bind_openmp(prefer='') -> path or None: run threads >= 2 on the loaded OpenMP runtime "
+     "(the one whose path contains prefer, else any); None when none is loaded."},
+    {"unbind_openmp", fastvec_unbind_openmp, METH_NOARGS,
+     "unbind_openmp() -> None: threads >= 2 use POSIX threads again."},
     {NULL, NULL, 0, NULL},
 };
 

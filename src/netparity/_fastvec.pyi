@@ -5,3 +5,13 @@ from typing import Any
 def stats(buffer: Any, threads: int = 1, shift: float = 0.0, /
           ) -> tuple[float, float, float, float, float, int]:
     """(min, max, sum, sum_sq, abs_sum, zeros) of a C-contiguous float32/float64 buffer - shift."""
+
+def stats_sum(buffers: Any, threads: int = 1, shift: float = 0.0, /
+              ) -> tuple[float, float, float, float, float, int]:
+    """stats() of the element-wise float32 sum of 2..8 equal-length float32 buffers."""
+
+def bind_openmp(prefer: str = "", /) -> str | None:
+    """Run threads >= 2 on the loaded OpenMP runtime (path containing prefer first)."""
+
+def unbind_openmp() -> None:
+    """threads >= 2 use POSIX threads again."""

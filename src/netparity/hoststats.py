@@ -25,7 +25,9 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +35,8 @@ from netparity.dtypes import FP16_MAX, decode
 from netparity.stats import compute_stats, empty_stats
 from netparity.trace.schema import STAT_FIELDS
 
-__all__ = ["KERNEL_THREADS", "finite_vec", "host_stats", "vec_to_stats"]
+__all__ = ["KERNEL_THREADS", "finite_vec", "finite_vec_sum", "host_stats", "share_openmp_pool",
+           "vec_to_stats"]
 
 _kernel: ModuleType | None
 try:  # the optional one-pass C kernel (setup.py builds it; absent without a C compiler)
@@ -41,11 +44,13 @@ try:  # the optional one-pass C kernel (setup.py builds it; absent without a C c
 except ImportError:  # pragma: no cover - depends on the build
     _kernel = None
 
-#: threads the C kernel uses for one large array. One, measured: between a training step's
-#: operators the framework's OpenMP workers still spin-wait on the other cores, so a second
-#: kernel thread competes with them -- on the 2-core benchmark machine two threads made the
-#: captured ResNet-50 step slower (1.50x against 1.37x), although they double the kernel's
-#: speed on an idle machine (see benchmarks/stats_kernel.py).
+#: threads the C kernel uses for one large array when it has no framework thread pool to share
+#: (:func:`share_openmp_pool`). One, measured: between a training step's operators the
+#: framework's OpenMP workers spin-wait on the other cores, so extra POSIX threads compete with
+#: them -- on the 2-core benchmark machine two such threads made the captured ResNet-50 step
+#: slower (1.50x against 1.37x), although they double the kernel's speed on an idle machine
+#: (see benchmarks/stats_kernel.py). Run on the framework's own OpenMP team instead, two threads
+#: made the same step faster (1.21x against 1.37x).
 KERNEL_THREADS = 1
 
 #: index of the finite-value count in a statistics vector (after the 11 statistics)
@@ -59,36 +64,75 @@ _ROW = 4096
 _CHUNK = 1 << 18
 
 
-def finite_vec(a: np.ndarray) -> list[float] | None:
+def share_openmp_pool(prefer: str = "") -> bool:
+    """Let the kernel run a large array's parts on the OpenMP runtime already loaded in this
+    process (the one whose path contains ``prefer`` first, e.g. PyTorch's ``libgomp``), as
+    that framework's own operators do; then ``finite_vec(a, threads)`` with ``threads >= 2``
+    costs no thread start and does not fight the runtime's spinning workers for the cores.
+    ``False`` when there is no kernel or no such runtime (``threads`` then means POSIX
+    threads). Only the results' last bits depend on ``threads`` (fixed split points)."""
+    return _kernel is not None and _kernel.bind_openmp(prefer) is not None
+
+
+def finite_vec(a: np.ndarray, threads: int = KERNEL_THREADS) -> list[float] | None:
     """The 12-number statistics vector (the 11 of ``STAT_FIELDS`` plus the finite count) of a
     1-D C-contiguous float32/float64 array, or ``None`` when it holds NaN/Inf or values beyond
     float16's range (those need the finite-masked reference). ``a`` must not be empty.
+    ``threads`` (1..16) splits a large array between the kernel's threads (see
+    :func:`share_openmp_pool`).
     """
     if _kernel is not None:
-        lo, hi, s, sq, abs_sum, zeros = _kernel.stats(a, KERNEL_THREADS)
-        if not math.isfinite(sq):  # a NaN or +-Inf somewhere (min/max skip NaN, the sums don't)
-            return None
-    else:
-        lo, hi = float(a.min()), float(a.max())  # NaN propagates, so it fails the test below
-        s = sq = abs_sum = 0.0
-        zeros = 0
+        kernel = _kernel
+        return _vec(lambda shift: kernel.stats(a, threads, shift), a.size, a.dtype.type)
+    lo, hi = float(a.min()), float(a.max())  # NaN propagates, so it fails the test below
     if not (lo >= -FP16_MAX and hi <= FP16_MAX):
         return None
     n = a.size
+    s, sq, abs_sum, zeros = _numpy_sums(a, lo, hi)
+    mean = s / n
+    var = sq / n - mean * mean
+    if mean * mean > 10.0 * var:  # see _vec
+        m = a.dtype.type(mean)
+        sq_d = _sumsq64(a - m)
+        sum_d = s - n * float(m)
+        var = (sq_d - sum_d * sum_d / n) / n
+    return _row(lo, hi, mean, var, sq, abs_sum, zeros, n)
+
+
+def finite_vec_sum(arrays: list[np.ndarray], threads: int = KERNEL_THREADS) -> list[float] | None:
+    """:func:`finite_vec` of ``arrays[0] + arrays[1] + ...`` (2 to 8 1-D C-contiguous float32
+    arrays of one length, added element by element in float32, left to right -- the same
+    numbers as summing them with NumPy or torch) in one pass over the inputs, without
+    materialising the sum. ``None`` where :func:`finite_vec` gives ``None``, and when the C
+    kernel is not built: the caller then adds the arrays itself."""
     if _kernel is None:
-        s, sq, abs_sum, zeros = _numpy_sums(a, lo, hi)
+        return None
+    kernel = _kernel
+    return _vec(lambda shift: kernel.stats_sum(arrays, threads, shift), arrays[0].size,
+                np.float32)
+
+
+def _vec(run: Callable[[float], tuple[float, float, float, float, float, int]], n: int,
+         rounding: Callable[[float], Any]) -> list[float] | None:
+    """The statistics vector from the kernel's totals; ``run(shift)`` runs the kernel,
+    ``rounding`` rounds a shift to the data's dtype."""
+    lo, hi, s, sq, abs_sum, zeros = run(0.0)
+    if not math.isfinite(sq):  # a NaN or +-Inf somewhere (min/max skip NaN, the sums don't)
+        return None
+    if not (lo >= -FP16_MAX and hi <= FP16_MAX):
+        return None
     mean = s / n
     var = sq / n - mean * mean
     if mean * mean > 10.0 * var:
         # |mean| dominates: sum(x^2)/n - mean^2 would cancel; take the two-pass route with the
-        # mean rounded to a's dtype, corrected exactly in float64
-        m = a.dtype.type(mean)
-        if _kernel is not None:
-            _, _, sum_d, sq_d, _, _ = _kernel.stats(a, KERNEL_THREADS, float(m))
-        else:
-            sq_d = _sumsq64(a - m)
-            sum_d = s - n * float(m)
+        # mean rounded to the data's dtype, corrected exactly in float64
+        _, _, sum_d, sq_d, _, _ = run(float(rounding(mean)))
         var = (sq_d - sum_d * sum_d / n) / n
+    return _row(lo, hi, mean, var, sq, abs_sum, zeros, n)
+
+
+def _row(lo: float, hi: float, mean: float, var: float, sq: float, abs_sum: float,
+         zeros: int, n: int) -> list[float]:
     return [lo, hi, mean, math.sqrt(max(var, 0.0)), math.sqrt(max(sq, 0.0)), abs_sum, 0, 0, 0,
             zeros, 0, n]
 

@@ -199,10 +199,11 @@ def test_kernel_halves_agree_and_flag_non_finite() -> None:
     rng = np.random.default_rng(3)
     a = (rng.standard_normal((1 << 19) + 777) * 4).astype(np.float32)
     a[::97] = 0.0
-    one, two = k.stats(a, 1), k.stats(a, 2)
-    assert one[0] == two[0] == a.min() and one[1] == two[1] == a.max()
-    assert one[5] == two[5] == int((a == 0).sum())
-    for got in (one, two):
+    one, two, five = k.stats(a, 1), k.stats(a, 2), k.stats(a, 5)  # 5: uneven split, POSIX
+    for got in (two, five):
+        assert got[0] == one[0] == a.min() and got[1] == one[1] == a.max()
+        assert got[5] == one[5] == int((a == 0).sum())
+    for got in (one, two, five):
         np.testing.assert_allclose(got[2:5], [a.sum(dtype=np.float64),
                                               np.dot(a.astype(np.float64), a),
                                               np.abs(a).sum(dtype=np.float64)], rtol=1e-6)
@@ -220,3 +221,69 @@ def test_kernel_halves_agree_and_flag_non_finite() -> None:
         k.stats(np.zeros(4, dtype=np.int32))
     with pytest.raises(ValueError):
         k.stats(np.zeros(0, dtype=np.float32))
+    with pytest.raises(ValueError):
+        k.stats(a, 0)
+    with pytest.raises(ValueError):
+        k.stats(a, 17)
+
+
+def test_kernel_runs_on_torchs_openmp_team() -> None:
+    """With ATen's OpenMP backend the kernel splits a tensor over torch's own OpenMP team
+    (the measured reason: POSIX threads fight torch's spinning workers inside a training step).
+    Same split points as POSIX threads, so the same numbers, bit for bit."""
+    if hoststats._kernel is None:
+        pytest.skip("netparity._fastvec was not built")
+    from netparity.frameworks import torch_adapter
+
+    if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        pytest.skip("ATen's parallel backend is not OpenMP here")
+    threads = torch_adapter.kernel_threads()
+    assert threads == min(16, torch.get_num_threads())
+    k = hoststats._kernel
+    path = k.bind_openmp("torch")
+    assert path is not None and "omp" in path.rsplit("/", 1)[-1]
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(3_000_001).astype(np.float32)
+    on_team = [k.stats(a, n) for n in (2, 3, 4)]
+    k.unbind_openmp()
+    try:
+        on_posix = [k.stats(a, n) for n in (2, 3, 4)]
+    finally:
+        assert k.bind_openmp("torch") is not None
+    assert on_team == on_posix
+    ref = k.stats(a, 1)
+    for got in on_team:
+        assert got[0] == ref[0] and got[1] == ref[1] and got[5] == ref[5]
+        np.testing.assert_allclose(got[2:5], ref[2:5], rtol=1e-6)
+    # and through the adapter, against the float64 reference
+    t = torch.from_numpy(a)
+    (s,) = TorchAdapter().resolve_stats([TorchAdapter().stats_handle(t)])
+    _check(s, compute_stats(a), "float32")
+
+
+def test_kernel_in_a_forked_child_does_not_use_the_parents_team() -> None:
+    """A forked process (a DataLoader worker) has none of the parent's OpenMP threads; the
+    kernel notices the new pid and computes on the calling thread instead of hanging."""
+    if hoststats._kernel is None:
+        pytest.skip("netparity._fastvec was not built")
+    import multiprocessing as mp
+
+    from netparity.frameworks import torch_adapter
+
+    torch_adapter.kernel_threads()  # binds in this (parent) process where possible
+    a = np.arange(1 << 20, dtype=np.float32)
+    want = hoststats._kernel.stats(a, 2)
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_child_stats, args=(q, a))
+    proc.start()
+    proc.join(60)
+    if proc.is_alive():
+        proc.kill()
+        pytest.fail("the kernel hung in a forked child")
+    assert proc.exitcode == 0
+    assert q.get(timeout=5) == want
+
+
+def _child_stats(q, a) -> None:  # type: ignore[no-untyped-def]
+    q.put(hoststats._kernel.stats(a, 2))

@@ -15,7 +15,9 @@ Two code paths compute the same numbers:
   over the tensor's memory (float32 or float64), good to ~1e-7 whenever the tensor is finite and
   within float16 range -- the common case. Because a CPU "device" has nothing to synchronise
   with, the fast path sees its own min/max on the host and falls back to the exact path when the
-  tensor holds NaN/Inf or values beyond 65504.
+  tensor holds NaN/Inf or values beyond 65504. A large tensor is split between
+  ``torch.get_num_threads()`` kernel threads run by torch's own OpenMP team (see
+  :func:`netparity.hoststats.share_openmp_pool`), when ATen's parallel backend is OpenMP.
 
 Example:
     >>> import torch
@@ -29,15 +31,17 @@ Example:
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
+from netparity import hoststats
 from netparity.dtypes import FP16_MAX
 from netparity.frameworks.base import FrameworkAdapter
-from netparity.hoststats import finite_vec, vec_to_stats
+from netparity.hoststats import finite_vec, finite_vec_sum, vec_to_stats
 
 _DTYPE_NAMES: dict[torch.dtype, str] = {
     torch.float64: "float64",
@@ -96,6 +100,25 @@ def _exact_vec(t: torch.Tensor) -> torch.Tensor:
     return torch.stack([p.to(torch.float64) for p in parts])
 
 
+_pool_bound: bool | None = None
+
+
+def kernel_threads() -> int:
+    """Threads for the statistics kernel on a CPU tensor: torch's intra-op thread count when the
+    kernel can run on torch's OpenMP team (bound on first use), else
+    :data:`netparity.hoststats.KERNEL_THREADS`."""
+    global _pool_bound
+    if _pool_bound is None:
+        try:
+            openmp = "parallel backend: OpenMP" in torch.__config__.parallel_info()
+        except Exception:  # pragma: no cover - a build without the query
+            openmp = False
+        _pool_bound = openmp and hoststats.share_openmp_pool(os.path.dirname(torch.__file__))
+    if not _pool_bound:
+        return hoststats.KERNEL_THREADS
+    return max(1, min(16, torch.get_num_threads()))
+
+
 def _fast_cpu_vec(t: torch.Tensor) -> torch.Tensor | list[float]:
     """CPU statistics in one pass (:func:`netparity.hoststats.finite_vec` on a zero-copy NumPy
     view); :func:`_exact_vec` when the tensor holds NaN/Inf or values beyond float16's range.
@@ -117,7 +140,7 @@ def _fast_cpu_vec(t: torch.Tensor) -> torch.Tensor | list[float]:
         flat = flat.contiguous()
     # already on the host: a plain list (a tensor per record would cost more than the kernel
     # on small tensors)
-    vec = finite_vec(flat.numpy())
+    vec = finite_vec(flat.numpy(), kernel_threads())
     return _exact_vec(t) if vec is None else vec
 
 
@@ -166,6 +189,23 @@ class TorchAdapter(FrameworkAdapter):
         if dev == "cpu" and not x.is_complex():
             return _fast_cpu_vec(x)
         return _exact_vec(x)
+
+    def stats_handle_sum(self, ts: list[torch.Tensor]) -> list[float] | None:
+        """Statistics of ``ts[0] + ts[1] + ...`` (added left to right in float32, as torch
+        adds them) from one read of each tensor, without materialising the sum: a handle like
+        :meth:`stats_handle`'s, or ``None`` when that does not apply (not 2 to 8 contiguous
+        CPU float32 tensors of one shape, no kernel, a non-finite or beyond-float16 sum) and
+        the caller adds the tensors itself."""
+        if not 2 <= len(ts) <= 8:
+            return None
+        shape = ts[0].shape
+        for t in ts:
+            if (t.dtype != torch.float32 or t.device.type != "cpu" or t.shape != shape
+                    or t.layout != torch.strided or not t.is_contiguous() or t.is_neg()):
+                return None
+        if ts[0].numel() == 0:
+            return None
+        return finite_vec_sum([t.detach().reshape(-1).numpy() for t in ts], kernel_threads())
 
     def resolve_stats(self, handles: list[Any]) -> list[dict[str, Any]]:
         """Fetch a batch of handles: one stack and one host transfer per device (usually one)."""
