@@ -13,6 +13,7 @@ nn = torch.nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack  # noqa: E402
 from torch.utils.checkpoint import checkpoint  # noqa: E402
 
+from netparity import hoststats  # noqa: E402
 from netparity.frameworks.torch_adapter import TorchAdapter  # noqa: E402
 from netparity.frameworks.torch_capture import capture  # noqa: E402
 from netparity.stats import compute_stats  # noqa: E402
@@ -393,6 +394,60 @@ def test_module_input_gradient_is_the_modules_own_contribution(tmp_path) -> None
     np.testing.assert_allclose(got, seen["conv"].numpy(), rtol=1e-6, atol=1e-7)
     # ...which is not the input's total gradient (conv path + shortcut)
     assert not np.allclose(got, xr.grad.numpy(), atol=1e-4)
+
+
+class _TwoEdgeBlock(torch.nn.Module):
+    """The block's input feeds two edges inside it (conv path and shortcut), like a ResNet block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(16, 16, 3, padding=1)
+        self.relu = torch.nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(self.conv(x)) + x
+
+
+def test_summed_input_gradient_statistics_without_materialising(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """With statistics only, a module's gradient w.r.t. an input that feeds several of its
+    edges is described from the contributions themselves (the C kernel adds them as autograd
+    does): same statistics as the stored sum and as register_full_backward_hook's grad_input."""
+    torch.manual_seed(0)
+    stem = torch.nn.Conv2d(3, 16, 3, padding=1)
+    block = _TwoEdgeBlock()
+    net = torch.nn.Sequential(stem, block)
+    x0 = torch.randn(8, 3, 32, 32)  # 131072 elements per gradient: split between threads
+    seen: dict[str, torch.Tensor] = {}
+    ref = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), _TwoEdgeBlock())
+    ref.load_state_dict(net.state_dict())
+    ref[1].register_full_backward_hook(
+        lambda mod, gi, go: seen.__setitem__("gi", gi[0].detach().clone()))
+    ref(x0).square().sum().backward()
+    fused = []
+    orig = TorchAdapter.stats_handle_sum
+
+    def spy(self, ts):  # type: ignore[no-untyped-def]
+        out = orig(self, ts)
+        fused.append(out is not None)
+        return out
+
+    monkeypatch.setattr(TorchAdapter, "stats_handle_sum", spy)
+    for payload in ("stats", "tensors"):
+        with capture(net, tmp_path / payload, payload=payload) as cap:
+            net(x0).square().sum().backward()
+            cap.step()
+    if hoststats._kernel is not None:
+        assert fused == [True]  # the stats run took the fused path; the tensors run does not ask
+    recs = {p: open_trace(tmp_path / p).records(kind="module", module="1", direction="backward",
+                                                 role="output")[0] for p in ("stats", "tensors")}
+    stored = open_trace(tmp_path / "tensors").tensor(recs["tensors"])
+    np.testing.assert_allclose(stored, seen["gi"].numpy(), rtol=1e-5, atol=1e-6)
+    want = compute_stats(seen["gi"].numpy())
+    for p, rec in recs.items():
+        assert rec.shape == (8, 16, 32, 32) and rec.dtype == "float32"
+        for k in ("min", "max", "mean", "std", "norm", "abs_sum"):
+            assert math.isclose(rec.stats[k], want[k], rel_tol=1e-5, abs_tol=1e-9), (p, k)
+        assert rec.stats["zeros"] == want["zeros"]
 
 
 def test_param_grads_are_recorded_as_backward_produced_them(tmp_path) -> None:  # type: ignore[no-untyped-def]

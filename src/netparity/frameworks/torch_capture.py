@@ -135,7 +135,7 @@ class _Call:
         self.in_nodes: set[Any] = set()
         # (arg, grad_fn or None, output_nr, tensor) of inputs that need a gradient
         self.in_edges: list[tuple[str, Any, int, Any]] = []
-        # arg -> [contributions expected, arrived, running sum]
+        # arg -> [contributions expected, arrived, [(gradient, its version) so far]]
         self.in_acc: dict[str, list[Any]] = {}
 
 
@@ -342,9 +342,20 @@ class TorchCapture(CaptureSession):
     def _source(self) -> str:
         return user_source(_SKIP)
 
-    def _emit_t(self, rec: Record, t: torch.Tensor) -> None:
-        """Like :meth:`CaptureSession.emit`, with statistics reuse for unchanged tensors."""
+    def _emit_t(self, rec: Record, t: torch.Tensor, handle: Any = None) -> None:
+        """Like :meth:`CaptureSession.emit`, with statistics reuse for unchanged tensors.
+        ``handle``: statistics computed elsewhere for a value ``t`` only describes (dtype,
+        shape); then no reuse and no payload."""
         if self.writer is None:
+            return
+        if handle is not None:
+            rec.step = self.step_no
+            rec.rank = self.rank
+            rec.dtype = self.adapter_t.dtype_name(t)
+            rec.shape = tuple(t.shape)
+            self._pending.append((rec, handle, None, 0))
+            if len(self._pending) >= self.batch:
+                self.resolve()
             return
         a = self.adapter_t
         rec.step = self.step_no
@@ -513,7 +524,8 @@ class TorchCapture(CaptureSession):
 
         self._emit_all(make, tensors)
 
-    def _grad_hook(self, info: _Call, role: str, arg: str, grad: torch.Tensor) -> None:
+    def _grad_hook(self, info: _Call, role: str, arg: str, grad: torch.Tensor,
+                   extra: dict[str, Any] | None = None) -> None:
         if not self._on or grad is None or self._busy:
             return None
         self._start_bwd(info)
@@ -521,7 +533,7 @@ class TorchCapture(CaptureSession):
         def make(a: str) -> Record:
             return Record(kind="module", op=info.op, native=info.native, module=info.path,
                           call=info.bwd_call, direction="backward", role=role, arg=a,
-                          event=info.bwd_event, source=info.source)
+                          event=info.bwd_event, source=info.source, extra=dict(extra or {}))
 
         self._emit_all(make, [(arg, grad)])
         return None
@@ -558,7 +570,7 @@ class TorchCapture(CaptureSession):
                 continue
             hit = keys.get((id(t.grad_fn), t.output_nr))
             if hit is not None:  # the output is the input itself: gradient passes through
-                acc.setdefault(hit, [0, 0, None])[0] += 1
+                acc.setdefault(hit, [0, 0, []])[0] += 1
                 hooks.append(t.register_hook(functools.partial(self._in_grad_tensor, info, hit)))
             else:
                 todo.append(t.grad_fn)
@@ -580,7 +592,7 @@ class TorchCapture(CaptureSession):
                     found = leaves.get(id(var)) if var is not None else None
                 if found is not None:
                     edges.setdefault(node, []).append((j, found))
-                    acc.setdefault(found, [0, 0, None])[0] += 1
+                    acc.setdefault(found, [0, 0, []])[0] += 1
                 elif nxt not in stop:
                     todo.append(nxt)
         for node, lst in edges.items():
@@ -607,12 +619,43 @@ class TorchCapture(CaptureSession):
             if slot[0] == 1:  # the usual case: one edge, record it now, no copy
                 self._grad_hook(info, "output", arg, grad)
                 return
-            with torch._C._DisableTorchDispatch(), torch.no_grad():
-                # autograd may accumulate into a gradient buffer in place later: keep a copy
-                slot[2] = grad.detach().clone() if slot[2] is None else slot[2] + grad
-        if slot[1] >= slot[0] and slot[2] is not None:
-            total, slot[2] = slot[2], None
-            self._grad_hook(info, "output", arg, total)
+            # Keep a reference, no copy: autograd's input buffer adds a contribution into a
+            # gradient in place only when it holds the last reference (InputBuffer's
+            # accumulate), which this one prevents; the version is checked anyway.
+            slot[2].append((grad, grad._version))
+        if slot[1] >= slot[0] and slot[2]:
+            parts, slot[2] = slot[2], []
+            self._record_grad_sum(info, arg, parts)
+
+    def _record_grad_sum(self, info: _Call, arg: str,
+                         parts: list[tuple[torch.Tensor, int]]) -> None:
+        """Record the sum of a module's gradient contributions to one input (added in arrival
+        order, as autograd adds them). With statistics only, on CPU float32, the kernel reads
+        the contributions and never materialises the sum (one read of each instead of a copy,
+        an addition and a read of the sum)."""
+        grads = [g for g, _ in parts]
+        if any(g._version != v for g, v in parts):
+            # only code that writes gradients in place inside backward gets here
+            self._grad_hook(info, "output", arg, _sum_in_order(grads),
+                            extra={"warning": "a gradient contribution was written in place "
+                                              "during backward; this sum may be off"})
+            return
+        p = self.policy
+        if not (p.tensors or p.hashes) and self._on and not self._busy:
+            with torch._C._DisableTorchDispatch():
+                handle = self.adapter_t.stats_handle_sum(grads)
+            if handle is not None:
+                self._start_bwd(info)
+                rec = Record(kind="module", op=info.op, native=info.native, module=info.path,
+                             call=info.bwd_call, direction="backward", role="output", arg=arg,
+                             event=info.bwd_event, source=info.source)
+                busy, self._busy = self._busy, True
+                try:
+                    self._emit_t(rec, grads[0], handle=handle)
+                finally:
+                    self._busy = busy
+                return
+        self._grad_hook(info, "output", arg, _sum_in_order(grads))
 
     def _start_bwd(self, info: _Call) -> None:
         if info.bwd_call < 0:
@@ -910,6 +953,15 @@ def _reuse_key(t: torch.Tensor) -> Any:
                 t.dtype, t.device)
     except (RuntimeError, NotImplementedError):  # no plain storage (sparse, functional...)
         return id(t)
+
+
+def _sum_in_order(grads: list[torch.Tensor]) -> torch.Tensor:
+    """``grads[0] + grads[1] + ...`` left to right, outside autograd and dispatch capture."""
+    with torch._C._DisableTorchDispatch(), torch.no_grad():
+        total = grads[0].detach()
+        for g in grads[1:]:
+            total = total + g
+    return total
 
 
 def _param_record(kind: str, name: str, direction: str, arg: str) -> Record:
