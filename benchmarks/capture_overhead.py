@@ -5,6 +5,7 @@ full-tensor capture >= 50 % of the disk's sequential write speed.
 
 Usage:
     PYTHONPATH=src python benchmarks/capture_overhead.py [--quick] [--out DIR] [--steps N]
+        [--only "module stats,op stats"]
 
 ``--quick`` uses batch 2 at 64x64 for a fast check. The disk speed is measured in the output
 directory (about 1 GB written with 8 MiB blocks and fsync, then deleted).
@@ -77,6 +78,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--out", default=None, help="directory for traces and the disk test")
     ap.add_argument("--skip-disk", action="store_true")
+    ap.add_argument("--only", default=None,
+                    help="comma-separated configurations to run, e.g. 'module stats,op stats'")
     args = ap.parse_args()
     batch, size = (2, 64) if args.quick else (8, 224)
     out = Path(args.out or tempfile.mkdtemp(prefix="netparity-bench-"))
@@ -97,6 +100,12 @@ def main() -> None:
                ("both stats", dict(level="both")),
                ("module tensors", dict(level="module", payload="tensors")),
                ("op tensors", dict(level="op", payload="tensors"))]
+    if args.only:
+        wanted = {w.strip() for w in args.only.split(",")}
+        unknown = wanted - {name for name, _ in configs}
+        if unknown:
+            raise SystemExit(f"unknown configuration(s): {', '.join(sorted(unknown))}")
+        configs = [c for c in configs if c[0] in wanted]
     base_runs: list[float] = []
     written: dict[str, tuple[int, float]] = {}
     for name, kw in configs:
