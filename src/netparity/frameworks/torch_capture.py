@@ -529,13 +529,7 @@ class TorchCapture(CaptureSession):
         if not self._on or grad is None or self._busy:
             return None
         self._start_bwd(info)
-
-        def make(a: str) -> Record:
-            return Record(kind="module", op=info.op, native=info.native, module=info.path,
-                          call=info.bwd_call, direction="backward", role=role, arg=a,
-                          event=info.bwd_event, source=info.source, extra=dict(extra or {}))
-
-        self._emit_all(make, [(arg, grad)])
+        self._emit_all(lambda a: _bwd_record(info, role, a, extra), [(arg, grad)])
         return None
 
     def _hook_input_grads(self, info: _Call, outs: list[tuple[str, torch.Tensor]]) -> None:
@@ -646,9 +640,7 @@ class TorchCapture(CaptureSession):
                 handle = self.adapter_t.stats_handle_sum(grads)
             if handle is not None:
                 self._start_bwd(info)
-                rec = Record(kind="module", op=info.op, native=info.native, module=info.path,
-                             call=info.bwd_call, direction="backward", role="output", arg=arg,
-                             event=info.bwd_event, source=info.source)
+                rec = _bwd_record(info, "output", arg, None)
                 busy, self._busy = self._busy, True
                 try:
                     self._emit_t(rec, grads[0], handle=handle)
@@ -953,6 +945,13 @@ def _reuse_key(t: torch.Tensor) -> Any:
                 t.dtype, t.device)
     except (RuntimeError, NotImplementedError):  # no plain storage (sparse, functional...)
         return id(t)
+
+
+def _bwd_record(info: _Call, role: str, arg: str, extra: dict[str, Any] | None) -> Record:
+    """A module backward record of ``info``'s backward call (started)."""
+    return Record(kind="module", op=info.op, native=info.native, module=info.path,
+                  call=info.bwd_call, direction="backward", role=role, arg=arg,
+                  event=info.bwd_event, source=info.source, extra=dict(extra) if extra else {})
 
 
 def _sum_in_order(grads: list[torch.Tensor]) -> torch.Tensor:
