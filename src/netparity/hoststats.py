@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from types import ModuleType
@@ -84,19 +85,7 @@ def finite_vec(a: np.ndarray, threads: int = KERNEL_THREADS) -> list[float] | No
     if _kernel is not None:
         kernel = _kernel
         return _vec(lambda shift: kernel.stats(a, threads, shift), a.size, a.dtype.type)
-    lo, hi = float(a.min()), float(a.max())  # NaN propagates, so it fails the test below
-    if not (lo >= -FP16_MAX and hi <= FP16_MAX):
-        return None
-    n = a.size
-    s, sq, abs_sum, zeros = _numpy_sums(a, lo, hi)
-    mean = s / n
-    var = sq / n - mean * mean
-    if mean * mean > 10.0 * var:  # see _vec
-        m = a.dtype.type(mean)
-        sq_d = _sumsq64(a - m)
-        sum_d = s - n * float(m)
-        var = (sq_d - sum_d * sum_d / n) / n
-    return _row(lo, hi, mean, var, sq, abs_sum, zeros, n)
+    return _vec(functools.partial(_numpy_totals, a), a.size, a.dtype.type)
 
 
 def finite_vec_sum(arrays: list[np.ndarray], threads: int = KERNEL_THREADS) -> list[float] | None:
@@ -186,6 +175,21 @@ def _sumsq64(a: np.ndarray) -> float:
     total = float(np.einsum("ij,ij->i", rows, rows).sum(dtype=np.float64))
     t64 = tail.astype(np.float64)
     return total + float(np.dot(t64, t64))
+
+
+def _numpy_totals(a: np.ndarray, shift: float) -> tuple[float, float, float, float, float, int]:
+    """The kernel's totals (min, max, sum, sum_sq, abs_sum, zeros) of ``a - shift`` from NumPy
+    passes, for :func:`_vec`. With ``shift == 0`` the extremes come first and data that fails
+    :func:`_vec`'s checks (NaN, Inf, beyond float16) gets NaN sums without the other passes;
+    with a shift only the sums ``_vec`` reads are computed."""
+    if shift != 0.0:
+        d = a - a.dtype.type(shift)  # in a's precision, like the kernel
+        return math.nan, math.nan, _sum64(d), _sumsq64(d), math.nan, 0
+    lo, hi = float(a.min()), float(a.max())  # NaN propagates into both
+    if not (lo >= -FP16_MAX and hi <= FP16_MAX):
+        return lo, hi, math.nan, math.nan, math.nan, 0
+    s, sq, abs_sum, zeros = _numpy_sums(a, lo, hi)
+    return lo, hi, s, sq, abs_sum, zeros
 
 
 def _numpy_sums(a: np.ndarray, lo: float, hi: float) -> tuple[float, float, float, int]:

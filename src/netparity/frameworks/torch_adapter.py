@@ -108,6 +108,8 @@ def kernel_threads() -> int:
     kernel can run on torch's OpenMP team (bound on first use), else
     :data:`netparity.hoststats.KERNEL_THREADS`."""
     global _pool_bound
+    if hoststats._kernel is None:  # no kernel (yet: tests swap it): decide when there is one
+        return hoststats.KERNEL_THREADS
     if _pool_bound is None:
         try:
             openmp = "parallel backend: OpenMP" in torch.__config__.parallel_info()

@@ -342,26 +342,11 @@ class TorchCapture(CaptureSession):
     def _source(self) -> str:
         return user_source(_SKIP)
 
-    def _emit_t(self, rec: Record, t: torch.Tensor, handle: Any = None) -> None:
-        """Like :meth:`CaptureSession.emit`, with statistics reuse for unchanged tensors.
-        ``handle``: statistics computed elsewhere for a value ``t`` only describes (dtype,
-        shape); then no reuse and no payload."""
+    def _emit_t(self, rec: Record, t: torch.Tensor) -> None:
+        """Like :meth:`CaptureSession.emit`, with statistics reuse for unchanged tensors."""
         if self.writer is None:
             return
-        if handle is not None:
-            rec.step = self.step_no
-            rec.rank = self.rank
-            rec.dtype = self.adapter_t.dtype_name(t)
-            rec.shape = tuple(t.shape)
-            self._pending.append((rec, handle, None, 0))
-            if len(self._pending) >= self.batch:
-                self.resolve()
-            return
         a = self.adapter_t
-        rec.step = self.step_no
-        rec.rank = self.rank
-        rec.dtype = a.dtype_name(t)
-        rec.shape = tuple(t.shape)
         try:
             ver = t._version
         except RuntimeError:  # inference tensors have no version counter
@@ -395,6 +380,15 @@ class TorchCapture(CaptureSession):
             if len(self._seen) > 1024:
                 self._seen.clear()
             self._seen[key] = (weakref.ref(t), ver, handle, snap)
+        self._queue(rec, t, handle, payload, nbytes)
+
+    def _queue(self, rec: Record, t: torch.Tensor, handle: Any, payload: Any = None,
+               nbytes: int = 0) -> None:
+        """Queue ``rec`` describing ``t`` (dtype, shape) with its statistics ``handle``."""
+        rec.step = self.step_no
+        rec.rank = self.rank
+        rec.dtype = self.adapter_t.dtype_name(t)
+        rec.shape = tuple(t.shape)
         self._pending.append((rec, handle, payload, nbytes))
         if len(self._pending) >= self.batch:
             self.resolve()
@@ -635,17 +629,12 @@ class TorchCapture(CaptureSession):
                                               "during backward; this sum may be off"})
             return
         p = self.policy
-        if not (p.tensors or p.hashes) and self._on and not self._busy:
-            with torch._C._DisableTorchDispatch():
+        if not (p.tensors or p.hashes) and self.writer is not None:
+            with torch._C._DisableTorchDispatch():  # (the caller checked _on and _busy)
                 handle = self.adapter_t.stats_handle_sum(grads)
             if handle is not None:
                 self._start_bwd(info)
-                rec = _bwd_record(info, "output", arg, None)
-                busy, self._busy = self._busy, True
-                try:
-                    self._emit_t(rec, grads[0], handle=handle)
-                finally:
-                    self._busy = busy
+                self._queue(_bwd_record(info, "output", arg, None), grads[0], handle)
                 return
         self._grad_hook(info, "output", arg, _sum_in_order(grads))
 
