@@ -54,10 +54,7 @@ except ImportError:  # pragma: no cover - depends on the build
 #: made the same step faster (1.21x against 1.37x).
 KERNEL_THREADS = 1
 
-#: index of the finite-value count in a statistics vector (after the 11 statistics)
-NFIN = len(STAT_FIELDS)
-_COUNT_IDX = {i for i, k in enumerate(STAT_FIELDS)
-              if k in ("nan", "posinf", "neginf", "zeros", "fp16_overflow")}
+
 
 #: rows used by the NumPy fallback's sums: shorter float32 rows keep rounding ~1e-7
 _ROW = 4096
@@ -77,15 +74,17 @@ def share_openmp_pool(prefer: str = "") -> bool:
 
 def finite_vec(a: np.ndarray, threads: int = KERNEL_THREADS) -> list[float] | None:
     """The 12-number statistics vector (the 11 of ``STAT_FIELDS`` plus the finite count) of a
-    1-D C-contiguous float32/float64 array, or ``None`` when it holds NaN/Inf or values beyond
-    float16's range (those need the finite-masked reference). ``a`` must not be empty.
+    C-contiguous float32/float64 array of any shape, or ``None`` when it holds NaN/Inf or values
+    beyond float16's range (those need the finite-masked reference). ``a`` must not be empty.
     ``threads`` (1..16) splits a large array between the kernel's threads (see
     :func:`share_openmp_pool`).
     """
     if _kernel is not None:
         kernel = _kernel
-        return _vec(lambda shift: kernel.stats(a, threads, shift), a.size, a.dtype.type)
-    return _vec(functools.partial(_numpy_totals, a), a.size, a.dtype.type)
+        return _vec(kernel.stats(a, threads, 0.0), lambda shift: kernel.stats(a, threads, shift),
+                    a.size, a.dtype.type)
+    a = a.reshape(-1)  # (a view: the fallback's row sums slice the first axis)
+    return _vec(_numpy_totals(a, 0.0), functools.partial(_numpy_totals, a), a.size, a.dtype.type)
 
 
 def finite_vec_sum(arrays: list[np.ndarray], threads: int = KERNEL_THREADS) -> list[float] | None:
@@ -97,15 +96,19 @@ def finite_vec_sum(arrays: list[np.ndarray], threads: int = KERNEL_THREADS) -> l
     if _kernel is None:
         return None
     kernel = _kernel
-    return _vec(lambda shift: kernel.stats_sum(arrays, threads, shift), arrays[0].size,
-                np.float32)
+    return _vec(kernel.stats_sum(arrays, threads, 0.0),
+                lambda shift: kernel.stats_sum(arrays, threads, shift), arrays[0].size, np.float32)
 
 
-def _vec(run: Callable[[float], tuple[float, float, float, float, float, int]], n: int,
+_Totals = tuple[float, float, float, float, float, int]
+
+
+def _vec(totals: _Totals, run: Callable[[float], _Totals], n: int,
          rounding: Callable[[float], Any]) -> list[float] | None:
-    """The statistics vector from the kernel's totals; ``run(shift)`` runs the kernel,
-    ``rounding`` rounds a shift to the data's dtype."""
-    lo, hi, s, sq, abs_sum, zeros = run(0.0)
+    """The statistics vector from the kernel's ``totals`` (of the data as it is); ``run(shift)``
+    re-runs the kernel on the data minus ``shift`` (rarely needed), ``rounding`` rounds a shift
+    to the data's dtype."""
+    lo, hi, s, sq, abs_sum, zeros = totals
     if not math.isfinite(sq):  # a NaN or +-Inf somewhere (min/max skip NaN, the sums don't)
         return None
     if not (lo >= -FP16_MAX and hi <= FP16_MAX):
@@ -128,18 +131,21 @@ def _row(lo: float, hi: float, mean: float, var: float, sq: float, abs_sum: floa
 
 def vec_to_stats(row: list[float] | None) -> dict[str, float | int | None]:
     """A statistics vector (``None``: no elements) as the statistics dict of the trace."""
-    out = empty_stats()
     if row is None:
-        return out
-    for i, k in enumerate(STAT_FIELDS):
-        v = row[i]
-        out[k] = int(v) if i in _COUNT_IDX else float(v)
-    if row[NFIN] == 0:  # no finite value
-        for k in ("min", "max", "mean", "std"):
-            out[k] = None
-        out["norm"] = 0.0
-        out["abs_sum"] = 0.0
-    return out
+        return empty_stats()
+    lo, hi, mean, std, norm, abs_sum, nan, posinf, neginf, zeros, ovf, nfin = row
+    # (a literal, not a loop over STAT_FIELDS: this runs once per captured tensor)
+    if nfin == 0:  # no finite value
+        return {"min": None, "max": None, "mean": None, "std": None, "norm": 0.0,
+                "abs_sum": 0.0, "nan": int(nan), "posinf": int(posinf), "neginf": int(neginf),
+                "zeros": int(zeros), "fp16_overflow": int(ovf)}
+    return {"min": float(lo), "max": float(hi), "mean": float(mean), "std": float(std),
+            "norm": float(norm), "abs_sum": float(abs_sum), "nan": int(nan),
+            "posinf": int(posinf), "neginf": int(neginf), "zeros": int(zeros),
+            "fp16_overflow": int(ovf)}
+
+
+assert tuple(vec_to_stats([0.0] * 12)) == STAT_FIELDS  # the literal follows the schema's order
 
 
 def host_stats(arr: np.ndarray, dtype: str | None = None) -> dict[str, float | int | None]:

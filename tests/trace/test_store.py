@@ -47,6 +47,27 @@ def test_round_trip_records_and_payloads(tmp_path):
     assert tr.counts() == {"module": 9}
 
 
+def test_add_many_keeps_execution_order_between_payload_records(tmp_path):
+    # a capture hands payload-free records over in runs (one wake-up of the writer thread per
+    # run); sequence numbers must still follow the order the records were made in
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    nan = np.array([np.nan, 1.0], dtype=np.float32)
+    with TraceWriter(tmp_path / "t", manifest={"framework": "numpy"}) as w:
+        w.add_many([_rec(arr=a, module="m0")[0], _rec(arr=nan, module="m1")[0]])
+        w.add(_rec(arr=a, module="m2")[0], payload=a)
+        w.add_many([])
+        w.add_many([_rec(arr=a, module=f"m{i}")[0] for i in (3, 4)])
+        # a NaN statistic (SQLite would turn it into NULL) survives as NaN
+        w.add_many([Record(kind="custom", module="m5", dtype="float32", shape=(1,),
+                           stats={"mean": float("nan"), "nan": 1})])
+    recs = open_trace(tmp_path / "t").records()
+    assert np.isnan(recs.pop().stats["mean"])
+    assert [(r.seq, r.module) for r in recs] == [(i, f"m{i}") for i in range(5)]
+    assert recs[1].stats == compute_stats(nan)  # finite-masked, NaN counted
+    assert [r.has_payload for r in recs] == [False, False, True, False, False]
+    assert recs[0].stats == pytest.approx(compute_stats(a))
+
+
 def test_payload_dtypes_round_trip(tmp_path):
     f32 = np.array([1.0, -2.5, np.inf, np.nan, 3.0e38], dtype=np.float32)
     cases = {

@@ -196,15 +196,17 @@ class CaptureSession:
         pending, self._pending = self._pending, []
         stats = self.adapter.resolve_stats([h for _, h, _, _ in pending])
         store = self.policy.tensors
+        writer = self.writer
+        plain: list[Record] = []  # records without payload go over in runs, order kept
         for (rec, _, payload, nbytes), st in zip(pending, stats):
             rec.stats = st
-            self.writer.add(
-                rec,
-                payload,
-                nbytes=nbytes,
-                want_hash=self.policy.hashes,
-                store=store,
-            )
+            if payload is None:
+                plain.append(rec)
+                continue
+            writer.add_many(plain)
+            plain = []
+            writer.add(rec, payload, nbytes=nbytes, want_hash=self.policy.hashes, store=store)
+        writer.add_many(plain)
 
     def step(self) -> None:
         """Mark the end of a training iteration."""

@@ -121,6 +121,10 @@ def kernel_threads() -> int:
     return max(1, min(16, torch.get_num_threads()))
 
 
+_HOST_READY = (torch.float32, torch.float64)  # dtypes the kernel reads in place
+_STRIDED = torch.strided
+
+
 def _fast_cpu_vec(t: torch.Tensor) -> torch.Tensor | list[float]:
     """CPU statistics in one pass (:func:`netparity.hoststats.finite_vec` on a zero-copy NumPy
     view); :func:`_exact_vec` when the tensor holds NaN/Inf or values beyond float16's range.
@@ -130,19 +134,18 @@ def _fast_cpu_vec(t: torch.Tensor) -> torch.Tensor | list[float]:
     all of them exactly (ints up to 2**24); larger ints take float64.
     """
     x = t
-    if x.dtype not in (torch.float32, torch.float64):
+    if x.dtype not in _HOST_READY:
         if x.is_floating_point() or x.dtype in (torch.bool, torch.uint8, torch.int8, torch.int16):
             x = x.to(torch.float32)
         else:
             x = x.to(torch.float64)
     if x.is_conj() or x.is_neg():
         x = x.resolve_conj().resolve_neg()
-    flat = x.reshape(-1)  # CPU: shares memory when it can
-    if not flat.is_contiguous():  # e.g. an expanded (stride-0) view
-        flat = flat.contiguous()
-    # already on the host: a plain list (a tensor per record would cost more than the kernel
-    # on small tensors)
-    vec = finite_vec(flat.numpy(), kernel_threads())
+    if not x.is_contiguous():  # e.g. an expanded (stride-0) view
+        x = x.contiguous()
+    # (the kernel reads any C-contiguous array; the result is a plain list: a tensor per record
+    # would cost more than the kernel on small tensors)
+    vec = finite_vec(x.numpy(), kernel_threads())
     return _exact_vec(t) if vec is None else vec
 
 
@@ -184,6 +187,11 @@ class TorchAdapter(FrameworkAdapter):
 
         Never mutates ``t``, never changes its dtype, uses no RNG and builds no autograd graph.
         """
+        if (t.dtype in _HOST_READY and t.is_cpu and t.layout == _STRIDED and t.is_contiguous()
+                and not t.is_neg() and t.numel()):
+            # the common case, read in place with no tensor op (this runs once per record)
+            vec = finite_vec(t.detach().numpy(), kernel_threads())
+            return _exact_vec(t.detach()) if vec is None else vec
         x = t.detach()  # no graph is built from a detached tensor: no need for no_grad()
         dev = x.device.type
         if x.numel() == 0 or x.layout != torch.strided or dev == "meta":

@@ -397,7 +397,9 @@ class TorchCapture(CaptureSession):
         busy = self._busy
         self._busy = True
         try:
-            with torch._C._DisableTorchDispatch(), torch.no_grad():
+            # (no no_grad(): statistics and snapshots work on detached tensors, which build no
+            # graph, and it costs more than a whole small-tensor record)
+            with torch._C._DisableTorchDispatch():
                 for arg, t in items:
                     self._emit_t(make(arg), t)
         finally:

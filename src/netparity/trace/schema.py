@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,7 @@ STAT_FIELDS = (
     "fp16_overflow",
 )
 COUNT_STATS = ("nan", "posinf", "neginf", "zeros", "fp16_overflow")
+_FLOAT_STATS = tuple(i for i, k in enumerate(STAT_FIELDS) if k not in COUNT_STATS)
 
 
 @dataclass
@@ -175,17 +177,17 @@ INSERT_SQL = (
 )
 
 
-def _num(v: Any) -> Any:
-    """Store NaN/inf statistics as text-safe values: SQLite REAL keeps inf but turns NaN to NULL."""
-    if v is None:
-        return None
-    if isinstance(v, float) and v != v:
-        return "nan"
-    return v
-
-
 def record_to_row(r: Record) -> tuple[Any, ...]:
+    # (runs once per record on the writer thread, holding the GIL the training thread also
+    # wants: kept to plain tuple/list work -- json.dumps and a call per statistic cost twice as
+    # much. Statistics are floats, ints or None; only the floats can be NaN.)
     stats = r.stats
+    vals: list[Any] = [stats.get(name) for name in STAT_FIELDS]
+    for i in _FLOAT_STATS:
+        v = vals[i]
+        if v != v:
+            vals[i] = "nan"
+    shape = r.shape
     return (
         r.seq,
         r.step,
@@ -201,9 +203,9 @@ def record_to_row(r: Record) -> tuple[Any, ...]:
         r.arg,
         r.event,
         r.dtype,
-        json.dumps(list(r.shape)),
-        r.numel,
-        *(_num(stats.get(name)) for name in STAT_FIELDS),
+        str([int(d) for d in shape]),  # the JSON text of the list: ints print alike
+        math.prod(shape),
+        *vals,
         r.shard,
         r.offset,
         r.nbytes,

@@ -265,6 +265,20 @@ class TraceWriter:
         self._q.put((rec, payload, size, want_hash, store))
         return rec
 
+    def add_many(self, recs: list[Record]) -> None:
+        """Queue records without payloads in one go (one hand-over to the writer thread for the
+        lot, where :meth:`add` wakes it once per record). Assigns each ``rec.seq`` in order."""
+        self._check()
+        if not recs:
+            return
+        with self._seq_lock:
+            seq = self._seq
+            for rec in recs:
+                rec.seq = seq
+                seq += 1
+            self._seq = seq
+        self._q.put(recs)
+
     def flush(self) -> None:
         """Block until everything queued so far is committed and shard headers are current."""
         self._check()
@@ -321,7 +335,9 @@ class TraceWriter:
                         return
                     self._flush_done.set()
                     continue
-                if item is not None:
+                if type(item) is list:  # add_many
+                    batch.extend(item)
+                elif item is not None:
                     rec, payload, size, want_hash, store = item
                     if payload is not None and store:
                         self._write_payload(rec, payload, want_hash)
