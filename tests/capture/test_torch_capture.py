@@ -411,16 +411,18 @@ class _TwoEdgeBlock(torch.nn.Module):
 def test_summed_input_gradient_statistics_without_materialising(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """With statistics only, a module's gradient w.r.t. an input that feeds several of its
     edges is described from the contributions themselves (the C kernel adds them as autograd
-    does): same statistics as the stored sum and as register_full_backward_hook's grad_input."""
+    does): same statistics as the stored sum and as register_full_backward_hook's grad_input.
+    A container around the block gets the same gradient from the same contributions: one sum."""
     torch.manual_seed(0)
     stem = torch.nn.Conv2d(3, 16, 3, padding=1)
     block = _TwoEdgeBlock()
-    net = torch.nn.Sequential(stem, block)
+    net = torch.nn.Sequential(stem, torch.nn.Sequential(block))
     x0 = torch.randn(8, 3, 32, 32)  # 131072 elements per gradient: split between threads
     seen: dict[str, torch.Tensor] = {}
-    ref = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), _TwoEdgeBlock())
+    ref = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1),
+                              torch.nn.Sequential(_TwoEdgeBlock()))
     ref.load_state_dict(net.state_dict())
-    ref[1].register_full_backward_hook(
+    ref[1][0].register_full_backward_hook(
         lambda mod, gi, go: seen.__setitem__("gi", gi[0].detach().clone()))
     ref(x0).square().sum().backward()
     fused = []
@@ -437,10 +439,12 @@ def test_summed_input_gradient_statistics_without_materialising(tmp_path, monkey
             net(x0).square().sum().backward()
             cap.step()
     if hoststats._kernel is not None:
-        assert fused == [True]  # the stats run took the fused path; the tensors run does not ask
-    recs = {p: open_trace(tmp_path / p).records(kind="module", module="1", direction="backward",
-                                                 role="output")[0] for p in ("stats", "tensors")}
-    stored = open_trace(tmp_path / "tensors").tensor(recs["tensors"])
+        # the stats run took the fused path once for "1.0" and "1"; the tensors run does not ask
+        assert fused == [True]
+    recs = {(p, m): open_trace(tmp_path / p).records(kind="module", module=m, direction="backward",
+                                                      role="output")[0]
+            for p in ("stats", "tensors") for m in ("1", "1.0")}
+    stored = open_trace(tmp_path / "tensors").tensor(recs["tensors", "1.0"])
     np.testing.assert_allclose(stored, seen["gi"].numpy(), rtol=1e-5, atol=1e-6)
     want = compute_stats(seen["gi"].numpy())
     for p, rec in recs.items():
@@ -448,6 +452,7 @@ def test_summed_input_gradient_statistics_without_materialising(tmp_path, monkey
         for k in ("min", "max", "mean", "std", "norm", "abs_sum"):
             assert math.isclose(rec.stats[k], want[k], rel_tol=1e-5, abs_tol=1e-9), (p, k)
         assert rec.stats["zeros"] == want["zeros"]
+    assert recs["stats", "1"].stats == recs["stats", "1.0"].stats
 
 
 def test_param_grads_are_recorded_as_backward_produced_them(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -212,6 +212,8 @@ class TorchCapture(CaptureSession):
         self._hooked: set[str] = set()  # paths whose backward hooks exist this step
         self._claimed: dict[Any, _Call] = {}
         self._seen: dict[Any, tuple[Any, int, Any, Any]] = {}
+        # summed input gradients: ids of the parts -> ([(weakref, version)], statistics)
+        self._sums: dict[tuple[int, ...], tuple[list[tuple[Any, int]], Any]] = {}
         self._outside_fwd = 0
         self._outside_bwd = 0
         self._in_update = 0
@@ -321,6 +323,7 @@ class TorchCapture(CaptureSession):
         self._claimed.clear()
         self._hooked.clear()
         self._seen.clear()
+        self._sums.clear()
 
     def close(self) -> None:
         """Uninstall, write everything pending and close the trace. Safe to call twice."""
@@ -632,8 +635,19 @@ class TorchCapture(CaptureSession):
             return
         p = self.policy
         if not (p.tensors or p.hashes) and self.writer is not None:
-            with torch._C._DisableTorchDispatch():  # (the caller checked _on and _busy)
-                handle = self.adapter_t.stats_handle_sum(grads)
+            # A container and its first child share an input and so the same contributions
+            # (a ResNet stage and its first block): one sum serves both.
+            key = tuple(id(g) for g in grads)
+            hit = self._sums.get(key)
+            if hit is not None and all(r() is g and g._version == v
+                                       for (r, v), g in zip(hit[0], grads)):
+                handle = hit[1]
+            else:
+                with torch._C._DisableTorchDispatch():  # (the caller checked _on and _busy)
+                    handle = self.adapter_t.stats_handle_sum(grads)
+                if len(self._sums) > 64:
+                    self._sums.clear()
+                self._sums[key] = ([(weakref.ref(g), g._version) for g in grads], handle)
             if handle is not None:
                 self._start_bwd(info)
                 self._queue(_bwd_record(info, "output", arg, None), grads[0], handle)
