@@ -54,8 +54,6 @@ except ImportError:  # pragma: no cover - depends on the build
 #: made the same step faster (1.21x against 1.37x).
 KERNEL_THREADS = 1
 
-
-
 #: rows used by the NumPy fallback's sums: shorter float32 rows keep rounding ~1e-7
 _ROW = 4096
 #: elements per chunk of the fallback's abs/zero pass: the chunk's |x| buffer stays in cache

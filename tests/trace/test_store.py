@@ -60,7 +60,12 @@ def test_add_many_keeps_execution_order_between_payload_records(tmp_path):
         # a NaN statistic (SQLite would turn it into NULL) survives as NaN
         w.add_many([Record(kind="custom", module="m5", dtype="float32", shape=(1,),
                            stats={"mean": float("nan"), "nan": 1})])
+        # a shape of NumPy integers (a framework's shape tuple) is stored as plain ints
+        w.add_many([Record(kind="custom", module="m6", dtype="float32",
+                           shape=(np.int64(2), np.int64(3)))])
     recs = open_trace(tmp_path / "t").records()
+    last = recs.pop()
+    assert last.shape == (2, 3) and last.numel == 6
     assert np.isnan(recs.pop().stats["mean"])
     assert [(r.seq, r.module) for r in recs] == [(i, f"m{i}") for i in range(5)]
     assert recs[1].stats == compute_stats(nan)  # finite-masked, NaN counted

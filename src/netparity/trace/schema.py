@@ -187,7 +187,7 @@ def record_to_row(r: Record) -> tuple[Any, ...]:
         v = vals[i]
         if v != v:
             vals[i] = "nan"
-    shape = r.shape
+    dims = [int(d) for d in r.shape]  # (a shape may hold NumPy ints, which sqlite3 refuses)
     return (
         r.seq,
         r.step,
@@ -203,8 +203,8 @@ def record_to_row(r: Record) -> tuple[Any, ...]:
         r.arg,
         r.event,
         r.dtype,
-        str([int(d) for d in shape]),  # the JSON text of the list: ints print alike
-        math.prod(shape),
+        str(dims),  # the JSON text of the list: ints print alike
+        math.prod(dims),
         *vals,
         r.shard,
         r.offset,
