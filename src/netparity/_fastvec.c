@@ -342,14 +342,6 @@ static PyObject *fastvec_unbind_openmp(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* stats(buffer, threads, shift) -> (min, max, sum, sum_sq, abs_sum, zeros) of buffer - shift
- *
- * `buffer`: a C-contiguous buffer of format 'f' (float32) or 'd' (float64) with at least one
- * element.  `threads` (1..16): a large buffer is split into that many parts at fixed points
- * (multiples of SUPER), so the result is deterministic for a given count; the parts run on the
- * bound OpenMP runtime's team (`bind_openmp`) or on POSIX threads.  `shift` (default 0) is
- * subtracted from every element first, in the buffer's precision: a second call with the mean
- * gives the sum of squared deviations without cancellation and without a temporary array. */
 /* the statistics of n elements of buf (+ more[0..nmore-1], float32) - shift, split into up to
  * `threads` parts; runs without the GIL */
 static part_t run_stats(const void *buf, const float *const *more, int nmore, Py_ssize_t n,

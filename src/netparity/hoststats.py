@@ -86,8 +86,8 @@ def finite_vec(a: np.ndarray, threads: int = KERNEL_THREADS) -> list[float] | No
 
 
 def finite_vec_sum(arrays: list[np.ndarray], threads: int = KERNEL_THREADS) -> list[float] | None:
-    """:func:`finite_vec` of ``arrays[0] + arrays[1] + ...`` (2 to 8 1-D C-contiguous float32
-    arrays of one length, added element by element in float32, left to right -- the same
+    """:func:`finite_vec` of ``arrays[0] + arrays[1] + ...`` (2 to 8 C-contiguous float32
+    arrays of one size, added element by element in float32, left to right -- the same
     numbers as summing them with NumPy or torch) in one pass over the inputs, without
     materialising the sum. ``None`` where :func:`finite_vec` gives ``None``, and when the C
     kernel is not built: the caller then adds the arrays itself."""
@@ -157,7 +157,7 @@ def host_stats(arr: np.ndarray, dtype: str | None = None) -> dict[str, float | i
         # float16 sums lose precision in their own dtype; ints/bool need a float type. float32
         # holds them exactly (ints up to 2**24); wider ints take float64.
         a = a.astype(np.float32 if a.dtype.itemsize <= 2 else np.float64)
-    vec = finite_vec(np.ascontiguousarray(a).reshape(-1))
+    vec = finite_vec(np.ascontiguousarray(a))
     return compute_stats(a) if vec is None else vec_to_stats(vec)
 
 

@@ -164,8 +164,6 @@ class CaptureSession:
         if self.writer is None:
             return
         a = self.adapter
-        rec.step = self.step_no
-        rec.rank = self.rank
         rec.dtype = a.dtype_name(tensor)
         rec.shape = a.shape(tensor)
         handle = a.stats_handle(tensor)
@@ -180,6 +178,13 @@ class CaptureSession:
                     self.payload_bytes += nbytes
             else:
                 rec.extra["payload_skipped"] = "max_bytes"
+        self._enqueue(rec, handle, payload, nbytes)
+
+    def _enqueue(self, rec: Record, handle: Any, payload: Any = None, nbytes: int = 0) -> None:
+        """Queue ``rec`` (dtype and shape filled in) of this step and rank with its statistics
+        ``handle`` and payload; fetch the batch's statistics when it is full."""
+        rec.step = self.step_no
+        rec.rank = self.rank
         self._pending.append((rec, handle, payload, nbytes))
         if len(self._pending) >= self.batch:
             self.resolve()

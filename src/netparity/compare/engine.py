@@ -121,8 +121,10 @@ def _treat_rounding_noise(jobs: list[_Job]) -> int:
     scale: dict[tuple[int, str], list[float]] = {}
     for j in jobs:
         c = _noise_class(j.ref)
+        if c is None:
+            continue
         r = record_rms(j.ref)
-        if c is not None and r:
+        if r:
             scale.setdefault((j.ref.step, c), []).append(r)
     med = {k: median(v) for k, v in scale.items()}
     changed = 0
@@ -433,8 +435,9 @@ def compare(
     if nworkers > 1 and len(heavy) > 1:
         with ThreadPoolExecutor(nworkers, thread_name_prefix="netparity-compare") as ex:
             list(ex.map(run, heavy))
-        heavy = []
-    for j in heavy + light:
+    else:
+        light += heavy
+    for j in light:
         run(j)
 
     noise = _treat_rounding_noise(jobs)

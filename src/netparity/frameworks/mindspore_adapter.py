@@ -3,7 +3,7 @@
 MindSpore is imported lazily (inside methods), so importing this module is cheap and never drags
 MindSpore into a process that does not use it.
 
-Statistics follow :func:`netparity.stats.compute_stats` exactly. Two paths:
+Statistics follow :func:`netparity.stats.compute_stats` (to ~1e-7 on the host path). Two paths:
 
 * ``host`` (default on CPU): ``Tensor.asnumpy()`` then :func:`netparity.hoststats.host_stats`
   (one pass of the C kernel for finite data, equal to the reference to ~1e-7; the reference

@@ -171,6 +171,9 @@ class MindSporeCapture(CaptureSession):
             if isinstance(cell, nn.Optimizer):
                 self._opt_ids.update(id(c) for _, c in cell.cells_and_names())
         if graph:
+            if self.launch_blocking:
+                self.notes.append("launch_blocking ignored: it applies to PyNative mode only "
+                                  "(the manifest's launch_blocking fact was not applied)")
             self._install_graph()
             return self
         if self.launch_blocking and not _launch_blocking_is_set():

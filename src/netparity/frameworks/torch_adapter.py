@@ -187,16 +187,11 @@ class TorchAdapter(FrameworkAdapter):
 
         Never mutates ``t``, never changes its dtype, uses no RNG and builds no autograd graph.
         """
-        if (t.dtype in _HOST_READY and t.is_cpu and t.layout == _STRIDED and t.is_contiguous()
-                and not t.is_neg() and t.numel()):
-            # the common case, read in place with no tensor op (this runs once per record)
-            vec = finite_vec(t.detach().numpy(), kernel_threads())
-            return _exact_vec(t.detach()) if vec is None else vec
         x = t.detach()  # no graph is built from a detached tensor: no need for no_grad()
-        dev = x.device.type
-        if x.numel() == 0 or x.layout != torch.strided or dev == "meta":
+        # (cheap attribute tests first: this runs once per record)
+        if x.layout != _STRIDED or x.is_meta or not x.numel():
             return None
-        if dev == "cpu" and not x.is_complex():
+        if x.is_cpu and not x.is_complex():
             return _fast_cpu_vec(x)
         return _exact_vec(x)
 
@@ -210,12 +205,12 @@ class TorchAdapter(FrameworkAdapter):
             return None
         shape = ts[0].shape
         for t in ts:
-            if (t.dtype != torch.float32 or t.device.type != "cpu" or t.shape != shape
-                    or t.layout != torch.strided or not t.is_contiguous() or t.is_neg()):
+            if (t.dtype != torch.float32 or not t.is_cpu or t.shape != shape
+                    or t.layout != _STRIDED or not t.is_contiguous() or t.is_neg()):
                 return None
         if ts[0].numel() == 0:
             return None
-        return finite_vec_sum([t.detach().reshape(-1).numpy() for t in ts], kernel_threads())
+        return finite_vec_sum([t.detach().numpy() for t in ts], kernel_threads())
 
     def resolve_stats(self, handles: list[Any]) -> list[dict[str, Any]]:
         """Fetch a batch of handles: one stack and one host transfer per device (usually one)."""

@@ -388,13 +388,9 @@ class TorchCapture(CaptureSession):
     def _queue(self, rec: Record, t: torch.Tensor, handle: Any, payload: Any = None,
                nbytes: int = 0) -> None:
         """Queue ``rec`` describing ``t`` (dtype, shape) with its statistics ``handle``."""
-        rec.step = self.step_no
-        rec.rank = self.rank
         rec.dtype = self.adapter_t.dtype_name(t)
         rec.shape = tuple(t.shape)
-        self._pending.append((rec, handle, payload, nbytes))
-        if len(self._pending) >= self.batch:
-            self.resolve()
+        self._enqueue(rec, handle, payload, nbytes)
 
     def _emit_all(self, make: Callable[[str], Record], items: Iterable[tuple[str, torch.Tensor]]) -> None:
         busy = self._busy
