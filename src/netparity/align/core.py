@@ -186,7 +186,7 @@ def align_tables(rt: CallTable, ct: CallTable, *, level: str, mapping: Mapping,
                 for ch in chunks:
                     one = ch.one_to_one()
                     op_votes.add(rt.module[ra[ch.a[one]]], ct.module[cb[ch.b[one]]])
-                    res.add(ch, ra, cb, groups=True)
+                    res.add(ch, ra, cb)
                 res.unmatched(ra[un_a], cb[un_b])
             else:
                 res.unmatched(ra, cb)
@@ -273,8 +273,9 @@ class _Results:
         self.un_c: list[np.ndarray] = []
         self.groups: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
 
-    def add(self, ch: Chunk, ra: np.ndarray, cb: np.ndarray, groups: bool = False) -> None:
-        """The pairs of one chunk (positions into ``ra``/``cb``), in order."""
+    def add(self, ch: Chunk, ra: np.ndarray, cb: np.ndarray) -> None:
+        """The pairs of one chunk (positions into ``ra``/``cb``), in order. Only op chunks carry
+        aligner pairs (``ch.pairs``), so only they can add N:M op groups."""
         rcall, ccall = self.rt.call_obj, self.ct.call_obj
         conf = np.where(np.isin(ch.method, ("path", "mapping")), 1.0,
                         np.fmax(0.05, np.fmin(1.0, 1.0 - ch.cost / MATCH_LIMIT))).tolist()
@@ -293,7 +294,7 @@ class _Results:
                 mt = Match([rcall(int(ra[x])) for x in p.a], [ccall(int(cb[y])) for y in p.b],
                            p.method, cf, p.note)
                 self.matches.append(mt)
-                if groups and mt.is_group and mt.method != "mapping":
+                if mt.is_group and mt.method != "mapping":
                     self.groups.append((tuple(c.op for c in mt.ref),
                                         tuple(c.op for c in mt.cand)))
         self.keys.append(self.rt.seq[ra[ch.a]])

@@ -18,7 +18,7 @@ from typing import Any
 from netparity.align.model import Call, calls_from_records
 from netparity.errors import UsageError
 from netparity.gcpause import paused_gc
-from netparity.trace.reader import _SELECT, Trace
+from netparity.trace.reader import _SELECT, Trace, _as_list
 from netparity.trace.schema import COLUMN_NAMES, STAT_FIELDS, Record, row_to_record
 
 #: the fast loader below unpacks rows by position and spells the statistics out
@@ -120,7 +120,7 @@ def where_clause(step: int | Iterable[int] | None, direction: str | Iterable[str
     for col, val in (("step", step), ("direction", direction), ("kind", kinds)):
         if val is None:
             continue
-        vals = [val] if isinstance(val, (str, int)) else list(val)
+        vals = _as_list(val) or []
         where.append(f'"{col}" IN ({",".join("?" for _ in vals)})')
         params.extend(vals)
     return " WHERE " + " AND ".join(where), params

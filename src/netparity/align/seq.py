@@ -380,7 +380,7 @@ def align_seq(
 
 
 def align_fixed(
-    A: Feats, B: Feats, fa: np.ndarray, fb: np.ndarray, *, modules: bool = False,
+    A: Feats, B: Feats, fa: np.ndarray, fb: np.ndarray, *, modules: bool,
 ) -> tuple[list[Pair], list[Pair], np.ndarray, np.ndarray]:
     """Align all of ``A`` with all of ``B`` around 1:1 fixed pairs ``fa[k] <-> fb[k]`` given as
     arrays: the calls between the fixed pairs that keep execution order go through the sequence

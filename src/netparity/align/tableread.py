@@ -42,7 +42,7 @@ from netparity.align.features import (
 from netparity.align.model import Call, _arg_key
 from netparity.align.passes import lookup_last
 from netparity.align.reading import LazyCall, RecordSource, check_rank, where_clause
-from netparity.align.table import CallTable, Pools
+from netparity.align.table import CallTable, Pools, StringPool
 from netparity.errors import TraceError
 from netparity.trace.reader import Trace
 
@@ -124,14 +124,6 @@ def _ints(s: str | None, n: int) -> np.ndarray | None:
     return a if len(a) == n else None
 
 
-def _intern(values: list[str]) -> tuple[list[str], np.ndarray]:
-    """Distinct values (first-seen order) and each value's index among them."""
-    d: dict[str, int] = dict.fromkeys(values, 0)
-    for i, k in enumerate(d):
-        d[k] = i
-    return list(d), np.fromiter(map(d.__getitem__, values), dtype=np.int64, count=len(values))
-
-
 class _Records:
     """The selected records in sequence order, grouped into calls the way
     :func:`~netparity.align.model.calls_from_records` groups them.
@@ -155,7 +147,9 @@ class _Records:
             (sq, st, rk), _, _ = ix.columns(["seq", "step", "rank"], [])
             o2 = np.argsort(sq, kind="stable")
             self.step, self.rank = st[o2], rk[o2]
-        self.shape_strs, shape_id = _intern(shapes)
+        pool = StringPool()
+        shape_id = pool.many(shapes)
+        self.shape_strs = pool.strs
         self.shape_id = shape_id[o]
         self._group()
         self._sort_args(ix)
@@ -205,10 +199,9 @@ class _Records:
         at = self.start + (self.n_in if outputs else 0)
         return np.where(count > 0, self.order[np.minimum(at, max(len(self.order) - 1, 0))], -1)
 
-    def arg0(self, inputs: bool) -> np.ndarray:
-        """Mask of the records that may open a call's inputs (or outputs): argument 0 or none."""
-        side = self.is_in if inputs else ~self.is_in
-        return side & ((self.argc == _ARGC_0) | (self.argc == -2))
+    def output_arg0(self) -> np.ndarray:
+        """Mask of the records that may open a call's outputs: argument 0 or none."""
+        return ~self.is_in & ((self.argc == _ARGC_0) | (self.argc == -2))
 
 
 class _CallInfo:
@@ -281,7 +274,7 @@ class _Stats:
         """Statistics of the records ``pos`` that open calls' outputs, in one scan of the
         records that may (argument 0 or none); others by sequence number."""
         rec = self.rec
-        may = rec.arg0(inputs=False)
+        may = rec.output_arg0()
         rows = self.ix.rows(_STATS5, _OPENS_OUTPUTS)
         if len(rows) != int(may.sum()):  # the index changed under us: look every one up
             may[:] = False
@@ -398,7 +391,7 @@ def _signatures(rec: _Records, info: _CallInfo, ops: list[str],
     n = len(rec.first)
     if not n:
         return np.zeros((0, 5), dtype=np.int64), []
-    op_ids = _intern(ops)[1]
+    op_ids = StringPool().many(ops)
     sid = rec.shape_id[rec.order]
     size = rec.n_in + rec.n_out
     key, rep = _run_keys(sid, rec.start, size, op_ids, rec.n_in)

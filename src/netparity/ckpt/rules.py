@@ -139,7 +139,7 @@ def torch_to_mindspore_names(
             if is_bn and leaf in BN_TORCH_TO_MS:
                 new_leaf = BN_TORCH_TO_MS[leaf]
             elif is_norm and leaf in ("weight", "bias"):
-                new_leaf = {"weight": "gamma", "bias": "beta"}[leaf]
+                new_leaf = BN_TORCH_TO_MS[leaf]  # LayerNorm/GroupNorm: gamma, beta as BN
             elif is_emb and leaf == "weight":
                 new_leaf = "embedding_table"
             elif is_prelu and leaf == "weight":

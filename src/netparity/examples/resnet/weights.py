@@ -26,6 +26,7 @@ import re
 import numpy as np
 
 from netparity.errors import UsageError
+from netparity.param_names import BN_TORCH_TO_MS
 
 __all__ = ["LAYERS", "make_weights", "torch_to_ms_name", "torch_to_ms_state", "weight_names"]
 
@@ -139,12 +140,6 @@ def make_weights(
     return out
 
 
-_BN_SUFFIX = {
-    "weight": "gamma",
-    "bias": "beta",
-    "running_mean": "moving_mean",
-    "running_var": "moving_variance",
-}
 _BASIC_BN = re.compile(r"^(layer\d+\.\d+)\.bn([12])$")
 
 
@@ -172,7 +167,7 @@ def torch_to_ms_name(name: str, depth: int) -> str | None:
         if m:
             module = f"{m.group(1)}.bn{m.group(2)}d"
     if is_bn:
-        leaf = _BN_SUFFIX[leaf]
+        leaf = BN_TORCH_TO_MS[leaf]
     return f"{module}.{leaf}"
 
 
