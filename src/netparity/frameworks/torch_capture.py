@@ -647,6 +647,15 @@ class TorchCapture(CaptureSession):
             if handle is not None:
                 self._start_bwd(info)
                 self._queue(_bwd_record(info, "output", arg, None), grads[0], handle)
+                # Autograd adds the later contributions into the first one in place when
+                # nothing else holds its storage (InputBuffer), so the input's total gradient
+                # -- seen next by the hooks of whatever produced the input -- is this very sum
+                # when it lives in the first part's memory with exactly len(parts) - 1 writes
+                # since: every one of these parts is added to that buffer, so one more write
+                # (a contribution from elsewhere, an in-place hook) or a copy fails the check.
+                first, v0 = parts[0]
+                self._seen[_reuse_key(first)] = (weakref.ref(first), v0 + len(parts) - 1,
+                                                 handle, None)
                 return
         self._grad_hook(info, "output", arg, _sum_in_order(grads))
 
@@ -940,10 +949,15 @@ class TorchCapture(CaptureSession):
 def _reuse_key(t: torch.Tensor) -> Any:
     """Key of the statistics-reuse cache: the memory the tensor reads, not the object. An op's
     output is often a new object (alias, view, detach) over exactly the elements of a tensor
-    recorded just before, e.g. a module's output seen again as the next op's input."""
+    recorded just before, e.g. a module's output seen again as the next op's input.
+
+    The address is ``t.data_ptr()`` (storage address plus offset), never
+    ``t.untyped_storage()``: that creates a Python storage object which stays alive with the
+    tensor and raises the storage's use count, and autograd then stops adding gradient
+    contributions in place (its input buffer only reuses a gradient whose storage nobody else
+    holds) -- the captured run would allocate a new tensor for every summed gradient."""
     try:
-        return (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride(),
-                t.dtype, t.device)
+        return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
     except (RuntimeError, NotImplementedError):  # no plain storage (sparse, functional...)
         return id(t)
 
