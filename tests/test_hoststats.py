@@ -99,6 +99,37 @@ def test_finite_vec_sum_is_the_statistics_of_the_sum(threads: int) -> None:
         k.stats_sum([a] * 9)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_finite_vec_relu_also_gives_the_statistics_of_the_relu(threads: int) -> None:
+    """One pass over x gives finite_vec(x) and finite_vec(max(x, 0)) -- the second bit for bit
+    what a pass over the ReLU's output gives (same lanes, same order, zeros elsewhere)."""
+    if hoststats._kernel is None:
+        pytest.skip("netparity._fastvec was not built")
+    n = 3 * (1 << 16) + 12_345  # several parts plus a scalar tail
+    x = RNG.standard_normal(n).astype(np.float32)
+    x[::13] = 0.0
+    x[1::17] = -0.0
+    for a in (x, x[:77], np.abs(x) + 0.5, -np.abs(x) - 0.5, x[: 5 * 40_000].reshape(-1, 5)[:, :1].copy()):
+        vec, relu = hoststats.finite_vec_relu(a, threads)
+        assert vec == hoststats.finite_vec(a, threads)
+        assert relu == hoststats.finite_vec(np.maximum(a, np.float32(0)), threads)
+        ref = compute_stats(np.maximum(a, 0))
+        assert relu is not None and relu[0] == ref["min"] and relu[1] == ref["max"]
+        assert relu[9] == ref["zeros"]
+        assert math.isclose(relu[2], ref["mean"], rel_tol=1e-6)
+    # a ReLU whose variance would need a second pass over its (not yet written) output
+    assert hoststats.finite_vec_relu(x + 100.0, threads)[1] is None
+    bad = x.copy()
+    bad[9] = np.nan
+    assert hoststats.finite_vec_relu(bad, threads) == (None, None)
+    wide = x.astype(np.float64)
+    assert hoststats.finite_vec_relu(wide, threads) == (hoststats.finite_vec(wide, threads), None)
+    with pytest.raises(TypeError):
+        hoststats._kernel.stats_relu(wide)
+    with pytest.raises(ValueError):
+        hoststats._kernel.stats_relu(x[:0])
+
+
 def test_finite_vec_sum_declines_without_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hoststats, "_kernel", None)
     a = np.ones(10, np.float32)

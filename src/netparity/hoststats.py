@@ -36,8 +36,8 @@ from netparity.dtypes import FP16_MAX, decode
 from netparity.stats import compute_stats, empty_stats
 from netparity.trace.schema import STAT_FIELDS
 
-__all__ = ["KERNEL_THREADS", "finite_vec", "finite_vec_sum", "host_stats", "share_openmp_pool",
-           "vec_to_stats"]
+__all__ = ["KERNEL_THREADS", "finite_vec", "finite_vec_relu", "finite_vec_sum", "host_stats",
+           "share_openmp_pool", "vec_to_stats"]
 
 _kernel: ModuleType | None
 try:  # the optional one-pass C kernel (setup.py builds it; absent without a C compiler)
@@ -98,14 +98,38 @@ def finite_vec_sum(arrays: list[np.ndarray], threads: int = KERNEL_THREADS) -> l
                 lambda shift: kernel.stats_sum(arrays, threads, shift), arrays[0].size, np.float32)
 
 
+def finite_vec_relu(a: np.ndarray, threads: int = KERNEL_THREADS
+                    ) -> tuple[list[float] | None, list[float] | None]:
+    """``(finite_vec(a), finite_vec(max(a, 0)))`` of a C-contiguous float32 array from one pass
+    of the kernel: the input of an in-place ReLU also describes its output. The second is
+    ``None`` when the first is, when there is no kernel or ``a`` is not float32 (then the first
+    is plain :func:`finite_vec`), and in the rare case where ReLU's variance needs a second
+    pass over data that does not exist yet (a mean far larger than the spread).
+
+    The ReLU numbers are those :func:`finite_vec` gives for ``max(a, 0)`` itself: the kernel
+    adds its positive elements in the lanes and order of such a pass (see ``_fastvec.c``).
+    """
+    if _kernel is None or a.dtype != np.float32:
+        return finite_vec(a, threads), None
+    kernel = _kernel
+    lo, hi, s, sq, abs_sum, zeros, psum, psq, nneg = kernel.stats_relu(a, threads)
+    n = a.size
+    vec = _vec((lo, hi, s, sq, abs_sum, zeros), lambda shift: kernel.stats(a, threads, shift),
+               n, np.float32)
+    if vec is None:
+        return None, None
+    relu = _vec((max(lo, 0.0), max(hi, 0.0), psum, psq, psum, zeros + nneg), None, n, np.float32)
+    return vec, relu
+
+
 _Totals = tuple[float, float, float, float, float, int]
 
 
-def _vec(totals: _Totals, run: Callable[[float], _Totals], n: int,
+def _vec(totals: _Totals, run: Callable[[float], _Totals] | None, n: int,
          rounding: Callable[[float], Any]) -> list[float] | None:
     """The statistics vector from the kernel's ``totals`` (of the data as it is); ``run(shift)``
-    re-runs the kernel on the data minus ``shift`` (rarely needed), ``rounding`` rounds a shift
-    to the data's dtype."""
+    re-runs the kernel on the data minus ``shift`` (rarely needed; without ``run`` the result is
+    then ``None``), ``rounding`` rounds a shift to the data's dtype."""
     lo, hi, s, sq, abs_sum, zeros = totals
     if not math.isfinite(sq):  # a NaN or +-Inf somewhere (min/max skip NaN, the sums don't)
         return None
@@ -116,6 +140,8 @@ def _vec(totals: _Totals, run: Callable[[float], _Totals], n: int,
     if mean * mean > 10.0 * var:
         # |mean| dominates: sum(x^2)/n - mean^2 would cancel; take the two-pass route with the
         # mean rounded to the data's dtype, corrected exactly in float64
+        if run is None:
+            return None
         _, _, sum_d, sq_d, _, _ = run(float(rounding(mean)))
         var = (sq_d - sum_d * sum_d / n) / n
     return _row(lo, hi, mean, var, sq, abs_sum, zeros, n)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 import pytest
@@ -479,6 +480,11 @@ def _on_output_grad(module: torch.nn.Module, fn) -> None:  # type: ignore[no-unt
     module.register_forward_hook(hook)
 
 
+def _was_read(t: torch.Tensor, read: list[tuple[weakref.ref, int]]) -> bool:
+    """Whether ``t``, as it is now (its version), is among the tensors read."""
+    return any(r() is t and v == t._version for r, v in read)
+
+
 def _total_grad_lands_in_first_part(model: _StemAndBlock, x: torch.Tensor) -> bool:
     """Run backward; True when autograd added the stem output's gradient contributions in place
     into the first one (the total gradient lives in the first contribution's memory)."""
@@ -528,15 +534,16 @@ def test_total_gradient_reuses_the_summed_contributions(tmp_path, monkeypatch, f
     kept: list[torch.Tensor] = []
     _on_output_grad(ref.stem, lambda g: kept.append(g.detach().clone()))
     ref(x).backward()
-    read: list[tuple[int, int]] = []
+    # the tensors read and their versions (weakly: a reference would change autograd)
+    read: list[tuple[weakref.ref, int]] = []
     orig = TorchAdapter.stats_handle
 
     def spy(self, t):  # type: ignore[no-untyped-def]
-        read.append((t.data_ptr(), t._version))
+        read.append((weakref.ref(t), t._version))
         return orig(self, t)
 
-    seen_total: list[tuple[int, int]] = []
-    _on_output_grad(m.stem, lambda g: seen_total.append((g.data_ptr(), g._version)))
+    seen_total: list[torch.Tensor] = []
+    _on_output_grad(m.stem, seen_total.append)
     monkeypatch.setattr(TorchAdapter, "stats_handle", spy)
     with capture(m, tmp_path / "t") as cap:
         m(x).backward()
@@ -552,10 +559,110 @@ def test_total_gradient_reuses_the_summed_contributions(tmp_path, monkeypatch, f
         return
     if foreign:
         assert total.stats != block_in.stats
-        assert seen_total[0] in read  # read, not reused
+        assert _was_read(seen_total[0], read)  # read, not reused
     else:
         assert total.stats == block_in.stats
-        assert seen_total[0] not in read
+        assert not _was_read(seen_total[0], read)
+
+
+class _ReluNet(torch.nn.Module):
+    """batch norm -> in-place ReLU, and the same ReLU after an in-place residual add."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.relu = torch.nn.ReLU(inplace=True)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.relu(self.bn(self.conv(x)))
+        z = self.conv2(y)
+        z += y
+        return self.relu(z)
+
+
+def _relu_outputs(path, steps: int = 2) -> dict[tuple[int, int], dict]:  # type: ignore[no-untyped-def]
+    tr = open_trace(path)
+    return {(r.step, r.call): r.stats for r in tr.records(kind="module", module="relu",
+                                                         direction="forward", role="output")}
+
+
+def test_inplace_relu_output_statistics_come_from_its_input_pass(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An exact nn.ReLU(inplace=True)'s output is described from the pass over its input (the
+    batch norm's output once learned, the residual sum at once): never read after the ReLU,
+    and the same statistics as reading it (the tensors run reads every tensor)."""
+    torch.manual_seed(0)
+    m = _ReluNet()
+    x = torch.randn(4, 3, 32, 32)  # 32768 elements per activation: split between threads
+    # the tensors read and their versions (weakly: a reference would change autograd)
+    read: list[tuple[weakref.ref, int]] = []
+    dual: list[int] = []
+    orig, orig_relu = TorchAdapter.stats_handle, TorchAdapter.stats_handle_relu
+
+    def spy(self, t):  # type: ignore[no-untyped-def]
+        read.append((weakref.ref(t), t._version))
+        return orig(self, t)
+
+    def spy_relu(self, t):  # type: ignore[no-untyped-def]
+        dual.append(t.data_ptr())
+        return orig_relu(self, t)
+
+    outs: list[torch.Tensor] = []
+
+    def after_relu(mod, args, out):  # type: ignore[no-untyped-def]
+        outs.append(out)
+
+    monkeypatch.setattr(TorchAdapter, "stats_handle", spy)
+    monkeypatch.setattr(TorchAdapter, "stats_handle_relu", spy_relu)
+    for payload in ("stats", "tensors"):
+        with capture(m, tmp_path / payload, payload=payload) as cap:
+            for i in range(2):
+                if i == 1 and payload == "stats":
+                    read.clear()
+                    dual.clear()
+                    h = m.relu.register_forward_hook(after_relu)
+                m(x).sum().backward()
+                cap.step()
+        if payload == "stats":
+            h.remove()
+    stats, full = _relu_outputs(tmp_path / "stats"), _relu_outputs(tmp_path / "tensors")
+    assert sorted(stats) == sorted(full) == [(s, c) for s in (0, 1) for c in (0, 1)]
+    for key, want in full.items():
+        assert stats[key] == want, key
+        assert want["zeros"] > 0 and want["min"] == 0.0
+    if hoststats._kernel is not None:
+        assert len(outs) == 2 and not any(_was_read(o, read) for o in outs)  # step 1
+        assert len(dual) == 2  # the batch norm's output (learned in step 0) and the sum
+
+
+def test_inplace_relu_written_again_by_a_hook_is_read(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A forward hook that writes the ReLU's output in place (before capture's own hook runs)
+    leaves another value than max(x, 0): capture reads it."""
+    torch.manual_seed(0)
+    m = _ReluNet()
+    x = torch.randn(2, 3, 16, 16)
+
+    def double(mod, args, out):  # type: ignore[no-untyped-def]
+        out.mul_(2.0)
+
+    m.relu.register_forward_hook(double)
+    seen: list[torch.Tensor] = []
+
+    def keep(mod, args, out):  # type: ignore[no-untyped-def]
+        seen.append(out.detach().clone())
+
+    with capture(m, tmp_path / "t") as cap:
+        m.relu.register_forward_hook(keep)
+        for _ in range(2):
+            with torch.no_grad():  # (the doubled output could not serve backward)
+                m(x)
+            cap.step()
+    got = _relu_outputs(tmp_path / "t")
+    for (step, call), st in got.items():
+        want = compute_stats(seen[2 * step + call].numpy())
+        assert st["max"] == want["max"] and st["zeros"] == want["zeros"]
+        assert math.isclose(st["abs_sum"], want["abs_sum"], rel_tol=1e-6)
 
 
 def test_param_grads_are_recorded_as_backward_produced_them(tmp_path) -> None:  # type: ignore[no-untyped-def]

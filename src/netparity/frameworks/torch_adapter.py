@@ -41,7 +41,7 @@ import torch
 from netparity import hoststats
 from netparity.dtypes import FP16_MAX
 from netparity.frameworks.base import FrameworkAdapter
-from netparity.hoststats import finite_vec, finite_vec_sum, vec_to_stats
+from netparity.hoststats import finite_vec, finite_vec_relu, finite_vec_sum, vec_to_stats
 
 _DTYPE_NAMES: dict[torch.dtype, str] = {
     torch.float64: "float64",
@@ -194,6 +194,17 @@ class TorchAdapter(FrameworkAdapter):
         if x.is_cpu and not x.is_complex():
             return _fast_cpu_vec(x)
         return _exact_vec(x)
+
+    def stats_handle_relu(self, t: torch.Tensor) -> tuple[Any, list[float] | None]:
+        """``(stats_handle(t), handle of max(t, 0))`` -- the second from the same pass over a
+        contiguous CPU float32 tensor (:func:`netparity.hoststats.finite_vec_relu`), else
+        ``None``: the statistics of an in-place ReLU's output, read before the ReLU runs."""
+        x = t.detach()
+        if (x.dtype != torch.float32 or not x.is_cpu or x.layout != _STRIDED or not x.numel()
+                or not x.is_contiguous() or x.is_neg()):
+            return self.stats_handle(t), None
+        vec, relu = finite_vec_relu(x.numpy(), kernel_threads())
+        return (_exact_vec(x) if vec is None else vec), relu
 
     def stats_handle_sum(self, ts: list[torch.Tensor]) -> list[float] | None:
         """Statistics of ``ts[0] + ts[1] + ...`` (added left to right in float32, as torch

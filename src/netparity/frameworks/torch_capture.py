@@ -18,9 +18,12 @@ Mechanisms (chosen so that capture never changes the run and survives in-place c
   nodes and the parent keeps the rest (e.g. a residual add).
 * **Statistics** are computed on the tensor's device by :class:`TorchAdapter` with dispatch
   disabled (so they are never captured themselves), batched and fetched in one transfer per
-  batch. A tensor over the same memory (storage, offset, shape, strides, dtype) as a recently
+  batch. A tensor over the same memory (address, shape, strides, dtype) as a recently
   recorded tensor that is still alive, with neither written since (version counters), reuses
-  its statistics instead of recomputing them.
+  its statistics instead of recomputing them. Two writes are predicted instead of re-read: an
+  exact ``nn.ReLU(inplace=True)``'s output (its input's pass also yields the statistics of
+  ``max(x, 0)``; the module feeding such a ReLU is learned after one call) and a block input's
+  total gradient (autograd adds its contributions in place into the first one).
 
 Example:
     >>> import tempfile, torch
@@ -44,7 +47,7 @@ import os
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 import torch
@@ -59,6 +62,7 @@ from netparity.frameworks.torch_adapter import TorchAdapter
 from netparity.trace.schema import Record
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
+_ReLU = torch.nn.ReLU
 _SKIP = (_TORCH_DIR,)
 # Ops that write into an input without declaring it in their schema, so autograd's version
 # counter does not move: training-mode batch norm updates running_mean/running_var in place.
@@ -117,7 +121,8 @@ class _Call:
     """One module call: forward identity and, once its backward starts, backward identity."""
 
     __slots__ = ("path", "module", "native", "op", "fwd_call", "event", "nops", "bwd_call",
-                 "bwd_event", "bwd_nops", "recompute", "source", "in_nodes", "in_edges", "in_acc")
+                 "bwd_event", "bwd_nops", "recompute", "source", "in_nodes", "in_edges", "in_acc",
+                 "relu")
 
     def __init__(self, path: str, module: torch.nn.Module, native: str, op: str):
         self.path = path
@@ -137,6 +142,8 @@ class _Call:
         self.in_edges: list[tuple[str, Any, int, Any]] = []
         # arg -> [contributions expected, arrived, [(gradient, its version) so far]]
         self.in_acc: dict[str, list[Any]] = {}
+        # an in-place ReLU: (statistics of its output, its input tensor, the input's version)
+        self.relu: tuple[Any, torch.Tensor, int] | None = None
 
 
 class _TLS(threading.local):
@@ -211,7 +218,12 @@ class TorchCapture(CaptureSession):
         self._bwd_calls: dict[str, int] = {}
         self._hooked: set[str] = set()  # paths whose backward hooks exist this step
         self._claimed: dict[Any, _Call] = {}
-        self._seen: dict[Any, tuple[Any, int, Any, Any]] = {}
+        # statistics reuse: memory key -> (weakref of the tensor, its version, statistics
+        # handle, snapshot, handle of max(t, 0) or None, the record that computed them)
+        self._seen: dict[Any, tuple[Any, int, Any, Any, Any, Record]] = {}
+        # module path -> {(forward call, output arg)} whose output feeds an in-place ReLU
+        # (learned; kept across steps)
+        self._relu_feeds: dict[str, set[tuple[int, str]]] = {}
         # summed input gradients: ids of the parts -> ([(weakref, version)], statistics)
         self._sums: dict[tuple[int, ...], tuple[list[tuple[Any, int]], Any]] = {}
         self._outside_fwd = 0
@@ -345,10 +357,12 @@ class TorchCapture(CaptureSession):
     def _source(self) -> str:
         return user_source(_SKIP)
 
-    def _emit_t(self, rec: Record, t: torch.Tensor) -> None:
-        """Like :meth:`CaptureSession.emit`, with statistics reuse for unchanged tensors."""
+    def _emit_t(self, rec: Record, t: torch.Tensor, relu: bool = False) -> Any:
+        """Like :meth:`CaptureSession.emit`, with statistics reuse for unchanged tensors; with
+        ``relu``, a tensor read now also yields the statistics of ``max(t, 0)``. Returns the
+        reuse-cache entry that describes ``t`` (``None`` when nothing is cached)."""
         if self.writer is None:
-            return
+            return None
         a = self.adapter_t
         try:
             ver = t._version
@@ -359,15 +373,21 @@ class TorchCapture(CaptureSession):
         # The cached tensor must still be alive (so its memory cannot have been reused) and
         # neither it nor this tensor may have been written since (both version counters).
         src = hit[0]() if hit is not None else None
+        p = self.policy
         if hit is not None and src is not None and hit[1] == ver and (
                 src is t or src._version == ver):
-            handle, snap = hit[2], hit[3]
+            handle, snap, rh, prod = hit[2], hit[3], hit[4], hit[5]
         else:
-            handle = a.stats_handle(t)
+            hit = None
+            rh = None
+            if relu and not (p.tensors or p.hashes):
+                handle, rh = a.stats_handle_relu(t)
+            else:
+                handle = a.stats_handle(t)
             snap = None
+            prod = rec
         payload = None
         nbytes = 0
-        p = self.policy
         if p.tensors or p.hashes:
             size = t.numel() * t.element_size()
             if p.hashes or p.max_bytes is None or self.payload_bytes + size <= p.max_bytes:
@@ -378,12 +398,14 @@ class TorchCapture(CaptureSession):
                     self.payload_bytes += nbytes
             else:
                 rec.extra["payload_skipped"] = "max_bytes"
-        if ver is not None and (hit is None or hit[2] is not handle or hit[3] is not snap):
+        if ver is not None and (hit is None or hit[3] is not snap):
             # bounded: reuse is almost always between neighbouring records
             if len(self._seen) > 1024:
                 self._seen.clear()
-            self._seen[key] = (weakref.ref(t), ver, handle, snap)
+            hit = (weakref.ref(t), ver, handle, snap, rh, prod)
+            self._seen[key] = hit
         self._queue(rec, t, handle, payload, nbytes)
+        return hit
 
     def _queue(self, rec: Record, t: torch.Tensor, handle: Any, payload: Any = None,
                nbytes: int = 0) -> None:
@@ -392,17 +414,22 @@ class TorchCapture(CaptureSession):
         rec.shape = tuple(t.shape)
         self._enqueue(rec, handle, payload, nbytes)
 
-    def _emit_all(self, make: Callable[[str], Record], items: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def _emit_all(self, make: Callable[[str], Record], items: Iterable[tuple[str, torch.Tensor]],
+                  relu: Container[str] = ()) -> Any:
+        """Record each ``(arg, tensor)`` of ``items`` (those whose arg is in ``relu`` with the
+        statistics of their ReLU too); returns the last one's reuse-cache entry."""
         busy = self._busy
         self._busy = True
+        entry = None
         try:
             # (no no_grad(): statistics and snapshots work on detached tensors, which build no
             # graph, and it costs more than a whole small-tensor record)
             with torch._C._DisableTorchDispatch():
                 for arg, t in items:
-                    self._emit_t(make(arg), t)
+                    entry = self._emit_t(make(arg), t, arg in relu)
         finally:
             self._busy = busy
+        return entry
 
     # ---- module hooks ----------------------------------------------------------------------
     def _global_pre(self, module: torch.nn.Module, args: Any) -> None:
@@ -452,7 +479,12 @@ class TorchCapture(CaptureSession):
             if p.modules and wanted:
                 info.source = self._source()
                 if p.wants_direction("forward"):
-                    self._record_module(info, args, "input", "")
+                    if (type(module) is _ReLU and module.inplace and not kwargs
+                            and len(args) == 1 and isinstance(args[0], _Tensor)
+                            and not (p.tensors or p.hashes)):
+                        self._relu_input(info, args[0])
+                    else:
+                        self._record_module(info, args, "input", "")
                     if kwargs:
                         self._record_module(info, kwargs, "input", "kw")
         if self._on and p.wants_direction("backward") and torch.is_grad_enabled():
@@ -481,9 +513,12 @@ class TorchCapture(CaptureSession):
         if out is None or not self._on:
             return
         p = self.policy
-        if not info.recompute and p.modules and p.wants_direction("forward") \
-                and p.wants_name(path, info.op):
-            self._record_module(info, out, "output", "")
+        if (not info.recompute and p.modules and p.wants_direction("forward")
+                and p.wants_name(path, info.op)
+                and (info.relu is None or not self._relu_output(info, out))):
+            feeds = self._relu_feeds.get(path) if self._relu_feeds else None
+            self._record_module(info, out, "output", "",
+                                {a for c, a in feeds if c == info.fwd_call} if feeds else ())
         if not p.wants_direction("backward"):
             return
         fresh = path not in self._hooked
@@ -506,18 +541,51 @@ class TorchCapture(CaptureSession):
         if p.ops and roots:
             self._claim(info, roots)
 
-    def _record_module(self, info: _Call, obj: Any, role: str, prefix: str) -> None:
+    def _record_module(self, info: _Call, obj: Any, role: str, prefix: str,
+                       relu: Container[str] = ()) -> Any:
+        """Record the tensors of a forward input/output structure; returns the last one's
+        reuse-cache entry (see :meth:`_emit_all`)."""
         tensors: list[tuple[str, torch.Tensor]] = []
         _flatten(obj, prefix, tensors)
         if not tensors:
-            return
+            return None
 
         def make(arg: str) -> Record:
             return Record(kind="module", op=info.op, native=info.native, module=info.path,
                           call=info.fwd_call, direction="forward", role=role, arg=arg,
                           event=info.event, source=info.source)
 
-        self._emit_all(make, tensors)
+        return self._emit_all(make, tensors, relu)
+
+    def _relu_input(self, info: _Call, t: torch.Tensor) -> None:
+        """Record the input of an exact ``nn.ReLU(inplace=True)`` and keep the statistics of
+        ``max(t, 0)`` for its output. When the input's statistics were reused from the module
+        that produced it, without the ReLU's, learn that its output feeds a ReLU: from its next
+        call on, its own pass computes both."""
+        entry = self._record_module(info, (t,), "input", "", ("0",))
+        if entry is None:
+            return
+        if entry[4] is not None:
+            info.relu = (entry[4], t, entry[1])
+            return
+        prod = entry[5]
+        if (prod.kind == "module" and prod.direction == "forward" and prod.role == "output"
+                and prod.module != info.path):
+            self._relu_feeds.setdefault(prod.module, set()).add((prod.call, prod.arg))
+
+    def _relu_output(self, info: _Call, out: Any) -> bool:
+        """Record an in-place ReLU's output from the statistics read with its input; ``False``
+        (nothing recorded) unless ``out`` is that very tensor written exactly once since."""
+        rh, t, ver = info.relu  # type: ignore[misc]
+        info.relu = None
+        if out is not t or self.writer is None or out._version != ver + 1:
+            return False
+        rec = Record(kind="module", op=info.op, native=info.native, module=info.path,
+                     call=info.fwd_call, direction="forward", role="output", arg="",
+                     event=info.event, source=info.source)
+        self._seen[_reuse_key(out)] = (weakref.ref(out), ver + 1, rh, None, None, rec)
+        self._queue(rec, out, rh)
+        return True
 
     def _grad_hook(self, info: _Call, role: str, arg: str, grad: torch.Tensor,
                    extra: dict[str, Any] | None = None) -> None:
@@ -646,7 +714,8 @@ class TorchCapture(CaptureSession):
                 self._sums[key] = ([(weakref.ref(g), g._version) for g in grads], handle)
             if handle is not None:
                 self._start_bwd(info)
-                self._queue(_bwd_record(info, "output", arg, None), grads[0], handle)
+                rec = _bwd_record(info, "output", arg, None)
+                self._queue(rec, grads[0], handle)
                 # Autograd adds the later contributions into the first one in place when
                 # nothing else holds its storage (InputBuffer), so the input's total gradient
                 # -- seen next by the hooks of whatever produced the input -- is this very sum
@@ -655,7 +724,7 @@ class TorchCapture(CaptureSession):
                 # (a contribution from elsewhere, an in-place hook) or a copy fails the check.
                 first, v0 = parts[0]
                 self._seen[_reuse_key(first)] = (weakref.ref(first), v0 + len(parts) - 1,
-                                                 handle, None)
+                                                 handle, None, None, rec)
                 return
         self._grad_hook(info, "output", arg, _sum_in_order(grads))
 
