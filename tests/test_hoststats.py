@@ -130,6 +130,24 @@ def test_finite_vec_relu_also_gives_the_statistics_of_the_relu(threads: int) -> 
         hoststats._kernel.stats_relu(x[:0])
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_finite_vecs_equal_one_call_per_array(threads: int, cpu_path: str) -> None:
+    """Many arrays in one kernel call (a model's parameters): the numbers of one call each."""
+    x = RNG.standard_normal(3 * (1 << 16) + 999).astype(np.float32)
+    bad = x[:100].copy()
+    bad[3] = np.nan
+    arrays = [x, x[:5], (x[:20_000] + 50.0), x.astype(np.float64)[:7_000], bad,
+              np.full(4, 2.0, np.float32), x[:70_000].reshape(700, 100)]
+    assert hoststats.finite_vecs(arrays, threads) == [hoststats.finite_vec(a, threads)
+                                                      for a in arrays]
+    assert hoststats.finite_vecs([], threads) == []
+    if hoststats._kernel is not None:
+        with pytest.raises(ValueError):
+            hoststats._kernel.stats_many([x, x[:0]])
+        with pytest.raises(TypeError):
+            hoststats._kernel.stats_many([x, x.astype(np.float16)])
+
+
 def test_finite_vec_sum_declines_without_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hoststats, "_kernel", None)
     a = np.ones(10, np.float32)

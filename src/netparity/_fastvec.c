@@ -552,23 +552,26 @@ static PyObject *fastvec_unbind_openmp(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* the statistics of n elements of buf (+ more[0..nmore-1], float32) - shift, split into up to
- * `threads` parts; runs without the GIL */
-static part_t run_stats(const void *buf, const float *const *more, int nmore, Py_ssize_t n,
-                        int is_double, int threads, double shift, int relu)
+static gomp_parallel_fn bound_team(void)
 {
-    gomp_parallel_fn par = omp_parallel != NULL && omp_pid == getpid() ? omp_parallel : NULL;
-    Py_ssize_t min_part = par != NULL ? MIN_PART_OMP : MIN_PART_PTHREAD;
+    return omp_parallel != NULL && omp_pid == getpid() ? omp_parallel : NULL;
+}
+
+/* split n elements of buf (+ more[0..nmore-1], float32) into up to `threads` parts at fixed
+ * points -- nparts - 1 parts of `each` elements (a multiple of SUPER), the rest in the last --
+ * so that a buffer's totals depend only on the buffer, the thread count and whether a team is
+ * bound; returns the number of parts written to `parts` */
+static int plan_parts(part_t *parts, const void *buf, const float *const *more, int nmore,
+                      Py_ssize_t n, int is_double, int threads, double shift, int relu, int team)
+{
+    Py_ssize_t min_part = team ? MIN_PART_OMP : MIN_PART_PTHREAD;
     int nparts = threads;
     if (n / min_part < nparts)
         nparts = (int)(n / min_part);
     if (nparts < 1)
         nparts = 1;
-    part_t parts[MAX_PARTS];
-    memset(parts, 0, sizeof(parts));
+    memset(parts, 0, sizeof(part_t) * (size_t)nparts);
     const Py_ssize_t itemsize = is_double ? 8 : 4;
-    /* fixed split points: nparts - 1 parts of `each` elements (a multiple of SUPER), the rest
-     * in the last */
     Py_ssize_t each = nparts > 1 ? (n / nparts / SUPER) * SUPER : n;
     for (int k = 0; k < nparts; k++) {
         Py_ssize_t start = each * k;
@@ -581,6 +584,36 @@ static part_t run_stats(const void *buf, const float *const *more, int nmore, Py
         parts[k].shift = shift;
         parts[k].relu = relu;
     }
+    return nparts;
+}
+
+/* one buffer's totals from its parts, combined in order */
+static part_t combine_parts(const part_t *parts, int nparts)
+{
+    part_t r = parts[0];
+    for (int k = 1; k < nparts; k++) {
+        r.mn = parts[k].mn < r.mn ? parts[k].mn : r.mn;
+        r.mx = parts[k].mx > r.mx ? parts[k].mx : r.mx;
+        r.sum += parts[k].sum;
+        r.sumsq += parts[k].sumsq;
+        r.abssum += parts[k].abssum;
+        r.zeros += parts[k].zeros;
+        r.psum += parts[k].psum;
+        r.psumsq += parts[k].psumsq;
+        r.nneg += parts[k].nneg;
+    }
+    return r;
+}
+
+/* the statistics of n elements of buf (+ more[0..nmore-1], float32) - shift, split into up to
+ * `threads` parts; runs without the GIL */
+static part_t run_stats(const void *buf, const float *const *more, int nmore, Py_ssize_t n,
+                        int is_double, int threads, double shift, int relu)
+{
+    gomp_parallel_fn par = bound_team();
+    part_t parts[MAX_PARTS];
+    int nparts = plan_parts(parts, buf, more, nmore, n, is_double, threads, shift, relu,
+                            par != NULL);
     Py_BEGIN_ALLOW_THREADS
     if (nparts == 1) {
         run_part(&parts[0]);
@@ -601,19 +634,22 @@ static part_t run_stats(const void *buf, const float *const *more, int nmore, Py
         }
     }
     Py_END_ALLOW_THREADS
-    part_t r = parts[0];
-    for (int k = 1; k < nparts; k++) {
-        r.mn = parts[k].mn < r.mn ? parts[k].mn : r.mn;
-        r.mx = parts[k].mx > r.mx ? parts[k].mx : r.mx;
-        r.sum += parts[k].sum;
-        r.sumsq += parts[k].sumsq;
-        r.abssum += parts[k].abssum;
-        r.zeros += parts[k].zeros;
-        r.psum += parts[k].psum;
-        r.psumsq += parts[k].psumsq;
-        r.nneg += parts[k].nneg;
-    }
-    return r;
+    return combine_parts(parts, nparts);
+}
+
+/* many buffers' parts, taken by the team's threads one at a time */
+typedef struct {
+    part_t *parts;
+    int nparts;
+    int next;
+} many_job_t;
+
+static void many_body(void *arg)
+{
+    many_job_t *job = (many_job_t *)arg;
+    int k;
+    while ((k = __atomic_fetch_add(&job->next, 1, __ATOMIC_RELAXED)) < job->nparts)
+        run_part(&job->parts[k]);
 }
 
 static PyObject *totals_tuple(const part_t *r)
@@ -703,6 +739,78 @@ static PyObject *fastvec_stats_relu(PyObject *self, PyObject *args)
                          r.psumsq, r.nneg);
 }
 
+/* stats_many(buffers, threads) -> [stats(b, threads) for b in buffers], the same numbers, in
+ * one call: every buffer's parts run in one parallel region of the bound team (small buffers
+ * side by side), without a Python call per buffer.  Non-empty C-contiguous float32/float64
+ * buffers. */
+static PyObject *fastvec_stats_many(PyObject *self, PyObject *args)
+{
+    PyObject *seq_obj;
+    int threads = 1;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O|i", &seq_obj, &threads) || check_threads(threads) < 0)
+        return NULL;
+    PyObject *seq = PySequence_Fast(seq_obj, "fastvec.stats_many: buffers must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
+    Py_buffer *views = PyMem_Calloc((size_t)k + 1, sizeof(Py_buffer));
+    part_t *parts = PyMem_Calloc((size_t)k * (size_t)threads + 1, sizeof(part_t));
+    int *first = PyMem_Calloc((size_t)k + 1, sizeof(int));
+    PyObject *res = NULL;
+    Py_ssize_t got = 0;
+    if (views == NULL || parts == NULL || first == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    gomp_parallel_fn par = bound_team();
+    int total = 0;
+    for (; got < k; got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &views[got],
+                               PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            goto done;
+        int is_double = float_kind(&views[got]);
+        Py_ssize_t n = is_double < 0 ? 0 : views[got].len / views[got].itemsize;
+        if (is_double >= 0 && n < 1)
+            PyErr_SetString(PyExc_ValueError, "fastvec.stats_many: empty buffer");
+        if (is_double < 0 || n < 1) {
+            got++;
+            goto done;
+        }
+        first[got] = total;
+        total += plan_parts(parts + total, views[got].buf, NULL, 0, n, is_double, threads, 0.0,
+                            0, par != NULL);
+    }
+    first[k] = total;
+    Py_BEGIN_ALLOW_THREADS
+    if (par != NULL && threads > 1 && total > 1) {
+        many_job_t job = {parts, total, 0};
+        par(many_body, &job, (unsigned)threads, 0);
+    } else {
+        for (int j = 0; j < total; j++)
+            run_part(&parts[j]);
+    }
+    Py_END_ALLOW_THREADS
+    res = PyList_New(k);
+    for (Py_ssize_t i = 0; res != NULL && i < k; i++) {
+        part_t r = combine_parts(parts + first[i], first[i + 1] - first[i]);
+        PyObject *t = totals_tuple(&r);
+        if (t == NULL) {
+            Py_CLEAR(res);
+            break;
+        }
+        PyList_SET_ITEM(res, i, t);
+    }
+done:
+    for (Py_ssize_t m = 0; m < got; m++)
+        PyBuffer_Release(&views[m]);
+    PyMem_Free(views);
+    PyMem_Free(parts);
+    PyMem_Free(first);
+    Py_DECREF(seq);
+    return res;
+}
+
 /* stats_sum(buffers, threads, shift): stats() of buffers[0] + buffers[1] + ... added element
  * by element in float32, left to right (what torch computes for the same sum), without
  * materialising the sum.  2..MAX_SRC non-empty float32 buffers of one length. */
@@ -773,6 +881,9 @@ static PyMethodDef methods[] = {
     {"stats_sum", fastvec_stats_sum, METH_VARARGS,
      "stats_sum(buffers, threads=1, shift=0.0) -> stats() of the element-wise float32 sum "
      "of 2..8 equal-length float32 buffers (left to right), without materialising it."},
+    {"stats_many", fastvec_stats_many, METH_VARARGS,
+     "stats_many(buffers, threads=1) -> [stats(b, threads) for b in buffers] in one call, "
+     "every buffer's parts in one parallel region."},
     {"stats_relu", fastvec_stats_relu, METH_VARARGS,
      "stats_relu(buffer, threads=1) -> stats() of a float32 buffer, then the sum and sum of "
      "squares of max(x, 0) and the count of x < 0, in the same pass."},

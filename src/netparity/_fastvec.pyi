@@ -10,6 +10,10 @@ def stats_sum(buffers: Any, threads: int = 1, shift: float = 0.0, /
               ) -> tuple[float, float, float, float, float, int]:
     """stats() of the element-wise float32 sum of 2..8 equal-length float32 buffers."""
 
+def stats_many(buffers: Any, threads: int = 1, /
+               ) -> list[tuple[float, float, float, float, float, int]]:
+    """[stats(b, threads) for b in buffers], every buffer's parts in one parallel region."""
+
 def stats_relu(buffer: Any, threads: int = 1, /
                ) -> tuple[float, float, float, float, float, int, float, float, int]:
     """stats() of a float32 buffer + (sum, sum_sq) of max(x, 0) and the count of x < 0."""

@@ -36,8 +36,8 @@ from netparity.dtypes import FP16_MAX, decode
 from netparity.stats import compute_stats, empty_stats
 from netparity.trace.schema import STAT_FIELDS
 
-__all__ = ["KERNEL_THREADS", "finite_vec", "finite_vec_relu", "finite_vec_sum", "host_stats",
-           "share_openmp_pool", "vec_to_stats"]
+__all__ = ["KERNEL_THREADS", "finite_vec", "finite_vec_relu", "finite_vec_sum", "finite_vecs",
+           "host_stats", "share_openmp_pool", "vec_to_stats"]
 
 _kernel: ModuleType | None
 try:  # the optional one-pass C kernel (setup.py builds it; absent without a C compiler)
@@ -83,6 +83,21 @@ def finite_vec(a: np.ndarray, threads: int = KERNEL_THREADS) -> list[float] | No
                     a.size, a.dtype.type)
     a = a.reshape(-1)  # (a view: the fallback's row sums slice the first axis)
     return _vec(_numpy_totals(a, 0.0), functools.partial(_numpy_totals, a), a.size, a.dtype.type)
+
+
+def finite_vecs(arrays: list[np.ndarray], threads: int = KERNEL_THREADS
+                ) -> list[list[float] | None]:
+    """``[finite_vec(a, threads) for a in arrays]`` -- the same numbers -- from one kernel call
+    whose threads share the arrays (many small arrays, e.g. a model's parameters, cost one call
+    instead of one each)."""
+    if _kernel is None:
+        return [finite_vec(a, threads) for a in arrays]
+    kernel = _kernel
+    out: list[list[float] | None] = []
+    for a, totals in zip(arrays, kernel.stats_many(arrays, threads)):
+        out.append(_vec(totals, functools.partial(kernel.stats, a, threads), a.size,
+                        a.dtype.type))
+    return out
 
 
 def finite_vec_sum(arrays: list[np.ndarray], threads: int = KERNEL_THREADS) -> list[float] | None:

@@ -75,6 +75,17 @@ def test_stats_match_numpy_reference(name: str, cpu_path: str) -> None:
     _check(got, ref, name)
 
 
+def test_stats_handles_equal_one_handle_per_tensor(cpu_path: str) -> None:
+    """All of _cases() at once (the batched path of parameters after a step): the statistics of
+    one handle per tensor, in order."""
+    a = TorchAdapter()
+    ts = list(_cases().values())
+    got = a.resolve_stats(a.stats_handles(ts))
+    want = a.resolve_stats([a.stats_handle(t) for t in ts])
+    for name, g, w in zip(_cases(), got, want):
+        _check(g, w, name)
+
+
 @pytest.mark.parametrize("name", list(_cases()))
 def test_exact_device_path_matches_reference(name: str) -> None:
     """The path used on accelerators (float64, masked) gives the same numbers."""

@@ -41,7 +41,13 @@ import torch
 from netparity import hoststats
 from netparity.dtypes import FP16_MAX
 from netparity.frameworks.base import FrameworkAdapter
-from netparity.hoststats import finite_vec, finite_vec_relu, finite_vec_sum, vec_to_stats
+from netparity.hoststats import (
+    finite_vec,
+    finite_vec_relu,
+    finite_vec_sum,
+    finite_vecs,
+    vec_to_stats,
+)
 
 _DTYPE_NAMES: dict[torch.dtype, str] = {
     torch.float64: "float64",
@@ -194,6 +200,25 @@ class TorchAdapter(FrameworkAdapter):
         if x.is_cpu and not x.is_complex():
             return _fast_cpu_vec(x)
         return _exact_vec(x)
+
+    def stats_handles(self, ts: list[torch.Tensor]) -> list[Any]:
+        """``[stats_handle(t) for t in ts]``, with the contiguous CPU float32/float64 tensors
+        read by one kernel call (:func:`netparity.hoststats.finite_vecs`)."""
+        out: list[Any] = [None] * len(ts)
+        idx: list[int] = []
+        arrays: list[np.ndarray] = []
+        for i, t in enumerate(ts):
+            x = t.detach()
+            if (x.dtype in _HOST_READY and x.is_cpu and x.layout == _STRIDED and x.numel()
+                    and x.is_contiguous() and not x.is_neg()):
+                idx.append(i)
+                arrays.append(x.numpy())
+            else:
+                out[i] = self.stats_handle(t)
+        if arrays:
+            for i, vec in zip(idx, finite_vecs(arrays, kernel_threads())):
+                out[i] = _exact_vec(ts[i].detach()) if vec is None else vec
+        return out
 
     def stats_handle_relu(self, t: torch.Tensor) -> tuple[Any, list[float] | None]:
         """``(stats_handle(t), handle of max(t, 0))`` -- the second from the same pass over a

@@ -936,10 +936,26 @@ class TorchCapture(CaptureSession):
                     continue
                 if pol.wants_name(name, name.rpartition(".")[0]):
                     items_p.append((name, buf))
-        for name, g in items_g:
-            self._emit_all(functools.partial(_param_record, "grad", name, "backward"), [("", g)])
-        for name, t in items_p:
-            self._emit_all(functools.partial(_param_record, "param", name, "update"), [("", t)])
+        recs = ([_param_record("grad", name, "backward", "") for name, _ in items_g]
+                + [_param_record("param", name, "update", "") for name, _ in items_p])
+        tensors = [g for _, g in items_g] + [t for _, t in items_p]
+        if self.writer is None or not tensors:
+            return
+        if pol.tensors or pol.hashes:
+            for rec, t in zip(recs, tensors):
+                self._emit_all(lambda a, r=rec: r, [("", t)])  # type: ignore[misc]
+            return
+        # statistics only: the whole model's parameters (hundreds of mostly small tensors) in
+        # one kernel call, not one call (and one Python round trip) each
+        busy = self._busy
+        self._busy = True
+        try:
+            with torch._C._DisableTorchDispatch():
+                handles = self.adapter_t.stats_handles(tensors)
+                for rec, t, h in zip(recs, tensors, handles):
+                    self._queue(rec, t, h)
+        finally:
+            self._busy = busy
 
     # ---- user API --------------------------------------------------------------------------
     def record_loss(self, loss: Any) -> None:
