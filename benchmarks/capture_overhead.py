@@ -5,7 +5,15 @@ full-tensor capture >= 50 % of the disk's sequential write speed.
 
 Usage:
     PYTHONPATH=src python benchmarks/capture_overhead.py [--quick] [--out DIR] [--steps N]
-        [--only "module stats,op stats"]
+        [--rounds R] [--only "module stats,op stats"]
+
+Each configuration runs ``--rounds`` rounds of ``--steps`` uninstrumented steps followed by
+``--steps`` captured steps (after one warm-up step under a fresh capture); a round's ratio is
+the median captured step over the median uninstrumented step of that round, and the figure
+printed is the median of the rounds' ratios with their range. Pairing each captured block with
+the baseline measured just before it cancels the machine's slow drifts (on the shared 2-core
+machine the uninstrumented step alone moves by +-20 ms: glibc returns and re-faults the large
+activation buffers), which a single baseline block for the whole run does not.
 
 ``--quick`` uses batch 2 at 64x64 for a fast check. The disk speed is measured in the output
 directory (about 1 GB written with 8 MiB blocks and fsync, then deleted).
@@ -74,7 +82,9 @@ def timed(step: Callable[[], torch.Tensor], n: int, cap=None) -> list[float]:  #
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="batch 2, 64x64")
-    ap.add_argument("--steps", type=int, default=4, help="timed steps per configuration")
+    ap.add_argument("--steps", type=int, default=4, help="timed steps per round and configuration")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="baseline/capture rounds per configuration (ratios paired per round)")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--out", default=None, help="directory for traces and the disk test")
     ap.add_argument("--skip-disk", action="store_true")
@@ -107,26 +117,35 @@ def main() -> None:
             raise SystemExit(f"unknown configuration(s): {', '.join(sorted(unknown))}")
         configs = [c for c in configs if c[0] in wanted]
     base_runs: list[float] = []
+    ratios: dict[str, list[float]] = {}
     written: dict[str, tuple[int, float]] = {}
     for name, kw in configs:
-        base_runs += timed(step, args.steps)  # interleave the baseline: machines drift
-        d = out / name.replace(" ", "-")
-        shutil.rmtree(d, ignore_errors=True)
-        with capture(model, d, overwrite=True, **kw) as cap:  # type: ignore[arg-type]
-            timed(step, args.warmup, cap)
-            t0 = time.perf_counter()
-            t = timed(step, args.steps, cap)
-            cap.flush()
-            wall = time.perf_counter() - t0
-        results[name] = statistics.median(t)
-        if kw.get("payload") == "tensors":
-            nbytes = sum(p.stat().st_size for p in d.glob("rank0/tensors-*.safetensors"))
-            written[name] = (nbytes, wall)
-        shutil.rmtree(d, ignore_errors=True)
+        captured: list[float] = []
+        for _ in range(max(1, args.rounds)):
+            b = timed(step, args.steps)  # the baseline of this round, just before the capture
+            base_runs += b
+            d = out / name.replace(" ", "-")
+            shutil.rmtree(d, ignore_errors=True)
+            with capture(model, d, overwrite=True, **kw) as cap:  # type: ignore[arg-type]
+                timed(step, args.warmup, cap)
+                t0 = time.perf_counter()
+                t = timed(step, args.steps, cap)
+                cap.flush()
+                wall = time.perf_counter() - t0
+            captured += t
+            ratios.setdefault(name, []).append(statistics.median(t) / statistics.median(b))
+            if kw.get("payload") == "tensors":
+                nbytes = sum(p.stat().st_size for p in d.glob("rank0/tensors-*.safetensors"))
+                prev = written.get(name, (0, 0.0))
+                written[name] = (prev[0] + nbytes, prev[1] + wall)
+            shutil.rmtree(d, ignore_errors=True)
+        results[name] = statistics.median(captured)
     base = statistics.median(base_runs)
     print(f"{'uninstrumented':16s} {base * 1e3:9.1f} ms/step   1.00x")
     for name, v in results.items():
-        print(f"{name:16s} {v * 1e3:9.1f} ms/step   {v / base:.2f}x")
+        r = ratios[name]
+        print(f"{name:16s} {v * 1e3:9.1f} ms/step   {statistics.median(r):.2f}x "
+              f"(rounds: {' '.join(f'{x:.2f}' for x in r)})")
     if not args.skip_disk:
         disk = disk_write_speed(out)
         print(f"disk sequential write (fsync, 8 MiB blocks, {out}): {disk / 1e6:.0f} MB/s")

@@ -7,7 +7,9 @@ same 25 MB tensor again and again) and cold (a walk over 1.6 GB, as a training s
 activations are). ``2 POSIX threads`` splits each tensor between two threads started by the
 kernel; ``2 on torch's team`` runs the same two parts on torch's OpenMP workers, which is what
 capture does (POSIX threads fight those workers inside a training step; see
-``share_openmp_pool`` in hoststats.py).
+``share_openmp_pool`` in hoststats.py). ``+ ReLU sums`` is ``stats_relu`` (the pass over an
+in-place ReLU's input that also yields its output's statistics). Last, ResNet-50's parameters
+and buffers (267 arrays, 95 MB) one kernel call each against one ``stats_many`` call.
 
 Run:  PYTHONPATH=src python benchmarks/stats_kernel.py [--cold-gb 1.6]
 """
@@ -65,7 +67,9 @@ def main() -> None:
     for name, fn, team in [("NumPy passes", numpy_path, False),
                            ("kernel, 1 thread", kernel_with(1), False),
                            ("kernel, 2 POSIX threads", kernel_with(2), False),
-                           ("kernel, 2 on torch's team", kernel_with(2), True)]:
+                           ("kernel, 2 on torch's team", kernel_with(2), True),
+                           ("+ ReLU sums, torch's team", lambda t: kernel.stats_relu(t.numpy(), 2),
+                            True)]:
         if team and not hoststats.share_openmp_pool(os.path.dirname(torch.__file__)):  # as capture
             print(f"{name:26s} (no OpenMP runtime loaded)")
             continue
@@ -74,6 +78,19 @@ def main() -> None:
         h, c = rate(fn, hot, 20), rate(fn, cold, 1)
         base = base or (h, c)
         print(f"{name:26s} {h:10.1f} {c:10.1f}   ({h / base[0]:.1f}x, {c / base[1]:.1f}x)")
+    from netparity.examples.resnet.torch_resnet import resnet50
+
+    model = resnet50()
+    arrays = [p.detach().numpy() for p in model.parameters()]
+    arrays += [b.numpy() for b in model.buffers() if b.is_floating_point()]
+    for label, run in [("one call each", lambda: [kernel.stats(a, 2) for a in arrays]),
+                       ("one stats_many call", lambda: kernel.stats_many(arrays, 2))]:
+        run()
+        t0 = time.perf_counter()
+        for _ in range(10):
+            run()
+        ms = (time.perf_counter() - t0) / 10 * 1e3
+        print(f"ResNet-50 parameters and buffers ({len(arrays)} arrays), {label}: {ms:.1f} ms")
 
 
 if __name__ == "__main__":
