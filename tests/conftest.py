@@ -8,18 +8,48 @@ path, not as ``conftest`` (several exist, and under xdist the name is ambiguous)
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 
 
-@pytest.fixture(params=["kernel", "numpy"])
-def cpu_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test through the one-pass C kernel of netparity.hoststats and through its NumPy
-    fallback (skipped for the kernel where it was not built)."""
+@contextmanager
+def _kernel_loops(portable: bool) -> Iterator[None]:
+    """The C kernel with its portable loops (``portable``) or its fastest ones; skips the test
+    where the kernel was not built."""
     from netparity import hoststats
 
-    if request.param == "kernel":
-        if hoststats._kernel is None:
-            pytest.skip("netparity._fastvec was not built")
-    else:
+    kernel = hoststats._kernel
+    if kernel is None:
+        pytest.skip("netparity._fastvec was not built")
+    before = kernel.use_avx512()
+    if portable:
+        kernel.use_avx512(False)
+    try:
+        yield
+    finally:
+        kernel.use_avx512(before)
+
+
+@pytest.fixture(params=["kernel", "kernel-portable", "numpy"])
+def cpu_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Run a test through the one-pass C kernel of netparity.hoststats (with its AVX-512 loops
+    where the CPU has them, and again with its portable loops) and through its NumPy fallback
+    (the kernel runs skipped where it was not built)."""
+    from netparity import hoststats
+
+    if request.param == "numpy":
         monkeypatch.setattr(hoststats, "_kernel", None)
-    return str(request.param)
+        yield str(request.param)
+        return
+    with _kernel_loops(request.param == "kernel-portable"):
+        yield str(request.param)
+
+
+@pytest.fixture(params=["native", "portable"])
+def kernel_loops(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run a test of the C kernel itself with its AVX-512 loops (where the CPU has them) and
+    with its portable loops; skipped where the kernel was not built."""
+    with _kernel_loops(request.param == "portable"):
+        yield str(request.param)

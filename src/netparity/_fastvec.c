@@ -5,9 +5,8 @@
  * the count of zeros.  NumPy needs one memory pass per statistic (five or six passes); on a
  * ResNet-50 step that is ~3 GB of activations and gradients read five times, which alone
  * doubles the step time.  This kernel reads each element once and keeps every accumulator in
- * vector registers (GCC vector extensions, no intrinsics; a hand-written AVX-512 loop was
- * 1.4x faster on L2-resident data but no faster inside a training step, which is bound by
- * memory).  `stats_sum` does the same for the element-wise sum of several buffers without
+ * vector registers: AVX-512 intrinsics where the CPU has them (see f32_body_512), else GCC
+ * vector extensions compiled for AVX2 and for the baseline.  `stats_sum` does the same for the element-wise sum of several buffers without
  * writing the sum (a module's gradient w.r.t. an input that feeds several of its edges), and
  * `stats_relu` also accumulates what the statistics of max(x, 0) need (the sum and sum of
  * squares of the positive elements, the count of negative ones) in the same pass: the input
@@ -16,7 +15,8 @@
  * numbers such a pass gives.
  *
  * Precision: float32 data is summed in float32 lanes in two levels -- BLOCK elements give 8
- * additions per lane, SUPER / BLOCK block sums are added per lane -- and every SUPER elements
+ * (AVX-512) or 16 (portable loop) additions per lane, SUPER / BLOCK block sums are added per
+ * lane -- and every SUPER elements
  * the lanes go into float64 totals: a pairwise-like scheme with relative errors around 1e-7,
  * like NumPy's pairwise float32 sums.  float64 data is accumulated in float64.
  *
@@ -36,8 +36,9 @@
  * the already-loaded library (dlopen RTLD_NOLOAD), so nothing is linked against it; a forked
  * child (other pid) falls back to the caller's thread.
  *
- * GNU C (GCC or Clang) and POSIX threads; `target_clones` builds AVX-512, AVX2 and baseline versions
- * of the block loops where the compiler supports it and picks one at load time.
+ * GNU C (GCC or Clang) and POSIX threads; with GCC on x86-64 Linux, `target_clones` builds
+ * AVX2 and baseline versions of the portable loops and the AVX-512 loops are chosen at run
+ * time (`__builtin_cpu_supports`).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -103,9 +104,12 @@ static inline void add_scalar(part_t *p, double v)
     p->mx = v > p->mx ? v : p->mx;
 }
 
-typedef float vf __attribute__((vector_size(64)));
-typedef int vi __attribute__((vector_size(64)));
-#define VW 16 /* floats per vector */
+/* 8 floats per vector: one AVX2 register (GCC splits them for SSE2).  Wider generic vectors
+ * made GCC's AVX2 clone move every lane through memory -- ~2 GB/s, slower than NumPy. */
+typedef float vf __attribute__((vector_size(32)));
+typedef int vi __attribute__((vector_size(32)));
+#define VW 8 /* floats per vector */
+#define W512 16 /* floats per AVX-512 register */
 
 /* Macros, not inline functions: a helper without the clone's target attribute could not be
  * inlined into the AVX-512/AVX2 clones and would pass vectors through memory. */
@@ -118,11 +122,12 @@ typedef struct {
     Py_ssize_t zeros, nneg;
 } totals_t;
 
-/* add one SUPER block's lanes (VW each; counts as positive ints) into the totals */
+/* add one SUPER block's lanes (`lanes` each; counts as positive ints) into the totals */
 static void flush_lanes(totals_t *t, const float *S, const float *Q, const float *A,
-                        const int *Z, const float *PS, const float *PQ, const int *NN, int relu)
+                        const int *Z, const float *PS, const float *PQ, const int *NN, int relu,
+                        int lanes)
 {
-    for (int j = 0; j < VW; j++) {
+    for (int j = 0; j < lanes; j++) {
         t->sum += S[j];
         t->sumsq += Q[j];
         t->abssum += A[j];
@@ -135,18 +140,18 @@ static void flush_lanes(totals_t *t, const float *S, const float *Q, const float
     }
 }
 
-/* the end of a float32 pass: reduce the min/max lanes (`mm`: 2 * VW minima then 2 * VW
- * maxima, starting from `first`, element 0), store the totals, and add the elements from `i`
- * on (the tail, shorter than SUPER) in float64 */
-static void finish_f32(part_t *p, const float *mm, float first, totals_t *t, Py_ssize_t i,
-                       int nmore, int relu)
+/* the end of a float32 pass: reduce the min/max lanes (`mm`: 2 * lanes minima then
+ * 2 * lanes maxima, starting from `first`, element 0), store the totals, and add the elements
+ * from `i` on (the tail, shorter than SUPER) in float64 */
+static void finish_f32(part_t *p, const float *mm, int lanes, float first, totals_t *t,
+                       Py_ssize_t i, int nmore, int relu)
 {
     const float *x = (const float *)p->data;
     const float shift = (float)p->shift;
     float fmn = first, fmx = first;
-    for (int j = 0; j < 2 * VW; j++) {
+    for (int j = 0; j < 2 * lanes; j++) {
         fmn = mm[j] < fmn ? mm[j] : fmn;
-        fmx = mm[2 * VW + j] > fmx ? mm[2 * VW + j] : fmx;
+        fmx = mm[2 * lanes + j] > fmx ? mm[2 * lanes + j] : fmx;
     }
     set_totals(p, fmn, fmx, t->sum, t->sumsq, t->abssum, t->zeros);
     for (; i < p->n; i++) {
@@ -242,10 +247,10 @@ static inline __attribute__((always_inline)) void f32_body(part_t *p, const int 
         }
         flush_lanes(&tot, (const float *)&S, (const float *)&Q, (const float *)&A,
                     (const int *)&Z, (const float *)&PS, (const float *)&PQ, (const int *)&NN,
-                    relu);
+                    relu, VW);
     }
     vf mm[4] = {mn0, mn1, mx0, mx1};
-    finish_f32(p, (const float *)mm, x0 - shift, &tot, i, nmore, relu);
+    finish_f32(p, (const float *)mm, VW, x0 - shift, &tot, i, nmore, relu);
 }
 
 NP_CLONES
@@ -301,12 +306,12 @@ f32_body_512(part_t *p, const int nmore, const int relu, const int shifted)
             __m512 s0 = zero, s1 = zero, q0 = zero, q1 = zero, a0 = zero, a1 = zero;
             __m512 p0 = zero, p1 = zero, pq0 = zero, pq1 = zero;
             const float *b = x + i + blk;
-            for (int k = 0; k < BLOCK; k += 2 * VW) {
-                __m512 v0 = _mm512_loadu_ps(b + k), v1 = _mm512_loadu_ps(b + k + VW);
+            for (int k = 0; k < BLOCK; k += 2 * W512) {
+                __m512 v0 = _mm512_loadu_ps(b + k), v1 = _mm512_loadu_ps(b + k + W512);
                 for (int m = 0; m < nmore; m++) {
                     const float *o = more[m] + i + blk + k;
                     v0 = _mm512_add_ps(v0, _mm512_loadu_ps(o));
-                    v1 = _mm512_add_ps(v1, _mm512_loadu_ps(o + VW));
+                    v1 = _mm512_add_ps(v1, _mm512_loadu_ps(o + W512));
                 }
                 if (shifted) {
                     v0 = _mm512_sub_ps(v0, sh);
@@ -346,8 +351,8 @@ f32_body_512(part_t *p, const int nmore, const int relu, const int shifted)
                 PQ = _mm512_add_ps(PQ, _mm512_add_ps(pq0, pq1));
             }
         }
-        float fs[VW], fq[VW], fa[VW], fps[VW], fpq[VW];
-        int iz[VW], inn[VW];
+        float fs[W512], fq[W512], fa[W512], fps[W512], fpq[W512];
+        int iz[W512], inn[W512];
         _mm512_storeu_ps(fs, S);
         _mm512_storeu_ps(fq, Q);
         _mm512_storeu_ps(fa, A);
@@ -357,14 +362,14 @@ f32_body_512(part_t *p, const int nmore, const int relu, const int shifted)
             _mm512_storeu_ps(fpq, PQ);
             _mm512_storeu_si512(inn, NN);
         }
-        flush_lanes(&tot, fs, fq, fa, iz, fps, fpq, inn, relu);
+        flush_lanes(&tot, fs, fq, fa, iz, fps, fpq, inn, relu, W512);
     }
-    float mm[4 * VW];
+    float mm[4 * W512];
     _mm512_storeu_ps(mm, mn0);
-    _mm512_storeu_ps(mm + VW, mn1);
-    _mm512_storeu_ps(mm + 2 * VW, mx0);
-    _mm512_storeu_ps(mm + 3 * VW, mx1);
-    finish_f32(p, mm, x0 - shift, &tot, i, nmore, relu);
+    _mm512_storeu_ps(mm + W512, mn1);
+    _mm512_storeu_ps(mm + 2 * W512, mx0);
+    _mm512_storeu_ps(mm + 3 * W512, mx1);
+    finish_f32(p, mm, W512, x0 - shift, &tot, i, nmore, relu);
 }
 
 __attribute__((target("avx512f"))) static void stats_f32_512(part_t *p)
@@ -874,6 +879,31 @@ static PyObject *fastvec_stats_sum(PyObject *self, PyObject *args)
     return res;
 }
 
+/* use_avx512(flag=None) -> bool: whether the AVX-512 loops run (they do where the CPU has
+ * AVX-512F); flag False makes the portable loops run instead -- for tests of those loops on
+ * an AVX-512 machine -- and True goes back (where supported). */
+static PyObject *fastvec_use_avx512(PyObject *self, PyObject *args)
+{
+    PyObject *flag = Py_None;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "|O", &flag))
+        return NULL;
+#ifdef NP_AVX512
+    int supported = __builtin_cpu_supports("avx512f") ? 1 : 0;
+    if (flag != Py_None) {
+        int want = PyObject_IsTrue(flag);
+        if (want < 0)
+            return NULL;
+        have_avx512 = want && supported;
+    } else if (have_avx512 < 0) {
+        have_avx512 = supported;
+    }
+    return PyBool_FromLong(have_avx512);
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"stats", fastvec_stats, METH_VARARGS,
      "stats(buffer, threads=1, shift=0.0) -> (min, max, sum, sum_sq, abs_sum, zeros) of a "
@@ -887,6 +917,9 @@ static PyMethodDef methods[] = {
     {"stats_relu", fastvec_stats_relu, METH_VARARGS,
      "stats_relu(buffer, threads=1) -> stats() of a float32 buffer, then the sum and sum of "
      "squares of max(x, 0) and the count of x < 0, in the same pass."},
+    {"use_avx512", fastvec_use_avx512, METH_VARARGS,
+     "use_avx512(flag=None) -> bool: whether the AVX-512 loops run; False selects the "
+     "portable loops (tests), True goes back where the CPU supports it."},
     {"bind_openmp", fastvec_bind_openmp, METH_VARARGS,
      "bind_openmp(prefer='') -> path or None: run threads >= 2 on the loaded OpenMP runtime "
      "(the one whose path contains prefer, else any); None when none is loaded."},
