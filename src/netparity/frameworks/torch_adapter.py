@@ -128,7 +128,17 @@ def kernel_threads() -> int:
 
 
 _HOST_READY = (torch.float32, torch.float64)  # dtypes the kernel reads in place
+_FLOAT32 = (torch.float32,)  # the fused kernels (sums, ReLU) read float32 only
 _STRIDED = torch.strided
+
+
+def _kernel_view(x: torch.Tensor, dtypes: tuple[torch.dtype, ...]) -> np.ndarray | None:
+    """A zero-copy NumPy view of ``x`` (detached) when the kernel can read it as it is: a
+    non-empty, C-contiguous, dense CPU tensor of one of ``dtypes``, not lazily negated."""
+    if (x.dtype in dtypes and x.is_cpu and x.layout == _STRIDED and x.numel()
+            and x.is_contiguous() and not x.is_neg()):
+        return x.numpy()
+    return None
 
 
 def _fast_cpu_vec(t: torch.Tensor) -> torch.Tensor | list[float]:
@@ -208,13 +218,12 @@ class TorchAdapter(FrameworkAdapter):
         idx: list[int] = []
         arrays: list[np.ndarray] = []
         for i, t in enumerate(ts):
-            x = t.detach()
-            if (x.dtype in _HOST_READY and x.is_cpu and x.layout == _STRIDED and x.numel()
-                    and x.is_contiguous() and not x.is_neg()):
-                idx.append(i)
-                arrays.append(x.numpy())
-            else:
+            a = _kernel_view(t.detach(), _HOST_READY)
+            if a is None:
                 out[i] = self.stats_handle(t)
+            else:
+                idx.append(i)
+                arrays.append(a)
         if arrays:
             for i, vec in zip(idx, finite_vecs(arrays, kernel_threads())):
                 out[i] = _exact_vec(ts[i].detach()) if vec is None else vec
@@ -225,10 +234,10 @@ class TorchAdapter(FrameworkAdapter):
         contiguous CPU float32 tensor (:func:`netparity.hoststats.finite_vec_relu`), else
         ``None``: the statistics of an in-place ReLU's output, read before the ReLU runs."""
         x = t.detach()
-        if (x.dtype != torch.float32 or not x.is_cpu or x.layout != _STRIDED or not x.numel()
-                or not x.is_contiguous() or x.is_neg()):
+        a = _kernel_view(x, _FLOAT32)
+        if a is None:
             return self.stats_handle(t), None
-        vec, relu = finite_vec_relu(x.numpy(), kernel_threads())
+        vec, relu = finite_vec_relu(a, kernel_threads())
         return (_exact_vec(x) if vec is None else vec), relu
 
     def stats_handle_sum(self, ts: list[torch.Tensor]) -> list[float] | None:
@@ -240,13 +249,13 @@ class TorchAdapter(FrameworkAdapter):
         if not 2 <= len(ts) <= 8:
             return None
         shape = ts[0].shape
+        arrays = []
         for t in ts:
-            if (t.dtype != torch.float32 or not t.is_cpu or t.shape != shape
-                    or t.layout != _STRIDED or not t.is_contiguous() or t.is_neg()):
+            a = _kernel_view(t.detach(), _FLOAT32) if t.shape == shape else None
+            if a is None:
                 return None
-        if ts[0].numel() == 0:
-            return None
-        return finite_vec_sum([t.detach().numpy() for t in ts], kernel_threads())
+            arrays.append(a)
+        return finite_vec_sum(arrays, kernel_threads())
 
     def resolve_stats(self, handles: list[Any]) -> list[dict[str, Any]]:
         """Fetch a batch of handles: one stack and one host transfer per device (usually one)."""

@@ -221,9 +221,9 @@ class TorchCapture(CaptureSession):
         # statistics reuse: memory key -> (weakref of the tensor, its version, statistics
         # handle, snapshot, handle of max(t, 0) or None, the record that computed them)
         self._seen: dict[Any, tuple[Any, int, Any, Any, Any, Record]] = {}
-        # module path -> {(forward call, output arg)} whose output feeds an in-place ReLU
-        # (learned; kept across steps)
-        self._relu_feeds: dict[str, set[tuple[int, str]]] = {}
+        # (module path, forward call) -> output args that feed an in-place ReLU (learned; kept
+        # across steps)
+        self._relu_feeds: dict[tuple[str, int], set[str]] = {}
         # summed input gradients: ids of the parts -> ([(weakref, version)], statistics)
         self._sums: dict[tuple[int, ...], tuple[list[tuple[Any, int]], Any]] = {}
         self._outside_fwd = 0
@@ -516,9 +516,8 @@ class TorchCapture(CaptureSession):
         if (not info.recompute and p.modules and p.wants_direction("forward")
                 and p.wants_name(path, info.op)
                 and (info.relu is None or not self._relu_output(info, out))):
-            feeds = self._relu_feeds.get(path) if self._relu_feeds else None
             self._record_module(info, out, "output", "",
-                                {a for c, a in feeds if c == info.fwd_call} if feeds else ())
+                                self._relu_feeds.get((path, info.fwd_call), ()))
         if not p.wants_direction("backward"):
             return
         fresh = path not in self._hooked
@@ -550,12 +549,7 @@ class TorchCapture(CaptureSession):
         if not tensors:
             return None
 
-        def make(arg: str) -> Record:
-            return Record(kind="module", op=info.op, native=info.native, module=info.path,
-                          call=info.fwd_call, direction="forward", role=role, arg=arg,
-                          event=info.event, source=info.source)
-
-        return self._emit_all(make, tensors, relu)
+        return self._emit_all(lambda arg: _fwd_record(info, role, arg), tensors, relu)
 
     def _relu_input(self, info: _Call, t: torch.Tensor) -> None:
         """Record the input of an exact ``nn.ReLU(inplace=True)`` and keep the statistics of
@@ -571,7 +565,7 @@ class TorchCapture(CaptureSession):
         prod = entry[5]
         if (prod.kind == "module" and prod.direction == "forward" and prod.role == "output"
                 and prod.module != info.path):
-            self._relu_feeds.setdefault(prod.module, set()).add((prod.call, prod.arg))
+            self._relu_feeds.setdefault((prod.module, prod.call), set()).add(prod.arg)
 
     def _relu_output(self, info: _Call, out: Any) -> bool:
         """Record an in-place ReLU's output from the statistics read with its input; ``False``
@@ -580,9 +574,7 @@ class TorchCapture(CaptureSession):
         info.relu = None
         if out is not t or self.writer is None or out._version != ver + 1:
             return False
-        rec = Record(kind="module", op=info.op, native=info.native, module=info.path,
-                     call=info.fwd_call, direction="forward", role="output", arg="",
-                     event=info.event, source=info.source)
+        rec = _fwd_record(info, "output", "")
         self._seen[_reuse_key(out)] = (weakref.ref(out), ver + 1, rh, None, None, rec)
         self._queue(rec, out, rh)
         return True
@@ -941,16 +933,16 @@ class TorchCapture(CaptureSession):
         tensors = [g for _, g in items_g] + [t for _, t in items_p]
         if self.writer is None or not tensors:
             return
-        if pol.tensors or pol.hashes:
-            for rec, t in zip(recs, tensors):
-                self._emit_all(lambda a, r=rec: r, [("", t)])  # type: ignore[misc]
-            return
-        # statistics only: the whole model's parameters (hundreds of mostly small tensors) in
-        # one kernel call, not one call (and one Python round trip) each
         busy = self._busy
         self._busy = True
         try:
             with torch._C._DisableTorchDispatch():
+                if pol.tensors or pol.hashes:
+                    for rec, t in zip(recs, tensors):
+                        self._emit_t(rec, t)
+                    return
+                # statistics only: the whole model's parameters (hundreds of mostly small
+                # tensors) in one kernel call, not one call (and one Python round trip) each
                 handles = self.adapter_t.stats_handles(tensors)
                 for rec, t, h in zip(recs, tensors, handles):
                     self._queue(rec, t, h)
@@ -1045,6 +1037,13 @@ def _reuse_key(t: torch.Tensor) -> Any:
         return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
     except (RuntimeError, NotImplementedError):  # no plain storage (sparse, functional...)
         return id(t)
+
+
+def _fwd_record(info: _Call, role: str, arg: str) -> Record:
+    """A module forward record of ``info``'s call."""
+    return Record(kind="module", op=info.op, native=info.native, module=info.path,
+                  call=info.fwd_call, direction="forward", role=role, arg=arg,
+                  event=info.event, source=info.source)
 
 
 def _bwd_record(info: _Call, role: str, arg: str, extra: dict[str, Any] | None) -> Record:
