@@ -98,6 +98,26 @@ def test_finite_vec_sum_is_the_statistics_of_the_sum(threads: int, kernel_loops:
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
+def test_finite_vec_sum_last_also_describes_the_last_summand(threads: int,
+                                                             kernel_loops: str) -> None:
+    """One pass over the summands gives the sum's statistics and the last summand's own, bit
+    for bit what finite_vec_sum and finite_vec give (same parts, lanes and order)."""
+    n = 3 * (1 << 16) + 12_345  # several parts plus a scalar tail
+    a, b, c = (RNG.standard_normal(n).astype(np.float32) for _ in range(3))
+    c[::5] = 0.0
+    for parts in ([a, b], [a, b, c], [a, c + 40.0], [a[:77], c[:77]], [b - 40.0, a]):
+        assert hoststats.finite_vec_sum_last(parts, threads) == (
+            hoststats.finite_vec_sum(parts, threads), hoststats.finite_vec(parts[-1], threads))
+    bad = a.copy()
+    bad[5] = np.inf
+    assert hoststats.finite_vec_sum_last([b, bad], threads) == (None, None)
+    assert hoststats.finite_vec_sum_last([bad, b], threads) == (
+        None, hoststats.finite_vec(b, threads))
+    assert len(hoststats._kernel.stats_sum([a, b], threads, 0.0, True)) == 12
+    assert len(hoststats._kernel.stats_sum([a, b], threads, 0.0, False)) == 6
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
 def test_finite_vec_relu_also_gives_the_statistics_of_the_relu(threads: int,
                                                                kernel_loops: str) -> None:
     """One pass over x gives finite_vec(x) and finite_vec(max(x, 0)) -- the second bit for bit
@@ -149,3 +169,4 @@ def test_finite_vec_sum_declines_without_the_kernel(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(hoststats, "_kernel", None)
     a = np.ones(10, np.float32)
     assert hoststats.finite_vec_sum([a, a]) is None  # the caller adds the arrays itself
+    assert hoststats.finite_vec_sum_last([a, a]) == (None, None)

@@ -79,6 +79,9 @@ typedef struct {
     int relu;            /* float32 only: also the sums below */
     double psum, psumsq; /* sum and sum of squares of max(x, 0) */
     Py_ssize_t nneg;     /* elements below zero */
+    int last;            /* summed buffers only: also the totals of the last one alone */
+    double lmn, lmx, lsum, lsumsq, labssum;
+    Py_ssize_t lzeros;
 } part_t;
 
 static inline void set_totals(part_t *p, double mn, double mx, double sum, double sumsq,
@@ -171,11 +174,29 @@ static void finish_f32(part_t *p, const float *mm, int lanes, float first, total
     p->nneg = t->nneg;
 }
 
+/* the end of the last summed buffer's own pass (see f32_body's `last`): the same reduction
+ * and tail as a plain pass over that buffer, stored in p's l* fields */
+static void finish_last(part_t *p, const float *mm, int lanes, totals_t *t, Py_ssize_t i)
+{
+    part_t q;
+    memset(&q, 0, sizeof q);
+    q.data = p->more[p->nmore - 1];
+    q.n = p->n;
+    finish_f32(&q, mm, lanes, ((const float *)q.data)[0], t, i, 0, 0);
+    p->lmn = q.mn;
+    p->lmx = q.mx;
+    p->lsum = q.sum;
+    p->lsumsq = q.sumsq;
+    p->labssum = q.abssum;
+    p->lzeros = q.zeros;
+}
+
 /* float32 statistics of data (+ more[0..nmore-1]), with the ReLU sums when `relu`; always
  * inlined into the entry points below, so each is compiled for constant nmore/relu and the
  * plain one keeps its tight loop */
 static inline __attribute__((always_inline)) void f32_body(part_t *p, const int nmore,
-                                                          const int relu, const int shifted)
+                                                          const int relu, const int shifted,
+                                                          const int last)
 {
     const float *x = (const float *)p->data;
     const float *const *more = p->more;
@@ -189,15 +210,21 @@ static inline __attribute__((always_inline)) void f32_body(part_t *p, const int 
     for (int m = 0; m < nmore; m++)
         x0 += more[m][0];
     vf mn0 = (vf){0} + (x0 - shift), mx0 = mn0, mn1 = mn0, mx1 = mn0;
+    /* `last`: the last summed buffer's own statistics in the same lanes and order as a plain
+     * pass over it (min/max in one register each: they do not depend on the order) */
+    totals_t ltot = {0};
+    const float *lx = last ? more[nmore - 1] : x;
+    vf lmn = (vf){0} + lx[0], lmx = lmn;
     for (; i + SUPER <= n; i += SUPER) {
         /* float32 partial sums: BLOCK / (2 * VW) additions per lane within a block, then
          * SUPER / BLOCK additions of block sums, then the lanes go into float64 totals */
-        vf S = {0}, Q = {0}, A = {0}, PS = {0}, PQ = {0};
-        vi Z = {0}, NN = {0};
+        vf S = {0}, Q = {0}, A = {0}, PS = {0}, PQ = {0}, LS = {0}, LQ = {0}, LA = {0};
+        vi Z = {0}, NN = {0}, LZ = {0};
         for (int blk = 0; blk < SUPER; blk += BLOCK) {
             /* two independent accumulator sets hide the add latency */
             vf s0 = {0}, s1 = {0}, q0 = {0}, q1 = {0}, a0 = {0}, a1 = {0};
             vf p0 = {0}, p1 = {0}, pq0 = {0}, pq1 = {0};
+            vf ls0 = {0}, ls1 = {0}, lq0 = {0}, lq1 = {0}, la0 = {0}, la1 = {0};
             const float *b = x + i + blk;
             for (int k = 0; k < BLOCK; k += 2 * VW) {
                 vf v0, v1;
@@ -227,6 +254,23 @@ static inline __attribute__((always_inline)) void f32_body(part_t *p, const int 
                 mn1 = SELECT_VF(v1 < mn1, v1, mn1);
                 mx0 = SELECT_VF(v0 > mx0, v0, mx0);
                 mx1 = SELECT_VF(v1 > mx1, v1, mx1);
+                if (last) { /* (reloaded: the loads above were just made, from L1) */
+                    vf w0, w1;
+                    LOAD_VF(w0, lx + i + blk + k);
+                    LOAD_VF(w1, lx + i + blk + k + VW);
+                    ls0 += w0;
+                    ls1 += w1;
+                    lq0 += w0 * w0;
+                    lq1 += w1 * w1;
+                    la0 += (vf)((vi)w0 & absmask);
+                    la1 += (vf)((vi)w1 & absmask);
+                    LZ -= (w0 == 0.0f);
+                    LZ -= (w1 == 0.0f);
+                    lmn = SELECT_VF(w0 < lmn, w0, lmn);
+                    lmn = SELECT_VF(w1 < lmn, w1, lmn);
+                    lmx = SELECT_VF(w0 > lmx, w0, lmx);
+                    lmx = SELECT_VF(w1 > lmx, w1, lmx);
+                }
                 if (relu) {
                     vf r0 = (vf)((vi)v0 & (v0 > 0.0f)), r1 = (vf)((vi)v1 & (v1 > 0.0f));
                     p0 += r0;
@@ -244,37 +288,55 @@ static inline __attribute__((always_inline)) void f32_body(part_t *p, const int 
                 PS += p0 + p1;
                 PQ += pq0 + pq1;
             }
+            if (last) {
+                LS += ls0 + ls1;
+                LQ += lq0 + lq1;
+                LA += la0 + la1;
+            }
         }
         flush_lanes(&tot, (const float *)&S, (const float *)&Q, (const float *)&A,
                     (const int *)&Z, (const float *)&PS, (const float *)&PQ, (const int *)&NN,
                     relu, VW);
+        if (last)
+            flush_lanes(&ltot, (const float *)&LS, (const float *)&LQ, (const float *)&LA,
+                        (const int *)&LZ, NULL, NULL, NULL, 0, VW);
     }
     vf mm[4] = {mn0, mn1, mx0, mx1};
     finish_f32(p, (const float *)mm, VW, x0 - shift, &tot, i, nmore, relu);
+    if (last) {
+        vf lmm[4] = {lmn, lmn, lmx, lmx};
+        finish_last(p, (const float *)lmm, VW, &ltot, i);
+    }
 }
 
 NP_CLONES
 static void stats_f32(part_t *p)
 {
-    f32_body(p, 0, 0, 0);
+    f32_body(p, 0, 0, 0, 0);
 }
 
 NP_CLONES
 static void stats_f32_shifted(part_t *p)
 {
-    f32_body(p, 0, 0, 1);
+    f32_body(p, 0, 0, 1, 0);
 }
 
 NP_CLONES
 static void stats_f32_relu(part_t *p)
 {
-    f32_body(p, 0, 1, 0);
+    f32_body(p, 0, 1, 0, 0);
 }
 
 NP_CLONES
 static void stats_f32_sum(part_t *p)
 {
-    f32_body(p, p->nmore, 0, 1);
+    f32_body(p, p->nmore, 0, 1, 0);
+}
+
+NP_CLONES
+static void stats_f32_sum_last(part_t *p)
+{
+    f32_body(p, p->nmore, 0, 1, 1);
 }
 
 #ifdef NP_AVX512
@@ -285,7 +347,7 @@ static void stats_f32_sum(part_t *p)
  * arrays far larger than the caches (measured: benchmarks/stats_kernel.py), so this is what
  * makes it faster.  Same lanes, same order, same fused multiply-add: the same numbers. */
 static inline __attribute__((always_inline, target("avx512f"))) void
-f32_body_512(part_t *p, const int nmore, const int relu, const int shifted)
+f32_body_512(part_t *p, const int nmore, const int relu, const int shifted, const int last)
 {
     const float *x = (const float *)p->data;
     const float *const *more = p->more;
@@ -299,12 +361,18 @@ f32_body_512(part_t *p, const int nmore, const int relu, const int shifted)
     for (int m = 0; m < nmore; m++)
         x0 += more[m][0];
     __m512 mn0 = _mm512_set1_ps(x0 - shift), mx0 = mn0, mn1 = mn0, mx1 = mn0;
+    totals_t ltot = {0};
+    const float *lx = last ? more[nmore - 1] : x;
+    __m512 lmn = _mm512_set1_ps(lx[0]), lmx = lmn;
     for (; i + SUPER <= n; i += SUPER) {
-        __m512 S = zero, Q = zero, A = zero, PS = zero, PQ = zero;
-        __m512i Z = _mm512_setzero_si512(), NN = _mm512_setzero_si512();
+        __m512 S = zero, Q = zero, A = zero, PS = zero, PQ = zero, LS = zero, LQ = zero,
+               LA = zero;
+        __m512i Z = _mm512_setzero_si512(), NN = _mm512_setzero_si512(),
+                LZ = _mm512_setzero_si512();
         for (int blk = 0; blk < SUPER; blk += BLOCK) {
             __m512 s0 = zero, s1 = zero, q0 = zero, q1 = zero, a0 = zero, a1 = zero;
             __m512 p0 = zero, p1 = zero, pq0 = zero, pq1 = zero;
+            __m512 ls0 = zero, ls1 = zero, lq0 = zero, lq1 = zero, la0 = zero, la1 = zero;
             const float *b = x + i + blk;
             for (int k = 0; k < BLOCK; k += 2 * W512) {
                 __m512 v0 = _mm512_loadu_ps(b + k), v1 = _mm512_loadu_ps(b + k + W512);
@@ -329,6 +397,24 @@ f32_body_512(part_t *p, const int nmore, const int relu, const int shifted)
                 mn1 = _mm512_min_ps(v1, mn1);
                 mx0 = _mm512_max_ps(v0, mx0);
                 mx1 = _mm512_max_ps(v1, mx1);
+                if (last) {
+                    const float *o = lx + i + blk + k;
+                    __m512 w0 = _mm512_loadu_ps(o), w1 = _mm512_loadu_ps(o + W512);
+                    ls0 = _mm512_add_ps(ls0, w0);
+                    ls1 = _mm512_add_ps(ls1, w1);
+                    lq0 = _mm512_fmadd_ps(w0, w0, lq0);
+                    lq1 = _mm512_fmadd_ps(w1, w1, lq1);
+                    la0 = _mm512_add_ps(la0, _mm512_abs_ps(w0));
+                    la1 = _mm512_add_ps(la1, _mm512_abs_ps(w1));
+                    LZ = _mm512_mask_add_epi32(LZ, _mm512_cmp_ps_mask(w0, zero, _CMP_EQ_OQ), LZ,
+                                               one);
+                    LZ = _mm512_mask_add_epi32(LZ, _mm512_cmp_ps_mask(w1, zero, _CMP_EQ_OQ), LZ,
+                                               one);
+                    lmn = _mm512_min_ps(w0, lmn);
+                    lmn = _mm512_min_ps(w1, lmn);
+                    lmx = _mm512_max_ps(w0, lmx);
+                    lmx = _mm512_max_ps(w1, lmx);
+                }
                 if (relu) {
                     /* max(x, 0) as (x > 0 ? x : +0), like the portable loop */
                     __m512 r0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v0, zero, _CMP_GT_OQ), v0);
@@ -350,6 +436,11 @@ f32_body_512(part_t *p, const int nmore, const int relu, const int shifted)
                 PS = _mm512_add_ps(PS, _mm512_add_ps(p0, p1));
                 PQ = _mm512_add_ps(PQ, _mm512_add_ps(pq0, pq1));
             }
+            if (last) {
+                LS = _mm512_add_ps(LS, _mm512_add_ps(ls0, ls1));
+                LQ = _mm512_add_ps(LQ, _mm512_add_ps(lq0, lq1));
+                LA = _mm512_add_ps(LA, _mm512_add_ps(la0, la1));
+            }
         }
         float fs[W512], fq[W512], fa[W512], fps[W512], fpq[W512];
         int iz[W512], inn[W512];
@@ -363,6 +454,13 @@ f32_body_512(part_t *p, const int nmore, const int relu, const int shifted)
             _mm512_storeu_si512(inn, NN);
         }
         flush_lanes(&tot, fs, fq, fa, iz, fps, fpq, inn, relu, W512);
+        if (last) {
+            _mm512_storeu_ps(fs, LS);
+            _mm512_storeu_ps(fq, LQ);
+            _mm512_storeu_ps(fa, LA);
+            _mm512_storeu_si512(iz, LZ);
+            flush_lanes(&ltot, fs, fq, fa, iz, NULL, NULL, NULL, 0, W512);
+        }
     }
     float mm[4 * W512];
     _mm512_storeu_ps(mm, mn0);
@@ -370,26 +468,39 @@ f32_body_512(part_t *p, const int nmore, const int relu, const int shifted)
     _mm512_storeu_ps(mm + 2 * W512, mx0);
     _mm512_storeu_ps(mm + 3 * W512, mx1);
     finish_f32(p, mm, W512, x0 - shift, &tot, i, nmore, relu);
+    if (last) {
+        float lmm[4 * W512];
+        _mm512_storeu_ps(lmm, lmn);
+        _mm512_storeu_ps(lmm + W512, lmn);
+        _mm512_storeu_ps(lmm + 2 * W512, lmx);
+        _mm512_storeu_ps(lmm + 3 * W512, lmx);
+        finish_last(p, lmm, W512, &ltot, i);
+    }
 }
 
 __attribute__((target("avx512f"))) static void stats_f32_512(part_t *p)
 {
-    f32_body_512(p, 0, 0, 0);
+    f32_body_512(p, 0, 0, 0, 0);
 }
 
 __attribute__((target("avx512f"))) static void stats_f32_shifted_512(part_t *p)
 {
-    f32_body_512(p, 0, 0, 1);
+    f32_body_512(p, 0, 0, 1, 0);
 }
 
 __attribute__((target("avx512f"))) static void stats_f32_relu_512(part_t *p)
 {
-    f32_body_512(p, 0, 1, 0);
+    f32_body_512(p, 0, 1, 0, 0);
 }
 
 __attribute__((target("avx512f"))) static void stats_f32_sum_512(part_t *p)
 {
-    f32_body_512(p, p->nmore, 0, 1);
+    f32_body_512(p, p->nmore, 0, 1, 0);
+}
+
+__attribute__((target("avx512f"))) static void stats_f32_sum_last_512(part_t *p)
+{
+    f32_body_512(p, p->nmore, 0, 1, 1);
 }
 
 static int have_avx512 = -1;
@@ -437,11 +548,14 @@ static void stats_f64(part_t *p)
 }
 
 typedef void (*body_fn)(part_t *);
-/* the float32 loops by variant: summed buffers, ReLU sums, shifted, plain */
-static const body_fn f32_loops[4] = {stats_f32_sum, stats_f32_relu, stats_f32_shifted, stats_f32};
+/* the float32 loops by variant: summed buffers, ReLU sums, shifted, plain, summed buffers
+ * with the last one's own totals */
+static const body_fn f32_loops[5] = {stats_f32_sum, stats_f32_relu, stats_f32_shifted, stats_f32,
+                                     stats_f32_sum_last};
 #ifdef NP_AVX512
-static const body_fn f32_loops_512[4] = {stats_f32_sum_512, stats_f32_relu_512,
-                                         stats_f32_shifted_512, stats_f32_512};
+static const body_fn f32_loops_512[5] = {stats_f32_sum_512, stats_f32_relu_512,
+                                         stats_f32_shifted_512, stats_f32_512,
+                                         stats_f32_sum_last_512};
 #endif
 
 static void run_part(part_t *p)
@@ -457,7 +571,7 @@ static void run_part(part_t *p)
     if (have_avx512)
         loops = f32_loops_512;
 #endif
-    loops[p->nmore > 0 ? 0 : p->relu ? 1 : p->shift != 0.0 ? 2 : 3](p);
+    loops[p->nmore > 0 ? (p->last ? 4 : 0) : p->relu ? 1 : p->shift != 0.0 ? 2 : 3](p);
 }
 
 static void *thread_main(void *arg)
@@ -606,6 +720,12 @@ static part_t combine_parts(const part_t *parts, int nparts)
         r.psum += parts[k].psum;
         r.psumsq += parts[k].psumsq;
         r.nneg += parts[k].nneg;
+        r.lmn = parts[k].lmn < r.lmn ? parts[k].lmn : r.lmn;
+        r.lmx = parts[k].lmx > r.lmx ? parts[k].lmx : r.lmx;
+        r.lsum += parts[k].lsum;
+        r.lsumsq += parts[k].lsumsq;
+        r.labssum += parts[k].labssum;
+        r.lzeros += parts[k].lzeros;
     }
     return r;
 }
@@ -613,12 +733,14 @@ static part_t combine_parts(const part_t *parts, int nparts)
 /* the statistics of n elements of buf (+ more[0..nmore-1], float32) - shift, split into up to
  * `threads` parts; runs without the GIL */
 static part_t run_stats(const void *buf, const float *const *more, int nmore, Py_ssize_t n,
-                        int is_double, int threads, double shift, int relu)
+                        int is_double, int threads, double shift, int relu, int last)
 {
     gomp_parallel_fn par = bound_team();
     part_t parts[MAX_PARTS];
     int nparts = plan_parts(parts, buf, more, nmore, n, is_double, threads, shift, relu,
                             par != NULL);
+    for (int k = 0; k < nparts; k++)
+        parts[k].last = last && nmore > 0;
     Py_BEGIN_ALLOW_THREADS
     if (nparts == 1) {
         run_part(&parts[0]);
@@ -709,7 +831,7 @@ static PyObject *fastvec_stats(PyObject *self, PyObject *args)
         PyBuffer_Release(&view);
         return NULL;
     }
-    part_t r = run_stats(view.buf, NULL, 0, n, is_double, threads, shift, 0);
+    part_t r = run_stats(view.buf, NULL, 0, n, is_double, threads, shift, 0, 0);
     PyBuffer_Release(&view);
     return totals_tuple(&r);
 }
@@ -738,7 +860,7 @@ static PyObject *fastvec_stats_relu(PyObject *self, PyObject *args)
         PyBuffer_Release(&view);
         return NULL;
     }
-    part_t r = run_stats(view.buf, NULL, 0, n, 0, threads, 0.0, 1);
+    part_t r = run_stats(view.buf, NULL, 0, n, 0, threads, 0.0, 1, 0);
     PyBuffer_Release(&view);
     return Py_BuildValue("dddddnddn", r.mn, r.mx, r.sum, r.sumsq, r.abssum, r.zeros, r.psum,
                          r.psumsq, r.nneg);
@@ -816,16 +938,19 @@ done:
     return res;
 }
 
-/* stats_sum(buffers, threads, shift): stats() of buffers[0] + buffers[1] + ... added element
- * by element in float32, left to right (what torch computes for the same sum), without
- * materialising the sum.  2..MAX_SRC non-empty float32 buffers of one length. */
+/* stats_sum(buffers, threads, shift, last): stats() of buffers[0] + buffers[1] + ... added
+ * element by element in float32, left to right (what torch computes for the same sum), without
+ * materialising the sum.  2..MAX_SRC non-empty float32 buffers of one length.  With `last`
+ * true, 12 numbers: those, then stats(buffers[-1], threads) -- the same numbers as that call
+ * (same parts, lanes and order) -- from the same pass. */
 static PyObject *fastvec_stats_sum(PyObject *self, PyObject *args)
 {
     PyObject *seq_obj;
-    int threads = 1;
+    int threads = 1, last = 0;
     double shift = 0.0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O|id", &seq_obj, &threads, &shift) || check_threads(threads) < 0)
+    if (!PyArg_ParseTuple(args, "O|idp", &seq_obj, &threads, &shift, &last)
+        || check_threads(threads) < 0)
         return NULL;
     PyObject *seq = PySequence_Fast(seq_obj, "fastvec.stats_sum: buffers must be a sequence");
     if (seq == NULL)
@@ -870,8 +995,10 @@ static PyObject *fastvec_stats_sum(PyObject *self, PyObject *args)
         const float *more[MAX_SRC - 1];
         for (Py_ssize_t m = 1; m < k; m++)
             more[m - 1] = (const float *)views[m].buf;
-        part_t r = run_stats(views[0].buf, more, (int)(k - 1), n, 0, threads, shift, 0);
-        res = totals_tuple(&r);
+        part_t r = run_stats(views[0].buf, more, (int)(k - 1), n, 0, threads, shift, 0, last);
+        res = last ? Py_BuildValue("dddddndddddn", r.mn, r.mx, r.sum, r.sumsq, r.abssum, r.zeros,
+                                   r.lmn, r.lmx, r.lsum, r.lsumsq, r.labssum, r.lzeros)
+                   : totals_tuple(&r);
     }
     for (Py_ssize_t m = 0; m < got; m++)
         PyBuffer_Release(&views[m]);
@@ -909,8 +1036,9 @@ static PyMethodDef methods[] = {
      "stats(buffer, threads=1, shift=0.0) -> (min, max, sum, sum_sq, abs_sum, zeros) of a "
      "float32/float64 buffer minus shift, in one pass; NaN is ignored by min/max but makes the sums non-finite."},
     {"stats_sum", fastvec_stats_sum, METH_VARARGS,
-     "stats_sum(buffers, threads=1, shift=0.0) -> stats() of the element-wise float32 sum "
-     "of 2..8 equal-length float32 buffers (left to right), without materialising it."},
+     "stats_sum(buffers, threads=1, shift=0.0, last=False) -> stats() of the element-wise "
+     "float32 sum of 2..8 equal-length float32 buffers (left to right), without materialising "
+     "it; with last, followed by stats(buffers[-1], threads) from the same pass."},
     {"stats_many", fastvec_stats_many, METH_VARARGS,
      "stats_many(buffers, threads=1) -> [stats(b, threads) for b in buffers] in one call, "
      "every buffer's parts in one parallel region."},

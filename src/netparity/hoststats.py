@@ -36,8 +36,9 @@ from netparity.dtypes import FP16_MAX, decode
 from netparity.stats import compute_stats, empty_stats
 from netparity.trace.schema import STAT_FIELDS
 
-__all__ = ["KERNEL_THREADS", "finite_vec", "finite_vec_relu", "finite_vec_sum", "finite_vecs",
-           "host_stats", "share_openmp_pool", "vec_to_stats"]
+__all__ = ["KERNEL_THREADS", "finite_vec", "finite_vec_relu", "finite_vec_sum",
+           "finite_vec_sum_last", "finite_vecs", "host_stats", "share_openmp_pool",
+           "vec_to_stats"]
 
 _kernel: ModuleType | None
 try:  # the optional one-pass C kernel (setup.py builds it; absent without a C compiler)
@@ -111,6 +112,23 @@ def finite_vec_sum(arrays: list[np.ndarray], threads: int = KERNEL_THREADS) -> l
     kernel = _kernel
     return _vec(kernel.stats_sum(arrays, threads, 0.0),
                 lambda shift: kernel.stats_sum(arrays, threads, shift), arrays[0].size, np.float32)
+
+
+def finite_vec_sum_last(arrays: list[np.ndarray], threads: int = KERNEL_THREADS
+                        ) -> tuple[list[float] | None, list[float] | None]:
+    """``(finite_vec_sum(arrays), finite_vec(arrays[-1]))`` -- the same numbers as those calls
+    -- from one pass over the inputs (the last summand is read anyway for the sum). ``(None,
+    None)`` without the C kernel."""
+    if _kernel is None:
+        return None, None
+    kernel = _kernel
+    totals = kernel.stats_sum(arrays, threads, 0.0, True)
+    n = arrays[0].size
+    last = arrays[-1]
+    vec = _vec(totals[:6], lambda shift: kernel.stats_sum(arrays, threads, shift), n,
+               np.float32)
+    return vec, _vec(totals[6:], lambda shift: kernel.stats(last, threads, shift), n,
+                     np.float32)
 
 
 def finite_vec_relu(a: np.ndarray, threads: int = KERNEL_THREADS

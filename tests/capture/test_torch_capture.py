@@ -427,14 +427,20 @@ def test_summed_input_gradient_statistics_without_materialising(tmp_path, monkey
         lambda mod, gi, go: seen.__setitem__("gi", gi[0].detach().clone()))
     ref(x0).square().sum().backward()
     fused = []
-    orig = TorchAdapter.stats_handle_sum
+    orig, orig_last = TorchAdapter.stats_handle_sum, TorchAdapter.stats_handle_sum_last
 
     def spy(self, ts):  # type: ignore[no-untyped-def]
         out = orig(self, ts)
         fused.append(out is not None)
         return out
 
+    def spy_last(self, ts):  # type: ignore[no-untyped-def]
+        out = orig_last(self, ts)
+        fused.append(out[0] is not None)
+        return out
+
     monkeypatch.setattr(TorchAdapter, "stats_handle_sum", spy)
+    monkeypatch.setattr(TorchAdapter, "stats_handle_sum_last", spy_last)
     for payload in ("stats", "tensors"):
         with capture(net, tmp_path / payload, payload=payload) as cap:
             net(x0).square().sum().backward()
@@ -563,6 +569,49 @@ def test_total_gradient_reuses_the_summed_contributions(tmp_path, monkeypatch, f
     else:
         assert total.stats == block_in.stats
         assert not _was_read(seen_total[0], read)
+
+
+def test_last_contribution_and_the_sum_share_one_pass(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The block's conv gradient w.r.t. the block input is both the conv's own input gradient
+    and the last contribution to the block's summed input gradient: one pass describes both,
+    with the numbers a separate read gives (the tensors run reads every tensor)."""
+    torch.manual_seed(0)
+    m = _StemAndBlock(foreign=False)
+    x = torch.randn(4, 3, 32, 32)  # 65536 elements per gradient: split between threads
+    read: list[tuple[weakref.ref, int]] = []
+    orig = TorchAdapter.stats_handle
+
+    def spy(self, t):  # type: ignore[no-untyped-def]
+        read.append((weakref.ref(t), t._version))
+        return orig(self, t)
+
+    conv_in_read: list[bool] = []
+
+    def on_conv_out(mod, args, out):  # type: ignore[no-untyped-def]
+        # a node hook after capture's conv hook: was the gradient the conv's input edge
+        # carries read by then? (it dies in the block input's total gradient right after)
+        out.grad_fn.register_hook(lambda gi, go: conv_in_read.append(_was_read(gi[0], read)))
+
+    monkeypatch.setattr(TorchAdapter, "stats_handle", spy)
+    for payload in ("stats", "tensors"):
+        with capture(m, tmp_path / payload, payload=payload) as cap:
+            h = m.block.conv.register_forward_hook(on_conv_out)
+            read.clear()
+            conv_in_read.clear()
+            m(x).backward()
+            h.remove()
+            assert conv_in_read == [payload == "tensors" or hoststats._kernel is None]
+            cap.step()
+
+    def grads(payload: str) -> dict[str, dict]:  # type: ignore[type-arg]
+        tr = open_trace(tmp_path / payload)
+        return {r.module: r.stats for r in tr.records(kind="module", direction="backward",
+                                                     role="output")}
+
+    stats, full = grads("stats"), grads("tensors")
+    assert stats["block.conv"] == full["block.conv"]
+    for k in ("min", "max", "mean", "std", "norm", "abs_sum"):
+        assert math.isclose(stats["block"][k], full["block"][k], rel_tol=1e-5, abs_tol=1e-9), k
 
 
 class _ReluNet(torch.nn.Module):

@@ -86,6 +86,22 @@ def test_stats_handles_equal_one_handle_per_tensor(cpu_path: str) -> None:
         _check(g, w, name)
 
 
+def test_sum_with_its_last_summand_in_one_pass(cpu_path: str) -> None:
+    """stats_handle_sum_last: the handles stats_handle_sum and stats_handle give; (None, None)
+    for summands the kernel does not read in place."""
+    a = TorchAdapter()
+    torch.manual_seed(0)
+    x, y = torch.randn(3, 70_000), torch.randn(3, 70_000)
+    got = a.stats_handle_sum_last([x, y])
+    if hoststats._kernel is None:
+        assert got == (None, None)  # the caller adds the tensors itself
+        return
+    assert got == (a.stats_handle_sum([x, y]), a.stats_handle(y))
+    assert a.stats_handle_sum_last([x, y.t()]) == (None, None)  # not contiguous
+    assert a.stats_handle_sum_last([x, y[:2]]) == (None, None)  # another shape
+    assert a.stats_handle_sum_last([x.double(), y.double()]) == (None, None)
+
+
 @pytest.mark.parametrize("name", list(_cases()))
 def test_exact_device_path_matches_reference(name: str) -> None:
     """The path used on accelerators (float64, masked) gives the same numbers."""

@@ -45,6 +45,7 @@ from netparity.hoststats import (
     finite_vec,
     finite_vec_relu,
     finite_vec_sum,
+    finite_vec_sum_last,
     finite_vecs,
     vec_to_stats,
 )
@@ -139,6 +140,21 @@ def _kernel_view(x: torch.Tensor, dtypes: tuple[torch.dtype, ...]) -> np.ndarray
             and x.is_contiguous() and not x.is_neg()):
         return x.numpy()
     return None
+
+
+def _summand_views(ts: list[torch.Tensor]) -> list[np.ndarray] | None:
+    """Kernel views of 2 to 8 summands (contiguous CPU float32 tensors of one shape), else
+    ``None``."""
+    if not 2 <= len(ts) <= 8:
+        return None
+    shape = ts[0].shape
+    arrays = []
+    for t in ts:
+        a = _kernel_view(t.detach(), _FLOAT32) if t.shape == shape else None
+        if a is None:
+            return None
+        arrays.append(a)
+    return arrays
 
 
 def _fast_cpu_vec(t: torch.Tensor) -> torch.Tensor | list[float]:
@@ -246,16 +262,19 @@ class TorchAdapter(FrameworkAdapter):
         :meth:`stats_handle`'s, or ``None`` when that does not apply (not 2 to 8 contiguous
         CPU float32 tensors of one shape, no kernel, a non-finite or beyond-float16 sum) and
         the caller adds the tensors itself."""
-        if not 2 <= len(ts) <= 8:
-            return None
-        shape = ts[0].shape
-        arrays = []
-        for t in ts:
-            a = _kernel_view(t.detach(), _FLOAT32) if t.shape == shape else None
-            if a is None:
-                return None
-            arrays.append(a)
-        return finite_vec_sum(arrays, kernel_threads())
+        arrays = _summand_views(ts)
+        return None if arrays is None else finite_vec_sum(arrays, kernel_threads())
+
+    def stats_handle_sum_last(self, ts: list[torch.Tensor]
+                              ) -> tuple[list[float] | None, list[float] | None]:
+        """``(stats_handle_sum(ts), handle of ts[-1])`` from the one pass the sum needs (a
+        handle equal to :meth:`stats_handle`'s). Either is ``None`` where it does not apply:
+        both when the summands do not suit the kernel (see :meth:`stats_handle_sum`), one when
+        that sum or that summand needs the exact path (non-finite, beyond float16)."""
+        arrays = _summand_views(ts)
+        if arrays is None:
+            return None, None
+        return finite_vec_sum_last(arrays, kernel_threads())
 
     def resolve_stats(self, handles: list[Any]) -> list[dict[str, Any]]:
         """Fetch a batch of handles: one stack and one host transfer per device (usually one)."""

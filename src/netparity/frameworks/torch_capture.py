@@ -219,13 +219,16 @@ class TorchCapture(CaptureSession):
         self._hooked: set[str] = set()  # paths whose backward hooks exist this step
         self._claimed: dict[Any, _Call] = {}
         # statistics reuse: memory key -> (weakref of the tensor, its version, statistics
-        # handle, snapshot, handle of max(t, 0) or None, the record that computed them)
-        self._seen: dict[Any, tuple[Any, int, Any, Any, Any, Record]] = {}
+        # handle, snapshot, handle of max(t, 0) or None, the record that computed them or None)
+        self._seen: dict[Any, tuple[Any, int, Any, Any, Any, Record | None]] = {}
         # (module path, forward call) -> output args that feed an in-place ReLU (learned; kept
         # across steps)
         self._relu_feeds: dict[tuple[str, int], set[str]] = {}
         # summed input gradients: ids of the parts -> ([(weakref, version)], statistics)
         self._sums: dict[tuple[int, ...], tuple[list[tuple[Any, int]], Any]] = {}
+        # id of an autograd node -> the (module call, [(gradient index, input arg)]) of each
+        # module-input hook on it, in hook order; taken by the node's first hook to run
+        self._node_edges: dict[int, list[tuple[_Call, list[tuple[int, str]]]]] = {}
         self._outside_fwd = 0
         self._outside_bwd = 0
         self._in_update = 0
@@ -336,6 +339,7 @@ class TorchCapture(CaptureSession):
         self._hooked.clear()
         self._seen.clear()
         self._sums.clear()
+        self._node_edges.clear()
 
     def close(self) -> None:
         """Uninstall, write everything pending and close the trace. Safe to call twice."""
@@ -563,7 +567,7 @@ class TorchCapture(CaptureSession):
             info.relu = (entry[4], t, entry[1])
             return
         prod = entry[5]
-        if (prod.kind == "module" and prod.direction == "forward" and prod.role == "output"
+        if (prod is not None and prod.kind == "module" and prod.direction == "forward" and prod.role == "output"
                 and prod.module != info.path):
             self._relu_feeds.setdefault((prod.module, prod.call), set()).add(prod.arg)
 
@@ -645,10 +649,16 @@ class TorchCapture(CaptureSession):
                 elif nxt not in stop:
                     todo.append(nxt)
         for node, lst in edges.items():
-            hooks.append(node.register_hook(functools.partial(self._in_grad_node, info, lst)))
+            key = id(node)
+            self._node_edges.setdefault(key, []).append((info, lst))
+            hooks.append(node.register_hook(
+                functools.partial(self._in_grad_node, info, lst, key)))
 
-    def _in_grad_node(self, info: _Call, lst: list[tuple[int, str]], grad_inputs: Any,
-                      grad_outputs: Any) -> None:
+    def _in_grad_node(self, info: _Call, lst: list[tuple[int, str]], key: int,
+                      grad_inputs: Any, grad_outputs: Any) -> None:
+        entries = self._node_edges.pop(key, None)  # (the node's first hook to run)
+        if entries is not None and len(entries) > 1:
+            self._sum_with_last_part(entries, grad_inputs)
         for j, arg in lst:
             self._in_grad_part(info, arg, grad_inputs[j] if j < len(grad_inputs) else None)
         return None
@@ -675,6 +685,44 @@ class TorchCapture(CaptureSession):
         if slot[1] >= slot[0] and slot[2]:
             parts, slot[2] = slot[2], []
             self._record_grad_sum(info, arg, parts)
+
+    def _sum_with_last_part(self, entries: list[tuple[_Call, list[tuple[int, str]]]],
+                            grad_inputs: Any) -> None:
+        """One autograd node's gradient w.r.t. a tensor that is both an inner module's input
+        through one edge (a ResNet block's ``conv1``, recorded as it arrives) and the last
+        contribution to an outer module's summed input gradient (the block's): describe both
+        from one pass over the contributions, before the node's hooks record them in turn,
+        by leaving the results where those records look first (``_seen``, ``_sums``).
+
+        Every entry left is an exact description of tensors as they are now (the last part's
+        own statistics; the sum of exactly these parts at their versions), so an entry nobody
+        asks for costs only its pass."""
+        p = self.policy
+        if p.tensors or p.hashes or self.writer is None or not self._on or self._busy:
+            return
+        for info, lst in entries:
+            for j, arg in lst:
+                slot = info.in_acc.get(arg)
+                if (slot is None or slot[0] < 2 or slot[1] + 1 != slot[0]
+                        or len(slot[2]) != slot[0] - 1 or j >= len(grad_inputs)):
+                    continue
+                g = grad_inputs[j]
+                if g is None or any(t._version != v for t, v in slot[2]):
+                    continue
+                grads = [t for t, _ in slot[2]]
+                grads.append(g)
+                ids = tuple(id(t) for t in grads)
+                if ids in self._sums:  # (a container sharing the same parts)
+                    continue
+                with torch._C._DisableTorchDispatch():
+                    hsum, hlast = self.adapter_t.stats_handle_sum_last(grads)
+                if hsum is not None:
+                    if len(self._sums) > 64:
+                        self._sums.clear()
+                    self._sums[ids] = ([(weakref.ref(t), t._version) for t in grads], hsum)
+                if hlast is not None:
+                    self._seen[_reuse_key(g)] = (weakref.ref(g), g._version, hlast, None, None,
+                                                 None)
 
     def _record_grad_sum(self, info: _Call, arg: str,
                          parts: list[tuple[torch.Tensor, int]]) -> None:
