@@ -3,6 +3,7 @@ C kernel and through the NumPy fallback, for every dtype a host array can have."
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -95,6 +96,29 @@ def test_finite_vec_sum_is_the_statistics_of_the_sum(threads: int, kernel_loops:
         k.stats_sum([a, b.astype(np.float64)])
     with pytest.raises(ValueError):
         k.stats_sum([a] * 9)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_kernel_vec_is_the_python_vector_of_its_totals(threads: int, kernel_loops: str) -> None:
+    """finite_vec's one C call (kernel.vec) makes of the kernel's totals exactly what the
+    Python _vec makes of them: values, signs of zero, int counts, the second pass when the
+    mean dominates, None for what needs masking."""
+    k = hoststats._kernel
+    x = RNG.standard_normal(3 * (1 << 16) + 12_345).astype(np.float32)
+    for a in (x, x[:77] + 1000.0, x.astype(np.float64) - 5e3, np.zeros(5, np.float32),
+              np.full(9, 3.0), np.array([np.nan], np.float32), np.array([7e4], np.float32),
+              np.array([np.inf, 1.0])):
+        got = k.vec(a, threads)
+        want = hoststats._vec(k.stats(a, threads, 0.0), functools.partial(k.stats, a, threads),
+                              a.size, a.dtype.type)
+        assert got == want
+        if want is not None:
+            assert [type(v) for v in got] == [type(v) for v in want]
+            assert [math.copysign(1.0, v) for v in got] == [math.copysign(1.0, v) for v in want]
+    with pytest.raises(ValueError):
+        k.vec(x[:0])
+    with pytest.raises(TypeError):
+        k.vec(x.astype(np.float16))
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])

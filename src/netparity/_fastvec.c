@@ -12,7 +12,11 @@
  * squares of the positive elements, the count of negative ones) in the same pass: the input
  * of an in-place ReLU describes its output too.  Those sums add the positive elements in the
  * lanes and order that a pass over max(x, 0) would, with zeros elsewhere, so they are the very
- * numbers such a pass gives.
+ * numbers such a pass gives.  `stats_sum(..., last=True)` also gives the last buffer's own
+ * statistics from the same pass (the gradient through a ResNet block's conv1 is both that
+ * conv's input gradient and the last contribution to the block's summed input gradient), and
+ * `vec` turns the totals into the statistics vector in C (the Python version of that
+ * arithmetic cost more than the pass itself on small tensors).
  *
  * Precision: float32 data is summed in float32 lanes in two levels -- BLOCK elements give 8
  * (AVX-512) or 16 (portable loop) additions per lane, SUPER / BLOCK block sums are added per
@@ -812,28 +816,88 @@ static int float_kind(const Py_buffer *view)
  * bound OpenMP runtime's team (`bind_openmp`) or on POSIX threads.  `shift` (default 0) is
  * subtracted from every element first, in the buffer's precision: a second call with the mean
  * gives the sum of squared deviations without cancellation and without a temporary array. */
-static PyObject *fastvec_stats(PyObject *self, PyObject *args)
+/* The arguments of the one-buffer entry points, (buffer, threads) or, with `fmt` "O|id",
+ * (buffer, threads, shift): fills `view` (the caller releases it) and `is_double`, returns the
+ * element count (>= 1), or -1 with an exception set (nothing to release).  `name` is the
+ * entry point's for messages; `float32_only` refuses float64. */
+static Py_ssize_t one_buffer(PyObject *args, const char *fmt, const char *name,
+                             int float32_only, Py_buffer *view, int *threads, double *shift,
+                             int *is_double)
 {
     PyObject *obj;
-    int threads = 1;
+    if (!PyArg_ParseTuple(args, fmt, &obj, threads, shift) || check_threads(*threads) < 0)
+        return -1;
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    *is_double = float_kind(view);
+    Py_ssize_t n = *is_double < 0 ? 0 : view->len / view->itemsize;
+    if (*is_double == 1 && float32_only)
+        PyErr_Format(PyExc_TypeError, "fastvec.%s: buffer must hold float32", name);
+    else if (*is_double >= 0 && n < 1)
+        PyErr_Format(PyExc_ValueError, "fastvec.%s: empty buffer", name);
+    if (*is_double < 0 || (*is_double == 1 && float32_only) || n < 1) {
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return n;
+}
+
+static PyObject *vec_of_totals(const part_t *r, const void *buf, Py_ssize_t n, int is_double,
+                               int threads);
+
+/* stats() (totals) or vec() (the statistics vector) of one buffer */
+static PyObject *one_pass(PyObject *args, int vec)
+{
+    int threads = 1, is_double = 0;
     double shift = 0.0;
     Py_buffer view;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O|id", &obj, &threads, &shift) || check_threads(threads) < 0)
+    Py_ssize_t n = one_buffer(args, vec ? "O|i" : "O|id", vec ? "vec" : "stats", 0, &view,
+                              &threads, &shift, &is_double);
+    if (n < 0)
         return NULL;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-        return NULL;
-    int is_double = float_kind(&view);
-    Py_ssize_t n = is_double < 0 ? 0 : view.len / view.itemsize;
-    if (is_double >= 0 && n < 1)
-        PyErr_SetString(PyExc_ValueError, "fastvec.stats: empty buffer");
-    if (is_double < 0 || n < 1) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
     part_t r = run_stats(view.buf, NULL, 0, n, is_double, threads, shift, 0, 0);
+    PyObject *res = vec ? vec_of_totals(&r, view.buf, n, is_double, threads) : totals_tuple(&r);
     PyBuffer_Release(&view);
-    return totals_tuple(&r);
+    return res;
+}
+
+static PyObject *fastvec_stats(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return one_pass(args, 0);
+}
+
+/* vec(buffer, threads) -> the 12-number statistics vector of netparity.hoststats.finite_vec
+ * (min, max, mean, std, norm, abs_sum, nan, posinf, neginf, zeros, fp16_overflow, finite
+ * count), or None when the buffer holds NaN/Inf or values beyond float16's range (those take
+ * the exact, masked path).  hoststats._vec's arithmetic, in the same order, so the same
+ * numbers -- without its Python calls, which cost more than this pass on small tensors.  A
+ * variance dominated by the mean takes a second pass around the mean rounded to the buffer's
+ * precision. */
+#define FP16_MAX_D 65504.0
+static PyObject *vec_of_totals(const part_t *r, const void *buf, Py_ssize_t n, int is_double,
+                               int threads)
+{
+    if (!isfinite(r->sumsq) || !(r->mn >= -FP16_MAX_D && r->mx <= FP16_MAX_D))
+        Py_RETURN_NONE;
+    const double dn = (double)n;
+    const double mean = r->sum / dn;
+    double var = r->sumsq / dn - mean * mean;
+    if (mean * mean > 10.0 * var) {
+        double shift = is_double ? mean : (double)(float)mean;
+        part_t d = run_stats(buf, NULL, 0, n, is_double, threads, shift, 0, 0);
+        var = (d.sumsq - d.sum * d.sum / dn) / dn;
+    }
+    /* (max(v, 0.0) as Python computes it: v unless 0.0 > v) */
+    return Py_BuildValue("[ddddddiiinin]", r->mn, r->mx, mean, sqrt(0.0 > var ? 0.0 : var),
+                         sqrt(0.0 > r->sumsq ? 0.0 : r->sumsq), r->abssum, 0, 0, 0, r->zeros, 0,
+                         n);
+}
+
+static PyObject *fastvec_vec(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return one_pass(args, 1);
 }
 
 /* stats_relu(buffer, threads) -> stats() of a float32 buffer followed by (sum, sum_sq) of
@@ -841,41 +905,31 @@ static PyObject *fastvec_stats(PyObject *self, PyObject *args)
  * totals of max(x, 0) from the same pass */
 static PyObject *fastvec_stats_relu(PyObject *self, PyObject *args)
 {
-    PyObject *obj;
-    int threads = 1;
+    int threads = 1, is_double = 0;
+    double shift = 0.0;
     Py_buffer view;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O|i", &obj, &threads) || check_threads(threads) < 0)
+    Py_ssize_t n = one_buffer(args, "O|i", "stats_relu", 1, &view, &threads, &shift,
+                              &is_double);
+    if (n < 0)
         return NULL;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-        return NULL;
-    int kind = float_kind(&view);
-    Py_ssize_t n = kind != 0 ? 0 : view.len / 4;
-    if (kind == 1) {
-        PyErr_SetString(PyExc_TypeError, "fastvec.stats_relu: buffer must hold float32");
-    } else if (kind == 0 && n < 1) {
-        PyErr_SetString(PyExc_ValueError, "fastvec.stats_relu: empty buffer");
-    }
-    if (kind != 0 || n < 1) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
     part_t r = run_stats(view.buf, NULL, 0, n, 0, threads, 0.0, 1, 0);
     PyBuffer_Release(&view);
     return Py_BuildValue("dddddnddn", r.mn, r.mx, r.sum, r.sumsq, r.abssum, r.zeros, r.psum,
                          r.psumsq, r.nneg);
 }
 
-/* stats_many(buffers, threads) -> [stats(b, threads) for b in buffers], the same numbers, in
- * one call: every buffer's parts run in one parallel region of the bound team (small buffers
- * side by side), without a Python call per buffer.  Non-empty C-contiguous float32/float64
- * buffers. */
+/* stats_many(buffers, threads, vectors) -> [stats(b, threads) for b in buffers], the same
+ * numbers, in one call: every buffer's parts run in one parallel region of the bound team
+ * (small buffers side by side), without a Python call per buffer.  Non-empty C-contiguous
+ * float32/float64 buffers.  With `vectors` true, [vec(b, threads) for b in buffers]. */
 static PyObject *fastvec_stats_many(PyObject *self, PyObject *args)
 {
     PyObject *seq_obj;
-    int threads = 1;
+    int threads = 1, vectors = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O|i", &seq_obj, &threads) || check_threads(threads) < 0)
+    if (!PyArg_ParseTuple(args, "O|ip", &seq_obj, &threads, &vectors)
+        || check_threads(threads) < 0)
         return NULL;
     PyObject *seq = PySequence_Fast(seq_obj, "fastvec.stats_many: buffers must be a sequence");
     if (seq == NULL)
@@ -921,7 +975,9 @@ static PyObject *fastvec_stats_many(PyObject *self, PyObject *args)
     res = PyList_New(k);
     for (Py_ssize_t i = 0; res != NULL && i < k; i++) {
         part_t r = combine_parts(parts + first[i], first[i + 1] - first[i]);
-        PyObject *t = totals_tuple(&r);
+        PyObject *t = vectors ? vec_of_totals(&r, views[i].buf, views[i].len / views[i].itemsize,
+                                              parts[first[i]].is_double, threads)
+                              : totals_tuple(&r);
         if (t == NULL) {
             Py_CLEAR(res);
             break;
@@ -1035,13 +1091,17 @@ static PyMethodDef methods[] = {
     {"stats", fastvec_stats, METH_VARARGS,
      "stats(buffer, threads=1, shift=0.0) -> (min, max, sum, sum_sq, abs_sum, zeros) of a "
      "float32/float64 buffer minus shift, in one pass; NaN is ignored by min/max but makes the sums non-finite."},
+    {"vec", fastvec_vec, METH_VARARGS,
+     "vec(buffer, threads=1) -> the 12-number statistics vector of a float32/float64 buffer "
+     "(netparity.hoststats.finite_vec), or None when it needs the exact, masked path."},
     {"stats_sum", fastvec_stats_sum, METH_VARARGS,
      "stats_sum(buffers, threads=1, shift=0.0, last=False) -> stats() of the element-wise "
      "float32 sum of 2..8 equal-length float32 buffers (left to right), without materialising "
      "it; with last, followed by stats(buffers[-1], threads) from the same pass."},
     {"stats_many", fastvec_stats_many, METH_VARARGS,
-     "stats_many(buffers, threads=1) -> [stats(b, threads) for b in buffers] in one call, "
-     "every buffer's parts in one parallel region."},
+     "stats_many(buffers, threads=1, vectors=False) -> [stats(b, threads) for b in buffers] "
+     "(with vectors, [vec(b, threads) ...]) in one call, every buffer's parts in one parallel "
+     "region."},
     {"stats_relu", fastvec_stats_relu, METH_VARARGS,
      "stats_relu(buffer, threads=1) -> stats() of a float32 buffer, then the sum and sum of "
      "squares of max(x, 0) and the count of x < 0, in the same pass."},

@@ -6,13 +6,17 @@ def stats(buffer: Any, threads: int = 1, shift: float = 0.0, /
           ) -> tuple[float, float, float, float, float, int]:
     """(min, max, sum, sum_sq, abs_sum, zeros) of a C-contiguous float32/float64 buffer - shift."""
 
-def stats_sum(buffers: Any, threads: int = 1, shift: float = 0.0, /
-              ) -> tuple[float, float, float, float, float, int]:
-    """stats() of the element-wise float32 sum of 2..8 equal-length float32 buffers."""
+def vec(buffer: Any, threads: int = 1, /) -> list[float] | None:
+    """The 12-number statistics vector (hoststats.finite_vec), or None (needs the exact path)."""
 
-def stats_many(buffers: Any, threads: int = 1, /
-               ) -> list[tuple[float, float, float, float, float, int]]:
-    """[stats(b, threads) for b in buffers], every buffer's parts in one parallel region."""
+def stats_sum(buffers: Any, threads: int = 1, shift: float = 0.0, last: bool = False, /
+              ) -> tuple[Any, ...]:
+    """stats() of the element-wise float32 sum of 2..8 equal-length float32 buffers; with
+    last, followed by stats(buffers[-1], threads) from the same pass (12 numbers)."""
+
+def stats_many(buffers: Any, threads: int = 1, vectors: bool = False, /) -> list[Any]:
+    """[stats(b, threads) for b in buffers] (with vectors: [vec(b, threads) ...]), every
+    buffer's parts in one parallel region."""
 
 def stats_relu(buffer: Any, threads: int = 1, /
                ) -> tuple[float, float, float, float, float, int, float, float, int]:

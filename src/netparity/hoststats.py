@@ -79,9 +79,7 @@ def finite_vec(a: np.ndarray, threads: int = KERNEL_THREADS) -> list[float] | No
     :func:`share_openmp_pool`).
     """
     if _kernel is not None:
-        kernel = _kernel
-        return _vec(kernel.stats(a, threads, 0.0), lambda shift: kernel.stats(a, threads, shift),
-                    a.size, a.dtype.type)
+        return _kernel.vec(a, threads)  # (_vec's arithmetic, in C: see _fastvec.c)
     a = a.reshape(-1)  # (a view: the fallback's row sums slice the first axis)
     return _vec(_numpy_totals(a, 0.0), functools.partial(_numpy_totals, a), a.size, a.dtype.type)
 
@@ -93,12 +91,7 @@ def finite_vecs(arrays: list[np.ndarray], threads: int = KERNEL_THREADS
     instead of one each)."""
     if _kernel is None:
         return [finite_vec(a, threads) for a in arrays]
-    kernel = _kernel
-    out: list[list[float] | None] = []
-    for a, totals in zip(arrays, kernel.stats_many(arrays, threads)):
-        out.append(_vec(totals, functools.partial(kernel.stats, a, threads), a.size,
-                        a.dtype.type))
-    return out
+    return _kernel.stats_many(arrays, threads, True)  # type: ignore[no-any-return]
 
 
 def finite_vec_sum(arrays: list[np.ndarray], threads: int = KERNEL_THREADS) -> list[float] | None:
