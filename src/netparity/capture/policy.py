@@ -66,21 +66,25 @@ class CapturePolicy:
         if isinstance(self.exclude, str):
             self.exclude = [self.exclude]
 
-    @property
-    def modules(self) -> bool:
-        return self.level in ("module", "both")
+    # Derived flags, plain attributes (capture reads them several times per record; a property
+    # is a Python call each time): kept in step with ``level`` and ``payload`` by __setattr__.
+    #: module boundaries are captured (level module or both)
+    modules: bool = field(init=False, repr=False, compare=False, default=True)
+    #: primitives are captured (level op or both)
+    ops: bool = field(init=False, repr=False, compare=False, default=False)
+    #: full tensors are stored (payload tensors)
+    tensors: bool = field(init=False, repr=False, compare=False, default=False)
+    #: content hashes are computed (payload hash)
+    hashes: bool = field(init=False, repr=False, compare=False, default=False)
 
-    @property
-    def ops(self) -> bool:
-        return self.level in ("op", "both")
-
-    @property
-    def tensors(self) -> bool:
-        return self.payload == "tensors"
-
-    @property
-    def hashes(self) -> bool:
-        return self.payload == "hash"
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+        if name == "level":
+            object.__setattr__(self, "modules", value in ("module", "both"))
+            object.__setattr__(self, "ops", value in ("op", "both"))
+        elif name == "payload":
+            object.__setattr__(self, "tensors", value == "tensors")
+            object.__setattr__(self, "hashes", value == "hash")
 
     def wants_step(self, step: int) -> bool:
         return self.steps is None or step in self.steps

@@ -413,10 +413,16 @@ class TorchCapture(CaptureSession):
 
     def _queue(self, rec: Record, t: torch.Tensor, handle: Any, payload: Any = None,
                nbytes: int = 0) -> None:
-        """Queue ``rec`` describing ``t`` (dtype, shape) with its statistics ``handle``."""
+        """Queue ``rec`` describing ``t`` (dtype, shape) with its statistics ``handle`` (what
+        :meth:`CaptureSession._enqueue` does, inlined: this runs once per record)."""
         rec.dtype = self.adapter_t.dtype_name(t)
         rec.shape = tuple(t.shape)
-        self._enqueue(rec, handle, payload, nbytes)
+        rec.step = self.step_no
+        rec.rank = self.rank
+        pending = self._pending
+        pending.append((rec, handle, payload, nbytes))
+        if len(pending) >= self.batch:
+            self.resolve()
 
     def _emit_all(self, make: Callable[[str], Record], items: Iterable[tuple[str, torch.Tensor]],
                   relu: Container[str] = ()) -> Any:
