@@ -5,15 +5,25 @@ full-tensor capture >= 50 % of the disk's sequential write speed.
 
 Usage:
     PYTHONPATH=src python benchmarks/capture_overhead.py [--quick] [--out DIR] [--steps N]
-        [--rounds R] [--only "module stats,op stats"]
+        [--rounds R] [--pairing steps|blocks] [--only "module stats,op stats"]
 
-Each configuration runs ``--rounds`` rounds of ``--steps`` uninstrumented steps followed by
-``--steps`` captured steps (after one warm-up step under a fresh capture); a round's ratio is
-the median captured step over the median uninstrumented step of that round, and the figure
-printed is the median of the rounds' ratios with their range. Pairing each captured block with
-the baseline measured just before it cancels the machine's slow drifts (on the shared 2-core
-machine the uninstrumented step alone moves by +-20 ms: glibc returns and re-faults the large
-activation buffers), which a single baseline block for the whole run does not.
+Each configuration runs ``--rounds`` rounds, each under a fresh capture (one untimed warm-up
+step first: capture learns which producers feed in-place ReLUs on the first step).
+
+``--pairing steps`` (the default) alternates within a round: the capture's hooks are removed
+(``uninstall``) for one uninstrumented step, put back (``install``) for one captured step, and
+so on ``--steps`` times; every captured step is timed up to its records committed to disk
+(``record_loss``, ``step`` and ``flush``: the writer thread's work is charged to the step that
+caused it, never to the next uninstrumented one). A pair's ratio is captured over
+uninstrumented; the figure is the median of all pairs with their quartiles. Adjacent steps
+share the machine's state, so the pairs cancel its drifts (on the shared 2-core machine the
+uninstrumented step alone moves by +-20 ms: glibc returns and re-faults the large activation
+buffers, and other tenants come and go).
+
+``--pairing blocks`` (the method of earlier revisions): ``--steps`` uninstrumented steps, then
+``--steps`` captured ones; a round's ratio is the median captured step over the median
+uninstrumented step of that round, and the figure is the median of the rounds' ratios with
+their range. Its rounds spread about three times wider than the step pairs.
 
 ``--quick`` uses batch 2 at 64x64 for a fast check. The disk speed is measured in the output
 directory (about 1 GB written with 8 MiB blocks and fsync, then deleted).
@@ -79,6 +89,26 @@ def timed(step: Callable[[], torch.Tensor], n: int, cap=None) -> list[float]:  #
     return times
 
 
+def paired(step: Callable[[], torch.Tensor], n: int, cap) -> tuple[list[float], list[float]]:  # type: ignore[no-untyped-def]
+    """``n`` (uninstrumented, captured) step pairs under ``cap`` (installed on entry and on
+    return); each captured step timed until its records are committed."""
+    base: list[float] = []
+    captured: list[float] = []
+    for _ in range(n):
+        cap.uninstall()
+        base += timed(step, 1)
+        cap.install()
+        t0 = time.perf_counter()
+        timed(step, 1, cap)
+        cap.flush()
+        captured.append(time.perf_counter() - t0)
+    return base, captured
+
+
+def quartiles(v: list[float]) -> list[float]:
+    return statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="batch 2, 64x64")
@@ -86,6 +116,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3,
                     help="baseline/capture rounds per configuration (ratios paired per round)")
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--pairing", choices=("steps", "blocks"), default="steps",
+                    help="pair each captured step with the uninstrumented step just before it "
+                         "(default), or blocks of --steps steps (earlier revisions)")
     ap.add_argument("--out", default=None, help="directory for traces and the disk test")
     ap.add_argument("--skip-disk", action="store_true")
     ap.add_argument("--only", default=None,
@@ -122,18 +155,26 @@ def main() -> None:
     for name, kw in configs:
         captured: list[float] = []
         for _ in range(max(1, args.rounds)):
-            b = timed(step, args.steps)  # the baseline of this round, just before the capture
-            base_runs += b
             d = out / name.replace(" ", "-")
             shutil.rmtree(d, ignore_errors=True)
-            with capture(model, d, overwrite=True, **kw) as cap:  # type: ignore[arg-type]
-                timed(step, args.warmup, cap)
-                t0 = time.perf_counter()
-                t = timed(step, args.steps, cap)
-                cap.flush()
-                wall = time.perf_counter() - t0
+            if args.pairing == "steps":
+                with capture(model, d, overwrite=True, **kw) as cap:  # type: ignore[arg-type]
+                    timed(step, args.warmup, cap)
+                    cap.flush()
+                    b, t = paired(step, args.steps, cap)
+                wall = sum(t)
+                ratios.setdefault(name, []).extend(c / u for u, c in zip(b, t))
+            else:
+                b = timed(step, args.steps)  # the baseline of this round, just before capture
+                with capture(model, d, overwrite=True, **kw) as cap:  # type: ignore[arg-type]
+                    timed(step, args.warmup, cap)
+                    t0 = time.perf_counter()
+                    t = timed(step, args.steps, cap)
+                    cap.flush()
+                    wall = time.perf_counter() - t0
+                ratios.setdefault(name, []).append(statistics.median(t) / statistics.median(b))
+            base_runs += b
             captured += t
-            ratios.setdefault(name, []).append(statistics.median(t) / statistics.median(b))
             if kw.get("payload") == "tensors":
                 nbytes = sum(p.stat().st_size for p in d.glob("rank0/tensors-*.safetensors"))
                 prev = written.get(name, (0, 0.0))
@@ -144,8 +185,12 @@ def main() -> None:
     print(f"{'uninstrumented':16s} {base * 1e3:9.1f} ms/step   1.00x")
     for name, v in results.items():
         r = ratios[name]
-        print(f"{name:16s} {v * 1e3:9.1f} ms/step   {statistics.median(r):.2f}x "
-              f"(rounds: {' '.join(f'{x:.2f}' for x in r)})")
+        if args.pairing == "steps":
+            q = quartiles(r)
+            spread = f"{len(r)} step pairs, quartiles {q[0]:.3f}-{q[2]:.3f}"
+        else:
+            spread = f"rounds: {' '.join(f'{x:.2f}' for x in r)}"
+        print(f"{name:16s} {v * 1e3:9.1f} ms/step   {statistics.median(r):.3f}x ({spread})")
     if not args.skip_disk:
         disk = disk_write_speed(out)
         print(f"disk sequential write (fsync, 8 MiB blocks, {out}): {disk / 1e6:.0f} MB/s")
