@@ -573,8 +573,8 @@ class TorchCapture(CaptureSession):
             info.relu = (entry[4], t, entry[1])
             return
         prod = entry[5]
-        if (prod is not None and prod.kind == "module" and prod.direction == "forward" and prod.role == "output"
-                and prod.module != info.path):
+        if (prod is not None and prod.kind == "module" and prod.direction == "forward"
+                and prod.role == "output" and prod.module != info.path):
             self._relu_feeds.setdefault((prod.module, prod.call), set()).add(prod.arg)
 
     def _relu_output(self, info: _Call, out: Any) -> bool:
