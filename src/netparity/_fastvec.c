@@ -122,6 +122,24 @@ typedef int vi __attribute__((vector_size(32)));
  * inlined into the AVX-512/AVX2 clones and would pass vectors through memory. */
 #define LOAD_VF(dst, p) memcpy(&(dst), (p), sizeof(vf)) /* unaligned load */
 #define SELECT_VF(m, a, b) ((vf)(((vi)(a) & (m)) | ((vi)(b) & ~(m))))
+/* two vectors of values into one accumulator set (sums, squares, |x|, zeros, min, max); the
+ * same statement for the data and for the last summand of stats_sum(last), so both get the
+ * same lanes and order */
+#define ACCUM_VF(v0, v1, s0, s1, q0, q1, a0, a1, Z, mn0, mn1, mx0, mx1) \
+    do {                                                                 \
+        s0 += v0;                                                        \
+        s1 += v1;                                                        \
+        q0 += v0 * v0;                                                   \
+        q1 += v1 * v1;                                                   \
+        a0 += (vf)((vi)v0 & absmask);                                    \
+        a1 += (vf)((vi)v1 & absmask);                                    \
+        Z -= (v0 == 0.0f); /* comparisons give -1 where true */          \
+        Z -= (v1 == 0.0f);                                               \
+        mn0 = SELECT_VF(v0 < mn0, v0, mn0);                              \
+        mn1 = SELECT_VF(v1 < mn1, v1, mn1);                              \
+        mx0 = SELECT_VF(v0 > mx0, v0, mx0);                              \
+        mx1 = SELECT_VF(v1 > mx1, v1, mx1);                              \
+    } while (0)
 
 /* float64 totals of a float32 pass (the lanes are flushed into them every SUPER elements) */
 typedef struct {
@@ -246,34 +264,12 @@ static inline __attribute__((always_inline)) void f32_body(part_t *p, const int 
                     v0 -= sh;
                     v1 -= sh;
                 }
-                s0 += v0;
-                s1 += v1;
-                q0 += v0 * v0;
-                q1 += v1 * v1;
-                a0 += (vf)((vi)v0 & absmask);
-                a1 += (vf)((vi)v1 & absmask);
-                Z -= (v0 == 0.0f); /* comparisons give -1 where true */
-                Z -= (v1 == 0.0f);
-                mn0 = SELECT_VF(v0 < mn0, v0, mn0);
-                mn1 = SELECT_VF(v1 < mn1, v1, mn1);
-                mx0 = SELECT_VF(v0 > mx0, v0, mx0);
-                mx1 = SELECT_VF(v1 > mx1, v1, mx1);
+                ACCUM_VF(v0, v1, s0, s1, q0, q1, a0, a1, Z, mn0, mn1, mx0, mx1);
                 if (last) { /* (reloaded: the loads above were just made, from L1) */
                     vf w0, w1;
                     LOAD_VF(w0, lx + i + blk + k);
                     LOAD_VF(w1, lx + i + blk + k + VW);
-                    ls0 += w0;
-                    ls1 += w1;
-                    lq0 += w0 * w0;
-                    lq1 += w1 * w1;
-                    la0 += (vf)((vi)w0 & absmask);
-                    la1 += (vf)((vi)w1 & absmask);
-                    LZ -= (w0 == 0.0f);
-                    LZ -= (w1 == 0.0f);
-                    lmn = SELECT_VF(w0 < lmn, w0, lmn);
-                    lmn = SELECT_VF(w1 < lmn, w1, lmn);
-                    lmx = SELECT_VF(w0 > lmx, w0, lmx);
-                    lmx = SELECT_VF(w1 > lmx, w1, lmx);
+                    ACCUM_VF(w0, w1, ls0, ls1, lq0, lq1, la0, la1, LZ, lmn, lmn, lmx, lmx);
                 }
                 if (relu) {
                     vf r0 = (vf)((vi)v0 & (v0 > 0.0f)), r1 = (vf)((vi)v1 & (v1 > 0.0f));
@@ -350,6 +346,23 @@ static void stats_f32_sum_last(part_t *p)
  * GCC makes of the portable loop.  The kernel is bound by instructions, not memory, even on
  * arrays far larger than the caches (measured: benchmarks/stats_kernel.py), so this is what
  * makes it faster.  Same lanes, same order, same fused multiply-add: the same numbers. */
+/* ACCUM_VF in AVX-512 intrinsics (`zero` and `one` in scope) */
+#define ACCUM_512(v0, v1, s0, s1, q0, q1, a0, a1, Z, mn0, mn1, mx0, mx1)                  \
+    do {                                                                                  \
+        s0 = _mm512_add_ps(s0, v0);                                                       \
+        s1 = _mm512_add_ps(s1, v1);                                                       \
+        q0 = _mm512_fmadd_ps(v0, v0, q0);                                                 \
+        q1 = _mm512_fmadd_ps(v1, v1, q1);                                                 \
+        a0 = _mm512_add_ps(a0, _mm512_abs_ps(v0));                                        \
+        a1 = _mm512_add_ps(a1, _mm512_abs_ps(v1));                                        \
+        Z = _mm512_mask_add_epi32(Z, _mm512_cmp_ps_mask(v0, zero, _CMP_EQ_OQ), Z, one);   \
+        Z = _mm512_mask_add_epi32(Z, _mm512_cmp_ps_mask(v1, zero, _CMP_EQ_OQ), Z, one);   \
+        mn0 = _mm512_min_ps(v0, mn0);                                                     \
+        mn1 = _mm512_min_ps(v1, mn1);                                                     \
+        mx0 = _mm512_max_ps(v0, mx0);                                                     \
+        mx1 = _mm512_max_ps(v1, mx1);                                                     \
+    } while (0)
+
 static inline __attribute__((always_inline, target("avx512f"))) void
 f32_body_512(part_t *p, const int nmore, const int relu, const int shifted, const int last)
 {
@@ -389,35 +402,11 @@ f32_body_512(part_t *p, const int nmore, const int relu, const int shifted, cons
                     v0 = _mm512_sub_ps(v0, sh);
                     v1 = _mm512_sub_ps(v1, sh);
                 }
-                s0 = _mm512_add_ps(s0, v0);
-                s1 = _mm512_add_ps(s1, v1);
-                q0 = _mm512_fmadd_ps(v0, v0, q0);
-                q1 = _mm512_fmadd_ps(v1, v1, q1);
-                a0 = _mm512_add_ps(a0, _mm512_abs_ps(v0));
-                a1 = _mm512_add_ps(a1, _mm512_abs_ps(v1));
-                Z = _mm512_mask_add_epi32(Z, _mm512_cmp_ps_mask(v0, zero, _CMP_EQ_OQ), Z, one);
-                Z = _mm512_mask_add_epi32(Z, _mm512_cmp_ps_mask(v1, zero, _CMP_EQ_OQ), Z, one);
-                mn0 = _mm512_min_ps(v0, mn0);
-                mn1 = _mm512_min_ps(v1, mn1);
-                mx0 = _mm512_max_ps(v0, mx0);
-                mx1 = _mm512_max_ps(v1, mx1);
+                ACCUM_512(v0, v1, s0, s1, q0, q1, a0, a1, Z, mn0, mn1, mx0, mx1);
                 if (last) {
                     const float *o = lx + i + blk + k;
                     __m512 w0 = _mm512_loadu_ps(o), w1 = _mm512_loadu_ps(o + W512);
-                    ls0 = _mm512_add_ps(ls0, w0);
-                    ls1 = _mm512_add_ps(ls1, w1);
-                    lq0 = _mm512_fmadd_ps(w0, w0, lq0);
-                    lq1 = _mm512_fmadd_ps(w1, w1, lq1);
-                    la0 = _mm512_add_ps(la0, _mm512_abs_ps(w0));
-                    la1 = _mm512_add_ps(la1, _mm512_abs_ps(w1));
-                    LZ = _mm512_mask_add_epi32(LZ, _mm512_cmp_ps_mask(w0, zero, _CMP_EQ_OQ), LZ,
-                                               one);
-                    LZ = _mm512_mask_add_epi32(LZ, _mm512_cmp_ps_mask(w1, zero, _CMP_EQ_OQ), LZ,
-                                               one);
-                    lmn = _mm512_min_ps(w0, lmn);
-                    lmn = _mm512_min_ps(w1, lmn);
-                    lmx = _mm512_max_ps(w0, lmx);
-                    lmx = _mm512_max_ps(w1, lmx);
+                    ACCUM_512(w0, w1, ls0, ls1, lq0, lq1, la0, la1, LZ, lmn, lmn, lmx, lmx);
                 }
                 if (relu) {
                     /* max(x, 0) as (x > 0 ? x : +0), like the portable loop */

@@ -413,16 +413,10 @@ class TorchCapture(CaptureSession):
 
     def _queue(self, rec: Record, t: torch.Tensor, handle: Any, payload: Any = None,
                nbytes: int = 0) -> None:
-        """Queue ``rec`` describing ``t`` (dtype, shape) with its statistics ``handle`` (what
-        :meth:`CaptureSession._enqueue` does, inlined: this runs once per record)."""
+        """Queue ``rec`` describing ``t`` (dtype, shape) with its statistics ``handle``."""
         rec.dtype = self.adapter_t.dtype_name(t)
         rec.shape = tuple(t.shape)
-        rec.step = self.step_no
-        rec.rank = self.rank
-        pending = self._pending
-        pending.append((rec, handle, payload, nbytes))
-        if len(pending) >= self.batch:
-            self.resolve()
+        self._enqueue(rec, handle, payload, nbytes)
 
     def _emit_all(self, make: Callable[[str], Record], items: Iterable[tuple[str, torch.Tensor]],
                   relu: Container[str] = ()) -> Any:
@@ -723,12 +717,16 @@ class TorchCapture(CaptureSession):
                 with torch._C._DisableTorchDispatch():
                     hsum, hlast = self.adapter_t.stats_handle_sum_last(grads)
                 if hsum is not None:
-                    if len(self._sums) > 64:
-                        self._sums.clear()
-                    self._sums[ids] = ([(weakref.ref(t), t._version) for t in grads], hsum)
+                    self._keep_sum(ids, grads, hsum)
                 if hlast is not None:
                     self._seen[_reuse_key(g)] = (weakref.ref(g), g._version, hlast, None, None,
                                                  None)
+
+    def _keep_sum(self, ids: tuple[int, ...], grads: list[torch.Tensor], handle: Any) -> None:
+        """Remember the statistics ``handle`` of the sum of ``grads`` (as they are now)."""
+        if len(self._sums) > 64:  # bounded: a sum is asked for right after it is made
+            self._sums.clear()
+        self._sums[ids] = ([(weakref.ref(g), g._version) for g in grads], handle)
 
     def _record_grad_sum(self, info: _Call, arg: str,
                          parts: list[tuple[torch.Tensor, int]]) -> None:
@@ -755,9 +753,7 @@ class TorchCapture(CaptureSession):
             else:
                 with torch._C._DisableTorchDispatch():  # (the caller checked _on and _busy)
                     handle = self.adapter_t.stats_handle_sum(grads)
-                if len(self._sums) > 64:
-                    self._sums.clear()
-                self._sums[key] = ([(weakref.ref(g), g._version) for g in grads], handle)
+                self._keep_sum(key, grads, handle)
             if handle is not None:
                 self._start_bwd(info)
                 rec = _bwd_record(info, "output", arg, None)
