@@ -163,6 +163,8 @@ def test_finite_vec_relu_also_gives_the_statistics_of_the_relu(threads: int,
     bad = x.copy()
     bad[9] = np.nan
     assert hoststats.finite_vec_relu(bad, threads) == (None, None)
+    if hoststats._kernel is not None:  # its last number: how many elements are above zero
+        assert hoststats._kernel.stats_relu(x, threads)[-1] == np.count_nonzero(x > 0)
     wide = x.astype(np.float64)
     assert hoststats.finite_vec_relu(wide, threads) == (hoststats.finite_vec(wide, threads), None)
     with pytest.raises(TypeError):

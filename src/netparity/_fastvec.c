@@ -9,7 +9,7 @@
  * vector extensions compiled for AVX2 and for the baseline.  `stats_sum` does the same for the element-wise sum of several buffers without
  * writing the sum (a module's gradient w.r.t. an input that feeds several of its edges), and
  * `stats_relu` also accumulates what the statistics of max(x, 0) need (the sum and sum of
- * squares of the positive elements, the count of negative ones) in the same pass: the input
+ * squares of the positive elements, the count of positive ones) in the same pass: the input
  * of an in-place ReLU describes its output too.  Those sums add the positive elements in the
  * lanes and order that a pass over max(x, 0) would, with zeros elsewhere, so they are the very
  * numbers such a pass gives.  `stats_sum(..., last=True)` also gives the last buffer's own
@@ -90,7 +90,7 @@ typedef struct {
     Py_ssize_t zeros;
     int relu;            /* float32 only: also the sums below */
     double psum, psumsq; /* sum and sum of squares of max(x, 0) */
-    Py_ssize_t nneg;     /* elements below zero */
+    Py_ssize_t npos;     /* elements above zero */
     int last;            /* summed buffers only: also the totals of the last one alone */
     double lmn, lmx, lsum, lsumsq, labssum;
     Py_ssize_t lzeros;
@@ -152,12 +152,12 @@ typedef int vi __attribute__((vector_size(32)));
 /* float64 totals of a float32 pass (the lanes are flushed into them every SUPER elements) */
 typedef struct {
     double sum, sumsq, abssum, psum, psumsq;
-    Py_ssize_t zeros, nneg;
+    Py_ssize_t zeros, npos;
 } totals_t;
 
 /* add one SUPER block's lanes (`lanes` each; counts as positive ints) into the totals */
 static void flush_lanes(totals_t *t, const float *S, const float *Q, const float *A,
-                        const int *Z, const float *PS, const float *PQ, const int *NN, int relu,
+                        const int *Z, const float *PS, const float *PQ, const int *NP, int relu,
                         int lanes)
 {
     for (int j = 0; j < lanes; j++) {
@@ -168,7 +168,7 @@ static void flush_lanes(totals_t *t, const float *S, const float *Q, const float
         if (relu) {
             t->psum += PS[j];
             t->psumsq += PQ[j];
-            t->nneg += NN[j];
+            t->npos += NP[j];
         }
     }
 }
@@ -196,12 +196,12 @@ static void finish_f32(part_t *p, const float *mm, int lanes, float first, total
             double r = e > 0.0f ? e : 0.0;
             t->psum += r;
             t->psumsq += r * r;
-            t->nneg += e < 0.0f;
+            t->npos += e > 0.0f;
         }
     }
     p->psum = t->psum;
     p->psumsq = t->psumsq;
-    p->nneg = t->nneg;
+    p->npos = t->npos;
 }
 
 /* the end of the last summed buffer's own pass (see f32_body's `last`): the same reduction
@@ -249,7 +249,7 @@ static inline __attribute__((always_inline)) void f32_body(part_t *p, const int 
         /* float32 partial sums: BLOCK / (2 * VW) additions per lane within a block, then
          * SUPER / BLOCK additions of block sums, then the lanes go into float64 totals */
         vf S = {0}, Q = {0}, A = {0}, PS = {0}, PQ = {0}, LS = {0}, LQ = {0}, LA = {0};
-        vi Z = {0}, NN = {0}, LZ = {0};
+        vi Z = {0}, NP = {0}, LZ = {0};
         for (int blk = 0; blk < SUPER; blk += BLOCK) {
             /* two independent accumulator sets hide the add latency */
             vf s0 = {0}, s1 = {0}, q0 = {0}, q1 = {0}, a0 = {0}, a1 = {0};
@@ -282,13 +282,14 @@ static inline __attribute__((always_inline)) void f32_body(part_t *p, const int 
                     ACCUM_VF(w0, w1, ls0, ls1, lq0, lq1, la0, la1, LZ, lmn, lmn, lmx, lmx);
                 }
                 if (relu) {
-                    vf r0 = (vf)((vi)v0 & (v0 > 0.0f)), r1 = (vf)((vi)v1 & (v1 > 0.0f));
+                    const vi g0 = (v0 > 0.0f), g1 = (v1 > 0.0f);
+                    vf r0 = (vf)((vi)v0 & g0), r1 = (vf)((vi)v1 & g1);
                     p0 += r0;
                     p1 += r1;
                     pq0 += r0 * r0;
                     pq1 += r1 * r1;
-                    NN -= (v0 < 0.0f);
-                    NN -= (v1 < 0.0f);
+                    NP -= g0;
+                    NP -= g1;
                 }
             }
             S += s0 + s1;
@@ -305,7 +306,7 @@ static inline __attribute__((always_inline)) void f32_body(part_t *p, const int 
             }
         }
         flush_lanes(&tot, (const float *)&S, (const float *)&Q, (const float *)&A,
-                    (const int *)&Z, (const float *)&PS, (const float *)&PQ, (const int *)&NN,
+                    (const int *)&Z, (const float *)&PS, (const float *)&PQ, (const int *)&NP,
                     relu, VW);
         if (last)
             flush_lanes(&ltot, (const float *)&LS, (const float *)&LQ, (const float *)&LA,
@@ -395,7 +396,7 @@ f32_body_512(part_t *p, const int nmore, const int relu, const int shifted, cons
     for (; i + SUPER <= n; i += SUPER) {
         __m512 S = zero, Q = zero, A = zero, PS = zero, PQ = zero, LS = zero, LQ = zero,
                LA = zero;
-        __m512i Z = _mm512_setzero_si512(), NN = _mm512_setzero_si512(),
+        __m512i Z = _mm512_setzero_si512(), NP = _mm512_setzero_si512(),
                 LZ = _mm512_setzero_si512();
         for (int blk = 0; blk < SUPER; blk += BLOCK) {
             __m512 s0 = zero, s1 = zero, q0 = zero, q1 = zero, a0 = zero, a1 = zero;
@@ -424,17 +425,16 @@ f32_body_512(part_t *p, const int nmore, const int relu, const int shifted, cons
                     ACCUM_512(w0, w1, ls0, ls1, lq0, lq1, la0, la1, LZ, lmn, lmn, lmx, lmx);
                 }
                 if (relu) {
-                    /* max(x, 0) as (x > 0 ? x : +0), like the portable loop */
-                    __m512 r0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v0, zero, _CMP_GT_OQ), v0);
-                    __m512 r1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v1, zero, _CMP_GT_OQ), v1);
-                    p0 = _mm512_add_ps(p0, r0);
-                    p1 = _mm512_add_ps(p1, r1);
-                    pq0 = _mm512_fmadd_ps(r0, r0, pq0);
-                    pq1 = _mm512_fmadd_ps(r1, r1, pq1);
-                    NN = _mm512_mask_add_epi32(NN, _mm512_cmp_ps_mask(v0, zero, _CMP_LT_OQ), NN,
-                                               one);
-                    NN = _mm512_mask_add_epi32(NN, _mm512_cmp_ps_mask(v1, zero, _CMP_LT_OQ), NN,
-                                               one);
+                    /* max(x, 0) added as x where x > 0 and nothing elsewhere: the same sums
+                     * as adding +0 there, like the portable loop (the sums start at +0) */
+                    const __mmask16 g0 = _mm512_cmp_ps_mask(v0, zero, _CMP_GT_OQ);
+                    const __mmask16 g1 = _mm512_cmp_ps_mask(v1, zero, _CMP_GT_OQ);
+                    p0 = _mm512_mask_add_ps(p0, g0, p0, v0);
+                    p1 = _mm512_mask_add_ps(p1, g1, p1, v1);
+                    pq0 = _mm512_mask3_fmadd_ps(v0, v0, pq0, g0);
+                    pq1 = _mm512_mask3_fmadd_ps(v1, v1, pq1, g1);
+                    NP = _mm512_mask_add_epi32(NP, g0, NP, one);
+                    NP = _mm512_mask_add_epi32(NP, g1, NP, one);
                 }
             }
             S = _mm512_add_ps(S, _mm512_add_ps(s0, s1));
@@ -451,7 +451,7 @@ f32_body_512(part_t *p, const int nmore, const int relu, const int shifted, cons
             }
         }
         float fs[W512], fq[W512], fa[W512], fps[W512], fpq[W512];
-        int iz[W512], inn[W512];
+        int iz[W512], inp[W512];
         _mm512_storeu_ps(fs, S);
         _mm512_storeu_ps(fq, Q);
         _mm512_storeu_ps(fa, A);
@@ -459,9 +459,9 @@ f32_body_512(part_t *p, const int nmore, const int relu, const int shifted, cons
         if (relu) {
             _mm512_storeu_ps(fps, PS);
             _mm512_storeu_ps(fpq, PQ);
-            _mm512_storeu_si512(inn, NN);
+            _mm512_storeu_si512(inp, NP);
         }
-        flush_lanes(&tot, fs, fq, fa, iz, fps, fpq, inn, relu, W512);
+        flush_lanes(&tot, fs, fq, fa, iz, fps, fpq, inp, relu, W512);
         if (last) {
             _mm512_storeu_ps(fs, LS);
             _mm512_storeu_ps(fq, LQ);
@@ -729,7 +729,7 @@ static part_t combine_parts(const part_t *parts, int nparts)
         r.zeros += parts[k].zeros;
         r.psum += parts[k].psum;
         r.psumsq += parts[k].psumsq;
-        r.nneg += parts[k].nneg;
+        r.npos += parts[k].npos;
         r.lmn = parts[k].lmn < r.lmn ? parts[k].lmn : r.lmn;
         r.lmx = parts[k].lmx > r.lmx ? parts[k].lmx : r.lmx;
         r.lsum += parts[k].lsum;
@@ -907,8 +907,8 @@ static PyObject *fastvec_vec(PyObject *self, PyObject *args)
 }
 
 /* stats_relu(buffer, threads) -> stats() of a float32 buffer followed by (sum, sum_sq) of
- * max(x, 0) and the count of x < 0: with min/max clamped at 0 and zeros + that count, the
- * totals of max(x, 0) from the same pass */
+ * max(x, 0) and the count of x > 0: with min/max clamped at 0 and n minus that count as the
+ * zeros (data without NaN), the totals of max(x, 0) from the same pass */
 static PyObject *fastvec_stats_relu(PyObject *self, PyObject *args)
 {
     int threads = 1, is_double = 0;
@@ -922,7 +922,7 @@ static PyObject *fastvec_stats_relu(PyObject *self, PyObject *args)
     part_t r = run_stats(view.buf, NULL, 0, n, 0, threads, 0.0, 1, 0);
     PyBuffer_Release(&view);
     return Py_BuildValue("dddddnddn", r.mn, r.mx, r.sum, r.sumsq, r.abssum, r.zeros, r.psum,
-                         r.psumsq, r.nneg);
+                         r.psumsq, r.npos);
 }
 
 /* stats_many(buffers, threads, vectors) -> [stats(b, threads) for b in buffers], the same
@@ -1110,7 +1110,7 @@ static PyMethodDef methods[] = {
      "region."},
     {"stats_relu", fastvec_stats_relu, METH_VARARGS,
      "stats_relu(buffer, threads=1) -> stats() of a float32 buffer, then the sum and sum of "
-     "squares of max(x, 0) and the count of x < 0, in the same pass."},
+     "squares of max(x, 0) and the count of x > 0, in the same pass."},
     {"use_avx512", fastvec_use_avx512, METH_VARARGS,
      "use_avx512(flag=None) -> bool: whether the AVX-512 loops run; False selects the "
      "portable loops (tests), True goes back where the CPU supports it."},

@@ -20,7 +20,7 @@ def stats_many(buffers: Any, threads: int = 1, vectors: bool = False, /) -> list
 
 def stats_relu(buffer: Any, threads: int = 1, /
                ) -> tuple[float, float, float, float, float, int, float, float, int]:
-    """stats() of a float32 buffer + (sum, sum_sq) of max(x, 0) and the count of x < 0."""
+    """stats() of a float32 buffer + (sum, sum_sq) of max(x, 0) and the count of x > 0."""
 
 def use_avx512(flag: bool | None = None, /) -> bool:
     """Whether the AVX-512 loops run; False selects the portable loops (tests)."""

@@ -138,13 +138,14 @@ def finite_vec_relu(a: np.ndarray, threads: int = KERNEL_THREADS
     if _kernel is None or a.dtype != np.float32:
         return finite_vec(a, threads), None
     kernel = _kernel
-    lo, hi, s, sq, abs_sum, zeros, psum, psq, nneg = kernel.stats_relu(a, threads)
+    lo, hi, s, sq, abs_sum, zeros, psum, psq, npos = kernel.stats_relu(a, threads)
     n = a.size
     vec = _vec((lo, hi, s, sq, abs_sum, zeros), lambda shift: kernel.stats(a, threads, shift),
                n, np.float32)
     if vec is None:
         return None, None
-    relu = _vec((max(lo, 0.0), max(hi, 0.0), psum, psq, psum, zeros + nneg), None, n, np.float32)
+    # (a is free of NaN here -- it would have made sq NaN -- so max(a, 0) is 0 where a <= 0)
+    relu = _vec((max(lo, 0.0), max(hi, 0.0), psum, psq, psum, n - npos), None, n, np.float32)
     return vec, relu
 
 
