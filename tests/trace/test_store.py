@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 
 import numpy as np
 import pytest
@@ -71,6 +72,28 @@ def test_add_many_keeps_execution_order_between_payload_records(tmp_path):
     assert recs[1].stats == compute_stats(nan)  # finite-masked, NaN counted
     assert [r.has_payload for r in recs] == [False, False, True, False, False]
     assert recs[0].stats == pytest.approx(compute_stats(a))
+
+
+def test_rows_are_inserted_on_arrival_but_seen_only_once_committed(tmp_path):
+    # the writer thread inserts each run of rows as it arrives (so a flush waits only for the
+    # commit); until that commit a reader -- or a run killed now -- sees none of them
+    a = np.arange(6, dtype=np.float32)
+    with TraceWriter(tmp_path / "t", batch_records=10**6, commit_seconds=3600.0) as w:
+        w.add_many([_rec(arr=a, module="m0")[0], _rec(arr=a, module="m1")[0]])
+        w.add(_rec(arr=a, module="m2")[0], payload=a)
+        for _ in range(500):  # until the writer thread has taken them and begun inserting
+            if w._q.empty() and w._db.in_transaction:
+                break
+            time.sleep(0.01)
+        assert w._db.in_transaction  # inserted, not committed
+        db = tmp_path / "t" / "rank0" / "index.sqlite"
+        with sqlite3.connect(db) as con:
+            assert con.execute("SELECT COUNT(*) FROM records").fetchone() == (0,)
+        w.flush()
+        assert not w._db.in_transaction and w.records_written == 3
+        with sqlite3.connect(db) as con:
+            assert con.execute("SELECT COUNT(*) FROM records").fetchone() == (3,)
+    assert [r.module for r in open_trace(tmp_path / "t").records()] == ["m0", "m1", "m2"]
 
 
 def test_payload_dtypes_round_trip(tmp_path):

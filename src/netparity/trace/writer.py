@@ -13,7 +13,9 @@ Why this shape:
   them are committed, and the index stores absolute byte offsets. A process killed at any moment
   therefore leaves every committed row readable; rows of the last uncommitted batch are lost, never
   half-written. No fsync is needed for that (the page cache survives a killed process); a machine
-  crash may lose the tail, like any buffered log.
+  crash may lose the tail, like any buffered log. Rows are inserted into the open transaction as
+  they arrive and only the commit waits for the batch: uncommitted rows are invisible to
+  readers and to recovery alike, and a flush costs one commit instead of a batch of inserts.
 * **Streaming shards that are still safetensors files.** Each shard reserves a fixed header region
   (JSON padded with spaces, which the safetensors format allows) and tensors are appended after it
   without holding a shard in memory. The header is rewritten when a shard is rolled and when the
@@ -313,18 +315,22 @@ class TraceWriter:
 
     # ---- writer thread ---------------------------------------------------------------------
     def _run(self) -> None:
-        batch: list[Record] = []
+        # Rows are inserted as they arrive, inside the open transaction, and committed every
+        # batch_records rows or commit_seconds: the per-row work (record_to_row, binding) then
+        # overlaps the training step instead of piling up until the commit -- a flush at the
+        # end of a step waits only for the commit, not for a step's worth of rows.
+        pending = 0
         last_commit = time.monotonic()
         try:
             while True:
                 timeout = max(0.0, self.commit_seconds - (time.monotonic() - last_commit))
                 try:
-                    item = self._q.get(timeout=timeout if batch else None)
+                    item = self._q.get(timeout=timeout if pending else None)
                 except queue.Empty:
                     item = None
                 if item is _STOP or item is _FLUSH:
-                    self._commit(batch)
-                    batch = []
+                    self._commit(pending)
+                    pending = 0
                     if self._shard is not None:
                         self._shard.write_header()
                     last_commit = time.monotonic()
@@ -336,7 +342,8 @@ class TraceWriter:
                     self._flush_done.set()
                     continue
                 if type(item) is list:  # add_many
-                    batch.extend(item)
+                    self._insert(item)
+                    pending += len(item)
                 elif item is not None:
                     rec, payload, size, want_hash, store = item
                     if payload is not None and store:
@@ -348,13 +355,14 @@ class TraceWriter:
                         with self._cv:
                             self._pending_bytes -= size
                             self._cv.notify_all()
-                    batch.append(rec)
-                if batch and (
-                    len(batch) >= self.batch_records
+                    self._insert([rec])
+                    pending += 1
+                if pending and (
+                    pending >= self.batch_records
                     or time.monotonic() - last_commit >= self.commit_seconds
                 ):
-                    self._commit(batch)
-                    batch = []
+                    self._commit(pending)
+                    pending = 0
                     last_commit = time.monotonic()
         except BaseException as e:  # surfaced to the training thread by _check()
             self._error = e
@@ -393,11 +401,15 @@ class TraceWriter:
             rec.hash = content_hash(arr)
         self.bytes_written += arr.nbytes
 
-    def _commit(self, batch: list[Record]) -> None:
-        if not batch:
+    def _insert(self, recs: list[Record]) -> None:
+        """Insert rows into the open transaction (visible to readers once committed)."""
+        self._db.executemany(INSERT_SQL, [record_to_row(r) for r in recs])
+
+    def _commit(self, count: int) -> None:
+        """Commit the ``count`` rows inserted since the last commit."""
+        if not count:
             return
         if self._shard is not None:
             self._shard.flush()  # payload bytes reach the OS before rows that point at them
-        self._db.executemany(INSERT_SQL, [record_to_row(r) for r in batch])
         self._db.commit()
-        self.records_written += len(batch)
+        self.records_written += count
