@@ -716,26 +716,28 @@ static int plan_parts(part_t *parts, const void *buf, const float *const *more, 
     return nparts;
 }
 
+/* add part q's six totals named P##mn .. P##zeros into r's (P empty: the data's; P = l: the
+ * last summand's) */
+#define MERGE_TOTALS(r, q, P)                                  \
+    do {                                                       \
+        (r).P##mn = (q).P##mn < (r).P##mn ? (q).P##mn : (r).P##mn; \
+        (r).P##mx = (q).P##mx > (r).P##mx ? (q).P##mx : (r).P##mx; \
+        (r).P##sum += (q).P##sum;                              \
+        (r).P##sumsq += (q).P##sumsq;                          \
+        (r).P##abssum += (q).P##abssum;                        \
+        (r).P##zeros += (q).P##zeros;                          \
+    } while (0)
+
 /* one buffer's totals from its parts, combined in order */
 static part_t combine_parts(const part_t *parts, int nparts)
 {
     part_t r = parts[0];
     for (int k = 1; k < nparts; k++) {
-        r.mn = parts[k].mn < r.mn ? parts[k].mn : r.mn;
-        r.mx = parts[k].mx > r.mx ? parts[k].mx : r.mx;
-        r.sum += parts[k].sum;
-        r.sumsq += parts[k].sumsq;
-        r.abssum += parts[k].abssum;
-        r.zeros += parts[k].zeros;
+        MERGE_TOTALS(r, parts[k], );
         r.psum += parts[k].psum;
         r.psumsq += parts[k].psumsq;
         r.npos += parts[k].npos;
-        r.lmn = parts[k].lmn < r.lmn ? parts[k].lmn : r.lmn;
-        r.lmx = parts[k].lmx > r.lmx ? parts[k].lmx : r.lmx;
-        r.lsum += parts[k].lsum;
-        r.lsumsq += parts[k].lsumsq;
-        r.labssum += parts[k].labssum;
-        r.lzeros += parts[k].lzeros;
+        MERGE_TOTALS(r, parts[k], l);
     }
     return r;
 }
