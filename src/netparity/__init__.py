@@ -58,15 +58,21 @@ def capture(model: Any, path: str, **kwargs: Any) -> Any:
     return _cap(model, path, **kwargs)
 
 
-def compare(ref: Any, cand: Any, **kwargs: Any) -> Any:
-    """Compare two traces; see :func:`netparity.compare.engine.compare`."""
-    from netparity.compare.engine import compare as _compare
-
-    return _compare(ref, cand, **kwargs)
-
-
 def seed_everything(seed: int, **kwargs: Any) -> dict[str, Any]:
     """Seed Python, NumPy and every installed framework; see :mod:`netparity.seeding`."""
     from netparity.seeding import seed_everything as _seed
 
     return _seed(seed, **kwargs)
+
+
+# ``netparity.compare`` is the callable comparison package. What users get from it -- called
+# directly, or as ``netparity.compare.compare`` / ``.recheck`` -- is the engine followed by
+# localisation (``netparity.analyzers.divergence``); the compare package ranks below the
+# analyzers and cannot import them, so the binding is made here, once, before any caller can
+# look the names up.
+import netparity.compare as _compare_pkg  # noqa: E402
+from netparity.analyzers import divergence as _divergence  # noqa: E402
+
+_compare_pkg.compare = _divergence.compare  # type: ignore[assignment]
+_compare_pkg.recheck = _divergence.recheck
+compare = _compare_pkg

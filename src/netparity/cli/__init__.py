@@ -40,18 +40,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for modname in COMMANDS:
+        # A listed subcommand that cannot be imported is a broken installation, not an optional
+        # feature: say which one and why instead of silently offering fewer commands.
         try:
             mod = importlib.import_module(modname)
-        except ModuleNotFoundError as e:
-            if e.name == modname:  # subcommand not written yet
-                continue
-            raise
-        mod.register(sub)
+        except Exception as e:  # noqa: BLE001 - any import failure of the module is reported
+            raise NetparityError(
+                f"subcommand module {modname} cannot be imported "
+                f"({type(e).__name__}: {e}); the installation is incomplete or broken") from e
+        register = getattr(mod, "register", None)
+        if not callable(register):
+            raise NetparityError(f"subcommand module {modname} has no register(subparsers)")
+        register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except NetparityError as e:
+        print(f"netparity: error: {e}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if args.version:
         from netparity.trace.writer import netparity_version

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from netparity.cli._common import add_json_out, console, write_json
+from netparity.cli._common import add_json_out, console
+from netparity.report.json_report import write_json
 
 SHOW = 5
 

@@ -7,9 +7,7 @@ parameters unmatched), 2 bad input (one line on stderr).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 from typing import Any
 
 
@@ -53,9 +51,9 @@ def register(subparsers: Any) -> None:
 
 
 def _console() -> Any:
-    from rich.console import Console
+    from netparity.report.terminal import make_console
 
-    return Console(highlight=False, soft_wrap=False)
+    return make_console()
 
 
 def _table(*cols: str) -> Any:
@@ -74,7 +72,9 @@ def _shape(s: Any) -> str:
 
 def _write_json(path: str | None, data: Any) -> None:
     if path:
-        Path(path).write_text(json.dumps(data, indent=1, default=list) + "\n")
+        from netparity.report.json_report import write_json
+
+        write_json(data, path)
 
 
 def run_show(args: argparse.Namespace) -> int:

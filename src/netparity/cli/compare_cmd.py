@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from netparity.cli._common import console, progress
 from netparity.errors import UsageError
 
 
@@ -22,7 +23,8 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
     p.add_argument("--csv", metavar="FILE", help="write one CSV row per tensor pair")
     p.add_argument("--top", type=int, default=10, metavar="N", help="worst pairs to list (10)")
-    p.add_argument("--quiet", action="store_true", help="print only the summary lines")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="print only the summary lines, no progress display")
 
 
 def register(subparsers: Any) -> None:
@@ -57,10 +59,12 @@ def emit(result: Any, args: argparse.Namespace) -> int:
     """Print the terminal report, write the requested files, return the exit status."""
     from netparity.report.terminal import render_terminal, summary_lines
 
+    if args.top < 0:
+        raise UsageError("--top must be >= 0")
     if args.json:
-        from netparity.report.json_report import write_json
+        from netparity.report.json_report import write_result
 
-        write_json(result, args.json)
+        write_result(result, args.json)
     if args.csv:
         from netparity.report.csv_report import write_csv
 
@@ -72,15 +76,13 @@ def emit(result: Any, args: argparse.Namespace) -> int:
     if args.quiet:
         print("\n".join(summary_lines(result)))
     else:
-        if args.top < 0:
-            raise UsageError("--top must be >= 0")
-        render_terminal(result, top=args.top)
+        render_terminal(result, top=args.top, console=console())
     return 0 if result else 1
 
 
 def run(args: argparse.Namespace) -> int:
+    from netparity.analyzers.divergence import compare
     from netparity.capture.policy import parse_int_set
-    from netparity.compare.engine import compare
     from netparity.compare.tolerances import parse_tol_arg
 
     steps = None
@@ -94,5 +96,6 @@ def run(args: argparse.Namespace) -> int:
         args.ref, args.cand, mapping=args.mapping, level=args.level, steps=steps,
         rank=args.rank, rtol=args.rtol, atol=args.atol, tolerances=overrides,
         fp64_ref=args.fp64_ref, k=args.k, profile=args.profile,
+        progress=progress(args, console()),
     )
     return emit(result, args)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from netparity.cli._common import add_quiet, console, progress
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("demo", help="the ResNet-50 PyTorch -> MindSpore migration, end to end")
@@ -14,6 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--depth", type=int, default=50, choices=(18, 34, 50, 101, 152))
     p.add_argument("--image-size", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=4)
+    add_quiet(p, "no narration and no progress display; only the report")
     p.set_defaults(func=run)
 
 
@@ -24,15 +27,19 @@ def run(args: argparse.Namespace) -> int:
         for name, text in BUGS.items():
             print(f"{name:12s} {text}")
         return 0
-    from netparity.cli._common import console
+    from netparity.report.terminal import render_terminal
     from netparity.workflow.demo import run_demo
-    from netparity.workflow.report import render_terminal
 
     con = console()
-    r = run_demo(args.out, bug=args.bug, steps=args.steps,
-                 options={"depth": args.depth, "image_size": args.image_size,
-                          "batch_size": args.batch_size}, say=con.print)
-    render_terminal(r, con)
+    bar = progress(args, con)
+    try:
+        r = run_demo(args.out, bug=args.bug, steps=args.steps,
+                     options={"depth": args.depth, "image_size": args.image_size,
+                              "batch_size": args.batch_size},
+                     say=(lambda *a, **k: None) if args.quiet else con.print, progress=bar)
+    finally:
+        bar.done()
+    render_terminal(r, console=con)
     for n in r.notes:
         con.print(n)
     return 0 if r else 1

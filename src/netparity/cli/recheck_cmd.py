@@ -36,8 +36,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from netparity.analyzers.divergence import recheck
     from netparity.cli.compare_cmd import emit
-    from netparity.compare.engine import recheck
     from netparity.report.json_report import read_json
 
     result = recheck(read_json(args.result), rtol=args.rtol, atol=args.atol)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from netparity.cli._common import add_quiet, console, progress
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
@@ -26,21 +28,28 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--rtol", type=float)
     p.add_argument("--atol", type=float)
     p.add_argument("--no-eval", action="store_true", help="skip the evaluation phase")
+    add_quiet(p, "no progress display while the steps run")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from netparity.workflow.report import render_terminal, write_reports
+    from netparity.report.step import write_reports
+    from netparity.report.terminal import render_terminal
     from netparity.workflow.spec import parse_options
     from netparity.workflow.step import run_step_parity
 
-    r = run_step_parity(
-        args.ref, args.cand, args.out, steps=args.steps, options=parse_options(args.opt),
-        ref_options=parse_options(args.ref_opt), cand_options=parse_options(args.cand_opt),
-        level=args.level, payload=args.payload, seed=args.seed, rtol=args.rtol, atol=args.atol,
-        run_eval=not args.no_eval,
-    )
+    con = console()
+    bar = progress(args, con)
+    try:
+        r = run_step_parity(
+            args.ref, args.cand, args.out, steps=args.steps, options=parse_options(args.opt),
+            ref_options=parse_options(args.ref_opt), cand_options=parse_options(args.cand_opt),
+            level=args.level, payload=args.payload, seed=args.seed, rtol=args.rtol,
+            atol=args.atol, run_eval=not args.no_eval, progress=bar,
+        )
+    finally:
+        bar.done()
     paths = write_reports(r)
-    render_terminal(r)
-    print(f"report: {paths['html']}\njson:   {paths['json']}")
+    render_terminal(r, console=con)
+    con.print(f"report: {paths['html']}\njson:   {paths['json']}")
     return 0 if r else 1

@@ -21,7 +21,7 @@ import numpy as np
 from netparity.compare.metrics import record_rms, stats_metrics, stream_arrays, tensor_metrics
 from netparity.compare.results import CallResult, CompareResult, PairResult
 from netparity.compare.tolerances import Tol, Tolerances, lower_precision
-from netparity.compare.verdicts import AMPLIFICATION, judge, judge_fp64, localise
+from netparity.compare.verdicts import AMPLIFICATION, judge, judge_fp64
 from netparity.errors import UsageError
 from netparity.gcpause import paused_gc
 from netparity.trace import Record, Trace, open_trace
@@ -272,8 +272,9 @@ def compare(
     profile: str = "auto",
     amplification: float = AMPLIFICATION,
     workers: int | None = None,
-) -> Any:
-    """Compare two traces and localise where they start to disagree.
+    progress: Any = None,
+) -> CompareResult:
+    """Measure and judge every matched tensor pair of two traces (localisation: analyzers).
 
     Args:
         ref: reference trace (path or :class:`~netparity.trace.Trace`).
@@ -292,6 +293,8 @@ def compare(
             framework or device).
         amplification: see :mod:`netparity.compare.verdicts`.
         workers: threads measuring pairs (default: number of CPUs).
+        progress: a :class:`netparity.report.progress.Progress`-like object told the number
+            of pairs and each judged pair (default: none).
 
     Returns:
         A :class:`~netparity.compare.results.CompareResult`, truthy when nothing fails.
@@ -423,12 +426,16 @@ def compare(
                 "floor": floor,
             }
             pr.status, pr.reason = judge_fp64(e_ref, e_cand, k, floor)
+        if progress is not None:
+            progress.advance()
 
     # Pairs with payloads on both sides stream tensors (NumPy releases the GIL): threads. Pairs
     # judged from statistics are a few microseconds of Python each: inline, because handing
     # each of them to a pool costs more than judging it (100k-op traces: ~300k pairs).
     heavy: list[_Job] = []
     light: list[_Job] = []
+    if progress is not None:
+        progress.stage("judge tensor pairs", total=len(jobs))
     for j in jobs:
         (heavy if j.ref.has_payload and j.cand.has_payload else light).append(j)
     nworkers = workers or min(8, os.cpu_count() or 1)
@@ -478,11 +485,11 @@ def compare(
             "some pairs were judged from statistics only (basis 'stats'): a failure there is "
             "certain, a pass is weaker than an element-wise comparison"
         )
-    localise(result, amplification)
-    return result
+    return result  # calls are classified and localised by netparity.analyzers.divergence
 
 
-def recheck(result: Any, *, rtol: float | None = None, atol: float | None = None) -> Any:
+def recheck(result: CompareResult, *, rtol: float | None = None,
+            atol: float | None = None) -> CompareResult:
     """Re-judge a saved :class:`CompareResult` with new global tolerances, reading no tensors.
 
     A tolerance left as ``None`` keeps each pair's previous value. See
@@ -516,7 +523,4 @@ def recheck(result: Any, *, rtol: float | None = None, atol: float | None = None
             f"recheck: {estimated} pair verdict(s) estimated from saved histograms; run compare "
             "again for exact verdicts"
         )
-    measured = result.min_tolerance  # measured at the original tolerances: keep as is
-    localise(result, float(result.settings.get("amplification", AMPLIFICATION)))
-    result.min_tolerance = measured
-    return result
+    return result  # call origins: netparity.analyzers.divergence.recheck re-localises

@@ -1,4 +1,4 @@
-"""Verdicts: pass / warn / fail per pair, introduced / propagated per call, and localisation.
+"""Verdicts: pass / warn / fail per pair, from its metrics (and again at new tolerances).
 
 Per pair (tensor basis): **fail** when NaN/Inf positions differ or when the pair exceeds its
 tolerance by more than the warn band; **pass** when every element satisfies
@@ -8,13 +8,8 @@ tolerances :data:`WARN_FACTOR` (10) times looser (``min_atol <= 10*atol`` or
 (a stats failure is certain, a stats pass is weak). fp64-reference mode replaces the rule by
 "candidate error vs fp64 <= k * reference error vs fp64 + floor".
 
-Per call: ``status`` = the worst of its outputs. A non-passing call is **introduced** when its
-inputs pass (it is a culprit), **propagated** when an input already diverges and the output's
-normwise relative error is at most ``amplification`` (100) times the inputs' (a layer that
-turns a small input difference into a much larger output error is still flagged introduced, with
-a note). Without captured inputs, a call is propagated when an earlier call in the same step and
-direction diverged. The backward direction uses the same rule: there the "inputs" are the
-gradients with respect to the call's outputs.
+Per call (introduced / propagated), the first divergences and the minimum passing tolerances
+are localisation, in :mod:`netparity.analyzers.divergence`: this module judges pairs only.
 
 Example:
     >>> judge({"basis": "tensors", "min_atol": 0.0, "min_rtol": 0.0, "nan_mismatch": 0,
@@ -30,22 +25,11 @@ from typing import Any
 import numpy as np
 
 from netparity.compare.metrics import R_BITS, WARN_FACTOR, d_bin_edges, r_bin_edges
-from netparity.compare.results import (
-    CallResult,
-    CompareResult,
-    Divergence,
-    PairResult,
-    worst,
-)
 
-#: an output error this many times the inputs' makes a call "introduced" even if inputs diverge
+#: an output error this many times the inputs' makes a call "introduced" even if inputs diverge.
+#: A setting of the comparison (``compare(..., amplification=)``, saved in the result's settings);
+#: :mod:`netparity.analyzers.divergence` applies it.
 AMPLIFICATION = 100.0
-#: metrics copied into a Divergence (the evidence shown on the first screen)
-SUMMARY_KEYS = (
-    "basis", "max_abs", "mean_abs", "max_rel", "mean_rel", "rmse", "cosine", "within", "q50",
-    "q90", "q99", "nan_mismatch", "inf_mismatch", "min_atol", "min_rtol", "rtol", "atol",
-    "max_abs_lb", "max_rel_lb", "ref_rms", "norm_err", "norm_tol",
-)
 
 
 def _g(m: dict[str, Any], k: str, default: float = 0.0) -> float:
@@ -276,130 +260,3 @@ def rejudge(m: dict[str, Any], rtol: float, atol: float,
             return "warn", msg + " (recheck estimate; re-run compare to be sure)", False
         return "fail", msg, True
     return "warn", msg + " (recheck cannot decide from saved evidence; re-run compare)", False
-
-
-# ---- calls and localisation ------------------------------------------------------------------
-def classify_calls(
-    calls: list[CallResult], pairs: dict[str, PairResult], amplification: float = AMPLIFICATION
-) -> None:
-    """Set ``status``, ``origin``, ``note``, ``in_error``/``out_error`` of every call in place."""
-    diverged: set[tuple[str, int, int, str]] = set()
-    for c in sorted(calls, key=lambda c: (c.step, c.order)):
-        outs = [pairs[k] for k in c.outputs if k in pairs]
-        ins = [pairs[k] for k in c.inputs if k in pairs]
-        c.status = worst([p.status for p in outs])
-        c.out_error = max((p.error() for p in outs), default=0.0)
-        c.in_error = max((p.error() for p in ins), default=0.0)
-        scope = (c.direction, c.step, c.rank, c.level)
-        c.note = ""
-        if c.status in ("pass", "unknown"):
-            c.origin = ""
-        elif ins:
-            in_status = worst([p.status for p in ins])
-            if in_status in ("pass", "unknown"):
-                c.origin = "introduced"
-            elif c.out_error > amplification * max(c.in_error, 1e-300):
-                c.origin = "introduced"
-                ratio = c.out_error / c.in_error if c.in_error else math.inf
-                c.note = (
-                    f"inputs already differ (rel err {_fmt(c.in_error)}) but the output error is "
-                    f"{_fmt(ratio)}x larger"
-                )
-            else:
-                c.origin = "propagated"
-        else:
-            c.origin = "propagated" if scope in diverged else "introduced"
-            c.note = "inputs not captured; judged by execution order"
-        if c.status in ("fail", "warn"):
-            diverged.add(scope)
-
-
-def _divergence(c: CallResult, pairs: dict[str, PairResult]) -> Divergence:
-    outs = [pairs[k] for k in c.outputs if k in pairs]
-    bad = [p for p in outs if p.status == c.status] or outs
-    worst_pair = max(bad, key=lambda p: p.error()) if bad else None
-    metrics: dict[str, Any] = {}
-    if worst_pair is not None:
-        metrics = {k: worst_pair.metrics[k] for k in SUMMARY_KEYS if k in worst_pair.metrics}
-        metrics["pair"] = worst_pair.key
-        if worst_pair.reason:
-            metrics["reason"] = worst_pair.reason
-        if worst_pair.fp64:
-            metrics["fp64"] = worst_pair.fp64
-    return Divergence(
-        module=c.module,
-        op=c.op,
-        direction=c.direction,
-        step=c.step,
-        rank=c.rank,
-        source=c.source,
-        verdict=c.origin or "introduced",
-        status=c.status,
-        metrics=metrics,
-        key=c.key,
-        level=c.level,
-        cand_module=c.cand_module,
-        cand_op=c.cand_op,
-        cand_source=c.cand_source,
-        note=c.note,
-        in_error=c.in_error,
-        out_error=c.out_error,
-    )
-
-
-def first_divergence(
-    calls: list[CallResult], pairs: dict[str, PairResult], direction: str
-) -> Divergence | None:
-    """The first failing call of ``direction`` in execution order (first warning if none fail).
-
-    Execution order is (step, sequence number of the call's first output): an op finishes
-    before the module that runs it, so at level "both" the op is found first, with its module.
-    """
-    cs = sorted((c for c in calls if c.direction == direction), key=lambda c: (c.step, c.order))
-    for want in ("fail", "warn"):
-        for c in cs:
-            if c.status == want:
-                return _divergence(c, pairs)
-    return None
-
-
-def min_tolerances(pairs: list[PairResult]) -> list[dict[str, Any]]:
-    """Per tolerance in use: the smallest atol (at that rtol) and rtol (at that atol) that pass."""
-    groups: dict[tuple[float, float], dict[str, Any]] = {}
-    for p in pairs:
-        m = p.metrics
-        if m.get("basis") not in ("tensors", "stats"):
-            continue
-        # RMS-relative atol (cross profile): every pair has its own absolute atol, so group by
-        # rtol and report atol in units of each tensor's RMS instead of one line per pair.
-        rms = _g(m, "ref_rms") if "(atol x rms)" in p.tol_source else 0.0
-        scale = rms if rms > 0 else 1.0
-        g = groups.setdefault(
-            (p.rtol, p.atol) if rms <= 0 else (p.rtol, -1.0),
-            {"rtol": p.rtol, "atol": p.atol / scale, "min_atol": 0.0, "min_rtol": 0.0,
-             "pairs": 0, "nonfinite_mismatch": 0, "basis": set(),
-             **({"atol_unit": "rms"} if rms > 0 else {})},
-        )
-        g["pairs"] += 1
-        g["basis"].add(m["basis"])
-        if m.get("nan_mismatch") or m.get("inf_mismatch"):
-            g["nonfinite_mismatch"] += 1  # no tolerance passes these
-            continue
-        g["min_atol"] = max(g["min_atol"], _g(m, "min_atol") / scale)
-        g["min_rtol"] = max(g["min_rtol"], _g(m, "min_rtol"))
-    out = []
-    for g in groups.values():
-        g["basis"] = "+".join(sorted(g["basis"]))
-        out.append(g)
-    out.sort(key=lambda g: -int(g["pairs"]))
-    return out
-
-
-def localise(result: CompareResult, amplification: float = AMPLIFICATION) -> None:
-    """Classify calls and fill the first divergences and minimum tolerances of ``result``."""
-    pairs = {p.key: p for p in result.pairs}
-    classify_calls(result.calls, pairs, amplification)
-    result.first_divergence = first_divergence(result.calls, pairs, "forward")
-    result.first_backward = first_divergence(result.calls, pairs, "backward")
-    result.first_update = first_divergence(result.calls, pairs, "update")
-    result.min_tolerance = min_tolerances(result.all_pairs())

@@ -1,4 +1,7 @@
-"""CSV report: one row per compared tensor pair (calls' tensors, params, loss, data).
+"""The CSV output: the tables of report sections meant for CSV, one file.
+
+For a comparison that is one row per compared tensor pair (calls' tensors, params, loss, data)
+with every metric (:data:`netparity.report.sections.compare.CSV_COLUMNS`).
 
 Example:
     >>> import tempfile, os
@@ -12,39 +15,28 @@ Example:
 from __future__ import annotations
 
 import csv
+import io
 import os
+from collections.abc import Sequence
+from typing import Any
 
-from netparity.compare.results import CompareResult
-from netparity.errors import UsageError
-
-COLUMNS = (
-    "status", "kind", "direction", "step", "rank", "module", "op", "role", "arg", "cand_module",
-    "cand_op", "ref_dtype", "cand_dtype", "ref_shape", "cand_shape", "basis", "max_abs",
-    "mean_abs", "max_rel", "mean_rel", "rmse", "cosine", "within", "q50", "q90", "q99",
-    "nan_mismatch", "inf_mismatch", "min_atol", "min_rtol", "rtol", "atol", "tol_source",
-    "source", "reason", "key",
-)
+from netparity.report.files import write_text_atomic
+from netparity.report.sections import Section, Table, for_output, sections_for
 
 
-def write_csv(result: CompareResult, path: str | os.PathLike[str]) -> None:
-    """Write one row per pair in execution order; metric columns empty when not applicable."""
-    try:
-        with open(path, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(COLUMNS)
-            for p in result.all_pairs():
-                m = p.metrics
-                row = []
-                for c in COLUMNS:
-                    if c in ("ref_shape", "cand_shape"):
-                        row.append("x".join(map(str, getattr(p, c))))
-                    elif hasattr(p, c):
-                        row.append(getattr(p, c))
-                    else:
-                        v = m.get(c)
-                        if v is None and c in ("max_abs", "max_rel"):
-                            v = m.get(c + "_lb")
-                        row.append("" if v is None else v)
-                w.writerow(row)
-    except OSError as e:
-        raise UsageError(f"{path}: cannot write CSV report ({e.strerror})") from None
+def render_csv(sections: Sequence[Section]) -> str:
+    """CSV text of the sections' CSV tables (one header per table; raw values, ``None`` empty)."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    for s in for_output(sections, "csv"):
+        for b in s.for_output("csv"):
+            if isinstance(b, Table):
+                w.writerow(b.columns)
+                for row in b.rows:
+                    w.writerow(["" if v is None else v for v in row])
+    return buf.getvalue()
+
+
+def write_csv(result: Any, path: str | os.PathLike[str]) -> None:
+    """Write the CSV output of one analyzer result (atomically)."""
+    write_text_atomic(path, render_csv(sections_for(result)), what="CSV report")

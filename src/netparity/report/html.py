@@ -1,9 +1,10 @@
-"""One self-contained HTML report (inline CSS, JS and SVG; no network access).
+"""The HTML output: one self-contained page (inline CSS, JS and SVG; no network access).
 
-Every string that comes from a trace (module paths, op names, sources, reasons) is escaped.
-Other reports embed their own sections with ``extra_sections=[(title, html_fragment)]``; the
-fragments are trusted HTML built by netparity code (escape trace names with :func:`esc`), and
-:func:`svg_line_plot` draws small inline line charts (e.g. loss curves).
+:func:`render_page` renders report sections (:mod:`netparity.report.sections`) of any analyzer
+result; :func:`render_html` is the page of one result. Every string that comes from a trace
+(module paths, op names, sources, reasons) is escaped. Callers may add their own fragments with
+``extra_sections=[(title, html_fragment)]``: trusted HTML built by netparity code (escape trace
+names with :func:`esc`); :func:`svg_line_plot` draws small inline line charts.
 
 Example:
     >>> from netparity.compare.results import CompareResult
@@ -21,11 +22,19 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from netparity.compare.results import CallResult, CompareResult, Divergence, PairResult
-from netparity.errors import UsageError
-from netparity.report.terminal import divergence_lines, fmt, summary_lines
+from netparity.report.files import write_text_atomic
+from netparity.report.format import fmt
+from netparity.report.sections import (
+    Block,
+    Callout,
+    Plot,
+    Section,
+    Table,
+    Text,
+    for_output,
+    sections_for,
+)
 
-COLOURS = {"pass": "#2e7d32", "warn": "#e69500", "fail": "#c62828", "unknown": "#888"}
 PALETTE = ("#1565c0", "#c62828", "#2e7d32", "#6a1b9a", "#ef6c00", "#00838f")
 
 CSS = """
@@ -43,6 +52,7 @@ th{background:#f0f0f0;cursor:pointer} td.n{text-align:right;font-family:monospac
 tr.s-fail td:first-child{background:#ffcdd2}tr.s-warn td:first-child{background:#ffe9b3}
 tr.s-pass td:first-child{background:#d7f0d8} tr.culprit-row{outline:3px solid #c62828}
 .mono{font-family:monospace} .muted{color:#777}
+tr.s-skipped td:first-child{background:#eee} .v-skipped{background:#888}
 """
 
 JS = """
@@ -165,147 +175,105 @@ def svg_line_plot(
     return "".join(out)
 
 
-def _div_html(title: str, d: Divergence | None, main: bool = False) -> str:
-    lines = divergence_lines(title, d)
-    if d is None:
-        return f'<div class="sub"><b>{esc(title)}</b>: none</div>'
-    cls = "culprit" + (" warn" if d.status == "warn" else "") if main else "sub"
-    name = esc(d.module or "<root>") + (f" <span class='muted'>({esc(d.op)})</span>" if d.op else "")
-    body = "<br>".join(esc(x.strip()) for x in lines[1:])
-    return (f'<div class="{cls}" id="{"culprit" if main else "np-" + esc(d.direction)}">'
-            f'<div>{esc(title)}: <span class="name">{name}</span> &mdash; '
-            f'<b>{esc(d.verdict)}</b> ({esc(d.status)})</div><div class="mono">{body}</div></div>')
+def _callout(c: Callout) -> str:
+    if not c.found:
+        return f'<div class="sub"><b>{esc(c.title)}</b>: none</div>'
+    cls = ("culprit" + (" warn" if c.status == "warn" else "")) if c.main else "sub"
+    name = esc(c.name) + (f" <span class='muted'>({esc(c.detail)})</span>" if c.detail else "")
+    body = "<br>".join(esc(x.strip()) for x in c.lines[1:])
+    anchor = f' id="{esc(c.anchor)}"' if c.anchor else ""
+    return (f'<div class="{cls}"{anchor}>'
+            f'<div>{esc(c.title)}: <span class="name">{name}</span> &mdash; '
+            f'<b>{esc(c.verdict)}</b> ({esc(c.status)})</div><div class="mono">{body}</div></div>')
 
 
-def _depth_chart(result: CompareResult, direction: str) -> str:
-    calls = sorted((c for c in result.calls if c.direction == direction),
-                   key=lambda c: (c.step, c.order))
-    if not calls:
-        return ""
-    levels = sorted({c.level for c in calls})
-    series, markers = [], {}
-    hl = None
-    key = result.first_divergence.key if direction == "forward" and result.first_divergence else (
-        result.first_backward.key if direction == "backward" and result.first_backward else None)
-    for lv in levels:
-        cs = [c for c in calls if c.level == lv]
-        name = f"{lv} output rel err"
-        series.append((name, list(range(len(cs))), [max(c.out_error, 1e-17) for c in cs]))
-        markers[name] = [COLOURS.get(c.status, "#888") for c in cs]
-        for i, c in enumerate(cs):
-            if c.key == key:
-                hl = (name, i)
-    return svg_line_plot(series, title=f"{direction}: normwise relative error per matched call "
-                         "(execution order)", log_y=True, markers=markers, highlight=hl,
-                         x_label="call index in execution order", y_label="rmse / rms(ref)")
+def _cell(t: Table, col: str, v: Any) -> str:
+    if col in t.numeric:
+        return f'<td class="n">{esc(fmt(v))}</td>'
+    text = esc(fmt(v))
+    return f'<td class="mono">{text}</td>' if col in t.mono else f"<td>{text}</td>"
 
 
-def _calls_table(calls: list[CallResult], culprit: str | None) -> str:
+def _table(t: Table) -> str:
     rows = []
-    for c in sorted(calls, key=lambda c: (c.direction != "forward", c.step, c.order)):
-        cls = f"s-{c.status}" + (" culprit-row" if c.key == culprit else "")
-        rows.append(
-            f'<tr class="{cls}"><td>{esc(c.status)}</td><td>{esc(c.origin)}</td>'
-            f'<td>{esc(c.direction)}</td><td class="n">{c.step}</td><td>{esc(c.level)}</td>'
-            f'<td class="mono">{esc(c.name)}</td><td class="mono">{esc(c.cand_module)}'
-            f'{("/" + esc(c.cand_op)) if c.level == "op" else ""}</td>'
-            f'<td>{esc(c.method)}</td><td class="n">{fmt(c.in_error)}</td>'
-            f'<td class="n">{fmt(c.out_error)}</td><td class="mono">{esc(c.source)}</td>'
-            f'<td>{esc(c.note)}</td></tr>')
-    head = "".join(f'<th onclick="npSort(this)">{h}</th>' for h in (
-        "status", "origin", "dir", "step", "level", "reference", "candidate", "match",
-        "input err", "output err", "source", "note"))
-    return (f'<input placeholder="filter" oninput="npFilter(this,\'np-calls\')">'
-            f'<table id="np-calls"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
-            f'</tbody></table>')
+    for i, row in enumerate(t.rows):
+        cls = f"s-{t.status[i]}" if i < len(t.status) else ""
+        if t.highlight == i:
+            cls += " culprit-row"
+        rows.append(f'<tr class="{esc(cls.strip())}">'
+                    + "".join(_cell(t, c, v) for c, v in zip(t.columns, row)) + "</tr>")
+    head = "".join(f'<th onclick="npSort(this)">{esc(c)}</th>' for c in t.columns)
+    tid = f' id="{esc(t.id)}"' if t.id else ""
+    box = (f'<input placeholder="filter" oninput="npFilter(this,\'{esc(t.id)}\')">'
+           if t.filter and t.id else "")
+    title = f"<h3>{esc(t.title)}</h3>" if t.title else ""
+    return (f"{title}{box}<table{tid}><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}"
+            "</tbody></table>")
 
 
-def _pairs_table(pairs: list[PairResult]) -> str:
-    rows = []
-    for p in pairs:
-        m = p.metrics
-        rows.append(
-            f'<tr class="s-{esc(p.status)}"><td>{esc(p.status)}</td><td>{esc(p.kind)}</td>'
-            f'<td>{esc(p.direction)}</td><td class="n">{p.step}</td>'
-            f'<td class="mono">{esc(p.name)}</td><td>{esc(m.get("basis", ""))}</td>'
-            + "".join(f'<td class="n">{esc(fmt(m.get(k, m.get(k + "_lb"))))}</td>' for k in (
-                "max_abs", "max_rel", "mean_rel", "cosine", "q99", "within"))
-            + f'<td class="n">{fmt(p.rtol)}/{fmt(p.atol)}</td><td>{esc(p.reason)}</td></tr>')
-    head = "".join(f'<th onclick="npSort(this)">{h}</th>' for h in (
-        "status", "kind", "dir", "step", "tensor", "basis", "max abs", "max rel", "mean rel",
-        "cosine", "p99 abs", "within", "rtol/atol", "reason"))
-    return (f'<input placeholder="filter" oninput="npFilter(this,\'np-pairs\')">'
-            f'<table id="np-pairs"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
-            f'</tbody></table>')
+def _text(x: Text) -> str:
+    if x.pre:
+        return "<pre>" + esc("\n".join(x.lines)) + "</pre>"
+    cls = f" class='{esc(x.style)}'" if x.style else ""
+    return f"<p{cls}>" + "<br>".join(esc(line) for line in x.lines) + "</p>"
 
 
-def _unmatched(result: CompareResult) -> str:
-    parts = []
-    for k, items in result.unmatched.items():
-        if not items:
-            continue
-        lis = "".join(
-            f"<li class='mono'>{esc(i.get('name', i.get('call', '')))} "
-            f"<span class='muted'>{esc({x: y for x, y in i.items() if x != 'name'})}</span></li>"
-            for i in items[:500])
-        more = f"<li>... {len(items) - 500} more</li>" if len(items) > 500 else ""
-        parts.append(f"<h3>{esc(k.replace('_', ' '))} ({len(items)})</h3><ul>{lis}{more}</ul>")
-    return "".join(parts) or "<p>nothing unmatched</p>"
+def _plot(p: Plot) -> str:
+    return svg_line_plot(p.series, title=p.title, log_y=p.log_y, x_label=p.x_label,
+                         y_label=p.y_label, markers=p.markers, highlight=p.highlight,
+                         height=p.height)
 
 
-def render_html(
-    result: CompareResult,
-    *,
-    title: str = "netparity comparison",
-    extra_sections: Sequence[tuple[str, str]] = (),
-    lead_sections: Sequence[tuple[str, str]] = (),
-) -> str:
-    """The report as one HTML string (see the module docstring)."""
-    status = result.status
-    head = esc(summary_lines(result)[0])
+def _block(b: Block) -> str:
+    if isinstance(b, Callout):
+        return _callout(b)
+    if isinstance(b, Table):
+        return _table(b)
+    if isinstance(b, Plot):
+        return _plot(b)
+    return _text(b)
+
+
+def _section(s: Section) -> str:
+    out = [f"<h2>{esc(s.title)}</h2>"] if s.title else []
+    if s.headline:
+        anchor = f" id='{esc(s.anchor)}'" if s.anchor else ""
+        out.append(f"<div class='verdict v-{esc(s.status or 'pass')}'{anchor}>"
+                   f"{esc(s.headline)}</div>")
+    if s.rows:
+        out.append("<p class='muted'>" + "<br>".join(f"{esc(k)}: {esc(fmt(v))}" for k, v in s.rows)
+                   + "</p>")
+    out += [_block(b) for b in s.for_output("html")]
+    return "".join(out)
+
+
+def render_page(sections: Sequence[Section], *, title: str = "netparity report",
+                extra_sections: Sequence[tuple[str, str]] = (),
+                lead_sections: Sequence[tuple[str, str]] = ()) -> str:
+    """One self-contained page of ``sections`` (those meant for HTML).
+
+    ``lead_sections`` come first; ``extra_sections`` follow the first section (the verdict).
+    """
     body = [f"<h1>{esc(title)}</h1>"]
-    for t, frag in lead_sections:  # e.g. the one-step workflow's phase table, before the rest
-        body.append(f"<h2>{esc(t)}</h2>{frag}")
-    body.append(f'<div class="verdict v-{esc(status)}" id="verdict">{head}</div>')
-    runs = result.runs
-    if runs:
-        body.append("<p class='muted mono'>ref: " + esc(runs.get("ref", {})) + "<br>cand: "
-                    + esc(runs.get("cand", {})) + "</p>")
-    body.append(_div_html("First divergence (forward)", result.first_divergence, main=True))
-    body.append(_div_html("First divergence (backward)", result.first_backward))
-    if result.first_update is not None:
-        body.append(_div_html("First divergence (optimizer)", result.first_update))
-    rest = [x for x in summary_lines(result)[1:] if not x.startswith(("first divergence", "    "))]
-    body.append("<pre>" + esc("\n".join(rest)) + "</pre>")
-    for t, frag in extra_sections:
-        body.append(f"<h2>{esc(t)}</h2>{frag}")
-    charts = [_depth_chart(result, d) for d in ("forward", "backward")]
-    if any(charts):
-        body.append("<h2>Error along network depth</h2>" + "".join(c for c in charts if c))
-    params = [p for p in result.params if p.status != "pass"]
-    if result.params:
-        body.append(f"<h2>Parameters ({len(params)} of {len(result.params)} diverge)</h2>"
-                    + _pairs_table(params or result.params[:0]).replace("np-pairs", "np-params"))
-    if result.loss or result.data:
-        body.append("<h2>Loss and data</h2>" + _pairs_table(result.loss + result.data)
-                    .replace("np-pairs", "np-loss"))
-    culprit = result.first_divergence.key if result.first_divergence else None
-    body.append("<h2>Aligned structure (reference &harr; candidate)</h2>"
-                + _calls_table(result.calls, culprit))
-    body.append("<h2>Unmatched</h2>" + _unmatched(result))
-    body.append("<h2>All tensor pairs</h2>" + _pairs_table(result.pairs))
-    if result.min_tolerance:
-        body.append("<h2>Settings</h2><pre>" + esc(result.settings) + "</pre>")
+    body += [f"<h2>{esc(t)}</h2>{frag}" for t, frag in lead_sections]
+    for i, s in enumerate(for_output(sections, "html")):
+        body.append(_section(s))
+        if i == 0:
+            body += [f"<h2>{esc(t)}</h2>{frag}" for t, frag in extra_sections]
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             f"<meta name='viewport' content='width=device-width'><title>{esc(title)}</title>"
             f"<style>{CSS}</style><script>{JS}</script></head><body>"
             + "\n".join(body) + "</body></html>")
 
 
-def write_html(result: CompareResult, path: str | os.PathLike[str], **kwargs: Any) -> None:
-    """Write :func:`render_html` to ``path``."""
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(render_html(result, **kwargs))
-    except OSError as e:
-        raise UsageError(f"{path}: cannot write HTML report ({e.strerror})") from None
+def render_html(result: Any, *, title: str = "netparity comparison",
+                extra_sections: Sequence[tuple[str, str]] = (),
+                lead_sections: Sequence[tuple[str, str]] = ()) -> str:
+    """The HTML page of one analyzer result (a comparison, a step diagnosis, ...)."""
+    return render_page(sections_for(result), title=title, extra_sections=extra_sections,
+                       lead_sections=lead_sections)
+
+
+def write_html(result: Any, path: str | os.PathLike[str], **kwargs: Any) -> None:
+    """Write :func:`render_html` to ``path`` (atomically)."""
+    write_text_atomic(path, render_html(result, **kwargs), what="HTML report")

@@ -1,10 +1,14 @@
-"""JSON report: the versioned result dict (``CompareResult.to_json``) written to a file.
+"""The one JSON writer (atomic) and the compare result's JSON file.
+
+:func:`write_json` writes any JSON-ready object: to stdout for ``"-"``, else to a temporary file
+in the destination's directory that then replaces the destination (``os.replace``), so a reader
+never sees a half-written file, even when the process dies mid-write.
 
 Example:
     >>> import json, tempfile, os
     >>> from netparity.compare.results import CompareResult
     >>> p = os.path.join(tempfile.mkdtemp(), "r.json")
-    >>> write_json(CompareResult(), p)
+    >>> write_result(CompareResult(), p)
     >>> json.load(open(p))["netparity_result_version"]
     1
 """
@@ -13,24 +17,53 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 from netparity.compare.results import CompareResult
 from netparity.errors import UsageError
+from netparity.report.files import write_text_atomic
+from netparity.report.sections import Section, for_output
 
 
-def write_json(result: CompareResult, path: str | os.PathLike[str], *, histograms: bool = True) -> None:
-    """Write ``result.to_json()`` (strict JSON: inf/nan spelled as strings)."""
+def _plain(o: Any) -> Any:
+    """JSON stand-ins for what ``json`` cannot encode: sets and arrays as lists, NumPy scalars
+    as numbers, paths and anything else as strings."""
+    if isinstance(o, (set, frozenset)):
+        return sorted(o, key=str)
+    tolist = getattr(o, "tolist", None)  # NumPy arrays and scalars
+    if callable(tolist):
+        return tolist()
+    return str(o)
+
+
+def write_json(obj: Any, dest: str | os.PathLike[str], *, indent: int = 1,
+               strict: bool = False) -> None:
+    """Write ``obj`` as JSON to ``dest`` atomically, or to stdout when ``dest`` is ``"-"``.
+
+    ``strict`` refuses NaN/Inf and unknown types (results spell non-finite numbers as strings);
+    otherwise values JSON cannot hold are converted (:func:`_plain`).
+    """
     try:
-        with open(path, "w") as f:
-            json.dump(result.to_json(histograms=histograms), f, indent=1, allow_nan=False)
-            f.write("\n")
-    except OSError as e:
-        raise UsageError(f"{path}: cannot write JSON report ({e.strerror})") from None
+        text = json.dumps(obj, indent=indent, allow_nan=not strict,
+                          default=None if strict else _plain) + "\n"
+    except ValueError as e:
+        raise UsageError(f"{dest}: cannot encode JSON ({e})") from None
+    if os.fspath(dest) == "-":
+        sys.stdout.write(text)
+        return
+    write_text_atomic(dest, text, what="JSON")
+
+
+def write_result(result: CompareResult, path: str | os.PathLike[str], *,
+                 histograms: bool = True) -> None:
+    """Write ``result.to_json()`` (strict JSON: inf/nan spelled as strings) for ``recheck``."""
+    write_json(result.to_json(histograms=histograms), path, strict=True)
 
 
 def read_json(path: str | os.PathLike[str]) -> CompareResult:
-    """Load a result written by :func:`write_json`."""
+    """Load a result written by :func:`write_result`."""
     try:
         with open(path) as f:
             obj: Any = json.load(f)
@@ -39,3 +72,9 @@ def read_json(path: str | os.PathLike[str]) -> CompareResult:
     except ValueError as e:
         raise UsageError(f"{path}: not a JSON file ({e})") from None
     return CompareResult.from_json(obj)
+
+
+def render_json(sections: Sequence[Section]) -> dict[str, Any]:
+    """The JSON output of report sections (those meant for JSON): ``{"sections": [...]}``."""
+    return {"netparity_report_version": 1,
+            "sections": [s.to_json() for s in for_output(sections, "json")]}

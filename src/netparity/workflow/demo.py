@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from netparity.report.progress import Progress
 from netparity.workflow.step import StepResult, run_step_parity
 
 REF_SPEC = "netparity.examples.resnet.specs.torch_spec"
@@ -65,10 +66,13 @@ def convert_weights(out: Path, options: dict[str, Any], say: Any = print) -> dic
 
 def run_demo(out_dir: str | Path = "netparity-demo", *, bug: str | None = None,
              steps: int = 3, options: dict[str, Any] | None = None,
-             say: Any = print) -> StepResult:
-    """Run the demo; returns the one-step parity result (reports written to ``out_dir``)."""
+             say: Any = print, progress: Progress | None = None) -> StepResult:
+    """Run the demo; returns the one-step parity result (reports written to ``out_dir``).
+
+    ``say`` prints the narration; ``progress`` shows the workflow's stages while they run.
+    """
     from netparity.examples.resnet.bugs import BUGS, check_bug
-    from netparity.workflow.report import write_reports
+    from netparity.report.step import write_reports
 
     check_bug(bug)
     opts = {**DEMO_OPTIONS, **(options or {}), "steps": steps}
@@ -78,10 +82,12 @@ def run_demo(out_dir: str | Path = "netparity-demo", *, bug: str | None = None,
         f"({opts['image_size']}px, batch {opts['batch_size']}, {steps} steps)"
         + (f", injected bug: {bug} -- {BUGS[bug]}" if bug else ""))
     say("1. weights: PyTorch state dict -> MindSpore checkpoint")
+    if progress is not None:
+        progress.stage("convert the weights")
     convert_weights(out, opts, say)
     say("2. one-step parity: setup, data, forward, loss, backward, update, later steps, eval")
     r = run_step_parity(REF_SPEC, CAND_SPEC, out, steps=steps, options=opts,
-                        cand_options={"bug": bug})
+                        cand_options={"bug": bug}, progress=progress)
     paths = write_reports(r)
     r.notes.append(f"HTML report: {paths['html']}")
     return r

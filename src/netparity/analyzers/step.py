@@ -1,0 +1,656 @@
+"""Step diagnosis: which phase of one training step diverges first, where, and why.
+
+The one-step parity workflow (:mod:`netparity.workflow.step`) *runs* both sides -- builds the
+specs, maps and loads the weights, trains a few steps and evaluates under capture -- and hands
+what it ran to :func:`diagnose_step` as a :class:`StepRun`. This analyzer judges the phases in
+the order the migration guides check them, from the two runs' facts and traces:
+
+==============  ==============================================================================
+phase           checked by
+==============  ==============================================================================
+setup           parameter counts and shapes match; weights converted from the reference and
+                loaded into the candidate reproduce the reference's values exactly
+data            the two data pipelines yield the same batches (after this check both sides are
+                fed the reference's batches, so later phases are judged on equal inputs)
+forward         step 0 module outputs (culprit: first module whose inputs agree but outputs don't)
+loss            the step-0 loss, when every forward output agrees
+backward        gradients flowing back through modules and parameter gradients
+update          parameters (and BatchNorm statistics) after the optimizer step; a uniform ratio
+                between the two sides' updates is reported as a learning-rate difference
+later-steps     losses and parameters of steps 1..N-1
+eval            evaluation outputs after training (e.g. BatchNorm left in training mode)
+==============  ==============================================================================
+
+Every judgement is a function of data (NumPy arrays, traces, comparison results): no framework
+is imported here.
+
+Example:
+    >>> judge_data([(np.zeros((2, 3)), np.array([0, 1]))],
+    ...            [(np.zeros((2, 3)), np.array([0, 1]))], steps=1, atol=1e-5).status
+    'pass'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from netparity.analyzers.divergence import compare
+from netparity.compare.results import CompareResult, PairResult
+from netparity.trace import open_trace
+
+PHASES = ("setup", "data", "forward", "loss", "backward", "update", "later-steps", "eval")
+RESULT_VERSION = 1
+
+#: update differences below this (normwise, relative to the update) are gradient noise (the
+#: backward bound of the cross-framework comparison: updates carry the gradients' noise)
+UPDATE_NOISE = 5e-2
+#: later steps: the loss curves agree when every step's loss is within this relative band.
+#: Why a band and not tensors: after one update the two runs differ by gradient noise, which small
+#: batches and BatchNorm amplify step after step; the guides' criterion for "later losses" is
+#: the curve staying within an error band.
+LOSS_CURVE_RTOL = 1e-2
+#: ...and beyond this band they fail. Between the two: warn. Measured on the ResNet-50 demo
+#: (batch 4, 64 px): step 0 agrees to 1e-5, later losses drift 0.3-6% apart, because the
+#: step-0 gradient of conv1 differs by 1.5% (ReLU decisions flipping, accumulated over 50
+#: layers of backward) and conv1's update is large next to its weights.
+LOSS_CURVE_FAIL = 5e-2
+#: a difference proportional to the parameter must explain this much of the update difference
+DECAY_EXPLAINED = 0.9
+#: ...and be at least this large relative to the update, to be called a weight-decay difference
+DECAY_SIGNAL = 2e-3
+#: position of parameters of modules never seen in forward (e.g. unused heads): last
+_UNSEEN = 10**9
+
+Batch = tuple[np.ndarray, np.ndarray]
+
+
+@dataclass
+class Phase:
+    """The verdict on one phase, with the evidence."""
+
+    name: str
+    status: str = "pass"  # pass | fail | warn | skipped
+    where: str = ""  # module or parameter that diverges first
+    step: int | None = None
+    summary: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return self.status != "fail"
+
+
+@dataclass
+class StepResult:
+    """What the one-step parity workflow found. Truthy when every phase passes."""
+
+    phases: list[Phase]
+    ref: dict[str, Any]
+    cand: dict[str, Any]
+    losses: dict[str, list[float]]
+    lr: dict[str, list[float] | None]
+    out_dir: str
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    compare_step0: Any = None  # CompareResult of step 0 (not serialised here: see its JSON)
+
+    @property
+    def first(self) -> Phase | None:
+        return next((p for p in self.phases if p.status == "fail"), None)
+
+    @property
+    def first_phase(self) -> str | None:
+        f = self.first
+        return f.name if f is not None else None
+
+    @property
+    def where(self) -> str | None:
+        f = self.first
+        return f.where if f is not None else None
+
+    def phase(self, name: str) -> Phase:
+        return next(p for p in self.phases if p.name == name)
+
+    def __bool__(self) -> bool:
+        return self.first is None
+
+    def to_json(self) -> dict[str, Any]:
+        """Versioned JSON-ready dict (``step.json``)."""
+        f = self.first
+        return {
+            "netparity_step_result_version": RESULT_VERSION,
+            "status": "pass" if f is None else "fail",
+            "first_divergence": None if f is None else {
+                "phase": f.name, "where": f.where, "step": f.step, "summary": f.summary},
+            "phases": [asdict(p) for p in self.phases],
+            "ref": self.ref,
+            "cand": self.cand,
+            "losses": self.losses,
+            "lr": self.lr,
+            "out_dir": self.out_dir,
+            "notes": self.notes,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+@dataclass
+class SetupFacts:
+    """What the workflow found while mapping and loading the weights (input of the setup phase).
+
+    ``name_map`` is a :class:`netparity.ckpt.mapping.NameMap` (``pairs``, ``counts()``,
+    ``unmatched_ref``/``_cand``, ``ambiguous``, ``shape_mismatches()``, ...); ``None`` with
+    ``mapping_error`` when the spec's own map could not be applied. ``weights_loaded`` stays
+    ``None`` until the converted weights were loaded into the candidate.
+    """
+
+    ref_counts: dict[str, Any]
+    cand_counts: dict[str, Any]
+    name_map: Any = None
+    how: str = "automatic"
+    mapping_error: str | None = None
+    spec_name_map: dict[str, str] | None = None
+    weights_loaded: int | None = None
+    worst_weight: tuple[str, float] = ("", 0.0)
+
+    def ref_to_cand(self) -> dict[str, str]:
+        return dict(self.name_map.ref_to_cand()) if self.name_map is not None else {}
+
+
+@dataclass
+class StepRun:
+    """Everything the workflow ran, for :func:`diagnose_step` (paths, arrays, plain dicts)."""
+
+    out_dir: str
+    steps: int
+    level: str
+    ref: dict[str, Any]  # side descriptions: spec, framework, description (params added here)
+    cand: dict[str, Any]
+    setup: SetupFacts
+    ref_batches: Sequence[Batch] = ()
+    cand_batches: Sequence[Batch] = ()
+    data_atol: float = 1e-5
+    losses: dict[str, list[float]] = field(default_factory=dict)
+    lr: dict[str, list[float] | None] = field(default_factory=dict)
+    ref_trace: str | None = None  # None: nothing was trained (setup failed)
+    cand_trace: str | None = None
+    ref_before: dict[str, np.ndarray] = field(default_factory=dict)  # weights before step 0
+    cand_before: dict[str, np.ndarray] = field(default_factory=dict)
+    optimizer_settings: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+    ref_eval_trace: str | None = None
+    cand_eval_trace: str | None = None
+    eval_metrics: dict[str, Any] = field(default_factory=dict)  # {"ref": ..., "cand": ...}
+    eval_skipped: str = ""  # why eval was not run ("" when it was)
+    rtol: float | None = None
+    atol: float | None = None
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+def module_of(param: str) -> str:
+    """The module path of a parameter name (``layer1.0.bn1.weight`` -> ``layer1.0.bn1``)."""
+    return param.rsplit(".", 1)[0] if "." in param else ""
+
+
+def max_difference(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """Largest absolute difference of two arrays and that divided by ``rms(a)`` (float64)."""
+    a64 = np.asarray(a, dtype=np.float64)
+    b64 = np.asarray(b, dtype=np.float64)
+    if a64.shape != b64.shape:
+        return math.inf, math.inf
+    d = np.abs(a64 - b64)
+    max_abs = float(d.max()) if d.size else 0.0
+    scale = float(np.sqrt(np.mean(a64 * a64))) if a64.size else 0.0
+    return max_abs, (max_abs / scale if scale else max_abs)
+
+
+def load_difference(ref_state: Any, cand_state: Any, pairs: Sequence[Any]) -> tuple[str, float]:
+    """The reference parameter whose value differs most after loading it into the candidate."""
+    worst = ("", 0.0)
+    for p in pairs:
+        d, _ = max_difference(np.asarray(ref_state[p.ref]).reshape(-1),
+                              np.asarray(cand_state[p.cand]).reshape(-1))
+        if d > worst[1]:
+            worst = (p.ref, d)
+    return worst
+
+
+def param_order(result: CompareResult) -> dict[str, int]:
+    """Execution order of modules in the reference forward (params sort by their module)."""
+    order: dict[str, int] = {}
+    for c in sorted(result.calls, key=lambda c: c.order):
+        if c.direction == "forward" and c.level == "module" and c.module not in order:
+            # A parent returns after its children; use the first time a path is seen so that
+            # layer1.0.conv1 sorts before layer1.0.
+            order[c.module] = len(order)
+    return order
+
+
+def _first_param(pairs: list[PairResult], order: dict[str, int]) -> PairResult:
+    def key(p: PairResult) -> tuple[int, int, str]:
+        return (order.get(module_of(p.module), _UNSEEN), 0 if p.status == "fail" else 1, p.module)
+
+    return min(pairs, key=key)
+
+
+def name_mapping(ref_to_cand: dict[str, str]) -> dict[str, Any]:
+    """The comparison mapping (modules and params) implied by a parameter name map."""
+    return {
+        "modules": {module_of(r): module_of(c) for r, c in ref_to_cand.items()
+                    if module_of(r) and module_of(c)},
+        "params": ref_to_cand,
+    }
+
+
+# ---- phases ----------------------------------------------------------------------------------
+def judge_setup(f: SetupFacts) -> Phase:
+    """Counts, name map, and (once loaded) whether the converted weights landed exactly."""
+    phase = Phase("setup")
+    rc, cc = f.ref_counts, f.cand_counts
+    info: dict[str, Any] = {"ref_counts": rc, "cand_counts": cc}
+    phase.evidence = info
+    if f.mapping_error is not None:  # e.g. the spec's own map pairs tensors of different shapes
+        phase.status, phase.summary = "fail", f.mapping_error
+        phase.where = f.mapping_error.split(": ", 1)[-1].split(" ", 1)[0]
+        return phase
+    nm = f.name_map
+    info["name_map"] = {"how": f.how, "pairs": len(nm.pairs), "by": nm.counts(),
+                        "unmatched_ref": nm.unmatched_ref[:20],
+                        "unmatched_cand": nm.unmatched_cand[:20],
+                        "ambiguous": dict(list(nm.ambiguous.items())[:20]),
+                        "dropped": len(nm.dropped_ref) + len(nm.dropped_cand)}
+    if f.spec_name_map and f.how == "automatic":
+        disagree = [(c, r) for c, r in f.spec_name_map.items()
+                    if nm.cand_to_ref().get(c, r) != r]
+        if disagree:
+            info["name_map"]["disagrees_with_spec"] = disagree[:10]
+    problems: list[str] = []
+    if rc["trainable"] != cc["trainable"]:
+        problems.append(f"trainable parameters differ: {rc['trainable']:,} vs {cc['trainable']:,}")
+    if nm.unmatched_ref or nm.unmatched_cand or nm.ambiguous:
+        problems.append(f"{len(nm.unmatched_ref)} reference and {len(nm.unmatched_cand)} candidate "
+                        f"parameter(s) unmatched, {len(nm.ambiguous)} ambiguous")
+    bad = nm.shape_mismatches()
+    if bad:
+        p = bad[0]
+        problems.append(f"shape mismatch: {p.ref} {tuple(p.ref_shape)} vs {p.cand} "
+                        f"{tuple(p.cand_shape)}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""))
+    if problems:
+        phase.status = "fail"
+        phase.where = bad[0].ref if bad else (nm.unmatched_ref[:1] or nm.unmatched_cand[:1] or [""])[0]
+        phase.summary = "; ".join(problems)
+        return phase
+    if f.weights_loaded is None:
+        phase.summary = f"{len(nm.pairs)} tensors mapped ({f.how}); weights not loaded yet"
+        return phase
+    info["weights_loaded"] = f.weights_loaded
+    info["max_weight_diff_after_load"] = f.worst_weight[1]
+    if f.worst_weight[1] > 0:
+        phase.status = "fail"
+        phase.where = f.worst_weight[0]
+        phase.summary = (f"converted weights did not load exactly ({f.worst_weight[0]} differs "
+                         f"by {f.worst_weight[1]:.3g})")
+    else:
+        phase.summary = (f"{rc['trainable']:,} trainable parameters on both sides; "
+                         f"{len(nm.pairs)} tensors mapped ({f.how}: "
+                         + ", ".join(f"{k} {v}" for k, v in nm.counts().items())
+                         + "), converted and loaded exactly")
+    return phase
+
+
+def judge_data(ref_batches: Sequence[Batch], cand_batches: Sequence[Batch], steps: int,
+               atol: float) -> Phase:
+    """Whether the two data pipelines yield the same first ``steps`` batches."""
+    phase = Phase("data")
+    rows: list[dict[str, Any]] = []
+    for i in range(steps):
+        (rx, ry), (cx, cy) = ref_batches[i], cand_batches[i]
+        x_abs, x_rel = max_difference(rx, cx)
+        labels_equal = rx.shape[:1] == cx.shape[:1] and np.array_equal(
+            np.asarray(ry).astype(np.int64), np.asarray(cy).astype(np.int64))
+        rows.append({"batch": i, "inputs_max_abs": x_abs, "inputs_rel": x_rel,
+                     "shape_ref": list(rx.shape), "shape_cand": list(cx.shape),
+                     "labels_equal": bool(labels_equal)})
+        if phase.status == "pass" and (x_abs > atol or not labels_equal):
+            phase.status = "fail"
+            phase.step = i
+            phase.where = "labels" if x_abs <= atol else "inputs"
+            phase.summary = (
+                f"batch {i} differs: " + (f"inputs max abs {x_abs:.3g} (shapes {list(rx.shape)} vs "
+                                          f"{list(cx.shape)})" if x_abs > atol else "labels differ")
+                + "; later phases use the reference's batches on both sides")
+    phase.evidence = {"batches": rows, "atol": atol}
+    if phase.status == "pass":
+        worst = max(r["inputs_max_abs"] for r in rows)
+        phase.summary = f"{steps} batch(es) identical (max abs difference {worst:.3g})"
+    return phase
+
+
+def judge_forward(r0: CompareResult) -> Phase:
+    """Step-0 forward: the first module whose output diverges (introduced or propagated)."""
+    fwd = Phase("forward")
+    d = r0.first_divergence
+    if d is not None and d.status == "fail":
+        fwd.status, fwd.where, fwd.step = "fail", d.module or d.op, d.step
+        fwd.summary = (f"{d.module or '<root>'} ({d.op}) is the first module whose output diverges "
+                       f"while its inputs agree ({d.verdict} here)"
+                       if d.verdict == "introduced" else
+                       f"{d.module or '<root>'} ({d.op}) diverges first ({d.verdict})")
+        fwd.evidence = {"verdict": d.verdict, "metrics": d.metrics, "source": d.source,
+                        "cand_module": d.cand_module, "in_error": d.in_error,
+                        "out_error": d.out_error}
+    else:
+        n = sum(1 for p in r0.pairs if p.direction == "forward")
+        fwd.summary = f"{n} forward tensor pairs agree at step 0"
+    return fwd
+
+
+def judge_loss(r0: CompareResult, ref_loss: float, cand_loss: float) -> Phase:
+    """The step-0 loss pair."""
+    ph = Phase("loss")
+    lp = [p for p in r0.loss if p.step == 0]
+    ph.evidence = {"ref": ref_loss, "cand": cand_loss, "abs_diff": abs(ref_loss - cand_loss)}
+    if lp and lp[0].status == "fail":
+        ph.status, ph.step, ph.where = "fail", 0, "loss"
+        ph.summary = (f"step-0 loss {ref_loss:.7g} vs {cand_loss:.7g} (difference "
+                      f"{abs(ref_loss - cand_loss):.3g})")
+    else:
+        ph.summary = f"step-0 loss {ref_loss:.7g} vs {cand_loss:.7g}"
+    return ph
+
+
+def judge_backward(r0: CompareResult, order: dict[str, int]) -> Phase:
+    """Gradients flowing back through modules, then the parameter gradients."""
+    bwd = Phase("backward")
+    grads = r0.divergent_params("grad")
+    db = r0.first_backward
+    if db is not None and db.status == "fail":
+        bwd.status, bwd.where, bwd.step = "fail", db.module or db.op, db.step
+        bwd.summary = f"gradient flowing back diverges first at {db.module or '<root>'} ({db.verdict})"
+        bwd.evidence = {"verdict": db.verdict, "metrics": db.metrics}
+    if grads and any(g.status == "fail" for g in grads):
+        g = _first_param([g for g in grads if g.status == "fail"], order)
+        if bwd.status != "fail":
+            bwd.status, bwd.where, bwd.step = "fail", module_of(g.module), 0
+            bwd.summary = f"parameter gradient {g.module} diverges first"
+        bwd.evidence.update({"first_grad": g.module, "grads_diverging": len(grads),
+                             "grad_metrics": g.metrics})
+    if bwd.status == "pass":
+        n = sum(1 for p in r0.params if p.kind == "grad")
+        bwd.summary = f"{n} parameter gradients agree" + ("" if n else " (no gradients captured)")
+    return bwd
+
+
+def update_deltas(ref_before: dict[str, np.ndarray], cand_before: dict[str, np.ndarray],
+                  ref_tr: Any, cand_tr: Any, ref_to_cand: dict[str, str],
+                  step: int) -> list[dict[str, Any]]:
+    """Compare the optimizer's *updates* (after - before) parameter by parameter.
+
+    Optimizer bugs barely move parameter values (an extra weight decay of 1/32768 changes a
+    BatchNorm gamma by ~3e-7 in one step) but change the update by a visible fraction. For each
+    parameter: the normwise error of the update, its ratio to the reference's update (uniform
+    ratios across parameters mean a learning-rate difference), and how much of the difference is
+    proportional to the parameter itself (a weight-decay difference).
+    """
+    ref_after = {r.module: r for r in ref_tr.records(step=step, kind="param")}
+    cand_after = {r.module: r for r in cand_tr.records(step=step, kind="param")}
+    out: list[dict[str, Any]] = []
+    for name, rec in ref_after.items():
+        cname = ref_to_cand.get(name)
+        if any(k in name for k in ("running_", "moving_", "num_batches")):
+            continue  # statistics, not optimizer updates
+        if cname is None or cname not in cand_after or name not in ref_before \
+                or cname not in cand_before:
+            continue
+        crec = cand_after[cname]
+        if not rec.has_payload or not crec.has_payload:
+            continue
+        p0 = np.asarray(ref_before[name], np.float64).ravel()
+        d_ref = np.asarray(ref_tr.tensor(rec), np.float64).ravel() - p0
+        d_cand = np.asarray(cand_tr.tensor(crec), np.float64).ravel() - np.asarray(
+            cand_before[cname], np.float64).ravel()
+        if d_ref.size != d_cand.size:
+            continue
+        nr = float(np.linalg.norm(d_ref))
+        dd = d_cand - d_ref
+        ndd = float(np.linalg.norm(dd))
+        pp = float(np.dot(p0, p0))
+        c = float(np.dot(dd, p0) / pp) if pp > 0 else 0.0
+        explained = 1.0 - float(np.linalg.norm(dd - c * p0)) ** 2 / ndd**2 if ndd > 0 else 0.0
+        out.append({
+            "param": name, "cand_param": cname,
+            "rel_err": ndd / nr if nr > 0 else (0.0 if ndd == 0 else math.inf),
+            "ratio": float(np.dot(d_cand, d_ref) / nr**2) if nr > 0 else math.nan,
+            "decay_coef": c,  # d_cand - d_ref ~= c * param_before
+            "decay_explained": explained,
+            "decay_signal": abs(c) * math.sqrt(pp) / nr if nr > 0 else 0.0,
+        })
+    return out
+
+
+def optimizer_mismatch(ref_settings: dict[str, Any], cand_settings: dict[str, Any],
+                       ref_to_cand: dict[str, str],
+                       order: dict[str, int]) -> dict[str, Any] | None:
+    """Per-parameter optimizer settings (weight decay, momentum) that differ between the sides.
+
+    The settings are ``{param: {"weight_decay", "momentum", ...}}`` as
+    ``frameworks.models.optimizer_settings`` reads them from each side's optimizer.
+    """
+    bad = []
+    for rname, cname in ref_to_cand.items():
+        a, b = ref_settings.get(rname), cand_settings.get(cname)
+        if a is None or b is None:
+            continue
+        for key in ("weight_decay", "momentum"):
+            if not math.isclose(a[key], b[key], rel_tol=1e-5, abs_tol=1e-12):
+                bad.append({"param": rname, "cand_param": cname, "setting": key.replace("_", " "),
+                            "ref": a[key], "cand": b[key]})
+                break
+    if not bad:
+        return None
+    first = min(bad, key=lambda d: (order.get(module_of(d["param"]), _UNSEEN), d["param"]))
+    return {"kind": "settings", "first": first, "params": [d["param"] for d in bad],
+            "checked": len(ref_settings)}
+
+
+def judge_updates(deltas: list[dict[str, Any]], order: dict[str, int],
+                  lr_ref: float | None) -> dict[str, Any] | None:
+    """Name the optimizer difference the update deltas show, or None when they agree."""
+    if not deltas:
+        return None
+
+    def pos(d: dict[str, Any]) -> tuple[int, str]:
+        return (order.get(module_of(d["param"]), _UNSEEN), d["param"])
+
+    ratios = np.array([d["ratio"] for d in deltas if math.isfinite(d["ratio"])])
+    if ratios.size >= 3:
+        med = float(np.median(ratios))
+        spread = float(np.median(np.abs(ratios - med)))
+        if abs(med - 1.0) > UPDATE_NOISE and spread < 0.05 * max(abs(med), 1e-3):
+            first = min(deltas, key=pos)
+            return {"kind": "learning-rate", "first": first, "median_ratio": med,
+                    "spread": spread, "params": int(ratios.size)}
+    decay = [d for d in deltas if d["decay_explained"] > DECAY_EXPLAINED
+             and d["decay_signal"] > DECAY_SIGNAL]
+    if decay:
+        first = min(decay, key=pos)
+        extra = -first["decay_coef"] / lr_ref if lr_ref else None
+        return {"kind": "weight-decay", "first": first, "params": [d["param"] for d in decay],
+                "extra_weight_decay": extra}
+    bad = [d for d in deltas if d["rel_err"] > UPDATE_NOISE]
+    if bad:
+        return {"kind": "update", "first": min(bad, key=pos), "params": [d["param"] for d in bad]}
+    return None
+
+
+def judge_update(r0: CompareResult, deltas: list[dict[str, Any]], order: dict[str, int],
+                 lr: dict[str, list[float] | None],
+                 settings: dict[str, Any] | None) -> Phase:
+    """Parameter values after the optimizer step, then the updates themselves."""
+    upd = Phase("update")
+    params = [p for p in r0.divergent_params("param") if p.status == "fail"]
+    lr_ref_s, lr_cand_s = lr.get("ref"), lr.get("cand")
+    verdict = judge_updates(deltas, order, lr_ref_s[0] if lr_ref_s else None)
+    lr_note = ""
+    if lr_ref_s and lr_cand_s and not math.isclose(lr_ref_s[0], lr_cand_s[0], rel_tol=1e-6,
+                                                   abs_tol=1e-12):
+        lr_note = (f"; the specs' learning rates for step 0 differ: {lr_ref_s[0]:.6g} vs "
+                   f"{lr_cand_s[0]:.6g}")
+    if verdict is None and settings is not None:
+        verdict = settings
+    first_value = _first_param(params, order) if params else None
+    if verdict is None and first_value is None:
+        n = sum(1 for p in r0.params if p.kind == "param")
+        upd.summary = (f"{n} parameters agree after the optimizer step; {len(deltas)} updates "
+                       f"agree within {UPDATE_NOISE:g}")
+        return upd
+    upd.status, upd.step = "fail", 0
+    # the earliest parameter (in forward order) with either kind of difference
+    cands = []
+    if first_value is not None:
+        cands.append((order.get(module_of(first_value.module), _UNSEEN), "value"))
+    if verdict is not None:
+        cands.append((order.get(module_of(verdict["first"]["param"]), _UNSEEN), "delta"))
+    which = min(cands)[1] if verdict is None or verdict["kind"] != "learning-rate" else "delta"
+    if which == "value":
+        assert first_value is not None
+        p = first_value
+        upd.where = module_of(p.module)
+        stat = any(k in p.module for k in ("running_", "moving_"))
+        upd.summary = (f"{len(params)} parameter(s) differ after the optimizer step; first: "
+                       f"{p.module}" + (" (BatchNorm running statistics: updated in forward "
+                                        "with the layer's momentum)" if stat else ""))
+        upd.evidence = {"first_param": p.module, "cand_param": p.cand_module,
+                        "diverging": [q.module for q in params][:20], "metrics": p.metrics}
+    else:
+        assert verdict is not None
+        f = verdict["first"]
+        if verdict["kind"] == "learning-rate":
+            upd.where = "optimizer (learning rate)"
+            upd.summary = (f"every parameter's update is {verdict['median_ratio']:.4g}x the "
+                           f"reference's ({verdict['params']} parameters): the learning rate "
+                           "differs")
+        elif verdict["kind"] == "settings":
+            upd.where = module_of(f["param"])
+            upd.summary = (f"optimizer settings differ for {len(verdict['params'])} "
+                           f"parameter(s); first: {f['param']} {f['setting']} "
+                           f"{f['ref']:.6g} (reference) vs {f['cand']:.6g} (candidate)")
+        elif verdict["kind"] == "weight-decay":
+            upd.where = module_of(f["param"])
+            wd = verdict.get("extra_weight_decay")
+            upd.summary = (f"the update of {f['param']} differs by a multiple of the parameter "
+                           "itself: weight decay differs" + (
+                               f" (candidate applies {wd:.3g} more)" if wd else "")
+                           + f"; {len(verdict['params'])} parameter(s) affected")
+        else:
+            upd.where = module_of(f["param"])
+            upd.summary = (f"the update of {f['param']} differs by {f['rel_err']:.3g} "
+                           "(normwise, relative to the update)")
+        upd.evidence = {k: v for k, v in verdict.items() if k != "first"}
+        upd.evidence["first_param"] = f
+    upd.summary += lr_note
+    upd.evidence["deltas_checked"] = len(deltas)
+    return upd
+
+
+def judge_later_steps(run: StepRun, mapping: dict[str, Any], earlier_failed: bool) -> Phase:
+    """The loss curve of steps 1..N-1 within a band; the first bad step's comparison as evidence."""
+    later = Phase("later-steps")
+    steps = run.steps
+    if steps <= 1:
+        later.status, later.summary = "skipped", "only one step was run"
+        return later
+    lr_, lc_ = run.losses["ref"], run.losses["cand"]
+    rel = [abs(c - r) / max(abs(r), 1e-12) for r, c in zip(lr_, lc_)]
+    later.evidence = {"loss_rel_diff": rel, "band": LOSS_CURVE_RTOL}
+    bad_steps = [k for k in range(1, steps) if not rel[k] <= LOSS_CURVE_RTOL]
+    if not bad_steps:
+        later.summary = (f"losses of steps 1-{steps - 1} within {LOSS_CURVE_RTOL:.0%} "
+                         f"(largest {max(rel[1:]):.2%})")
+        return later
+    failing = [k for k in bad_steps if not rel[k] <= LOSS_CURVE_FAIL]
+    k = failing[0] if failing else bad_steps[0]
+    later.status, later.step = ("fail" if failing else "warn"), k
+    assert run.ref_trace is not None and run.cand_trace is not None
+    rk = compare(run.ref_trace, run.cand_trace, mapping=mapping, level=run.level, steps=[k],
+                 rtol=run.rtol, atol=run.atol)
+    dk = rk.first_divergence
+    later.where = (dk.module or dk.op) if dk is not None else "loss"
+    later.summary = (f"step {k}: loss {lr_[k]:.7g} vs {lc_[k]:.7g} ({rel[k]:.2%} apart, "
+                     f"band {LOSS_CURVE_RTOL:.0%})"
+                     + (f"; first divergence {dk.module or dk.op} ({dk.verdict})"
+                        if dk is not None else "")
+                     + ("" if failing or earlier_failed else
+                        f"; below the {LOSS_CURVE_FAIL:.0%} fail band and step 0 "
+                        "agrees: likely numeric noise amplified by training"))
+    return later
+
+
+def judge_eval(run: StepRun, mapping: dict[str, Any]) -> Phase:
+    """Evaluation of the converted initial weights on both sides (forward-only traces)."""
+    ev = Phase("eval")
+    if run.eval_skipped or run.ref_eval_trace is None or run.cand_eval_trace is None:
+        ev.status, ev.summary = "skipped", run.eval_skipped or "not run"
+        return ev
+    m_ref, m_cand = run.eval_metrics.get("ref"), run.eval_metrics.get("cand")
+    re = compare(run.ref_eval_trace, run.cand_eval_trace, mapping=mapping, level="module",
+                 rtol=run.rtol, atol=run.atol)
+    ev.evidence = {"ref": m_ref, "cand": m_cand}
+    de = re.first_divergence
+    if de is not None and de.status == "fail":
+        ev.status, ev.where = "fail", de.module or de.op
+        losses = (m_ref or {}).get("loss"), (m_cand or {}).get("loss")
+        ev.summary = (f"evaluation diverges first at {de.module or '<root>'} ({de.verdict})"
+                      + (f"; eval loss {losses[0]:.5g} vs {losses[1]:.5g}"
+                         if all(isinstance(x, float) for x in losses) else ""))
+    else:
+        ev.summary = "evaluation outputs agree"
+    return ev
+
+
+def diagnose_step(run: StepRun) -> StepResult:
+    """Judge every phase of what the workflow ran; the first failing phase is the answer.
+
+    Phases after the setup are skipped when the setup fails (nothing was trained then).
+    """
+    phases = {name: Phase(name) for name in PHASES}
+    phases["setup"] = judge_setup(run.setup)
+    result = StepResult(
+        phases=[], ref={**run.ref, "params": run.setup.ref_counts},
+        cand={**run.cand, "params": run.setup.cand_counts},
+        losses=dict(run.losses), lr=dict(run.lr), out_dir=run.out_dir,
+    )
+    if phases["setup"].status == "fail" or run.ref_trace is None or run.cand_trace is None:
+        for name in PHASES[1:]:
+            phases[name].status = "skipped"
+            phases[name].summary = "not run: the two sides do not start from the same weights"
+        result.phases = list(phases.values())
+        return result
+    phases["data"] = judge_data(run.ref_batches, run.cand_batches, run.steps, run.data_atol)
+    ref_to_cand = run.setup.ref_to_cand()
+    mapping = name_mapping(ref_to_cand)
+    r0 = compare(run.ref_trace, run.cand_trace, mapping=mapping, level=run.level, steps=[0],
+                 rtol=run.rtol, atol=run.atol)
+    result.compare_step0 = r0
+    order = param_order(r0)
+    phases["forward"] = judge_forward(r0)
+    phases["loss"] = judge_loss(r0, run.losses["ref"][0], run.losses["cand"][0])
+    phases["backward"] = judge_backward(r0, order)
+    deltas = update_deltas(run.ref_before, run.cand_before, open_trace(Path(run.ref_trace)),
+                           open_trace(Path(run.cand_trace)), ref_to_cand, 0)
+    settings = optimizer_mismatch(*run.optimizer_settings, ref_to_cand, order)
+    phases["update"] = judge_update(r0, deltas, order, run.lr, settings)
+    earlier = any(phases[n].status == "fail" for n in PHASES[:PHASES.index("later-steps")])
+    phases["later-steps"] = judge_later_steps(run, mapping, earlier)
+    phases["eval"] = judge_eval(run, mapping)
+    result.phases = list(phases.values())
+    # Phases after the first failure usually fail because of it: say so instead of hiding them.
+    first = result.first
+    if first is not None:
+        for p in result.phases[result.phases.index(first) + 1:]:
+            if p.status == "fail":
+                p.summary += f" (may follow from the {first.name} divergence)"
+    return result

@@ -1,0 +1,108 @@
+"""Sections of a one-step parity diagnosis (:class:`~netparity.analyzers.step.StepResult`).
+
+The phase table with the verdict, the culprit's evidence, the loss (and learning-rate) curves,
+where the files are, then -- in the HTML page -- every section of the step-0 comparison.
+
+Example:
+    >>> from netparity.analyzers.step import Phase, StepResult
+    >>> r = StepResult([Phase("setup")], {}, {}, {}, {}, "out")
+    >>> headline(r)
+    'PASS: one training step and 0 more agree in every phase'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from netparity.analyzers.step import StepResult
+from netparity.report.format import fmt
+from netparity.report.sections import Plot, Section, Table, Text, section, sections_for
+
+MARK = {"pass": "ok", "fail": "DIVERGES", "warn": "warn", "skipped": "-"}
+
+
+def headline(r: StepResult) -> str:
+    """PASS, or the first diverging phase, where and at which step."""
+    f = r.first
+    if f is None:
+        warns = [p.name for p in r.phases if p.status == "warn"]
+        return (f"PASS: one training step and {max(len(r.losses.get('ref', [])) - 1, 0)} more "
+                "agree" + (f" (warning: {', '.join(warns)})" if warns else " in every phase"))
+    where = f" at {f.where}" if f.where else ""
+    step = f" (step {f.step})" if f.step is not None else ""
+    return f"FAIL: first divergence in the {f.name.upper()} phase{where}{step}"
+
+
+def _evidence(r: StepResult) -> list[str]:
+    """The first failing phase's evidence, in a few lines."""
+    f = r.first
+    if f is None:
+        return []
+    ev = f.evidence
+    lines = []
+    m = ev.get("metrics") or {}
+    keys = [k for k in ("max_abs", "max_rel", "rmse", "cosine", "frac_within", "basis") if k in m]
+    if keys:
+        lines.append("  evidence: " + ", ".join(f"{k}={fmt(m[k], 4)}" for k in keys))
+    if ev.get("source"):
+        lines.append(f"  source: {ev['source']}")
+    if ev.get("update_ratio"):
+        u = ev["update_ratio"]
+        lines.append(f"  update ratio cand/ref: median {fmt(u['median_ratio'], 4)} over "
+                     f"{u['params']} parameters (uniform: {u['uniform']})")
+    return lines
+
+
+@section("StepResult", "phases")
+def phases(r: StepResult, **_: Any) -> Section:
+    """The verdict, the two sides, one row per phase, the culprit's evidence."""
+    st = "pass" if r.first is None else "fail"
+    table = Table(title="", columns=["phase", "verdict", "where", "what netparity found"],
+                  rows=[[p.name, MARK[p.status], p.where, p.summary] for p in r.phases],
+                  status=[p.status for p in r.phases], id="phases", mono=("where",),
+                  wrap=("what netparity found",))
+    return Section("phases", title="One-step parity", headline=headline(r), status=st,
+                   anchor="step-verdict",
+                   rows=[("reference", r.ref.get("description") or r.ref.get("spec")),
+                         ("candidate", r.cand.get("description") or r.cand.get("spec"))],
+                   blocks=[table, Text(_evidence(r), only=("terminal", "json"))])
+
+
+@section("StepResult", "losses")
+def losses(r: StepResult, **_: Any) -> Section | None:
+    """Loss per step (and learning rate per step) on both sides."""
+    lr, lc = r.losses.get("ref", []), r.losses.get("cand", [])
+    if not lr:
+        return None
+    blocks: list[Any] = [
+        Text(["loss  ref: " + "  ".join(f"{x:.6g}" for x in lr),
+              "     cand: " + "  ".join(f"{x:.6g}" for x in lc)], only=("terminal",)),
+        Plot(title="loss per step", x_label="step", y_label="loss",
+             series=[("reference", [float(i) for i in range(len(lr))], list(lr)),
+                     ("candidate", [float(i) for i in range(len(lc))], list(lc))]),
+    ]
+    lr_ref, lr_cand = r.lr.get("ref"), r.lr.get("cand")
+    if lr_ref and lr_cand:
+        blocks.append(Plot(title="learning rate per step", x_label="step", height=200,
+                           series=[("reference", [float(i) for i in range(len(lr_ref))], lr_ref),
+                                   ("candidate", [float(i) for i in range(len(lr_cand))],
+                                    lr_cand)]))
+    return Section("losses", title="Loss curves", blocks=blocks)
+
+
+@section("StepResult", "files")
+def files(r: StepResult, **_: Any) -> Section:
+    """Where the traces and reports are (terminal)."""
+    return Section("files", blocks=[Text([f"traces and reports in {r.out_dir}  "
+                                          f"({r.seconds:.1f} s)"])], only=("terminal",))
+
+
+@section("StepResult", "detail")
+def detail(r: StepResult, **options: Any) -> list[Section]:
+    """The step-0 comparison, every section of it (HTML page only: its JSON is its own file)."""
+    if r.compare_step0 is None:
+        return []
+    head = Section("detail", title="Step 0 in detail", only=("html",))
+    return [head] + [dataclasses.replace(s, only=("html",))
+                     for s in sections_for(r.compare_step0, **options)]
