@@ -8,7 +8,7 @@ import pytest
 
 import netparity
 from netparity.cli import main
-from netparity.compare.engine import recheck
+from netparity.compare import recheck
 from netparity.compare.results import CompareResult
 
 
