@@ -72,7 +72,7 @@ class RichProgress(Progress):
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
             MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("left"),
             TimeRemainingColumn(), console=console, transient=transient,
-            refresh_per_second=REFRESH_HZ, auto_refresh=True,
+            refresh_per_second=REFRESH_HZ, auto_refresh=False,
         )
         self._lock = threading.Lock()
         self._task: Any = None
@@ -88,6 +88,7 @@ class RichProgress(Progress):
                 self._started = True
             self._finish_task()
             self._task = self._bar.add_task(name, total=total)
+            self._bar.refresh()
             self._done = self._shown = 0
             self._last = time.monotonic()
 
@@ -95,10 +96,11 @@ class RichProgress(Progress):
         with self._lock:
             self._done += n
             now = time.monotonic()
-            # hand rich a new count at most REFRESH_HZ times a second: its update takes its own
-            # lock and would otherwise run once per pair
+            # hand rich a new count and redraw at most REFRESH_HZ times a second, from the
+            # working thread itself: rich's own refresh thread would compete for the GIL with
+            # the comparison (measured: 13-22% slower on a loaded 2-core machine)
             if self._task is not None and now - self._last >= 1.0 / REFRESH_HZ:
-                self._bar.update(self._task, completed=self._done)
+                self._bar.update(self._task, completed=self._done, refresh=True)
                 self._shown, self._last = self._done, now
 
     def _finish_task(self) -> None:

@@ -14,7 +14,7 @@ adds one module here (``@section("MyResult", "name")`` functions) and one line t
 Example:
     >>> from netparity.compare.results import CompareResult
     >>> [s.key for s in sections_for(CompareResult())][:2]
-    ['verdict', 'depth']
+    ['verdict', 'structure']
 """
 
 from __future__ import annotations

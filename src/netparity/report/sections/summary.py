@@ -32,9 +32,9 @@ def _ranges(steps: list[int]) -> str:
     return ",".join(out)
 
 
-@section("TraceSummary", "overview")
-def overview(s: TraceSummary, **_: Any) -> Section:
-    """Run facts, counts, NaN/Inf first occurrences, fp16 overflow, losses."""
+@section("TraceSummary", "run")
+def run_facts(s: TraceSummary, **_: Any) -> Section:
+    """Run facts and record counts."""
     m = s.manifest
     fw = f"{m.get('framework', '?')} {m.get('framework_version', '')}".strip()
     lines = [f"{s.path}  {fw}  device={m.get('device', '?')}  schema v{m.get('schema_version')}"
@@ -46,7 +46,13 @@ def overview(s: TraceSummary, **_: Any) -> Section:
     lines.append(f"ranks {s.ranks}  steps {_ranges(s.steps)}  records "
                  + ", ".join(f"{k}={v}" for k, v in sorted(s.counts.items()))
                  + f"  payload {fmt_bytes(s.payload_bytes)}")
-    blocks: list[Any] = [Text(lines)]
+    return Section("run", title="Run", blocks=[Text(lines)])
+
+
+@section("TraceSummary", "health")
+def overview(s: TraceSummary, **_: Any) -> Section:
+    """NaN/Inf first occurrences, fp16 overflow, losses."""
+    blocks: list[Any] = []
     if s.nonfinite_records:
         head, status = (f"NaN/Inf in {s.nonfinite_records} record(s); first occurrences:",
                         "fail")
@@ -67,7 +73,7 @@ def overview(s: TraceSummary, **_: Any) -> Section:
                                          for st, v in s.losses[:12]))
     if tail:
         blocks.append(Text(tail))
-    return Section("overview", headline=head, status=status, blocks=blocks)
+    return Section("health", title="Health", headline=head, status=status, blocks=blocks)
 
 
 @section("TraceSummary", "modules")
