@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from netparity.compare.metrics import record_rms, stats_metrics, stream_arrays, tensor_metrics
+from netparity.compare.noise import NOISE_K, calibrate
 from netparity.compare.results import CallResult, CompareResult, PairResult
 from netparity.compare.tolerances import Tol, Tolerances, lower_precision
 from netparity.compare.verdicts import AMPLIFICATION, judge, judge_fp64, localise
@@ -272,6 +273,8 @@ def compare(
     profile: str = "auto",
     amplification: float = AMPLIFICATION,
     workers: int | None = None,
+    noise_run: Any = None,
+    noise_k: float = NOISE_K,
 ) -> Any:
     """Compare two traces and localise where they start to disagree.
 
@@ -292,6 +295,11 @@ def compare(
             framework or device).
         amplification: see :mod:`netparity.compare.verdicts`.
         workers: threads measuring pairs (default: number of CPUs).
+        noise_run: a trace of the reference run again with last-bit perturbed weights and
+            inputs (``netparity step`` makes one): every pair is then judged against that
+            tensor's own noise, ``noise_k`` x the noise run's error plus a floor
+            (:mod:`netparity.compare.noise`), instead of the tolerance table.
+        noise_k: see ``noise_run``.
 
     Returns:
         A :class:`~netparity.compare.results.CompareResult`, truthy when nothing fails.
@@ -478,6 +486,14 @@ def compare(
             "some pairs were judged from statistics only (basis 'stats'): a failure there is "
             "certain, a pass is weaker than an element-wise comparison"
         )
+    if noise_run is not None:
+        noise_tr = _open(noise_run, "noise run")
+        if noise_tr.framework != ref_tr.framework:
+            raise UsageError(f"the noise run must be a trace of the reference's framework "
+                             f"({ref_tr.framework}), not {noise_tr.framework}")
+        calibrate(result, compare(ref_tr, noise_tr, level=level, steps=steps, rank=rank,
+                                  profile="same", workers=workers), noise_k)
+        result.settings["noise_run"] = str(noise_tr.path)
     localise(result, amplification)
     return result
 

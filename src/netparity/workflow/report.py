@@ -62,7 +62,11 @@ def render_terminal(r: StepResult, console: Any = None) -> None:
     lr, lc = r.losses.get("ref", []), r.losses.get("cand", [])
     if lr:
         con.print("loss  ref: " + "  ".join(f"{x:.6g}" for x in lr))
-        con.print("     cand: " + "  ".join(f"{x:.6g}" for x in lc))
+        con.print("     cand: " + "  ".join(f"{x:.6g}" for x in lc)
+                  + "   (each step from the reference's state)")
+        for key, label in (("cand_free", "cand, free"), ("ref_noise", "ref, noise")):
+            if r.losses.get(key):
+                con.print(f"{label:>10}: " + "  ".join(f"{x:.6g}" for x in r.losses[key]))
     con.print(f"traces and reports in {r.out_dir}  ({r.seconds:.1f} s)")
 
 
@@ -95,8 +99,13 @@ def render_html(r: StepResult, *, title: str = "netparity one-step parity") -> s
              f"<br>candidate: {esc(r.cand.get('description') or r.cand.get('spec'))}</p>")
     curves = ""
     if r.losses.get("ref"):
-        curves = svg_line_plot({"reference": r.losses["ref"], "candidate": r.losses["cand"]},
-                               title="loss per step", x_label="step", y_label="loss")
+        series = {"reference": r.losses["ref"],
+                  "candidate (each step from the reference's state)": r.losses["cand"]}
+        if r.losses.get("cand_free"):
+            series["candidate, free-running"] = r.losses["cand_free"]
+        if r.losses.get("ref_noise"):
+            series["reference, last-bit noise run"] = r.losses["ref_noise"]
+        curves = svg_line_plot(series, title="loss per step", x_label="step", y_label="loss")
     lr = ""
     lr_ref, lr_cand = r.lr.get("ref"), r.lr.get("cand")
     if lr_ref and lr_cand:

@@ -502,6 +502,61 @@ def _judge_updates(deltas: list[dict[str, Any]], order: dict[str, int],
     return None
 
 
+def _noise_run(src: str, options: dict[str, Any], seed: int,
+               batches: list[tuple[np.ndarray, np.ndarray]], path: Path, steps: int, level: str,
+               payload: str, starts: list[Any]) -> list[float]:
+    """Capture the reference's noise run into ``path``; returns its losses.
+
+    A fresh build of the reference spec; before step ``i`` every float parameter and buffer is
+    set to ``starts[i]`` (the reference's state at the start of that step) moved one ulp, and
+    the inputs are moved one ulp as well (labels untouched).
+    """
+    from netparity.compare.noise import perturb_last_bit
+    from netparity.frameworks.models import set_weights
+    from netparity.seeding import seed_everything
+
+    seed_everything(seed)
+    spec = load_spec(src, **options)
+    rng = np.random.default_rng(seed + 7919)
+    noisy = [(perturb_last_bit(np.asarray(x), rng), y) for x, y in batches]
+
+    def start(i: int, cap: Any) -> None:
+        st = starts[i]
+        arrays = {k: perturb_last_bit(np.asarray(v), rng) for k, v in st.items()
+                  if st.dtypes.get(k) != "bfloat16"}
+        with cap.paused():
+            set_weights(spec.model, arrays)
+
+    return _train(spec, noisy, path, steps, level, payload, before_step=start)
+
+
+def _free_run(src: str, options: dict[str, Any], seed: int,
+              batches: list[tuple[np.ndarray, np.ndarray]], steps: int,
+              init: tuple[dict[str, np.ndarray], dict[str, str]] | None = None,
+              perturb: bool = False) -> list[float]:
+    """Losses of ``steps`` uncaptured steps of a freshly built spec, free-running.
+
+    ``init`` loads (arrays, bf16 dtypes) first; ``perturb`` moves every float parameter by one
+    ulp up or down at random (a seeded "noise run": the same computation, last-bit different).
+    """
+    from netparity.ckpt.mapping import state_of
+    from netparity.frameworks.models import set_weights
+    from netparity.seeding import seed_everything
+
+    seed_everything(seed)
+    spec = load_spec(src, **options)
+    if init is not None:
+        set_weights(spec.model, init[0], init[1])
+    if perturb:
+        from netparity.compare.noise import perturb_last_bit
+
+        rng = np.random.default_rng(seed + 1)
+        st = state_of(spec.model)
+        set_weights(spec.model, {k: perturb_last_bit(np.asarray(v), rng) for k, v in st.items()
+                                 if st.dtypes.get(k) != "bfloat16"})
+    return [float(spec.train_step(x, y)) for x, y in batches[:steps]]
+
+
 def _later_step_divergence(r: Any, step: int, deltas: list[dict[str, Any]],
                            order: dict[str, int], lr_ref: float | None
                            ) -> tuple[str, str, str] | None:
@@ -555,6 +610,8 @@ def run_step_parity(
     data_atol: float = 1e-5,
     run_eval: bool = True,
     overwrite: bool = True,
+    free_running: bool = True,
+    noise: bool = True,
 ) -> StepResult:
     """Run the one-step parity workflow (see the module docstring).
 
@@ -574,6 +631,12 @@ def run_step_parity(
         data_atol: largest absolute difference tolerated between the two sides' batches.
         run_eval: also compare evaluation after training.
         overwrite: replace earlier traces in ``out_dir``.
+        free_running: also run both sides free (uncaptured) from the common initial weights,
+            and the reference once more with last-bit perturbed weights, for the loss curves
+            and the drift envelope in the report (specs given as files/modules only).
+        noise: capture a noise run of the reference (``ref-noise/``: the same steps with every
+            weight and input one ulp off) and judge every tensor pair against its own noise
+            (:mod:`netparity.compare.noise`); specs given as files/modules only.
 
     Returns:
         A :class:`StepResult`; ``first_phase`` / ``where`` name the first divergence.
@@ -590,7 +653,7 @@ def run_step_parity(
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise UsageError(f"{out} is not empty; pass overwrite=True or choose another directory")
     out.mkdir(parents=True, exist_ok=True)
-    for sub in ("ref", "cand", "ref-eval", "cand-eval"):
+    for sub in ("ref", "cand", "ref-noise", "ref-eval", "cand-eval"):
         if (out / sub / "manifest.json").exists():
             shutil.rmtree(out / sub)
     opts = dict(options or {})
@@ -657,6 +720,18 @@ def run_step_parity(
 
     result.losses["ref"] = _train(ref, batches, out / "ref", steps, level, payload,
                                   after_step=keep_ref_state)
+    noise_dir: Path | None = None
+    if noise and isinstance(ref_spec, str):
+        # The noise run: the reference again, every step started from the reference's state with
+        # each float weight and input one ulp off at random; its distance from the reference is
+        # each tensor's own rounding noise, which the comparisons below judge against.
+        noise_dir = out / "ref-noise"
+        result.losses["ref_noise_steps"] = _noise_run(
+            ref_spec, {**opts, **(ref_options or {})}, seed, batches, noise_dir, steps, level,
+            payload, [ref_state0, *ref_states])
+    elif noise:
+        notes.append("no noise run: the reference was given as a built Spec (it cannot be "
+                     "rebuilt fresh); pairs are judged by the tolerance table")
     result.losses["cand"] = _train(cand, batches, out / "cand", steps, level, payload,
                                    before_step=start_from_ref)
     mapping = {
@@ -665,7 +740,8 @@ def run_step_parity(
         "params": ref_to_cand,
     }
     tol: dict[str, Any] = {"rtol": rtol, "atol": atol}
-    r0 = compare(out / "ref", out / "cand", mapping=mapping, level=level, steps=[0], **tol)
+    r0 = compare(out / "ref", out / "cand", mapping=mapping, level=level, steps=[0],
+                 noise_run=noise_dir, **tol)
     result.compare_step0 = r0
     order = _param_order(r0)
     # 4. forward.
@@ -788,7 +864,7 @@ def run_step_parity(
         ref_tr, cand_tr = open_trace(out / "ref"), open_trace(out / "cand")
         for k in range(1, steps):
             rk = compare(out / "ref", out / "cand", mapping=mapping, level=level, steps=[k],
-                         **tol)
+                         noise_run=noise_dir, **tol)
             lr_k = ref.lr_schedule[k] if ref.lr_schedule and len(ref.lr_schedule) > k else None
             found = _later_step_divergence(
                 rk, k, _update_deltas(ref_states[k - 1], cand_starts[k], ref_tr, cand_tr,
@@ -805,6 +881,22 @@ def run_step_parity(
             later.summary = (f"steps 1-{steps - 1} agree in every phase, each started from the "
                              f"reference's state (largest loss difference {max(rel[1:]):.2g}, "
                              "relative)")
+        if free_running and isinstance(ref_spec, str) and isinstance(cand_spec, str):
+            # Free-running curves for the report, with the drift the reference shows against
+            # its own last-bit noise run: information, not a verdict (steps are judged above).
+            ro = {**opts, **(ref_options or {})}
+            co = {**opts, **(cand_options or {})}
+            noise = _free_run(ref_spec, ro, seed, batches, steps, perturb=True)
+            free = _free_run(cand_spec, co, seed, batches, steps,
+                             init=_to_candidate(ref_state0, ref_to_cand, cand_shapes))
+            result.losses["ref_noise"], result.losses["cand_free"] = noise, free
+            drift = max(abs(c - r) / max(abs(r), 1e-12) for r, c in zip(lr_, free))
+            env = max(abs(c - r) / max(abs(r), 1e-12) for r, c in zip(lr_, noise))
+            later.evidence["free_running"] = {"cand": free, "ref_noise": noise,
+                                              "cand_drift": drift, "noise_drift": env}
+            later.summary += (f"; free-running, the candidate's loss drifts up to {drift:.2%} from "
+                              f"the reference's, and the reference's own last-bit noise run "
+                              f"{env:.2%}")
     else:
         later.status, later.summary = "skipped", "only one step was run"
     # 9. eval.
