@@ -32,6 +32,11 @@ EXPECTED = {
     "bn-decay": ("update", "bn1", 0),
     "warmup": ("update", "optimizer (learning rate)", 0),
     "eval-mode": ("eval", "bn1", None),
+    # below the fixed tolerances: found only against the reference's measured noise
+    "relu-approx": ("forward", "layer1.0.relu", 0),
+    "label-smooth": ("loss", "loss", 0),
+    # right at step 0, wrong from step 1: found because step 1 starts from a common state
+    "lr-decay": ("later-steps", "optimizer (learning rate)", 1),
 }
 
 
@@ -43,7 +48,8 @@ def test_bug_is_named_in_the_right_phase_and_place(tmp_path, bug):
     phase, where, step = EXPECTED[bug]
     assert r.first_phase == phase, [(p.name, p.status, p.summary) for p in r.phases]
     if phase is None:
-        assert r and all(p.status in ("pass", "warn") for p in r.phases)
+        assert r and all(p.status in ("pass", "skipped") for p in r.phases), \
+            [(p.name, p.status, p.summary) for p in r.phases]
         return
     first = r.first
     assert first.where == where

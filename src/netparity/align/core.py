@@ -21,6 +21,7 @@ Everything not paired is reported in ``unmatched_*``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -32,6 +33,7 @@ from netparity.align.features import MATCH_LIMIT
 from netparity.align.mapping import Mapping, load_mapping
 from netparity.align.model import Alignment, Call, Match, ParamPair, calls_from_records
 from netparity.align.names import LEAF_ALTERNATIVES, norm_path, split_param
+from netparity.align.ownership import modules_by_ownership
 from netparity.align.passes import Chunk, OpContext, module_pass, op_pass, pair_codes
 from netparity.align.reading import count_records, load_records
 from netparity.align.table import CallTable, Pools, table_from_calls
@@ -98,7 +100,7 @@ def align_traces(
         0
     """
     _check_level(level)
-    mp = _as_mapping(mapping)
+    mp = _with_ownership(_as_mapping(mapping), ref, cand, rank)
     call_kinds = ("module",) if level == "module" else ("module", "op")
     with paused_gc():  # hundreds of thousands of small objects, none of them garbage
         pools = Pools()
@@ -110,6 +112,35 @@ def align_traces(
                                                                                   tables))
         _align_params(rp, cp, out, mp)
         return out
+
+
+def _owned_params(trace: Trace, rank: int) -> list[tuple[str, tuple[int, ...]]]:
+    """(parameter name, shape) in the order the model holds them: the parameters recorded after
+    the first captured update, else the first step's gradients (made in reverse order)."""
+    recs = load_records(trace, rank=rank, kinds=("param",))
+    if recs:
+        first = min(r.step for r in recs)
+        return list(dict.fromkeys((r.module, tuple(r.shape)) for r in recs if r.step == first))
+    recs = load_records(trace, rank=rank, kinds=("grad",))
+    if not recs:
+        return []
+    first = min(r.step for r in recs)
+    return list(dict.fromkeys((r.module, tuple(r.shape)) for r in reversed(recs)
+                              if r.step == first))
+
+
+def _with_ownership(mp: Mapping, ref: Trace, cand: Trace, rank: int) -> Mapping:
+    """``mp`` plus the module pairs the two traces' parameters imply
+    (:mod:`netparity.align.ownership`); the user's own module entries win."""
+    rp, cp = _owned_params(ref, rank), _owned_params(cand, rank)
+    if not rp or not cp:
+        return mp
+    derived = modules_by_ownership(rp, cp, mapping=mp if (mp.params or mp.modules or mp.rules)
+                                   else None)
+    derived = {r: c for r, c in derived.items() if r != c}
+    if not derived:
+        return mp
+    return dataclasses.replace(mp, modules={**derived, **mp.modules})
 
 
 def _param_records(trace: Trace, calls: CallTable, rank: int, step: int | Iterable[int] | None,

@@ -10,10 +10,11 @@ trace writer in batches: statistics of a batch are fetched to the host in one tr
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,23 @@ class CaptureSession:
 
     def next_event(self) -> int:
         return self.writer.next_event() if self.writer is not None else -1
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Run a block unobserved: nothing it does is recorded (hooks and op capture see the
+        framework's own ``_busy`` flag). The workflow uses it to load a common state into the
+        candidate between steps without that copy showing up as ops of the next step.
+
+        Example:
+            >>> with cap.paused():  # doctest: +SKIP
+            ...     load_state(model, arrays)
+        """
+        busy = getattr(self, "_busy", False)
+        self._busy = True
+        try:
+            yield
+        finally:
+            self._busy = busy
 
     # ---- lifecycle: frameworks implement install/uninstall -----------------------------------
     def install(self) -> CaptureSession:

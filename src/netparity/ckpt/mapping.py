@@ -57,7 +57,7 @@ class Pair:
 
     ref: str
     cand: str
-    how: str  # "user" | "exact" | "rule" | "structure"
+    how: str  # "user" | "exact" | "rule" | "structure" | "order"
     ref_shape: tuple[int, ...]
     cand_shape: tuple[int, ...]
     note: str = ""
@@ -318,10 +318,14 @@ def map_names(
 
     Example:
         >>> import numpy as np
-        >>> m = map_names({"a.weight": np.zeros((2, 2)), "b.weight": np.zeros((2, 2))},
-        ...               {"x.weight": np.zeros((2, 2)), "y.weight": np.zeros((2, 2))})
-        >>> m.ambiguous["a.weight"]
-        ['x.weight', 'y.weight']
+        >>> z = np.zeros((2, 2))
+        >>> m = map_names({"a.weight": z, "b.weight": z}, {"x.weight": z, "y.weight": z})
+        >>> [(p.ref, p.cand, p.how) for p in m.pairs]  # same layer sequence: paired in order
+        [('a.weight', 'x.weight', 'order'), ('b.weight', 'y.weight', 'order')]
+        >>> m = map_names({"a.weight": z, "b.weight": z},
+        ...               {"x.weight": z, "y.weight": z, "w.weight": z})
+        >>> m.ambiguous["a.weight"]  # three candidates for two: nothing is guessed
+        ['x.weight', 'y.weight', 'w.weight']
     """
     if ref_model is None and (is_torch_module(ref) or is_ms_cell(ref)):
         ref_model = ref
@@ -385,8 +389,10 @@ def map_names(
                 dropped[n] = NBT_NOTE
                 side.free.discard(n)
 
-    # 4. structure
+    # 4. structure, 5. order within the gaps the matches leave
     _structural(R, C, out, pair, both_models)
+    if R.free and C.free:
+        _by_order(R, C, out, pair)
 
     out.unmatched_ref = sorted(R.free, key=R.order.__getitem__)
     out.unmatched_cand = sorted(C.free, key=C.order.__getitem__)
@@ -485,6 +491,29 @@ def _structural(R: _Side, C: _Side, out: NameMap, pair: Any, both_models: bool) 
         if len(same) > 1 or (same and len(rivals) > 1):
             for rn in ns:
                 out.ambiguous[rn] = [n for cm in same for n in cmods[cm] if C.leaf(n) == R.leaf(rn)]
+
+
+def _by_order(R: _Side, C: _Side, out: NameMap, pair: Any) -> None:
+    """Pair what is still free gap by gap between order anchors (the pairs so far that keep
+    both sides' order): where a gap holds the same sequence of (leaf, shape) on both sides, its
+    parameters pair in order. A port that reorganises the module tree (flattened groups, other
+    block names) keeps the order in which layers create their parameters; equal layers then
+    stop being ambiguous, as they were when only the two files were given. Gaps whose
+    sequences differ stay unpaired and ambiguous: nothing is guessed there."""
+    anchors = _monotone_anchors([(R.order[p.ref], C.order[p.cand]) for p in out.pairs])
+    bounds = [(-1, -1), *anchors, (len(R.order), len(C.order))]
+    rfree = sorted(R.free, key=R.order.__getitem__)
+    cfree = sorted(C.free, key=C.order.__getitem__)
+    for (a0, b0), (a1, b1) in zip(bounds, bounds[1:]):
+        rs = [n for n in rfree if a0 < R.order[n] < a1]
+        cs = [n for n in cfree if b0 < C.order[n] < b1]
+        if not rs or len(rs) != len(cs):
+            continue
+        if all(R.leaf(r) == C.leaf(c) and shapes_compatible(R.shapes[r], C.shapes[c])
+               for r, c in zip(rs, cs)):
+            for r, c in zip(rs, cs):
+                pair(r, c, "order", "same layer sequence between matched neighbours")
+                out.ambiguous.pop(r, None)
 
 
 def _monotone_anchors(pts: list[tuple[int, int]]) -> list[tuple[int, int]]:

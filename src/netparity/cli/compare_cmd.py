@@ -51,6 +51,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--fp64-ref", metavar="TRACE", help="float64 trace of the reference run")
     p.add_argument("--k", type=float, default=2.0,
                    help="fp64 mode: allowed error ratio candidate/reference (2)")
+    p.add_argument("--noise", metavar="TRACE",
+                   help="noise run of the reference (the same run with last-bit perturbed "
+                        "weights and inputs, e.g. the ref-noise/ that `netparity step` writes): "
+                        "judge each pair against its own measured noise")
+    p.add_argument("--noise-k", type=float, default=5.0,
+                   help="noise mode: allowed error as a multiple of the noise run's (5)")
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -96,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         args.ref, args.cand, mapping=args.mapping, level=args.level, steps=steps,
         rank=args.rank, rtol=args.rtol, atol=args.atol, tolerances=overrides,
         fp64_ref=args.fp64_ref, k=args.k, profile=args.profile,
+        noise_run=args.noise, noise_k=args.noise_k,
         progress=progress(args, console()),
     )
     return emit(result, args)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from netparity.compare.metrics import record_rms, stats_metrics, stream_arrays, tensor_metrics
+from netparity.compare.noise import NOISE_K, calibrate
 from netparity.compare.results import CallResult, CompareResult, PairResult
 from netparity.compare.tolerances import Tol, Tolerances, lower_precision
 from netparity.compare.verdicts import AMPLIFICATION, judge, judge_fp64
@@ -273,6 +274,8 @@ def compare(
     amplification: float = AMPLIFICATION,
     workers: int | None = None,
     progress: Any = None,
+    noise_run: Any = None,
+    noise_k: float = NOISE_K,
 ) -> CompareResult:
     """Measure and judge every matched tensor pair of two traces (localisation: analyzers).
 
@@ -295,6 +298,11 @@ def compare(
         workers: threads measuring pairs (default: number of CPUs).
         progress: a :class:`netparity.report.progress.Progress`-like object told the number
             of pairs and each judged pair (default: none).
+        noise_run: a trace of the reference run again with last-bit perturbed weights and
+            inputs (``netparity step`` makes one): every pair is then judged against that
+            tensor's own noise, ``noise_k`` x the noise run's error plus a floor
+            (:mod:`netparity.compare.noise`), instead of the tolerance table.
+        noise_k: see ``noise_run``.
 
     Returns:
         A :class:`~netparity.compare.results.CompareResult`, truthy when nothing fails.
@@ -309,6 +317,8 @@ def compare(
         raise UsageError(f"level must be one of {', '.join(LEVELS)}, not {level!r}")
     if not (k >= 0 and math.isfinite(k)):
         raise UsageError("k must be a non-negative number")
+    if not (noise_k > 0 and math.isfinite(noise_k)):
+        raise UsageError("noise k must be a positive number")
     ref_tr, cand_tr = _open(ref, "ref"), _open(cand, "cand")
     if isinstance(mapping, (str, os.PathLike)):
         mapping = load_mapping(mapping)
@@ -485,6 +495,14 @@ def compare(
             "some pairs were judged from statistics only (basis 'stats'): a failure there is "
             "certain, a pass is weaker than an element-wise comparison"
         )
+    if noise_run is not None:
+        noise_tr = _open(noise_run, "noise run")
+        if noise_tr.framework != ref_tr.framework:
+            raise UsageError(f"the noise run must be a trace of the reference's framework "
+                             f"({ref_tr.framework}), not {noise_tr.framework}")
+        calibrate(result, compare(ref_tr, noise_tr, level=level, steps=steps, rank=rank,
+                                  profile="same", workers=workers), noise_k)
+        result.settings["noise_run"] = str(noise_tr.path)
     return result  # calls are classified and localised by netparity.analyzers.divergence
 
 

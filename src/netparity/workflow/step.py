@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -85,8 +86,14 @@ def _load_weights(ref: Spec, cand: Spec, facts: SetupFacts) -> None:
     facts.worst_weight = load_difference(rs, state_of(cand.model), nm.pairs)
 
 def _train(spec: Spec, batches: list[tuple[np.ndarray, np.ndarray]], path: Path, steps: int,
-           level: str, payload: str, progress: Progress) -> list[float]:
-    """Run ``steps`` training steps under capture; returns the losses."""
+           level: str, payload: str, progress: Progress, *,
+           before_step: Callable[[int, Any], None] | None = None,
+           after_step: Callable[[int], None] | None = None) -> list[float]:
+    """Run ``steps`` training steps under capture; returns the losses.
+
+    ``before_step(i, cap)`` runs before step ``i`` (the candidate loads the reference's state
+    there, under ``cap.paused()``); ``after_step(i)`` after it (the reference's state is taken).
+    """
     import netparity
     from netparity.frameworks.models import as_tensor, scalar_tensor
 
@@ -96,6 +103,8 @@ def _train(spec: Spec, batches: list[tuple[np.ndarray, np.ndarray]], path: Path,
                            manifest={"spec": spec.source, "spec_options": _jsonable(spec.options)},
                            **_framework_options(spec)) as cap:
         for i in range(steps):
+            if before_step is not None:
+                before_step(i, cap)
             x, y = batches[i]
             cap.record("inputs", as_tensor(x, spec.framework), kind="data")
             cap.record("labels", as_tensor(np.asarray(y).astype(np.int64), spec.framework),
@@ -105,7 +114,81 @@ def _train(spec: Spec, batches: list[tuple[np.ndarray, np.ndarray]], path: Path,
             cap.record_loss(scalar_tensor(loss, spec.framework))
             cap.step()
             progress.advance()
+            if after_step is not None:
+                after_step(i)
     return losses
+
+
+def _to_candidate(state: Any, ref_to_cand: dict[str, str],
+                  cand_shapes: dict[str, tuple[int, ...]]) -> tuple[dict[str, np.ndarray],
+                                                                    dict[str, str]]:
+    """The reference's state under the candidate's names and shapes (+ bf16 dtypes to decode)."""
+    arrays: dict[str, np.ndarray] = {}
+    bf16: dict[str, str] = {}
+    for r, c in ref_to_cand.items():
+        if r not in state or c not in cand_shapes:
+            continue
+        a = np.asarray(state[r])
+        if tuple(a.shape) != cand_shapes[c]:
+            a = a.reshape(cand_shapes[c])  # layout conversions the map allows (e.g. Conv1d)
+        arrays[c] = a
+        if state.dtypes.get(r) == "bfloat16":
+            bf16[c] = "bfloat16"
+    return arrays, bf16
+
+
+def _noise_run(src: str, options: dict[str, Any], seed: int,
+               batches: list[tuple[np.ndarray, np.ndarray]], path: Path, steps: int, level: str,
+               payload: str, starts: list[Any], progress: Progress) -> list[float]:
+    """Capture the reference's noise run into ``path``; returns its losses.
+
+    A fresh build of the reference spec; before step ``i`` every float parameter and buffer is
+    set to ``starts[i]`` (the reference's state at the start of that step) moved one ulp, and
+    the inputs are moved one ulp as well (labels untouched). See :mod:`netparity.compare.noise`.
+    """
+    from netparity.compare.noise import perturb_last_bit
+    from netparity.frameworks.models import set_weights
+    from netparity.seeding import seed_everything
+
+    seed_everything(seed)
+    spec = load_spec(src, **options)
+    rng = np.random.default_rng(seed + 7919)
+    noisy = [(perturb_last_bit(np.asarray(x), rng), y) for x, y in batches]
+
+    def start(i: int, cap: Any) -> None:
+        st = starts[i]
+        arrays = {k: perturb_last_bit(np.asarray(v), rng) for k, v in st.items()
+                  if st.dtypes.get(k) != "bfloat16"}
+        with cap.paused():
+            set_weights(spec.model, arrays)
+
+    return _train(spec, noisy, path, steps, level, payload, progress, before_step=start)
+
+
+def _free_run(src: str, options: dict[str, Any], seed: int,
+              batches: list[tuple[np.ndarray, np.ndarray]], steps: int,
+              init: tuple[dict[str, np.ndarray], dict[str, str]] | None = None,
+              perturb: bool = False) -> list[float]:
+    """Losses of ``steps`` uncaptured steps of a freshly built spec, free-running.
+
+    ``init`` loads (arrays, bf16 dtypes) first; ``perturb`` moves every float parameter by one
+    ulp up or down at random (the same computation, last-bit different).
+    """
+    from netparity.ckpt.mapping import state_of
+    from netparity.compare.noise import perturb_last_bit
+    from netparity.frameworks.models import set_weights
+    from netparity.seeding import seed_everything
+
+    seed_everything(seed)
+    spec = load_spec(src, **options)
+    if init is not None:
+        set_weights(spec.model, init[0], init[1])
+    if perturb:
+        rng = np.random.default_rng(seed + 1)
+        st = state_of(spec.model)
+        set_weights(spec.model, {k: perturb_last_bit(np.asarray(v), rng) for k, v in st.items()
+                                 if st.dtypes.get(k) != "bfloat16"})
+    return [float(spec.train_step(x, y)) for x, y in batches[:steps]]
 
 
 def _evaluate(spec: Spec, path: Path, level: str, payload: str) -> dict[str, Any] | None:
@@ -157,6 +240,8 @@ def run_step_parity(
     run_eval: bool = True,
     overwrite: bool = True,
     progress: Progress | None = None,
+    noise: bool = True,
+    free_running: bool = True,
 ) -> StepResult:
     """Run the one-step parity workflow (see the module docstring).
 
@@ -178,6 +263,12 @@ def run_step_parity(
         overwrite: replace earlier traces in ``out_dir``.
         progress: reports the workflow's stages as they start (see
             :mod:`netparity.report.progress`; default: silent).
+        noise: capture a noise run of the reference (``ref-noise/``: the same steps with every
+            weight and input one ulp off) and judge every tensor pair against its own noise
+            (:mod:`netparity.compare.noise`); specs given as files/modules only.
+        free_running: also run both sides free (uncaptured) from the common initial weights,
+            and the reference once more with last-bit perturbed weights, for the loss curves
+            and the drift envelope in the report (specs given as files/modules only).
 
     Returns:
         A :class:`StepResult`; ``first_phase`` / ``where`` name the first divergence.
@@ -193,7 +284,7 @@ def run_step_parity(
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise UsageError(f"{out} is not empty; pass overwrite=True or choose another directory")
     out.mkdir(parents=True, exist_ok=True)
-    for sub in ("ref", "cand", "ref-eval", "cand-eval"):
+    for sub in ("ref", "cand", "ref-noise", "ref-eval", "cand-eval"):
         if (out / sub / "manifest.json").exists():
             shutil.rmtree(out / sub)
     opts = dict(options or {})
@@ -228,11 +319,60 @@ def run_step_parity(
     # 3. training steps under capture.
     ref_state0, cand_state0 = state_of(ref.model), state_of(cand.model)
     run.ref_before, run.cand_before = dict(ref_state0), dict(cand_state0)
-    for side, spec in (("ref", ref), ("cand", cand)):
-        say.stage(f"train and capture: {'reference' if side == 'ref' else 'candidate'} "
-                  f"({spec.framework})", total=steps)
-        run.losses[side] = _train(spec, batches, out / side, steps, level, payload, say)
+    # Every later step k starts both sides from the same state: the reference's parameters and
+    # buffers after step k-1, converted into the candidate (its optimizer state and step counters
+    # stay its own). Free-running, two faithful runs drift apart by rounding noise that training
+    # amplifies (1 vs 2 threads of the same PyTorch run: 6.7% apart in loss at step 2 of the demo),
+    # so only a common start lets step k be judged like step 0 and a bug that shows only at step
+    # k (a schedule, a momentum buffer, a counter) be named at that step and place.
+    ref_to_cand = run.setup.ref_to_cand()
+    cand_shapes = {k: tuple(np.shape(v)) for k, v in cand_state0.items()}
+    ref_states: list[Any] = []  # reference state after steps 0..steps-2
+
+    def keep_ref_state(i: int) -> None:
+        if i < steps - 1:
+            ref_states.append(state_of(ref.model))
+
+    def start_from_ref(i: int, cap: Any) -> None:
+        if i == 0:
+            return
+        from netparity.frameworks.models import set_weights
+
+        arrays, bf16 = _to_candidate(ref_states[i - 1], ref_to_cand, cand_shapes)
+        with cap.paused():
+            set_weights(cand.model, arrays, bf16)
+            run.cand_starts[i] = state_of(cand.model)
+
+    say.stage(f"train and capture: reference ({ref.framework})", total=steps)
+    run.losses["ref"] = _train(ref, batches, out / "ref", steps, level, payload, say,
+                               after_step=keep_ref_state)
+    run.ref_starts = [ref_state0, *ref_states]
+    ref_opts, cand_opts = {**opts, **(ref_options or {})}, {**opts, **(cand_options or {})}
+    if noise and isinstance(ref_spec, str):
+        # The noise run: the reference again, every step started from the reference's state with
+        # each float weight and input one ulp off at random; its distance from the reference is
+        # each tensor's own rounding noise, which the comparisons judge against.
+        say.stage(f"noise run of the reference ({ref.framework})", total=steps)
+        run.losses["ref_noise_steps"] = _noise_run(
+            ref_spec, ref_opts, seed, batches, out / "ref-noise", steps, level, payload,
+            run.ref_starts, say)
+        run.noise_trace = str(out / "ref-noise")
+    elif noise:
+        run.notes.append("no noise run: the reference was given as a built Spec (it cannot be "
+                         "rebuilt fresh); pairs are judged by the tolerance table")
+    say.stage(f"train and capture: candidate ({cand.framework})", total=steps)
+    run.losses["cand"] = _train(cand, batches, out / "cand", steps, level, payload, say,
+                                before_step=start_from_ref)
     run.ref_trace, run.cand_trace = str(out / "ref"), str(out / "cand")
+    if free_running and steps > 1 and isinstance(ref_spec, str) and isinstance(cand_spec, str):
+        # Free-running curves for the report, with the drift the reference shows against its
+        # own last-bit noise run: information, not a verdict (each step is judged above).
+        say.stage("free-running loss curves (uncaptured)")
+        run.losses["ref_noise"] = _free_run(ref_spec, ref_opts, seed, batches, steps,
+                                            perturb=True)
+        run.losses["cand_free"] = _free_run(cand_spec, cand_opts, seed, batches, steps,
+                                            init=_to_candidate(ref_state0, ref_to_cand,
+                                                               cand_shapes))
     from netparity.frameworks.models import optimizer_settings
 
     run.optimizer_settings = (optimizer_settings(ref.optimizer, ref.model),

@@ -25,6 +25,8 @@ MODEL_BUGS: dict[str, str] = {
     "same-pad": "pad_mode='same' instead of symmetric padding=1 in the first stride-2 3x3 "
     "convolution (layer2.0.conv2 in ResNet-50, layer2.0.conv1 in ResNet-18): "
     "the window shifts by one pixel",
+    "relu-approx": "the first residual block's ReLU written as a close approximation "
+    "(LeakyReLU, slope 1e-3): outputs shift by ~1e-3 relative, below any fixed tolerance",
 }
 
 TRAIN_BUGS: dict[str, str] = {
@@ -34,6 +36,10 @@ TRAIN_BUGS: dict[str, str] = {
     "the first update differs",
     "eval-mode": "evaluation without switching BatchNorm to inference mode "
     "(batch statistics used instead of moving averages)",
+    "label-smooth": "label smoothing's off-value s / C instead of s / (C - 1): the loss differs "
+    "while every forward output agrees",
+    "lr-decay": "cosine decay measured over all steps instead of the steps after warmup: the "
+    "learning rate is right at step 0 and wrong from step 1 on",
 }
 
 BUGS: dict[str, str] = {**MODEL_BUGS, **TRAIN_BUGS}

@@ -79,6 +79,16 @@ class _Config:
         # "same-pad" hits exactly one convolution: the first stride-2 3x3 one built.
         self.same_pad_pending = self.bug == "same-pad"
         self.same_pad_location: str | None = None
+        # "relu-approx" hits the first residual block's activation only.
+        self.relu_approx_pending = self.bug == "relu-approx"
+
+    def activation(self) -> nn.Cell:
+        """The blocks' ReLU; the "relu-approx" bug makes the first one a close approximation
+        (LeakyReLU with slope 1e-3: outputs shift by ~1e-3 relative)."""
+        if self.relu_approx_pending:
+            self.relu_approx_pending = False
+            return nn.LeakyReLU(alpha=1e-3)
+        return nn.ReLU()
 
 
 def kaiming_normal(
@@ -189,7 +199,7 @@ class BasicBlock(nn.Cell):
         self.bn1d = _bn(out_channel, cfg)
         self.conv2 = _conv3x3(out_channel, out_channel, cfg, stride=1)
         self.bn2d = _bn(out_channel, cfg, last=True, zero_init=zero_init_residual)
-        self.relu = nn.ReLU()
+        self.relu = cfg.activation()
         self.down_sample = stride != 1 or in_channel != out_channel
         self.down_sample_layer: nn.SequentialCell | None = None
         if self.down_sample:
@@ -233,7 +243,7 @@ class ResidualBlock(nn.Cell):
         self.bn2 = _bn(channel, cfg)
         self.conv3 = _conv1x1(channel, out_channel, cfg, stride=1)
         self.bn3 = _bn(out_channel, cfg, last=True, zero_init=zero_init_residual)
-        self.relu = nn.ReLU()
+        self.relu = cfg.activation()
         self.down_sample = stride != 1 or in_channel != out_channel
         self.down_sample_layer: nn.SequentialCell | None = None
         if self.down_sample:

@@ -64,12 +64,15 @@ class CrossEntropySmooth(nn.LossBase):  # type: ignore[misc]
         reduction: str = "mean",
         smooth_factor: float = 0.0,
         num_classes: int = 1000,
+        bug: str | None = None,
     ) -> None:
         super().__init__()
         self.onehot = ops.OneHot()
         self.sparse = sparse
         self.on_value = ms.Tensor(1.0 - smooth_factor, ms.float32)
-        self.off_value = ms.Tensor(1.0 * smooth_factor / (num_classes - 1), ms.float32)
+        # the "label-smooth" bug spreads s over every class instead of the C - 1 wrong ones
+        wrong = num_classes if check_bug(bug) == "label-smooth" else num_classes - 1
+        self.off_value = ms.Tensor(1.0 * smooth_factor / wrong, ms.float32)
         self.ce = nn.SoftmaxCrossEntropyWithLogits(reduction=reduction)
 
     def construct(self, logit: ms.Tensor, label: ms.Tensor) -> ms.Tensor:

@@ -72,7 +72,8 @@ def cosine_lr(
             f"need 0 <= warmup_steps <= total_steps, total_steps >= 1; got {warmup_steps}, {total_steps}"
         )
     offset = 0 if bug == "warmup" else 1
-    decay_steps = max(total_steps - warmup_steps, 1)
+    # the "lr-decay" bug forgets that warmup steps are not part of the decay
+    decay_steps = max(total_steps - (0 if bug == "lr-decay" else warmup_steps), 1)
     out: list[float] = []
     for i in range(total_steps):
         if i < warmup_steps:

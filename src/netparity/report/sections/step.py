@@ -75,13 +75,23 @@ def losses(r: StepResult, **_: Any) -> Section | None:
     lr, lc = r.losses.get("ref", []), r.losses.get("cand", [])
     if not lr:
         return None
-    blocks: list[Any] = [
-        Text(["loss  ref: " + "  ".join(f"{x:.6g}" for x in lr),
-              "     cand: " + "  ".join(f"{x:.6g}" for x in lc)], only=("terminal",)),
-        Plot(title="loss per step", x_label="step", y_label="loss",
-             series=[("reference", [float(i) for i in range(len(lr))], list(lr)),
-                     ("candidate", [float(i) for i in range(len(lc))], list(lc))]),
-    ]
+    # "cand" is the candidate with every step started from the reference's state; the
+    # free-running candidate and the reference's last-bit noise run show the drift (if run)
+    lines = ["loss  ref: " + "  ".join(f"{x:.6g}" for x in lr),
+             "     cand: " + "  ".join(f"{x:.6g}" for x in lc)
+             + ("   (each step from the reference's state)" if len(lc) > 1 else "")]
+    series = [("reference", [float(i) for i in range(len(lr))], list(lr)),
+              ("candidate, from the reference's state" if len(lc) > 1 else "candidate",
+               [float(i) for i in range(len(lc))], list(lc))]
+    for key, label, short in (("cand_free", "candidate, free-running", "cand, free"),
+                              ("ref_noise", "reference, last-bit noise", "ref, noise")):
+        ys = r.losses.get(key)
+        if ys:
+            lines.append(f"{short:>10}: " + "  ".join(f"{x:.6g}" for x in ys))
+            series.append((label, [float(i) for i in range(len(ys))], list(ys)))
+    blocks: list[Any] = [Text(lines, only=("terminal",)),
+                         Plot(title="loss per step", x_label="step", y_label="loss",
+                              series=series)]
     lr_ref, lr_cand = r.lr.get("ref"), r.lr.get("cand")
     if lr_ref and lr_cand:
         blocks.append(Plot(title="learning rate per step", x_label="step", height=200,

@@ -45,7 +45,8 @@ def build(**options: Any) -> dict[str, Any]:
     batches = data.ms_batches(root, opts["image_size"], opts["batch_size"], opts["steps"])
 
     # 3. Loss, LR schedule, Momentum with the document's weight-decay groups and loss scale.
-    loss_fn = ms_train.CrossEntropySmooth(smooth_factor=hp.label_smooth, num_classes=classes)
+    loss_fn = ms_train.CrossEntropySmooth(smooth_factor=hp.label_smooth, num_classes=classes,
+                                          bug=bug)
     lr = ms_train.lr_schedule(opts["steps"], opts["warmup_steps"], opts["lr_max"], bug=bug)
     optimizer = ms_train.make_optimizer(
         model, lr, hp.momentum, hp.weight_decay, hp.loss_scale, bug=bug

@@ -1,0 +1,116 @@
+"""Modules paired by the parameters they own.
+
+Two faithful implementations of one network may organise their module trees differently: a port
+flattens torchvision's conv + norm + activation groups into the parent sequence (every later
+block index shifts by two), names blocks ``expand``/``dw``/``project`` instead of ``conv.0.0``,
+or wraps layers in extra cells. Paths and positions then mislead; the parameters do not: the
+weight mapping (:func:`netparity.ckpt.mapping.map_names`, the one ``netparity ckpt map`` uses,
+from names, shapes and order) pairs the parameters, and a module owns a set of parameters.
+
+* A module that holds parameters directly maps to the module holding their counterparts.
+* A container maps to the candidate module whose subtree holds exactly the counterparts of its
+  own subtree's parameters (so a block maps to a block, while a group the port flattened away --
+  torchvision's ``features.0`` = conv + norm + ReLU6 -- maps to nothing and is left to the
+  sequence alignment).
+
+Example:
+    >>> ref = [("f.0.0.weight", (8, 3, 3, 3)), ("f.0.1.weight", (8,)),
+    ...        ("f.1.conv.0.weight", (8, 8, 1, 1)), ("f.1.conv.1.weight", (8,))]
+    >>> cand = [("f.0.weight", (8, 3, 3, 3)), ("f.1.weight", (8,)),
+    ...         ("f.3.proj.weight", (8, 8, 1, 1)), ("f.3.bn.weight", (8,))]
+    >>> sorted(modules_by_ownership(ref, cand).items())  # f.0 was flattened away: no pair
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [('f', 'f'), ('f.0.0', 'f.0'), ('f.0.1', 'f.1'), ('f.1', 'f.3'), ('f.1.conv.0', 'f.3.proj'),
+     ('f.1.conv.1', 'f.3.bn')]
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+
+def _module(name: str) -> str:
+    return name.rsplit(".", 1)[0] if "." in name else ""
+
+
+def _ancestors(path: str) -> list[str]:
+    """``a.b.c`` -> ``["a.b.c", "a.b", "a"]`` (the root ``""`` is left out)."""
+    parts = path.split(".") if path else []
+    return [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+
+
+def _common(paths: list[str]) -> str:
+    split = [p.split(".") for p in paths]
+    out: list[str] = []
+    for tokens in zip(*split):
+        if len(set(tokens)) != 1:
+            break
+        out.append(tokens[0])
+    return ".".join(out)
+
+
+def param_pairs(ref: list[tuple[str, tuple[int, ...]]], cand: list[tuple[str, tuple[int, ...]]],
+                mapping: Any = None) -> dict[str, str]:
+    """Reference parameter -> candidate parameter from names, shapes and order alone."""
+    from netparity.ckpt.mapping import map_names
+
+    def shapes(side: list[tuple[str, tuple[int, ...]]]) -> dict[str, Any]:
+        # zero-size views: map_names looks at shapes and order only
+        return {n: np.broadcast_to(np.float32(0), tuple(s)) for n, s in side}
+
+    nm = map_names(shapes(ref), shapes(cand), mapping=mapping)
+    return {p.ref: p.cand for p in nm.pairs if p.shape_ok}
+
+
+def modules_by_ownership(ref: list[tuple[str, tuple[int, ...]]],
+                         cand: list[tuple[str, tuple[int, ...]]],
+                         mapping: Any = None) -> dict[str, str]:
+    """Reference module path -> candidate module path, from the parameters each owns.
+
+    ``ref`` / ``cand``: (parameter name, shape) in the order the models create them.
+    """
+    pairs = param_pairs(ref, cand, mapping)
+    if not pairs:
+        return {}
+    out: dict[str, str] = {}
+    # modules that hold parameters directly
+    votes: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for r, c in pairs.items():
+        votes[_module(r)][_module(c)] += 1
+    for rm, vs in votes.items():
+        cm, n = max(vs.items(), key=lambda kv: kv[1])
+        if rm and cm and n == sum(vs.values()):
+            out[rm] = cm
+    # containers: the candidate subtree that holds exactly the counterparts of theirs
+    ref_under: dict[str, set[str]] = defaultdict(set)
+    for r, _ in ref:
+        for a in _ancestors(_module(r)):
+            ref_under[a].add(r)
+    cand_under: dict[str, set[str]] = defaultdict(set)
+    for c, _ in cand:
+        for a in _ancestors(_module(c)):
+            cand_under[a].add(c)
+    leaf_targets = set(out.values())
+    containers: dict[str, list[str]] = {}
+    for rm, owned in ref_under.items():
+        if rm in out or not all(r in pairs for r in owned):
+            continue
+        targets = {pairs[r] for r in owned}
+        cm = _common([_module(c) for c in targets])
+        if cm in leaf_targets:
+            continue  # a wrapper around one layer (Sequential(Dropout, Linear)): the layer pairs
+        while cm and cand_under.get(cm, set()) != targets:
+            # the common ancestor holds more than the counterparts: no module of the candidate
+            # corresponds (the port flattened this group away)
+            cm = ""
+        if cm:
+            containers.setdefault(cm, []).append(rm)
+    for cm, rms in containers.items():
+        # nested wrappers owning the same parameters (torchvision's block and its ``conv``
+        # Sequential): the outermost computes what the candidate's module computes (the residual
+        # add included); the inner ones have no counterpart
+        out[min(rms, key=lambda m: m.count("."))] = cm
+    return out
