@@ -95,7 +95,8 @@ def calibrate(result: CompareResult, noise: CompareResult, k: float = NOISE_K) -
         bound = k * n + floor_for(p)
         p.metrics["noise_err"] = n
         p.metrics["noise_bound"] = bound
-        p.tol_source = f"noise run (k={k:g})"
+        if "noise run" not in p.tol_source:
+            p.tol_source += f"; judged: noise run (k={k:g})"
         if err <= bound:
             p.status, p.reason = "pass", ""
         else:
@@ -106,6 +107,12 @@ def calibrate(result: CompareResult, noise: CompareResult, k: float = NOISE_K) -
     result.settings["noise"] = {"k": k, "floor_eps": FLOOR_EPS, "pairs": judged,
                                 "method": "reference re-run with every weight and input moved "
                                           "one ulp at random"}
+    worst = noise_summary(result)
+    if worst:
+        result.notes.append(
+            f"{judged} pair(s) judged against the reference's own noise run (k={k:g}); closest "
+            "to its bound: " + ", ".join(f"{d} {w['worst_ratio']:.2g} of it"
+                                         for d, w in worst.items()))
     return judged
 
 

@@ -81,10 +81,10 @@ def losses(r: StepResult, **_: Any) -> Section | None:
              "     cand: " + "  ".join(f"{x:.6g}" for x in lc)
              + ("   (each step from the reference's state)" if len(lc) > 1 else "")]
     series = [("reference", [float(i) for i in range(len(lr))], list(lr)),
-              ("candidate, from the reference's state" if len(lc) > 1 else "candidate",
+              ("candidate (synced)" if len(lc) > 1 else "candidate",
                [float(i) for i in range(len(lc))], list(lc))]
-    for key, label, short in (("cand_free", "candidate, free-running", "cand, free"),
-                              ("ref_noise", "reference, last-bit noise", "ref, noise")):
+    for key, label, short in (("cand_free", "candidate (free)", "cand, free"),
+                              ("ref_noise", "reference (noise)", "ref, noise")):
         ys = r.losses.get(key)
         if ys:
             lines.append(f"{short:>10}: " + "  ".join(f"{x:.6g}" for x in ys))
