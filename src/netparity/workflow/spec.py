@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import json
 import os
 import sys
@@ -67,6 +68,11 @@ def _import(source: str) -> Any:
     if source.endswith(".py") or p.exists():
         if not p.is_file():
             raise UsageError(f"{source}: spec file not found")
+        # the spec's own directory is importable, as for `python spec.py`: a spec often imports
+        # a helper module that sits next to it
+        folder = str(p.resolve().parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
         name = f"netparity_spec_{abs(hash(str(p.resolve())))}"
         spec = importlib.util.spec_from_file_location(name, p)
         if spec is None or spec.loader is None:
@@ -86,11 +92,25 @@ def _import(source: str) -> Any:
         raise
 
 
-def load_spec(source: str | os.PathLike[str], **options: Any) -> Spec:
+def _accepts(fn: Any, name: str) -> bool:
+    """Whether ``fn`` takes a keyword argument ``name`` (by name or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+               or p.kind == p.VAR_KEYWORD for p in params)
+
+
+def load_spec(source: str | os.PathLike[str], *, defaults: dict[str, Any] | None = None,
+              **options: Any) -> Spec:
     """Build one side from a spec file or module; validates the returned dict (one-line errors).
 
     Args:
         source: a ``.py`` path or a dotted module name with ``build(**options)``.
+        defaults: passed to ``build`` when it accepts them and ``options`` do not set them
+            (the workflow's ``steps``: a spec that prepares batches and an LR schedule per step
+            needs to know how many).
         options: passed to ``build``.
     """
     src = os.fspath(source)
@@ -98,6 +118,9 @@ def load_spec(source: str | os.PathLike[str], **options: Any) -> Spec:
     build = getattr(mod, "build", None)
     if not callable(build):
         raise UsageError(f"{src}: a spec must define build(**options) -> dict")
+    for k, v in (defaults or {}).items():
+        if k not in options and _accepts(build, k):
+            options[k] = v
     try:
         d = build(**options)
     except NetparityError:

@@ -151,7 +151,7 @@ def _noise_run(src: str, options: dict[str, Any], seed: int,
     from netparity.seeding import seed_everything
 
     seed_everything(seed)
-    spec = load_spec(src, **options)
+    spec = load_spec(src, defaults={"steps": steps}, **options)
     rng = np.random.default_rng(seed + 7919)
     noisy = [(perturb_last_bit(np.asarray(x), rng), y) for x, y in batches]
 
@@ -180,7 +180,7 @@ def _free_run(src: str, options: dict[str, Any], seed: int,
     from netparity.seeding import seed_everything
 
     seed_everything(seed)
-    spec = load_spec(src, **options)
+    spec = load_spec(src, defaults={"steps": steps}, **options)
     if init is not None:
         set_weights(spec.model, init[0], init[1])
     if perturb:
@@ -295,7 +295,7 @@ def run_step_parity(
             sides.append(src)
             continue
         seed_everything(seed)
-        sides.append(load_spec(src, **{**opts, **(extra or {})}))
+        sides.append(load_spec(src, defaults={"steps": steps}, **{**opts, **(extra or {})}))
     ref, cand = sides
     run = StepRun(
         out_dir=str(out), steps=steps, level=level,
