@@ -56,13 +56,18 @@ def test_resnet_like_without_models():
     assert sorted(r2c.values()) == sorted(cand)
 
 
-def test_ambiguity_is_reported_not_guessed():
+def test_equal_layers_pair_in_order_and_true_ambiguity_is_reported_not_guessed():
     ref = {"a.weight": z((4, 4)), "b.weight": z((4, 4))}
     cand = {"x.weight": z((4, 4)), "y.weight": z((4, 4))}
+    # the same sequence of layers on both sides: the order in which they were created decides
     m = map_names(ref, cand)
+    assert m and [(p.ref, p.cand, p.how) for p in m.pairs] == [
+        ("a.weight", "x.weight", "order"), ("b.weight", "y.weight", "order")]
+    # three candidates for two: nothing is guessed
+    m = map_names(ref, {**cand, "w.weight": z((4, 4))})
     assert not m and m.pairs == []
-    assert m.ambiguous == {"a.weight": ["x.weight", "y.weight"],
-                           "b.weight": ["x.weight", "y.weight"]}
+    assert m.ambiguous == {"a.weight": ["x.weight", "y.weight", "w.weight"],
+                           "b.weight": ["x.weight", "y.weight", "w.weight"]}
     # a user mapping settles it
     m2 = map_names(ref, cand, mapping={"params": {"a.weight": "y.weight"}})
     assert m2 and m2.ref_to_cand() == {"a.weight": "y.weight", "b.weight": "x.weight"}
@@ -112,3 +117,28 @@ def test_namemap_json_is_a_mapping_file(tmp_path):
     assert json.loads(p.read_text()) == {"params": m.ref_to_cand()}
     again = map_names(resnetish(False), resnetish(True), mapping=NameMap.load(p))
     assert again and all(pp.how == "user" for pp in again.pairs)
+
+
+def test_tied_weights_are_aliases_not_unmatched():
+    # an LM head tied to the embedding: PyTorch's state dict lists both names, a MindSpore
+    # port stores the shared parameter once
+    from netparity.ckpt.diff import diff
+
+    rng = np.random.default_rng(0)
+    emb = rng.standard_normal((50, 8)).astype(np.float32)
+    ref = {"embed.weight": emb, "block.weight": rng.standard_normal((8, 8)).astype(np.float32),
+           "lm_head.weight": emb.copy()}
+    cand = {"embed.embedding_table": emb, "block.weight": ref["block.weight"]}
+    nm = map_names(ref, cand)
+    assert nm.aliases_ref == {"lm_head.weight": "embed.weight"}
+    assert nm and not nm.unmatched_ref
+    assert diff(ref, cand)  # every tensor equal: the diff passes
+
+
+def test_constant_leftovers_are_not_taken_for_tied_weights():
+    # fresh BatchNorm gammas are all ones: equal to each other without being tied, so an extra
+    # layer's gamma must stay unmatched
+    ref = {"bn.weight": np.ones(8, np.float32), "extra.weight": np.ones(8, np.float32)}
+    cand = {"bn.gamma": np.ones(8, np.float32)}
+    nm = map_names(ref, cand)
+    assert nm.unmatched_ref == ["extra.weight"] and not nm.aliases_ref

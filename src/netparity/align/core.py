@@ -38,7 +38,7 @@ from netparity.align.passes import Chunk, OpContext, module_pass, op_pass, pair_
 from netparity.align.reading import count_records, load_records
 from netparity.align.table import CallTable, Pools, table_from_calls
 from netparity.align.tableread import read_table
-from netparity.errors import UsageError
+from netparity.errors import MappingError, UsageError
 from netparity.gcpause import paused_gc
 from netparity.trace.reader import Trace
 from netparity.trace.schema import Record
@@ -135,9 +135,14 @@ def _with_ownership(mp: Mapping, ref: Trace, cand: Trace, rank: int) -> Mapping:
     rp, cp = _owned_params(ref, rank), _owned_params(cand, rank)
     if not rp or not cp:
         return mp
-    derived = modules_by_ownership(rp, cp, mapping=mp if (mp.params or mp.modules or mp.rules)
-                                   else None)
-    derived = {r: c for r, c in derived.items() if r != c}
+    try:
+        derived = modules_by_ownership(rp, cp, mapping=mp if (mp.params or mp.modules or
+                                                              mp.rules) else None)
+    except MappingError:  # the user's params name something these traces lack: pair without
+        derived = modules_by_ownership(rp, cp)
+    # the user's own entries win: exact module paths, and every path one of their rules matches
+    derived = {r: c for r, c in derived.items() if r != c and r not in mp.modules
+               and not any(pat.search(r) for pat, _ in mp.rules)}
     if not derived:
         return mp
     return dataclasses.replace(mp, modules={**derived, **mp.modules})

@@ -99,15 +99,15 @@ def modules_by_ownership(ref: list[tuple[str, tuple[int, ...]]],
         if rm in out or not all(r in pairs for r in owned):
             continue
         targets = {pairs[r] for r in owned}
-        cm = _common([_module(c) for c in targets])
-        if cm in leaf_targets:
+        common = _common([_module(c) for c in targets])
+        if common in leaf_targets:
             continue  # a wrapper around one layer (Sequential(Dropout, Linear)): the layer pairs
-        while cm and cand_under.get(cm, set()) != targets:
-            # the common ancestor holds more than the counterparts: no module of the candidate
-            # corresponds (the port flattened this group away)
-            cm = ""
-        if cm:
-            containers.setdefault(cm, []).append(rm)
+        # candidate modules whose subtree holds exactly the counterparts; none when the common
+        # ancestor holds more (the port flattened this group away). Several when wrappers nest
+        # around the same layers: the same path if it is one of them, else the outermost.
+        valid = [a for a in _ancestors(common) if cand_under.get(a, set()) == targets]
+        if valid:
+            containers.setdefault(rm if rm in valid else valid[-1], []).append(rm)
     for cm, rms in containers.items():
         # nested wrappers owning the same parameters (torchvision's block and its ``conv``
         # Sequential): the outermost computes what the candidate's module computes (the residual

@@ -82,6 +82,9 @@ class NameMap:
     ambiguous: dict[str, list[str]] = field(default_factory=dict)  # ref -> candidate names
     dropped_ref: dict[str, str] = field(default_factory=dict)  # name -> why
     dropped_cand: dict[str, str] = field(default_factory=dict)
+    #: tied/shared tensors: name -> the name it is an alias of (same side, identical tensor)
+    aliases_ref: dict[str, str] = field(default_factory=dict)
+    aliases_cand: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
@@ -394,6 +397,18 @@ def map_names(
     if R.free and C.free:
         _by_order(R, C, out, pair)
 
+    # 6. tied weights: a leftover identical to a tensor of its own side is that tensor again
+    # (an LM head tied to the embedding: PyTorch lists both names, MindSpore stores it once)
+    for side, state, aliases in ((R, rs, out.aliases_ref), (C, cs, out.aliases_cand)):
+        for n, of in _aliases(sorted(side.free, key=side.order.__getitem__), state,
+                              side.order).items():
+            aliases[n] = of
+            side.free.discard(n)
+            out.ambiguous.pop(n, None)
+    if out.aliases_ref or out.aliases_cand:
+        k, v = next(iter({**out.aliases_ref, **out.aliases_cand}.items()))
+        out.notes.append(f"{len(out.aliases_ref) + len(out.aliases_cand)} tied tensor(s) kept "
+                         f"as aliases, e.g. {k} = {v}")
     out.unmatched_ref = sorted(R.free, key=R.order.__getitem__)
     out.unmatched_cand = sorted(C.free, key=C.order.__getitem__)
     for r in out.ambiguous:
@@ -491,6 +506,36 @@ def _structural(R: _Side, C: _Side, out: NameMap, pair: Any, both_models: bool) 
         if len(same) > 1 or (same and len(rivals) > 1):
             for rn in ns:
                 out.ambiguous[rn] = [n for cm in same for n in cmods[cm] if C.leaf(n) == R.leaf(rn)]
+
+
+def _has_values(a: Any) -> bool:
+    """False for the shape-only stand-ins (zero-stride views) alignment passes in."""
+    a = np.asarray(a)
+    return a.size <= 1 or any(st != 0 for st in a.strides)
+
+
+def _aliases(names: list[str], state: Mapping[str, Any],
+             order: dict[str, int]) -> dict[str, str]:
+    """Leftover name -> an earlier-or-other tensor of the same checkpoint with identical shape,
+    dtype and bytes (a tied weight); only where the values are really there."""
+    out: dict[str, str] = {}
+    for n in names:
+        a = np.asarray(state[n])
+        if a.size < 2 or not _has_values(a):
+            continue
+        flat = a.reshape(-1)
+        if np.array_equal(flat, np.full_like(flat, flat[0])):
+            continue  # constant (fresh zeros/ones): equal to many tensors without being tied
+        for m in sorted(state, key=order.__getitem__):
+            if m == n or m in out:
+                continue
+            b = np.asarray(state[m])
+            if b.shape == a.shape and b.dtype == a.dtype and _has_values(b) and np.array_equal(
+                    a.view(np.uint8) if a.flags.c_contiguous else a, b.view(np.uint8)
+                    if b.flags.c_contiguous else b):
+                out[n] = m
+                break
+    return out
 
 
 def _by_order(R: _Side, C: _Side, out: NameMap, pair: Any) -> None:
