@@ -17,27 +17,15 @@ import pytest
 pytest.importorskip("torch", reason="PyTorch is not installed")
 pytest.importorskip("mindspore", reason="MindSpore is not installed")
 
+from netparity.examples.resnet.bugs import BUGS, FOUND_AT, expected_place  # noqa: E402
 from netparity.workflow.step import run_step_parity  # noqa: E402
 
 REF = "netparity.examples.resnet.specs.torch_spec"
 CAND = "netparity.examples.resnet.specs.ms_spec"
 OPTS = {"depth": 18, "batch_size": 2, "image_size": 56, "lr_max": 1e-3}
 
-# bug -> (phase, where, step)
-EXPECTED = {
-    None: (None, None, None),
-    "bn-eps": ("forward", "bn1", 0),
-    "same-pad": ("forward", "layer2.0.conv1", 0),
-    "bn-momentum": ("update", "bn1", 0),
-    "bn-decay": ("update", "bn1", 0),
-    "warmup": ("update", "optimizer (learning rate)", 0),
-    "eval-mode": ("eval", "bn1", None),
-    # below the fixed tolerances: found only against the reference's measured noise
-    "relu-approx": ("forward", "layer1.0.relu", 0),
-    "label-smooth": ("loss", "loss", 0),
-    # right at step 0, wrong from step 1: found because step 1 starts from a common state
-    "lr-decay": ("later-steps", "optimizer (learning rate)", 1),
-}
+# bug -> (phase, where, step): every demo bug, as the examples declare it
+EXPECTED = {None: (None, None, None), **{b: expected_place(b, OPTS["depth"]) for b in FOUND_AT}}
 
 
 @pytest.mark.slow
@@ -73,6 +61,10 @@ def test_setup_phase_stops_on_mismatched_models(tmp_path):
     assert r.first_phase == "setup"
     assert "shape mismatch" in r.first.summary or "differ" in r.first.summary
     assert all(p.status == "skipped" for p in r.phases[1:])
+
+
+def test_every_demo_bug_has_an_expected_place():
+    assert set(FOUND_AT) == set(BUGS)
 
 
 def test_step_cli_exit_codes_and_reports(tmp_path):

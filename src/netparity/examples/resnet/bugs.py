@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from netparity.errors import UsageError
 
-__all__ = ["BUGS", "MODEL_BUGS", "TRAIN_BUGS", "check_bug", "describe_bugs"]
+__all__ = ["BUGS", "FOUND_AT", "MODEL_BUGS", "TRAIN_BUGS", "check_bug", "describe_bugs",
+           "expected_place"]
 
 MODEL_BUGS: dict[str, str] = {
     "bn-momentum": "BatchNorm momentum copied as 0.1 instead of converted to 0.9 "
@@ -43,6 +44,33 @@ TRAIN_BUGS: dict[str, str] = {
 }
 
 BUGS: dict[str, str] = {**MODEL_BUGS, **TRAIN_BUGS}
+
+#: where the one-step workflow must name each bug: (phase, place, step); the place of
+#: "same-pad" depends on the depth (the first stride-2 3x3 convolution), given as {depth: place}
+FOUND_AT: dict[str, tuple[str, str | dict[int, str], int | None]] = {
+    "bn-eps": ("forward", "bn1", 0),
+    "same-pad": ("forward", {18: "layer2.0.conv1", 34: "layer2.0.conv1", 50: "layer2.0.conv2"}, 0),
+    "bn-momentum": ("update", "bn1", 0),
+    "bn-decay": ("update", "bn1", 0),
+    "warmup": ("update", "optimizer (learning rate)", 0),
+    "eval-mode": ("eval", "bn1", None),
+    "relu-approx": ("forward", "layer1.0.relu", 0),
+    "label-smooth": ("loss", "loss", 0),
+    "lr-decay": ("later-steps", "optimizer (learning rate)", 1),
+}
+
+
+def expected_place(bug: str, depth: int) -> tuple[str, str, int | None]:
+    """(phase, place, step) where the workflow must name ``bug`` on a ResNet of ``depth``.
+
+    Example:
+        >>> expected_place("same-pad", 50)
+        ('forward', 'layer2.0.conv2', 0)
+    """
+    phase, where, step = FOUND_AT[bug]
+    if isinstance(where, dict):
+        where = where[50 if depth >= 50 else 18]
+    return phase, where, step
 
 
 def check_bug(bug: str | None) -> str | None:

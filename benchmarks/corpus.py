@@ -1,0 +1,133 @@
+"""The verdict corpus: faithful pairs must pass clean, pairs with one mistake must be named in
+the right phase and place. Prints one row per pair and the totals (false alarms, misses, wrong
+places).
+
+Pairs:
+* ResNet (PyTorch, torchvision layout) -> its MindSpore port, through ``netparity step``: the
+  faithful port and every demo bug (``netparity demo --list-bugs``), at module level, and with
+  ``--op`` the faithful port and the forward bugs at op level too;
+* torchvision's MobileNetV2 (nobody here wrote it) -> a PyTorch port with its conv+BN+ReLU6
+  groups flattened (another module tree), through ``netparity compare``: faithful, and with the
+  stem's BatchNorm eps copied from a Keras MobileNet (1e-3).
+
+Run (a few minutes per ResNet pair on 2 cores):
+    .venv/bin/python benchmarks/corpus.py [--depth 18] [--only resnet|mobilenet] [--op]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # tests.corpus.models: the MobileNetV2 port
+
+
+def resnet_rows(depth: int, op: bool, bugs: list[str] | None) -> list[tuple[str, ...]]:
+    from netparity.examples.resnet.bugs import BUGS, expected_place
+    from netparity.workflow.step import run_step_parity
+
+    opts = {"depth": depth, "batch_size": 2, "image_size": 56, "lr_max": 1e-3}
+    cases: list[tuple[str | None, str]] = [(None, "module")]
+    cases += [(b, "module") for b in (bugs or list(BUGS))]
+    if op:
+        cases += [(None, "op")] + [(b, "op") for b in (bugs or list(BUGS))
+                                   if expected_place(b, depth)[0] == "forward"]
+    rows = []
+    for bug, level in cases:
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as d:
+            r = run_step_parity("netparity.examples.resnet.specs.torch_spec",
+                                "netparity.examples.resnet.specs.ms_spec", Path(d) / "run",
+                                steps=3, options=opts, cand_options={"bug": bug}, level=level,
+                                free_running=False)
+        got = (r.first_phase, r.where, r.first.step if r.first else None)
+        want = (None, None, None) if bug is None else expected_place(bug, depth)
+        rows.append((f"resnet{depth} torch->mindspore", bug or "faithful", level,
+                     _fmt(want), _fmt(got), _verdict(want, got),
+                     f"{time.perf_counter() - t0:.0f} s"))
+        print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
+def mobilenet_rows() -> list[tuple[str, ...]]:
+    import torch
+    from tests.corpus.models import copy_weights_in_order, flat_mobilenet_v2, torchvision_models
+
+    import netparity
+
+    tvm = torchvision_models()
+    torch.manual_seed(0)
+    ref = tvm.mobilenet_v2(num_classes=10)
+    x, y = torch.randn(2, 3, 64, 64), torch.randint(0, 10, (2,))
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        def run(model: torch.nn.Module, path: Path) -> None:
+            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            with netparity.capture(model, str(path), payload="tensors", optimizer=opt) as cap:
+                torch.manual_seed(1)
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+                cap.record_loss(loss)
+                cap.step()
+
+        cases = [("faithful", 1e-5, (None, None, None)),
+                 ("bn-eps 1e-3 (Keras)", 1e-3, ("forward", "features.0.1", 0))]
+        ports = []
+        for _, eps, _ in cases:  # the ports start from the reference's *initial* weights
+            ports.append(flat_mobilenet_v2(10, stem_bn_eps=eps))
+            copy_weights_in_order(ref, ports[-1])
+        run(ref, Path(d) / "ref")
+        for (name, _, want), cand in zip(cases, ports):
+            t0 = time.perf_counter()
+            run(cand, Path(d) / name.split()[0])
+            res = netparity.compare(Path(d) / "ref", Path(d) / name.split()[0])
+            fd = res.first_divergence
+            got = (None, None, None) if res else (
+                fd.direction if fd else "params", fd.module if fd else "", fd.step if fd else 0)
+            rows.append(("mobilenet_v2 tv -> flat port", name, "module", _fmt(want), _fmt(got),
+                         _verdict(want, got), f"{time.perf_counter() - t0:.0f} s"))
+            print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
+def _fmt(t: tuple) -> str:
+    return "pass" if t[0] is None else f"{t[0]} @ {t[1]} (step {t[2]})"
+
+
+def _verdict(want: tuple, got: tuple) -> str:
+    if want[0] is None:
+        return "ok" if got[0] is None else "FALSE ALARM"
+    if got[0] is None:
+        return "MISS"
+    return "ok" if tuple(want) == tuple(got) else "WRONG PLACE"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--depth", type=int, default=18)
+    ap.add_argument("--only", choices=("resnet", "mobilenet"))
+    ap.add_argument("--op", action="store_true", help="also op level (ResNet)")
+    ap.add_argument("--bugs", help="comma-separated subset of the demo bugs")
+    args = ap.parse_args()
+    print("pair | case | level | expected | netparity said | verdict | time")
+    rows = []
+    if args.only in (None, "mobilenet"):
+        rows += mobilenet_rows()
+    if args.only in (None, "resnet"):
+        rows += resnet_rows(args.depth, args.op, args.bugs.split(",") if args.bugs else None)
+    faithful = [r for r in rows if r[1].startswith("faithful")]
+    bugs = [r for r in rows if not r[1].startswith("faithful")]
+    print(f"\n{len(rows)} pairs: {len(faithful)} faithful, {len(bugs)} with one mistake; "
+          f"false alarms {sum(r[5] == 'FALSE ALARM' for r in rows)}, "
+          f"misses {sum(r[5] == 'MISS' for r in rows)}, "
+          f"wrong place {sum(r[5] == 'WRONG PLACE' for r in rows)}")
+    return 0 if all(r[5] == "ok" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
