@@ -31,6 +31,7 @@ from typing import Any
 from netparity.compare import engine
 from netparity.compare.results import CallResult, CompareResult, Divergence, PairResult, worst
 from netparity.compare.verdicts import AMPLIFICATION
+from netparity.errors import UsageError
 
 __all__ = [
     "AMPLIFICATION", "SUMMARY_KEYS", "classify_calls", "compare", "first_divergence", "localise",
@@ -192,14 +193,25 @@ def compare(ref: Any, cand: Any, *, progress: Any = None, **kwargs: Any) -> Comp
     """
     if progress is None or not getattr(progress, "active", True):
         # a silent display (piped output, --quiet) costs nothing: the engine gets none
-        return localise(engine.compare(ref, cand, **kwargs))
+        return localise(_something(engine.compare(ref, cand, **kwargs), kwargs))
     try:
         progress.stage("align and read the traces")
         result = engine.compare(ref, cand, progress=progress, **kwargs)
         progress.stage("localise")
-        return localise(result)
+        return localise(_something(result, kwargs))
     finally:
         progress.done()
+
+
+def _something(result: CompareResult, kwargs: dict[str, Any]) -> CompareResult:
+    """A comparison that compared nothing is not a pass: it is an error (exit 2)."""
+    if result.all_pairs():
+        return result
+    steps = kwargs.get("steps")
+    raise UsageError("nothing to compare: the traces have no tensor pairs in common"
+                     + (f" at step(s) {sorted(steps) if not isinstance(steps, int) else steps}"
+                        if steps is not None else "")
+                     + " (empty or unrelated traces, or a step/rank they do not hold)")
 
 
 def recheck(result: CompareResult, *, rtol: float | None = None,

@@ -126,6 +126,8 @@ def _ints(v: Iterable[int] | int | str) -> list[int]:
             try:
                 if "-" in part:
                     a, b = part.split("-", 1)
+                    if int(b) < int(a):
+                        raise UsageError(f"empty range {part!r} in {v!r} (write low-high)")
                     out.extend(range(int(a), int(b) + 1))
                 else:
                     out.append(int(part))
