@@ -44,7 +44,7 @@ def resnet_rows(depth: int, op: bool, bugs: list[str] | None) -> list[tuple[str,
                                 "netparity.examples.resnet.specs.ms_spec", Path(d) / "run",
                                 steps=3, options=opts, cand_options={"bug": bug}, level=level,
                                 free_running=False)
-        got = (r.first_phase, r.where, r.first.step if r.first else None)
+        got = (r.first_phase, r.where, r.first.step if r.first is not None else None)
         want = (None, None, None) if bug is None else expected_place(bug, depth)
         rows.append((f"resnet{depth} torch->mindspore", bug or "faithful", level,
                      _fmt(want), _fmt(got), _verdict(want, got),
