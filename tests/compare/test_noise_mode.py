@@ -59,3 +59,24 @@ def test_comparing_nothing_is_an_error_not_a_pass(net, tmp_path):
     p = subprocess.run([sys.executable, "-m", "netparity", "compare", str(ref), str(cand),
                         "--steps", "7"], capture_output=True, text=True)
     assert p.returncode == 2 and "not in both traces" in p.stderr
+
+
+def test_a_passing_comparison_prints_no_line_that_says_diverge(net, tmp_path):
+    from rich.console import Console
+
+    from netparity.report.html import render_html
+    from netparity.report.terminal import render_terminal
+
+    ref = net("ref", framework="torch")
+    r = netparity.compare(ref, net("same", framework="mindspore", noise=1e-6, noise_seed=3),
+                          noise_run=net("noise", framework="torch", noise=1e-6, noise_seed=2))
+    assert r
+    con = Console(record=True, width=120)
+    render_terminal(r, console=con)
+    text = con.export_text()
+    assert text.startswith("PASS") and "diverg" not in text.lower()
+    assert "every pair agrees" in text
+    import re
+
+    body = re.sub(r"<style.*?</style>|<script.*?</script>", "", render_html(r), flags=re.S)
+    assert "diverg" not in body.lower() and "every pair agrees" in body

@@ -176,8 +176,9 @@ def svg_line_plot(
 
 
 def _callout(c: Callout) -> str:
-    if not c.found:
-        return f'<div class="sub"><b>{esc(c.title)}</b>: none</div>'
+    if not c.found:  # no line that says "divergence" under a pass
+        what = c.title.replace("First divergence", "").strip(" ()") or c.title
+        return f'<div class="sub"><b>{esc(what[:1].upper() + what[1:])}</b>: every pair agrees</div>'
     cls = ("culprit" + (" warn" if c.status == "warn" else "")) if c.main else "sub"
     name = esc(c.name) + (f" <span class='muted'>({esc(c.detail)})</span>" if c.detail else "")
     body = "<br>".join(esc(x.strip()) for x in c.lines[1:])

@@ -43,7 +43,8 @@ def _where(d: Divergence) -> str:
 def divergence_lines(title: str, d: Divergence | None) -> list[str]:
     """Plain lines describing one divergence (used by every output)."""
     if d is None:
-        return [f"{title}: none"]
+        # a passing run shows no line that says "diverge": name the direction and say it agrees
+        return [f"{title.replace('first divergence', '').strip(' ()') or title}: every pair agrees"]
     m = d.metrics
     lines = [
         f"{title}: {_where(d)} -- {d.verdict.upper()} here ({d.status})",
@@ -95,9 +96,8 @@ def _findings(result: CompareResult) -> list[str]:
         bad = result.divergent_params(kind)
         if allp:
             names = ", ".join(p.module for p in bad[:5]) + (" ..." if len(bad) > 5 else "")
-            lines.append(
-                f"{label}: {len(bad)} of {len(allp)} diverge" + (f" ({names})" if bad else "")
-            )
+            lines.append(f"{label}: {len(bad)} of {len(allp)} diverge ({names})" if bad else
+                         f"{label}: all {len(allp)} agree")
     for p in result.loss:
         lines.append(
             f"loss step {p.step}: {p.status}"
@@ -226,8 +226,9 @@ def params(result: CompareResult, **_: Any) -> Section | None:
     if not result.params:
         return None
     bad = [p for p in result.params if p.status != "pass"]
-    return Section("params", title=f"Parameters ({len(bad)} of {len(result.params)} diverge)",
-                   blocks=[pairs_table(bad, "np-params")])
+    title = (f"Parameters ({len(bad)} of {len(result.params)} diverge)" if bad else
+             f"Parameters (all {len(result.params)} agree)")
+    return Section("params", title=title, blocks=[pairs_table(bad, "np-params")])
 
 
 @section("CompareResult", "loss")
