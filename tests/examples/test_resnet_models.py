@@ -151,6 +151,9 @@ def test_bug_list_and_validation() -> None:
         "bn-decay",
         "warmup",
         "eval-mode",
+        "relu-approx",
+        "label-smooth",
+        "lr-decay",
     }
     assert all(isinstance(v, str) and v for v in bugs.BUGS.values())
     with pytest.raises(UsageError):
