@@ -422,6 +422,23 @@ CURATED: dict[str, dict[str, Any]] = {
     "torch.use_deterministic_algorithms": {"kind": "device", "target": "mindspore.set_deterministic"},
     "torch.Size": {"kind": "dtype", "status": "missing",
                    "compose": "shapes are plain tuples in MindSpore"},
+    # ---------------------------------------------------------------- TorchScript, checkpointing
+    "torch._assert": {"kind": "function", "status": "not_needed",
+                      "notes": "a plain Python assert (it exists for TorchScript)"},
+    "torch.jit.script": {"kind": "function", "target": "mindspore.jit",
+                         "notes": "Graph-mode compilation; restrictions differ from TorchScript"},
+    "torch.jit.trace": {"kind": "function", "target": "mindspore.jit"},
+    "torch.jit.is_scripting": {"kind": "function", "status": "not_needed",
+                               "notes": "TorchScript-only branch: keep the eager branch"},
+    "torch.jit.unused": {"kind": "function", "status": "not_needed",
+                         "notes": "TorchScript decorator: drop it"},
+    "torch.jit._overload_method": {"kind": "function", "status": "not_needed",
+                                   "notes": "TorchScript overload declaration: drop it"},
+    "torch.jit.annotate": {"kind": "function", "status": "not_needed",
+                           "notes": "TorchScript type hint: keep the value"},
+    "torch.utils.checkpoint.checkpoint": {
+        "kind": "function", "target": "mindspore.nn.Cell.recompute",
+        "notes": "call sub_cell.recompute() once instead of wrapping each call"},
 }
 
 #: aten op (no overload) -> MindSpore primitive(s) in mindspore.ops (checked by the table test)

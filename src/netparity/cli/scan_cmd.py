@@ -35,8 +35,9 @@ def register(subparsers: Any) -> None:
                    help="do not check the table against the installed MindSpore")
     p.add_argument("-v", "--verbose", action="store_true", help="full notes in the mapped table")
     p.add_argument("--run", nargs=argparse.REMAINDER, metavar="-- COMMAND",
-                   help="also run COMMAND captured at op level (step 0) and list the aten ops "
-                   "it executes; must come last")
+                   help="run COMMAND captured at op level (step 0) and list the aten ops it "
+                   "executes; the .py files in COMMAND are scanned statically too; must come "
+                   "last (netparity scan --run -- python train.py)")
     p.set_defaults(func=run)
 
 
@@ -51,11 +52,17 @@ def run(args: argparse.Namespace) -> int:
     from netparity.scan.render import check_output_path, print_terminal, write_html, write_json
 
     cmd = list(args.run) if args.run is not None else None
+    paths = list(args.paths)
+    if cmd is not None and not cmd:
+        # ``--run -- python train.py``: argparse ends options at ``--`` and hands the command to
+        # the positional PATHs, so with --run the positionals are the command
+        cmd, paths = paths, []
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if cmd is not None and not cmd:
         raise UsageError("--run needs a command (use: netparity scan --run -- python train.py)")
-    paths = list(args.paths) or (_scripts_in(cmd) if cmd else [])
+    if cmd and not paths:
+        paths = _scripts_in(cmd)
     if not paths and cmd is None:
         raise UsageError("nothing to scan (use: netparity scan PATH... or --run -- COMMAND)")
     outputs = [check_output_path(d, paths) for d in (args.json, args.html) if d]

@@ -76,7 +76,7 @@ def print_terminal(result: ScanResult, console: Any, verbose: bool = False) -> N
         console.print(t)
     if result.runtime is not None:
         t = Table(title=f"Executed aten ops ({result.runtime_note})")
-        for col in ("aten op", "count", "status", "MindSpore primitive"):
+        for col in ("aten op", "records", "status", "MindSpore primitive"):
             t.add_column(col, overflow="fold")
         for op in sorted(result.runtime, key=lambda o: (_ORDER.get(o.status, 9), o.name)):
             t.add_row(escape(op.name), str(op.count),
@@ -99,7 +99,7 @@ def to_html(result: ScanResult) -> str:
                      f"</td><td>{e(o.status)}</td><td><code>{e(o.target)}</code></td></tr>"
                      for o in result.runtime)
         runtime = (f"<h2>Executed aten ops</h2><p>{e(result.runtime_note)}</p><table><tr>"
-                   f"<th>aten op</th><th>count</th><th>status</th><th>MindSpore</th></tr>"
+                   f"<th>aten op</th><th>records</th><th>status</th><th>MindSpore</th></tr>"
                    f"{rt}</table>")
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>netparity scan</title><style>"
