@@ -56,7 +56,12 @@ NAME_RENAMES = {
     "torch.nn.functional.linear": "mindspore.mint.nn.functional.linear",
 }
 
-COMMON_TORCH_FUNCS = """
+def _words(text: str) -> list[str]:
+    """Whitespace-separated names (keeps the long lists readable)."""
+    return text.split()
+
+
+COMMON_TORCH_FUNCS = _words("""
 abs add addmm all allclose amax amin any arange argmax argmin argsort baddbmm bmm broadcast_to
 cat ceil chunk clamp clip clone concat cos cosh cumprod cumsum diag diagonal div dot einsum empty
 empty_like eq equal erf exp expand_dims eye flatten flip floor fmod full full_like gather ge gelu
@@ -70,9 +75,9 @@ transpose tril triu true_divide trunc unbind unique unsqueeze var var_mean std_m
 where zeros zeros_like from_numpy manual_seed no_grad enable_grad is_tensor tensor as_tensor
 cdist cross diff histc bucketize searchsorted kron cartesian_prod rot90 atan2 frexp istft complex
 logcumsumexp cummax nan_to_num bernoulli
-""".split()
+""")
 
-TENSOR_METHODS = """
+TENSOR_METHODS = _words("""
 abs add add_ addmm all any argmax argmin argsort bool byte ceil char chunk clamp clamp_ clone
 contiguous copy_ cos cpu cuda cumsum detach detach_ dim div div_ double eq exp expand expand_as
 fill_ flatten flip float floor gather ge gt half int item le log long lt masked_fill masked_fill_
@@ -83,7 +88,7 @@ view_as zero_ where backward requires_grad_ new_zeros new_ones new_full new_tens
 narrow unfold chunk split triu tril fmod remainder log_softmax scatter_ index_add_ scatter_add_
 masked_scatter_ normal_ uniform_ bernoulli_ exp_ clamp_min abs_ sqrt sqrt_ argmax half bfloat16
 log_ exp_ sin cos floor_divide logical_not logical_and any nansum nanmean amax amin repeat_interleave
-""".split()
+""")
 
 NS_MODULE = ("mindspore.nn", "mindspore.mint.nn")
 NS_FUNCTIONAL = ("mindspore.mint.nn.functional", "mindspore.ops")
