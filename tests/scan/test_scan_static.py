@@ -101,3 +101,21 @@ def test_directory_is_walked_and_target_checked(tmp_path: Path) -> None:
                                                           "torch.nn.GELU": "trap"}
     with pytest.raises(UsageError, match="only mindspore"):
         scan_paths([str(pkg)], to="jax", verify=False)
+
+
+def test_real_model_files_from_an_installed_package() -> None:
+    """torchvision's model files (read as text, never imported) scan with nothing missing."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torchvision")  # locates the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("torchvision is not installed")
+    models = Path(list(spec.submodule_search_locations)[0]) / "models"
+    files = [models / n for n in ("resnet.py", "vgg.py", "densenet.py")]
+    result = scan_paths([str(f) for f in files], verify=False)
+    assert result.summary()["missing"] == 0
+    bn = [f for f in result.findings if f.name == "torch.nn.BatchNorm2d" and f.status == "trap"]
+    assert bn and all("momentum" in f.note for f in bn)
+    resnet = files[0].read_text().splitlines()
+    for f in bn:
+        assert "BatchNorm2d" in resnet[f.line - 1] or f.file != str(files[0])
