@@ -100,3 +100,30 @@ def test_check_is_skipped_without_mindspore(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(mindspore_api, "mindspore_version", lambda: None)
     check = mindspore_api.check_entries({"torch.nn.ReLU": {"target": "mindspore.nn.ReLU"}})
     assert check.skipped and check.checked == 0
+
+
+def test_stated_behaviours_hold_numerically(table: dict) -> None:
+    """The facts behind three traps, measured on the installed frameworks."""
+    import numpy as np
+
+    ms = pytest.importorskip("mindspore")
+    torch = pytest.importorskip("torch")
+    # BatchNorm: MindSpore moving = m*moving + (1-m)*batch, so momentum=0.9 == PyTorch's 0.1
+    x = np.random.default_rng(0).normal(3.0, 1.0, (8, 2, 4, 4)).astype(np.float32)
+    bn = ms.nn.BatchNorm2d(2, momentum=0.9, moving_mean_init="zeros")
+    bn.set_train(True)
+    bn(ms.Tensor(x))
+    tbn = torch.nn.BatchNorm2d(2, momentum=0.1).train()
+    tbn(torch.from_numpy(x))
+    np.testing.assert_allclose(bn.moving_mean.asnumpy(), tbn.running_mean.numpy(), rtol=1e-5)
+    # Embedding: MindSpore's default table is Normal(sigma=0.01), PyTorch's N(0, 1)
+    std = ms.nn.Embedding(2000, 50).embedding_table.asnumpy().std()
+    assert 0.009 < std < 0.011
+    # label smoothing: PyTorch's target is on = 1 - eps + eps/C, off = eps/C
+    logits = torch.randn(4, 5)
+    y = torch.tensor([0, 1, 2, 3])
+    eps, c = 0.1, 5
+    soft = torch.full((4, c), eps / c)
+    soft[torch.arange(4), y] = 1 - eps + eps / c
+    torch.testing.assert_close(torch.nn.functional.cross_entropy(logits, y, label_smoothing=eps),
+                               torch.nn.functional.cross_entropy(logits, soft))
