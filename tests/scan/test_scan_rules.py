@@ -75,3 +75,9 @@ def test_label_smoothing_and_missing_composition() -> None:
 def test_reference_without_call_has_no_trap() -> None:
     f = _one("ok = isinstance(m, nn.BatchNorm2d)\n")
     assert f.status == "mapped" and f.target.startswith("mindspore.nn.BatchNorm2d")
+
+
+def test_graph_mode_differences_are_flagged() -> None:
+    f = _one("idx = torch.nonzero(mask)\n")
+    assert f.status == "mapped" and "output shape depends on the data" in f.graph
+    assert _one("nn.ReLU()\n").graph == ""

@@ -42,6 +42,8 @@ class Finding:
     note: str = ""
     confidence: str = "resolved"
     traps: list[str] = field(default_factory=list)
+    #: where Graph mode (``mindspore.jit``) differs from PyNative for this API; "" = no difference known
+    graph: str = ""
 
     def as_json(self) -> dict[str, Any]:
         """The JSON form (keys of the ``apis`` list)."""
@@ -76,6 +78,7 @@ class ScanResult:
             "uses": len(self.findings),
             "apis": len({f.name for f in self.findings}),
             **{s: counts.get(s, 0) for s in (*STATUSES, "unlisted")},
+            "graph_mode_differs": sum(1 for f in self.findings if f.graph),
             "mindspore_check": (f"verified against MindSpore {self.mindspore}" if self.mindspore
                                 else "skipped (MindSpore is not installed)"),
         }
@@ -124,7 +127,7 @@ def _describe(entry: Mapping[str, Any], use: Use) -> str:
         parts.append(str(entry["notes"]))
     for mode, remark in (entry.get("modes") or {}).items():
         parts.append(f"{mode} mode: {remark}")
-    return "; ".join(parts)
+    return "; ".join(parts)  # (PyNative is the reference mode: only differences are listed)
 
 
 def classify(use: Use, table: Mapping[str, Any], problems: Mapping[str, list[str]]) -> Finding:
@@ -144,6 +147,7 @@ def classify(use: Use, table: Mapping[str, Any], problems: Mapping[str, list[str
         base.status = "missing"
         base.note = str(entry.get("compose") or "no counterpart in MindSpore")
         return base
+    base.graph = str((entry.get("modes") or {}).get("graph", ""))
     base.target = str(entry["target"])
     if entry.get("alt"):
         base.target += " (or " + ", ".join(entry["alt"]) + ")"

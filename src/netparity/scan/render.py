@@ -28,6 +28,8 @@ def summary_line(result: ScanResult) -> str:
     line = (f"{s['files']} file(s), {s['uses']} PyTorch API uses ({s['apis']} distinct): "
             f"{s['missing']} missing, {s['trap']} traps, {s['mapped']} mapped"
             + (f", {s['unlisted']} not in the table" if s["unlisted"] else "")
+            + (f", {s['graph_mode_differs']} differ in Graph mode" if s["graph_mode_differs"]
+               else "")
             + f" -- {s['mindspore_check']}")
     if result.runtime is not None:
         line += (f"; runtime: {s['runtime_ops']} aten ops, {s['runtime_missing']} missing, "
