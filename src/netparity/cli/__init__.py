@@ -29,6 +29,7 @@ COMMANDS = (
     "netparity.cli.msdump_cmd",
     "netparity.cli.step_cmd",
     "netparity.cli.demo_cmd",
+    "netparity.cli.scan_cmd",
 )
 
 

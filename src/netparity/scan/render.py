@@ -1,0 +1,152 @@
+"""Render a :class:`~netparity.scan.analyze.ScanResult`: terminal (rich), JSON and HTML.
+
+Files are written atomically (a temporary file in the same directory, then ``os.replace``) so a
+reader never sees half a report. The HTML page is self-contained (inline CSS, no scripts) and
+every name, path and note in it is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from netparity.errors import UsageError
+from netparity.scan.analyze import Finding, ScanResult
+
+_ORDER = {"missing": 0, "trap": 1, "unlisted": 2, "mapped": 3}
+_STYLE = {"missing": "bold red", "trap": "yellow", "unlisted": "magenta", "mapped": "green"}
+
+
+def summary_line(result: ScanResult) -> str:
+    """One line: files, uses, distinct APIs and the count per status."""
+    s = result.summary()
+    line = (f"{s['files']} file(s), {s['uses']} PyTorch API uses ({s['apis']} distinct): "
+            f"{s['missing']} missing, {s['trap']} traps, {s['mapped']} mapped"
+            + (f", {s['unlisted']} not in the table" if s["unlisted"] else "")
+            + (f", {s['graph_mode_differs']} differ in Graph mode" if s["graph_mode_differs"]
+               else "")
+            + f" -- {s['mindspore_check']}")
+    if result.runtime is not None:
+        line += (f"; runtime: {s['runtime_ops']} aten ops, {s['runtime_missing']} missing, "
+                 f"{s['runtime_unlisted']} not in the table")
+    return line
+
+
+def _sorted(findings: Iterable[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (_ORDER.get(f.status, 9), f.file, f.line, f.name))
+
+
+def print_terminal(result: ScanResult, console: Any, verbose: bool = False) -> None:
+    """Summary line, then missing, traps, not-in-table and (grouped by API) mapped."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    console.print(summary_line(result))
+    for status, title in (("missing", "Missing in MindSpore"), ("trap", "Traps (numbers change)"),
+                          ("unlisted", "Not in the table (check by hand)")):
+        rows = [f for f in _sorted(result.findings) if f.status == status]
+        if not rows:
+            continue
+        t = Table(title=title, title_style=_STYLE[status], show_lines=status == "trap")
+        for col in ("where", "PyTorch API", "MindSpore", "what to do"):
+            t.add_column(col, overflow="fold")
+        for f in rows:
+            where = f"{f.file}:{f.line}" + (" (inferred)" if f.confidence != "resolved" else "")
+            # traps: only what to set (the general notes are in --verbose, JSON and HTML)
+            note = f.note if verbose or not f.traps else " | ".join(f.traps)
+            t.add_row(escape(where), escape(f.name), escape(f.target), escape(note))
+        console.print(t)
+    mapped = [f for f in _sorted(result.findings) if f.status == "mapped"]
+    if mapped:
+        t = Table(title="Mapped", title_style=_STYLE["mapped"])
+        for col in ("PyTorch API", "MindSpore", "lines", "notes"):
+            t.add_column(col, overflow="fold")
+        groups: dict[str, list[Finding]] = {}
+        for f in mapped:
+            groups.setdefault(f.name, []).append(f)
+        for name, fs in sorted(groups.items()):
+            lines = ", ".join(f"{Path(f.file).name}:{f.line}" for f in fs[:6])
+            if len(fs) > 6:
+                lines += f" (+{len(fs) - 6})"
+            note = fs[0].note if verbose or len(fs[0].note) < 160 else fs[0].note[:157] + "..."
+            t.add_row(escape(name), escape(fs[0].target), escape(lines), escape(note))
+        console.print(t)
+    if result.runtime is not None:
+        t = Table(title=f"Executed aten ops ({result.runtime_note})")
+        for col in ("aten op", "records", "status", "MindSpore primitive"):
+            t.add_column(col, overflow="fold")
+        for op in sorted(result.runtime, key=lambda o: (_ORDER.get(o.status, 9), o.name)):
+            t.add_row(escape(op.name), str(op.count),
+                      f"[{_STYLE.get(op.status, '')}]{op.status}[/]", escape(op.target))
+        console.print(t)
+
+
+def to_html(result: ScanResult) -> str:
+    """A self-contained HTML page (inline CSS, no scripts), every string escaped."""
+    e = html.escape
+    rows = []
+    for f in _sorted(result.findings):
+        rows.append(
+            f"<tr class='{e(f.status)}'><td>{e(f.file)}:{f.line}</td><td>{e(f.status)}</td>"
+            f"<td><code>{e(f.name)}</code></td><td><code>{e(f.target)}</code></td>"
+            f"<td>{e(f.note)}</td></tr>")
+    runtime = ""
+    if result.runtime is not None:
+        rt = "".join(f"<tr class='{e(o.status)}'><td><code>{e(o.name)}</code></td><td>{o.count}"
+                     f"</td><td>{e(o.status)}</td><td><code>{e(o.target)}</code></td></tr>"
+                     for o in result.runtime)
+        runtime = (f"<h2>Executed aten ops</h2><p>{e(result.runtime_note)}</p><table><tr>"
+                   f"<th>aten op</th><th>records</th><th>status</th><th>MindSpore</th></tr>"
+                   f"{rt}</table>")
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>netparity scan</title><style>"
+        "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;width:100%}"
+        "td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top;font-size:13px}"
+        "tr.missing td{background:#fdd}tr.trap td{background:#ffe9b3}"
+        "tr.unlisted td{background:#f0e0ff}</style></head><body>"
+        f"<h1>netparity scan</h1><p>{e(summary_line(result))}</p>"
+        "<table><tr><th>where</th><th>status</th><th>PyTorch API</th><th>MindSpore</th>"
+        f"<th>note</th></tr>{''.join(rows)}</table>{runtime}</body></html>\n")
+
+
+def check_output_path(dest: str, inputs: Iterable[str | Path]) -> Path:
+    """Refuse an output path that is one of the scanned inputs (or inside a scanned file list)."""
+    path = Path(dest)
+    target = path.resolve()
+    for p in inputs:
+        if Path(p).resolve() == target:
+            raise UsageError(f"{dest}: output path is one of the inputs; choose another file")
+    if path.is_dir():
+        raise UsageError(f"{dest}: is a directory")
+    return path
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same directory + ``os.replace``."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
+
+
+def write_json(result: ScanResult, path: Path) -> None:
+    """The JSON report: ``apis`` (list of findings) and ``summary`` (+ ``runtime``)."""
+    write_atomic(path, json.dumps(result.as_json(), indent=1) + "\n")
+
+
+def write_html(result: ScanResult, path: Path) -> None:
+    """The HTML report."""
+    write_atomic(path, to_html(result))
