@@ -109,7 +109,7 @@ def test_rules_layernorm_embedding_prelu_conv1d():
 
 
 def test_namemap_json_is_a_mapping_file(tmp_path):
-    from netparity.align.mapping import load_mapping
+    from netparity.mapfile import load_mapping
 
     m = map_names(resnetish(False), resnetish(True))
     p = m.save(tmp_path / "map.json")

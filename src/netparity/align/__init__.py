@@ -6,7 +6,7 @@ Example:
 """
 
 from netparity.align.core import align_traces
-from netparity.align.mapping import Mapping, load_mapping, save_mapping
+from netparity.mapfile import Mapping, load_mapping, save_mapping
 from netparity.align.model import Alignment, Call, Match, ParamPair, calls_from_records
 from netparity.align.vocab import canonical_op
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from netparity.align.features import MATCH_LIMIT
-from netparity.align.mapping import Mapping, load_mapping
+from netparity.mapfile import Mapping, load_mapping
 from netparity.align.model import Alignment, Call, Match, ParamPair, calls_from_records
 from netparity.align.names import LEAF_ALTERNATIVES, norm_path, split_param
 from netparity.align.ownership import modules_by_ownership

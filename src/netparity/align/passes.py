@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from netparity.align.features import Feats
-from netparity.align.mapping import Mapping
+from netparity.mapfile import Mapping
 from netparity.align.names import norm_path
 from netparity.align.seq import (
     ANCHOR_LIMIT,

@@ -137,7 +137,7 @@ class NameMap:
     @classmethod
     def load(cls, path: str | os.PathLike) -> NameMap:
         """Read a mapping file's ``params`` back as ``user`` pairs (shapes unknown: ``()``)."""
-        from netparity.align.mapping import load_mapping
+        from netparity.mapfile import load_mapping
 
         m = load_mapping(path)
         return cls(pairs=[Pair(r, c, "user", (), ()) for r, c in m.params.items()])
@@ -235,8 +235,8 @@ def _shapes(d: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
 def _mapping_obj(mapping: Any) -> Any:
     if mapping is None:
         return None
-    from netparity.align.mapping import Mapping as UserMapping
-    from netparity.align.mapping import load_mapping
+    from netparity.mapfile import Mapping as UserMapping
+    from netparity.mapfile import load_mapping
 
     if isinstance(mapping, UserMapping):
         return mapping

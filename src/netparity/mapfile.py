@@ -1,5 +1,9 @@
 """User mapping files: exact module paths, regex rules, op groups (N:M) and parameter names.
 
+One format shared by the trace aligner (``netparity.align``) and the checkpoint name mapper
+(``netparity.ckpt``), so it sits below both (it was ``netparity.align.mapping``; the checkpoint
+side importing the aligner ran against the flow).
+
 A mapping overrides or extends the automatic alignment. The file is YAML or JSON::
 
     modules: {"fc": "classifier", "layer1.0.downsample": "layer1.0.down_sample"}
