@@ -6,9 +6,9 @@ Example:
 """
 
 from netparity.align.core import align_traces
-from netparity.mapfile import Mapping, load_mapping, save_mapping
 from netparity.align.model import Alignment, Call, Match, ParamPair, calls_from_records
 from netparity.align.vocab import canonical_op
+from netparity.mapfile import Mapping, load_mapping, save_mapping
 
 __all__ = [
     "Alignment",

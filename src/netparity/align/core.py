@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 
 from netparity.align.features import MATCH_LIMIT
-from netparity.mapfile import Mapping, load_mapping
 from netparity.align.model import Alignment, Call, Match, ParamPair, calls_from_records
 from netparity.align.names import LEAF_ALTERNATIVES, norm_path, split_param
 from netparity.align.ownership import modules_by_ownership
@@ -40,6 +39,7 @@ from netparity.align.table import CallTable, Pools, table_from_calls
 from netparity.align.tableread import read_table
 from netparity.errors import MappingError, UsageError
 from netparity.gcpause import paused_gc
+from netparity.mapfile import Mapping, load_mapping
 from netparity.trace.reader import Trace
 from netparity.trace.schema import Record
 

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from netparity.align.features import Feats
-from netparity.mapfile import Mapping
 from netparity.align.names import norm_path
 from netparity.align.seq import (
     ANCHOR_LIMIT,
@@ -31,6 +30,7 @@ from netparity.align.seq import (
     increasing_chain,
 )
 from netparity.align.table import CallTable, StringPool
+from netparity.mapfile import Mapping
 
 
 @dataclass
