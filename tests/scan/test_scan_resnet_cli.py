@@ -97,5 +97,5 @@ def test_output_path_that_is_an_input_is_refused(tmp_path: Path,
     src = tmp_path / "t.py"
     src.write_text("import torch\n")
     assert main(["scan", str(src), "--json", str(src)]) == 2
-    assert "is one of the inputs" in capsys.readouterr().err
+    assert "would overwrite the input" in capsys.readouterr().err
     assert src.read_text() == "import torch\n"

@@ -33,3 +33,17 @@ def progress(args: argparse.Namespace, con: Any = None) -> Progress:
     """A progress display for long work: a rich bar on a terminal, nothing when piped or with
     ``--quiet``."""
     return progress_for(bool(getattr(args, "quiet", False)), console=con)
+
+
+def guard_outputs(args: argparse.Namespace, inputs: tuple[str, ...],
+                  outputs: tuple[str, ...]) -> None:
+    """Refuse, before any work, an output argument that names an input or a path inside an
+    input (a trace directory): ``compare --json A/manifest.json`` used to destroy trace A."""
+    from netparity.outputs import check_output
+
+    ins = [v for v in (getattr(args, n, None) for n in inputs) if v]
+    for name in outputs:
+        dest = getattr(args, name, None)
+        if dest and dest != "-":
+            check_output(dest, ins, what=f"--{name.replace('_', '-')}" if name not in
+                         ("dst", "out") else "output")

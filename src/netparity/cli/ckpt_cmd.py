@@ -10,6 +10,8 @@ import argparse
 import sys
 from typing import Any
 
+from netparity.cli._common import guard_outputs
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("ckpt", help="show, map, convert and diff checkpoints",
@@ -99,6 +101,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_map(args: argparse.Namespace) -> int:
+    guard_outputs(args, ("ref", "cand", "mapping"), ("output", "json"))
     from netparity.ckpt import map_names
 
     nm = map_names(args.ref, args.cand, mapping=args.mapping)
@@ -140,6 +143,7 @@ def _print_leftovers(con: Any, ur: list[str], uc: list[str], amb: dict[str, list
 
 
 def run_convert(args: argparse.Namespace) -> int:
+    guard_outputs(args, ("src", "template", "mapping"), ("dst", "json"))
     from netparity.ckpt import convert
 
     rep = convert(args.src, args.dst, mapping=args.mapping, template=args.template,
@@ -167,6 +171,7 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
+    guard_outputs(args, ("a", "b", "mapping"), ("json",))
     from netparity.ckpt import diff
     from netparity.ckpt.diff import DEFAULT_ATOL, DEFAULT_RTOL
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from netparity.cli._common import console, progress
+from netparity.cli._common import console, guard_outputs, progress
 from netparity.errors import UsageError
 
 
@@ -87,6 +87,7 @@ def emit(result: Any, args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    guard_outputs(args, ("ref", "cand", "fp64_ref", "noise", "mapping"), ("json", "csv", "html"))
     from netparity.analyzers.divergence import compare
     from netparity.capture.policy import parse_int_set
     from netparity.compare.tolerances import parse_tol_arg

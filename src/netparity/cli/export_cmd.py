@@ -18,6 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
+    from netparity.cli._common import guard_outputs
+
+    guard_outputs(args, ("trace",), ("out",))
     from netparity.capture.policy import parse_int_set
     from netparity.errors import UsageError
     from netparity.trace import open_trace

@@ -36,6 +36,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from netparity.cli._common import guard_outputs
+
+    guard_outputs(args, ("result",), ("json", "csv", "html"))
     from netparity.analyzers.divergence import recheck
     from netparity.cli.compare_cmd import emit
     from netparity.report.json_report import read_json

@@ -20,7 +20,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from netparity.report.files import write_text_atomic
+from netparity.outputs import write_text_atomic
 from netparity.report.sections import Section, Table, for_output, sections_for
 
 

@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from netparity.report.files import write_text_atomic
+from netparity.outputs import write_text_atomic
 from netparity.report.format import fmt
 from netparity.report.sections import (
     Block,

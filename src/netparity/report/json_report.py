@@ -23,7 +23,7 @@ from typing import Any
 
 from netparity.compare.results import CompareResult
 from netparity.errors import UsageError
-from netparity.report.files import write_text_atomic
+from netparity.outputs import write_text_atomic
 from netparity.report.sections import Section, for_output
 
 

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import html
 import json
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from netparity.errors import UsageError
+from netparity.outputs import check_output, write_text_atomic
 from netparity.scan.analyze import Finding, ScanResult
 
 _ORDER = {"missing": 0, "trap": 1, "unlisted": 2, "mapped": 3}
@@ -115,31 +113,13 @@ def to_html(result: ScanResult) -> str:
 
 
 def check_output_path(dest: str, inputs: Iterable[str | Path]) -> Path:
-    """Refuse an output path that is one of the scanned inputs (or inside a scanned file list)."""
-    path = Path(dest)
-    target = path.resolve()
-    for p in inputs:
-        if Path(p).resolve() == target:
-            raise UsageError(f"{dest}: output path is one of the inputs; choose another file")
-    if path.is_dir():
-        raise UsageError(f"{dest}: is a directory")
-    return path
+    """Refuse an output path that is one of the scanned inputs (or inside a scanned folder)."""
+    return check_output(dest, list(inputs), what="scan output")
 
 
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` via a temporary file in the same directory + ``os.replace``."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as e:
-        raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
+    write_text_atomic(path, text, what="scan output")
 
 
 def write_json(result: ScanResult, path: Path) -> None:
