@@ -27,7 +27,7 @@ Mechanisms (chosen so that capture never changes the run and survives in-place c
 
 Example:
     >>> import tempfile, torch
-    >>> from netparity.frameworks.torch_capture import capture
+    >>> from netparity.frameworks.torch.capture import capture
     >>> from netparity.trace import open_trace
     >>> model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
     >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -54,12 +54,12 @@ import torch
 import torch.optim.optimizer as _optim_mod
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from netparity.align.vocab import canonical_op
 from netparity.capture.policy import CapturePolicy
 from netparity.capture.session import CaptureSession, user_source
 from netparity.errors import UsageError
-from netparity.frameworks.torch_adapter import TorchAdapter
+from netparity.frameworks.torch.adapter import TorchAdapter
 from netparity.trace.schema import Record
+from netparity.trace.vocab import canonical_op
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _ReLU = torch.nn.ReLU
