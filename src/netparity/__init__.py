@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 import types
-from typing import Any
+from typing import Any, cast
 
 from netparity.errors import (
     CheckpointError,
@@ -74,7 +74,7 @@ class _CallablePackage(types.ModuleType):
 _capture_pkg = importlib.import_module("netparity.capture")  # light: no framework, no trace code
 _capture_pkg.__class__ = _CallablePackage
 #: ``netparity.capture(model, path, ...)``: the callable package (see :func:`_capture`)
-capture = _capture_pkg
+capture: _CallablePackage = cast(_CallablePackage, _capture_pkg)
 
 
 def compare(ref: Any, cand: Any, **kwargs: Any) -> Any:
