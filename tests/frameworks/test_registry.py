@@ -132,3 +132,9 @@ def test_model_helpers_dispatch_through_the_registry() -> None:
     assert done == ["dense.bias"] and net.dense.bias.asnumpy().tolist() == [1.0, 2.0]
     assert isinstance(models.as_tensor(np.ones(2), "torch"), torch.Tensor)
     assert float(models.scalar_tensor(2.5, "mindspore").asnumpy()) == 2.5
+
+
+def test_capture_defaults_per_framework() -> None:
+    assert get_adapter("torch").capture_defaults() == {}
+    expected = ms.get_context("device_target") == "CPU"
+    assert get_adapter("mindspore").capture_defaults() == {"launch_blocking": expected}

@@ -158,6 +158,11 @@ class FrameworkAdapter(abc.ABC):
         """Start a capture of ``model`` into the trace directory ``path`` (a CaptureSession)."""
         raise self._unsupported("capture")
 
+    def capture_defaults(self) -> dict[str, Any]:
+        """Capture keyword arguments a workflow that owns its process should pass (e.g.
+        MindSpore on CPU: ``launch_blocking=True``); empty by default."""
+        return {}
+
     # ---- checkpoints -----------------------------------------------------------------------
     def read_checkpoint(self, path: Path) -> CheckpointData:
         """Read this framework's own checkpoint file (arrays in storage dtypes)."""

@@ -326,6 +326,11 @@ class MindSporeAdapter(FrameworkAdapter):
 
         return capture(model, path, **kwargs)
 
+    def capture_defaults(self) -> dict[str, Any]:
+        """On CPU, ``launch_blocking=True``: every statistics read would otherwise wait for the
+        asynchronous executor (see :func:`netparity.frameworks.mindspore.capture.capture`)."""
+        return {"launch_blocking": self._device_target() == "CPU"}
+
     def write_checkpoint(self, path: Path, items: list[tuple[str, str, np.ndarray]]) -> None:
         from netparity.frameworks.mindspore import ckpt_io
 
