@@ -44,7 +44,10 @@ def set_weights(model: Any, arrays: Mapping[str, np.ndarray],
         a = decode(np.asarray(arr), dtypes.get(name, "")) if name in dtypes else arr
         if tuple(p.shape) != tuple(np.shape(a)):
             raise MappingError(f"{name}: shape {tuple(np.shape(a))} does not fit {tuple(p.shape)}")
-        p.set_data(ms.Tensor(np.array(a, order="C")).astype(p.dtype))
+        # In place (ops.assign), never set_data: set_data gives the Parameter new storage, and an
+        # optimizer or compiled step that already ran keeps updating the old one -- the loaded
+        # parameter then silently stops training (ported from branch h-me, 0c7a3f2).
+        ms.ops.assign(p, ms.Tensor(np.array(a, order="C")).astype(p.dtype))
         done.append(name)
     return done
 
