@@ -68,7 +68,8 @@ def _imported_adapters() -> list[FrameworkAdapter]:
             continue
         try:
             out.append(get_adapter(name))
-        except Exception:  # noqa: BLE001 - a stub module of that name: it owns no object
+        except (FrameworkError, ImportError, AttributeError):
+            # a stub or half-installed module under the framework's name: it owns no object
             continue
     return out
 
