@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 from netparity.examples.resnet.torch_resnet import resnet50
-from netparity.frameworks.torch_capture import capture
+from netparity.frameworks.torch.capture import capture
 
 
 def disk_write_speed(directory: Path, total: int = 1 << 30, block: int = 8 << 20) -> float:

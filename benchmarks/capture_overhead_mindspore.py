@@ -49,8 +49,8 @@ def main() -> None:
 
     from netparity.examples.resnet.ms_resnet import resnet50
     from netparity.examples.resnet.ms_train import CrossEntropySmooth, TrainStep, make_optimizer
-    from netparity.frameworks import mindspore_adapter
-    from netparity.frameworks.mindspore_capture import capture
+    from netparity.frameworks.mindspore import adapter as mindspore_adapter
+    from netparity.frameworks.mindspore.capture import capture
     from netparity.hoststats import host_stats
     from netparity.stats import compute_stats
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from netparity import hoststats
-from netparity.frameworks import torch_adapter
+from netparity.frameworks.torch import adapter as torch_adapter
 
 
 def rate(fn: Callable[[torch.Tensor], object], tensors: list[torch.Tensor], repeat: int) -> float:

@@ -14,7 +14,9 @@ Frameworks are imported lazily, only when the objects handed over come from them
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+import types
+from typing import Any, cast
 
 from netparity.errors import (
     CheckpointError,
@@ -45,17 +47,34 @@ __all__ = [
 ]
 
 
-def capture(model: Any, path: str, **kwargs: Any) -> Any:
+def _capture(model: Any, path: str, **kwargs: Any) -> Any:
     """Capture what ``model`` computes into the trace directory ``path``.
 
-    Dispatches on the model's framework (PyTorch ``nn.Module``, MindSpore ``nn.Cell``). See
-    :func:`netparity.frameworks.torch_capture.capture` for the arguments. (Once any
-    ``netparity.capture.*`` submodule is imported this name is the callable package, which does
-    the same.)
+    Dispatches on the model's framework (PyTorch ``nn.Module``, MindSpore ``nn.Cell``, their
+    subclasses); see :func:`netparity.frameworks.registry.capture` and the framework's
+    ``capture`` (:func:`netparity.frameworks.torch.capture.capture`) for the arguments.
     """
-    from netparity.capture import capture as _cap
+    from netparity.frameworks.registry import capture as _cap
 
     return _cap(model, path, **kwargs)
+
+
+class _CallablePackage(types.ModuleType):
+    """The ``netparity.capture`` package, callable as the function :func:`capture`.
+
+    Importing any ``netparity.capture.*`` submodule binds the package to ``netparity.capture``,
+    replacing the function; making the package itself callable keeps
+    ``netparity.capture(model, path)`` and ``from netparity import capture`` working either way.
+    """
+
+    def __call__(self, model: Any, path: str, **kwargs: Any) -> Any:
+        return _capture(model, path, **kwargs)
+
+
+_capture_pkg = importlib.import_module("netparity.capture")  # light: no framework, no trace code
+_capture_pkg.__class__ = _CallablePackage
+#: ``netparity.capture(model, path, ...)``: the callable package (see :func:`_capture`)
+capture: _CallablePackage = cast(_CallablePackage, _capture_pkg)
 
 
 def seed_everything(seed: int, **kwargs: Any) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 Frameworks are seeded when they are already imported, or when named in ``frameworks`` (then
 they are imported); netparity never imports a framework just to find out whether it is there.
+Each framework's seeding lives in its adapter (``FrameworkAdapter.seed``), found through
+:mod:`netparity.frameworks.registry`.
 Captures started afterwards record what was set in their manifest (``seeds``).
 
 Example:
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,74 +33,36 @@ def seed_everything(
     deterministic: bool = True,
     frameworks: Iterable[str] | None = None,
 ) -> dict[str, Any]:
-    """Seed Python, NumPy, PyTorch (CPU and CUDA), MindSpore and JAX.
+    """Seed Python, NumPy and the frameworks (PyTorch CPU and CUDA, MindSpore).
 
     Args:
         seed: the seed.
         deterministic: also ask for deterministic algorithms (PyTorch
             ``use_deterministic_algorithms(warn_only=True)``, cuDNN deterministic and no benchmark,
             ``CUBLAS_WORKSPACE_CONFIG``; MindSpore ``deterministic="ON"``).
-        frameworks: names to import and seed even if not imported yet (``torch``, ``mindspore``,
-            ``jax``); by default only those already imported are seeded.
+        frameworks: names to import and seed even if not imported yet (``torch``,
+            ``mindspore``); by default only those already imported are seeded.
 
     Returns:
-        What was set, e.g. ``{"seed": 0, "python": True, "numpy": True, "torch": {...}}``. For JAX,
-        which has no global generator, ``"jax"`` holds the ``PRNGKey`` to use.
+        What was set, e.g. ``{"seed": 0, "python": True, "numpy": True, "torch": {...}}`` (each
+        framework's entry is what its adapter's ``seed`` set).
+
+    Raises:
+        FrameworkError: a framework named in ``frameworks`` is unknown or not installed.
     """
-    want = set(frameworks or ())
+    from netparity.frameworks.registry import seed_frameworks
+
     done: dict[str, Any] = {"seed": int(seed), "deterministic": deterministic}
     random.seed(seed)
     os.environ["PYTHONHASHSEED"] = str(seed)  # affects child processes (data-loader workers)
     done["python"] = True
     np.random.seed(seed % (2**32))
     done["numpy"] = True
-
-    if "torch" in sys.modules or "torch" in want:
-        import torch
-
-        torch.manual_seed(seed)
-        info: dict[str, Any] = {"manual_seed": seed}
-        if torch.cuda.is_available():
-            torch.cuda.manual_seed_all(seed)
-            info["cuda"] = True
-        if deterministic:
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-            torch.use_deterministic_algorithms(True, warn_only=True)
-            torch.backends.cudnn.deterministic = True
-            torch.backends.cudnn.benchmark = False
-            info["deterministic_algorithms"] = True
-        done["torch"] = info
-
-    if "mindspore" in sys.modules or "mindspore" in want:
-        import mindspore as ms
-
-        ms.set_seed(seed)
-        info = {"set_seed": seed}
-        try:
-            import mindspore.dataset as ds
-
-            ds.config.set_seed(seed)
-            info["dataset"] = True
-        except Exception:  # dataset engine unavailable in some builds
-            pass
-        if deterministic:
-            try:
-                if hasattr(ms, "set_deterministic"):  # 2.5+; set_context(deterministic) is deprecated
-                    ms.set_deterministic(True)
-                else:
-                    ms.set_context(deterministic="ON")
-                info["deterministic"] = "ON"
-            except Exception:  # older versions / unsupported on this target
-                pass
-        done["mindspore"] = info
-
-    if "jax" in sys.modules or "jax" in want:
-        import jax
-
-        done["jax"] = jax.random.PRNGKey(seed)
-
+    # every imported framework (and those named) seeds itself through its adapter
+    done.update(seed_frameworks(seed, deterministic=deterministic,
+                                frameworks=tuple(frameworks or ())))
     _LAST.clear()
-    _LAST.update({k: (v if k != "jax" else f"PRNGKey({seed})") for k, v in done.items()})
+    _LAST.update(done)
     return done
 
 

@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from netparity.capture.launcher import capture_env  # noqa: E402
 from netparity.cli import main  # noqa: E402
+from netparity.frameworks.torch.launcher import capture_env  # noqa: E402
 from netparity.trace import open_trace  # noqa: E402
 
 SCRIPT = textwrap.dedent(

@@ -15,7 +15,7 @@ pytest.importorskip("mindspore", reason="MindSpore is not installed")
 
 from netparity.cli import main  # noqa: E402
 from netparity.errors import TraceError, UsageError  # noqa: E402
-from netparity.frameworks.mindspore_dump import (  # noqa: E402
+from netparity.frameworks.mindspore.dump import (  # noqa: E402
     import_dump,
     scope_module,
     write_dump_config,

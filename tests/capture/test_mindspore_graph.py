@@ -9,7 +9,7 @@ ms = pytest.importorskip("mindspore", reason="MindSpore is not installed")
 
 from mindspore import nn  # noqa: E402
 
-from netparity.frameworks.mindspore_capture import capture  # noqa: E402
+from netparity.frameworks.mindspore.capture import capture  # noqa: E402
 from netparity.trace import open_trace  # noqa: E402
 
 

@@ -15,8 +15,8 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack  # noq
 from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 from netparity import hoststats  # noqa: E402
-from netparity.frameworks.torch_adapter import TorchAdapter  # noqa: E402
-from netparity.frameworks.torch_capture import capture  # noqa: E402
+from netparity.frameworks.torch.adapter import TorchAdapter  # noqa: E402
+from netparity.frameworks.torch.capture import capture  # noqa: E402
 from netparity.stats import compute_stats  # noqa: E402
 from netparity.trace import open_trace  # noqa: E402
 

@@ -8,8 +8,8 @@ import pytest
 ms = pytest.importorskip("mindspore", reason="MindSpore is not installed")
 
 from netparity.dtypes import decode, encode_bf16  # noqa: E402
-from netparity.frameworks.base import adapter_for  # noqa: E402
-from netparity.frameworks.mindspore_adapter import MindSporeAdapter  # noqa: E402
+from netparity.frameworks.mindspore.adapter import MindSporeAdapter  # noqa: E402
+from netparity.frameworks.registry import adapter_for  # noqa: E402
 from netparity.stats import compute_stats  # noqa: E402
 
 RNG = np.random.default_rng(0)
@@ -84,7 +84,7 @@ def test_facts_and_seed():
     assert f["framework"] == "mindspore" and f["framework_version"] == ms.__version__
     assert f["device"] == ms.get_context("device_target")
     assert f["execution_mode"] in ("PYNATIVE", "GRAPH")
-    assert a.seed(7)["mindspore"] == 7 and ms.get_seed() == 7
+    assert a.seed(7)["set_seed"] == 7 and ms.get_seed() == 7
     import mindspore.dataset as ds
 
     assert ds.config.get_seed() == 7

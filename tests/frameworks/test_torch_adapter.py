@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from netparity import hoststats  # noqa: E402
 from netparity.dtypes import decode  # noqa: E402
-from netparity.frameworks.torch_adapter import TorchAdapter, _exact_vec  # noqa: E402
+from netparity.frameworks.torch.adapter import TorchAdapter, _exact_vec  # noqa: E402
 from netparity.stats import compute_stats  # noqa: E402
 
 
@@ -260,7 +260,7 @@ def test_kernel_runs_on_torchs_openmp_team() -> None:
     Same split points as POSIX threads, so the same numbers, bit for bit."""
     if hoststats._kernel is None:
         pytest.skip("netparity._fastvec was not built")
-    from netparity.frameworks import torch_adapter
+    from netparity.frameworks.torch import adapter as torch_adapter
 
     if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
         pytest.skip("ATen's parallel backend is not OpenMP here")
@@ -295,7 +295,7 @@ def test_kernel_in_a_forked_child_does_not_use_the_parents_team() -> None:
         pytest.skip("netparity._fastvec was not built")
     import multiprocessing as mp
 
-    from netparity.frameworks import torch_adapter
+    from netparity.frameworks.torch import adapter as torch_adapter
 
     torch_adapter.kernel_threads()  # binds in this (parent) process where possible
     a = np.arange(1 << 20, dtype=np.float32)

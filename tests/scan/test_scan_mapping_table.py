@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from netparity.frameworks import mindspore_api
+from netparity.frameworks.mindspore import api as mindspore_api
 from netparity.scan.analyze import load_table
 from netparity.scan.rules import RULES
 

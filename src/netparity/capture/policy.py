@@ -56,7 +56,7 @@ class CapturePolicy:
         self.directions = tuple(self.directions)
         for d in self.directions:
             if d not in ("forward", "backward", "update"):
-                raise UsageError(f"unknown direction {d!r} (forward, backward)")
+                raise UsageError(f"unknown direction {d!r} (forward, backward, update)")
         if self.steps is not None:
             self.steps = set(_ints(self.steps))
         if self.ranks is not None:

@@ -1,10 +1,10 @@
 """The framework-independent half of a capture session.
 
-A framework capture (``netparity.frameworks.torch_capture``, ``...mindspore_capture``) installs
+A framework capture (``netparity.frameworks.torch.capture``, ``...mindspore.capture``) installs
 hooks and calls :meth:`CaptureSession.emit` for every tensor it sees. The session applies the
 policy, starts statistics on the tensor's device, snapshots payloads, and hands records to the
 trace writer in batches: statistics of a batch are fetched to the host in one transfer
-(:meth:`FrameworkAdapter.resolve_stats`), never one device→host sync per tensor.
+(:meth:`SessionAdapter.resolve_stats`), never one device→host sync per tensor.
 """
 
 from __future__ import annotations
@@ -16,12 +16,32 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
 
 from netparity.capture.policy import CapturePolicy
-from netparity.frameworks.base import FrameworkAdapter
 from netparity.trace.schema import Record
 from netparity.trace.writer import TraceWriter
+
+
+class SessionAdapter(Protocol):
+    """What the session needs of a framework adapter (a subset of
+    ``netparity.frameworks.base.FrameworkAdapter``, named here so that this package does not
+    depend on ``netparity.frameworks``, which builds on it)."""
+
+    def facts(self) -> dict[str, Any]: ...
+
+    def dtype_name(self, t: Any) -> str: ...
+
+    def shape(self, t: Any) -> tuple[int, ...]: ...
+
+    def stats_handle(self, t: Any) -> Any: ...
+
+    def resolve_stats(self, handles: list[Any]) -> list[dict[str, Any]]: ...
+
+    def snapshot(self, t: Any) -> tuple[Callable[[], np.ndarray], int]: ...
+
 
 _PKG_DIR = str(Path(__file__).resolve().parents[1])
 #: netparity code that *is* user code for the source line (the example networks and specs)
@@ -77,7 +97,7 @@ class CaptureSession:
     def __init__(
         self,
         path: str | os.PathLike[str],
-        adapter: FrameworkAdapter,
+        adapter: SessionAdapter,
         policy: CapturePolicy | None = None,
         *,
         rank: int = 0,

@@ -24,7 +24,7 @@ names of such dtypes are kept in an extra entry ``__netparity_dtypes__`` (a JSON
 Example:
     >>> import numpy as np, tempfile, os
     >>> p = os.path.join(tempfile.mkdtemp(), "w.npz")
-    >>> save_checkpoint({"fc.weight": np.ones((2, 3), np.float32)}, p)
+    >>> _ = save_checkpoint({"fc.weight": np.ones((2, 3), np.float32)}, p)
     >>> ck = load_checkpoint(p)
     >>> list(ck), ck["fc.weight"].shape, ck.dtypes["fc.weight"], ck.format
     (['fc.weight'], (2, 3), 'float32', 'npz')
@@ -35,9 +35,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import pickle
 import struct
-import warnings
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -47,7 +45,7 @@ import numpy as np
 
 from netparity.ckpt import msproto
 from netparity.ckpt.safetensors_io import read_safetensors, write_safetensors
-from netparity.dtypes import DTYPES, decode, storage_dtype
+from netparity.dtypes import DTYPES, storage_dtype
 from netparity.errors import CheckpointError, FrameworkError
 
 FORMATS = ("torch", "safetensors", "mindspore", "npz")
@@ -55,9 +53,6 @@ _SUFFIX = {
     ".pt": "torch", ".pth": "torch", ".bin": "torch", ".tar": "torch",
     ".safetensors": "safetensors", ".ckpt": "mindspore", ".npz": "npz",
 }
-#: keys that wrap a state dict in training checkpoints, tried in this order
-WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network",
-                "model_state", "params", "weights")
 _NPZ_DTYPES_KEY = "__netparity_dtypes__"
 
 
@@ -185,7 +180,7 @@ def load_checkpoint(path: str | os.PathLike, fmt: str | None = None) -> Checkpoi
     Example:
         >>> import numpy as np, tempfile, os
         >>> p = os.path.join(tempfile.mkdtemp(), "w.safetensors")
-        >>> save_checkpoint({"b": np.arange(3, dtype=np.int64)}, p)
+        >>> _ = save_checkpoint({"b": np.arange(3, dtype=np.int64)}, p)
         >>> load_checkpoint(p)["b"].tolist()
         [0, 1, 2]
     """
@@ -260,119 +255,38 @@ def _load_npz(p: Path) -> CheckpointDict:
     return out
 
 
-def _torch():
+def _framework(name: str) -> Any:
+    """The adapter of ``name`` (imported on demand: reading its files needs it)."""
+    from netparity.frameworks.registry import get_adapter
+
     try:
-        import torch  # noqa: PLC0415 - lazy: only PyTorch files need it
-    except ImportError:
+        return get_adapter(name)
+    except FrameworkError:
         raise FrameworkError(
-            "reading/writing PyTorch checkpoints needs PyTorch (pip install 'netparity[torch]')"
+            f"reading/writing {_LONG_NAMES[name]} checkpoints needs {_LONG_NAMES[name]} "
+            f"(pip install 'netparity[{name}]')"
         ) from None
-    return torch
+
+
+_LONG_NAMES = {"torch": "PyTorch", "mindspore": "MindSpore"}
 
 
 def _load_torch(p: Path) -> CheckpointDict:
-    torch = _torch()
-    try:
-        with warnings.catch_warnings():  # torch warns about pickle protocols; errors say enough
-            warnings.simplefilter("ignore")
-            obj = torch.load(p, weights_only=True, map_location="cpu")
-    except pickle.UnpicklingError as e:
-        msg = str(e)
-        detail = next((ln.strip() for ln in msg.splitlines() if ln.strip().startswith("Unsupported")), "")
-        if "weights only load failed" in msg.lower() or detail:
-            raise CheckpointError(
-                "refused: loading needs arbitrary unpickling (torch.load weights_only=True "
-                f"rejected it{': ' + detail if detail else ''}); only load such a file if you "
-                "trust it, then re-save its state_dict"
-            ) from None
-        raise CheckpointError(f"corrupt PyTorch checkpoint: {_one_line(e)}") from None
-    except RuntimeError as e:
-        raise CheckpointError(f"corrupt or truncated PyTorch checkpoint: {_one_line(e)}") from None
-    return _from_torch_object(obj, torch)
-
-
-def _from_torch_object(obj: Any, torch: Any) -> CheckpointDict:
-    out = CheckpointDict()
-    if isinstance(obj, torch.nn.Module):  # cannot happen with weights_only, but be explicit
-        obj = obj.state_dict()
-    if not isinstance(obj, Mapping):
-        raise CheckpointError(f"expected a state dict, found a {type(obj).__name__}")
-
-    def tensors_in(m: Mapping) -> int:
-        return sum(isinstance(v, torch.Tensor) for v in m.values())
-
-    state: Mapping = obj
-    if tensors_in(obj) == 0:
-        for key in WRAPPER_KEYS:
-            inner = obj.get(key)
-            if isinstance(inner, Mapping) and tensors_in(inner):
-                state = inner
-                out.source_key = key
-                out.notes.append(f"state dict taken from key {key!r} of the checkpoint")
-                break
-        else:
-            flat = _flatten(obj, torch)
-            if not flat:
-                raise CheckpointError(
-                    f"no tensors found (top-level keys: {', '.join(map(str, list(obj)[:10]))})"
-                )
-            state = flat
-            out.notes.append("nested dicts flattened into dotted names")
-    others = [k for k in obj if state is not obj and k != out.source_key]
-    for k in others:
-        v = obj[k]
-        if isinstance(v, (int, float, str, bool)):
-            out.extras[str(k)] = v
-    if others:
-        out.notes.append(f"other top-level keys ignored: {', '.join(map(str, others[:8]))}")
-    skipped = []
-    for name, t in state.items():
-        if not isinstance(t, torch.Tensor):
-            skipped.append(str(name))
-            continue
-        arr, dtype = torch_to_numpy(t)
-        out[str(name)] = arr
-        out.dtypes[str(name)] = dtype
-    if skipped:
-        out.notes.append(f"non-tensor entries skipped: {', '.join(skipped[:8])}")
+    data = _framework("torch").read_checkpoint(p)
+    out = CheckpointDict(data.tensors)
+    out.dtypes.update(data.dtypes)
+    out.source_key = data.source_key
+    out.extras.update(data.extras)
+    out.notes.extend(data.notes)
     return out
-
-
-def _flatten(m: Mapping, torch: Any, prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for k, v in m.items():
-        if isinstance(v, torch.Tensor):
-            flat[prefix + str(k)] = v
-        elif isinstance(v, Mapping):
-            flat.update(_flatten(v, torch, f"{prefix}{k}."))
-    return flat
 
 
 def torch_to_numpy(t: Any) -> tuple[np.ndarray, str]:
     """A torch tensor as (numpy storage array, canonical dtype) without changing any bits."""
-    torch = _torch()
-    if t.is_sparse or t.is_quantized:
-        raise CheckpointError("sparse and quantized tensors are not supported")
-    t = t.detach().cpu().contiguous()
-    name = str(t.dtype).removeprefix("torch.")
-    if name not in DTYPES:
-        raise CheckpointError(f"unsupported PyTorch dtype {t.dtype}")
-    if name == "bfloat16":
-        return t.view(torch.int16).numpy().view(np.uint16).copy(), name
-    if name.startswith("float8"):
-        return t.view(torch.uint8).numpy().copy(), name
-    return t.numpy().copy(), name
+    _framework("torch")
+    from netparity.frameworks.torch.ckpt_io import torch_to_numpy as convert
 
-
-def numpy_to_torch(arr: np.ndarray, dtype: str) -> Any:
-    """Inverse of :func:`torch_to_numpy`."""
-    torch = _torch()
-    a = np.array(arr, copy=True, order="C")
-    if dtype == "bfloat16":
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    if dtype.startswith("float8"):
-        return torch.from_numpy(a).view(getattr(torch, dtype))
-    return torch.from_numpy(a)
+    return convert(t)
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -412,11 +326,7 @@ def save_checkpoint(
     p.parent.mkdir(parents=True, exist_ok=True)
     try:
         if fmt == "torch":
-            torch = _torch()
-            from collections import OrderedDict
-
-            sd = OrderedDict((k, numpy_to_torch(v, ck.dtype(k))) for k, v in ck.items())
-            torch.save(sd, p)
+            _framework("torch").write_checkpoint(p, [(k, ck.dtype(k), v) for k, v in ck.items()])
         elif fmt == "safetensors":
             write_safetensors(p, {k: (ck.dtype(k), v) for k, v in ck.items()})
         elif fmt == "mindspore":
@@ -452,17 +362,7 @@ def _save_mindspore(ck: CheckpointDict, p: Path, use_mindspore: bool | None) -> 
         os.replace(tmp, p)
         return
     try:
-        import mindspore as ms  # noqa: PLC0415 - lazy, optional
-    except ImportError:
+        ms = _framework("mindspore")
+    except FrameworkError:
         raise FrameworkError("use_mindspore=True but MindSpore is not installed") from None
-    items = []
-    for k, v in ck.items():
-        d = ck.dtype(k)
-        if d == "bfloat16":  # bf16 -> f32 is exact, so the cast back restores the same bits
-            t = ms.Tensor(decode(v, d), ms.bfloat16)
-        else:
-            t = ms.Tensor(np.asarray(v, order="C"))
-        items.append({"name": k, "data": t})
-    if p.exists():
-        p.unlink()  # MindSpore leaves files read-only; replace, don't fail
-    ms.save_checkpoint(items, str(p))
+    ms.write_checkpoint(p, [(k, ck.dtype(k), v) for k, v in ck.items()])

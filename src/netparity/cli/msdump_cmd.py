@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from netparity.frameworks.mindspore_dump import DEFAULT_WRAPPERS, import_dump, write_dump_config
+    from netparity.frameworks.mindspore.dump import DEFAULT_WRAPPERS, import_dump, write_dump_config
 
     if args.msdump_command == "import":
         counts = import_dump(args.dump_dir, args.output, payload=not args.stats_only,

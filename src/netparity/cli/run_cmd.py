@@ -37,8 +37,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from netparity.capture.launcher import run_captured
     from netparity.capture.policy import CapturePolicy, parse_int_set
+    from netparity.frameworks.torch.launcher import run_captured
 
     cmd = list(args.command)
     if cmd and cmd[0] == "--":

@@ -1,21 +1,32 @@
-"""Framework adapters: one small class per framework with the same protocol.
+"""What a framework must provide to netparity: the :class:`FrameworkAdapter` base class.
 
-Only this package imports a framework, and only lazily: :func:`adapter_for` looks at
-``sys.modules`` first, so asking "is this a MindSpore tensor?" never imports MindSpore.
-Adapters are cached per type.
+One adapter per framework lives in its own subpackage (``netparity.frameworks.torch``,
+``...mindspore``, ``...numpy``) and is found through :mod:`netparity.frameworks.registry`.
+Everything framework-specific that the rest of netparity needs goes through these methods:
+detection of the framework's objects, tensor -> NumPy, dtype names, statistics handles, model
+walking, the capture entry point, checkpoint read/write, seeding and run facts.
+
+Abstract methods are those without which an adapter is useless (detection, dtype name, host
+copy). The others have a working default (statistics on the host copy) or raise
+:class:`~netparity.errors.FrameworkError` with a one-line message saying that this framework
+does not support the operation.
 
 Example:
+    >>> from netparity.frameworks.numpy import NumpyAdapter
     >>> import numpy as np
-    >>> a = adapter_for(np.zeros(3, dtype=np.float32))
+    >>> a = NumpyAdapter()
     >>> a.name, a.dtype_name(np.zeros(3, dtype=np.float32))
     ('numpy', 'float32')
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
-from typing import Any
+import abc
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -23,23 +34,74 @@ from netparity.errors import FrameworkError
 from netparity.hoststats import host_stats
 
 
-class FrameworkAdapter:
-    """The protocol every framework implements. The numpy adapter is the reference."""
+@dataclass
+class ParamCounts:
+    """Parameter counts of a model (elements, not tensors)."""
 
-    #: short name used in manifests ("torch", "mindspore", "jax", "numpy")
-    name = "base"
-    #: the module whose presence in ``sys.modules`` makes this adapter a candidate
-    module = ""
+    total: int
+    trainable: int
+    tensors: int
+    trainable_tensors: int
+    buffers: int  # non-trainable state stored with the weights (BN running statistics)
 
+
+@dataclass
+class CheckpointData:
+    """What a framework's checkpoint reader found in a file (arrays in storage dtypes).
+
+    ``netparity.ckpt`` turns it into its ``CheckpointDict``; the framework side only knows
+    NumPy and the framework's own file format.
+    """
+
+    tensors: dict[str, np.ndarray] = field(default_factory=dict)
+    dtypes: dict[str, str] = field(default_factory=dict)
+    source_key: str | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class FrameworkAdapter(abc.ABC):
+    """The contract between netparity and one framework. The NumPy adapter is the reference.
+
+    Class attributes:
+        name: short name used in manifests (``"torch"``, ``"mindspore"``, ``"numpy"``).
+        module: the top-level module whose presence in ``sys.modules`` makes this adapter a
+            candidate for an object (frameworks are never imported just to test an object).
+    """
+
+    name: ClassVar[str] = "base"
+    module: ClassVar[str] = ""
+
+    # ---- detection -------------------------------------------------------------------------
+    @abc.abstractmethod
     def is_tensor(self, obj: Any) -> bool:
-        raise NotImplementedError
+        """True for this framework's tensors (and parameters), subclasses included."""
 
+    def is_model(self, obj: Any) -> bool:
+        """True for this framework's models (``nn.Module``, ``nn.Cell``), subclasses included:
+        a third-party class deriving from the framework's base is a model of the framework."""
+        return False
+
+    def is_optimizer(self, obj: Any) -> bool:
+        """True for this framework's optimizers."""
+        return False
+
+    def owns(self, obj: Any) -> bool:
+        """True for any object of this framework (tensor, model or optimizer)."""
+        return self.is_tensor(obj) or self.is_model(obj) or self.is_optimizer(obj)
+
+    # ---- tensors ---------------------------------------------------------------------------
+    @abc.abstractmethod
     def dtype_name(self, t: Any) -> str:
-        """Canonical dtype name (see :mod:`netparity.dtypes`)."""
-        raise NotImplementedError
+        """Canonical dtype name (see :mod:`netparity.dtypes`), mapped from the dtype object by
+        identity, never from ``str()`` (a third-party library may patch a dtype's ``__str__``)."""
 
     def shape(self, t: Any) -> tuple[int, ...]:
         return tuple(int(d) for d in t.shape)
+
+    @abc.abstractmethod
+    def to_numpy(self, t: Any) -> np.ndarray:
+        """Host copy of ``t`` in its storage dtype (bf16 as uint16 bits)."""
 
     def stats_handle(self, t: Any) -> Any:
         """Start computing statistics of ``t`` on its own device; returns an opaque handle.
@@ -61,88 +123,67 @@ class FrameworkAdapter:
         arr = np.array(self.to_numpy(t), copy=True)
         return (lambda: arr), arr.nbytes
 
-    def to_numpy(self, t: Any) -> np.ndarray:
-        """Host copy of ``t`` in its storage dtype (bf16 as uint16 bits)."""
-        raise NotImplementedError
+    def from_numpy(self, arr: np.ndarray) -> Any:
+        """A tensor of this framework holding ``arr`` (to record data batches)."""
+        return np.ascontiguousarray(arr)
 
+    def scalar(self, value: float) -> Any:
+        """A float32 scalar tensor holding ``value`` (to record a loss)."""
+        return np.float32(value)
+
+    # ---- models ----------------------------------------------------------------------------
+    def named_parameters(self, model: Any) -> Iterator[tuple[str, Any]]:
+        """``(name, parameter)`` of every parameter (trainable or not) of ``model``."""
+        raise self._unsupported("model walking")
+
+    def named_modules(self, model: Any) -> Iterator[tuple[str, Any]]:
+        """``(path, submodule)`` of ``model`` and all its submodules (root first, path ``""``)."""
+        raise self._unsupported("model walking")
+
+    def param_counts(self, model: Any) -> ParamCounts:
+        """Parameter counts, BatchNorm statistics counted as buffers on every framework."""
+        raise self._unsupported("parameter counts")
+
+    def set_weights(self, model: Any, arrays: Mapping[str, np.ndarray],
+                    dtypes: Mapping[str, str]) -> list[str]:
+        """Copy ``arrays`` into the parameters of the same names (cast to their dtypes)."""
+        raise self._unsupported("setting weights")
+
+    def optimizer_settings(self, optimizer: Any, model: Any) -> dict[str, dict[str, Any]]:
+        """Per-parameter ``{"weight_decay", "momentum", "lr"}``; empty when unknown."""
+        return {}
+
+    # ---- capture ---------------------------------------------------------------------------
+    def capture(self, model: Any, path: str | os.PathLike[str], **kwargs: Any) -> Any:
+        """Start a capture of ``model`` into the trace directory ``path`` (a CaptureSession)."""
+        raise self._unsupported("capture")
+
+    def capture_defaults(self) -> dict[str, Any]:
+        """Capture keyword arguments a workflow that owns its process should pass (e.g.
+        MindSpore on CPU: ``launch_blocking=True``); empty by default."""
+        return {}
+
+    # ---- checkpoints -----------------------------------------------------------------------
+    def read_checkpoint(self, path: Path) -> CheckpointData:
+        """Read this framework's own checkpoint file (arrays in storage dtypes)."""
+        raise self._unsupported("reading checkpoints")
+
+    def write_checkpoint(self, path: Path, items: list[tuple[str, str, np.ndarray]]) -> None:
+        """Write ``(name, canonical dtype, storage array)`` items with the framework's writer."""
+        raise self._unsupported("writing checkpoints")
+
+    # ---- run facts and seeding -------------------------------------------------------------
     def facts(self) -> dict[str, Any]:
         """Manifest facts: framework, framework_version, device, precision flags."""
         return {"framework": self.name}
 
-    def seed(self, seed: int) -> dict[str, Any]:
-        """Seed this framework's generators; return what was set."""
+    def model_facts(self, model: Any) -> dict[str, Any]:
+        """Manifest facts of one model (mixed-precision settings...)."""
         return {}
 
+    def seed(self, seed: int, deterministic: bool = True) -> dict[str, Any]:
+        """Seed this framework's generators (and ask for determinism); return what was set."""
+        return {}
 
-class NumpyAdapter(FrameworkAdapter):
-    name = "numpy"
-    module = "numpy"
-
-    def is_tensor(self, obj: Any) -> bool:
-        return isinstance(obj, (np.ndarray, np.generic))
-
-    def dtype_name(self, t: Any) -> str:
-        dt = np.asarray(t).dtype
-        return "bool" if dt == np.bool_ else str(dt)
-
-    def to_numpy(self, t: Any) -> np.ndarray:
-        return np.asarray(t)
-
-    def facts(self) -> dict[str, Any]:
-        return {"framework": "numpy", "framework_version": np.__version__, "device": "cpu"}
-
-    def seed(self, seed: int) -> dict[str, Any]:
-        np.random.seed(seed)
-        return {"numpy": seed}
-
-
-#: (module name in sys.modules, "package.module:Class") in priority order.
-_REGISTRY: list[tuple[str, str]] = [
-    ("torch", "netparity.frameworks.torch_adapter:TorchAdapter"),
-    ("mindspore", "netparity.frameworks.mindspore_adapter:MindSporeAdapter"),
-    ("jax", "netparity.frameworks.jax_adapter:JaxAdapter"),
-]
-_BY_TYPE: dict[type, FrameworkAdapter] = {}
-_INSTANCES: dict[str, FrameworkAdapter] = {"numpy": NumpyAdapter()}
-
-
-def get_adapter(name: str) -> FrameworkAdapter:
-    """The adapter for a framework by name; imports it (raises FrameworkError when missing)."""
-    if name in _INSTANCES:
-        return _INSTANCES[name]
-    for mod, target in _REGISTRY:
-        if mod == name:
-            modname, cls = target.split(":")
-            try:
-                import importlib
-
-                inst = getattr(importlib.import_module(modname), cls)()
-            except ImportError as e:
-                raise FrameworkError(f"{name} is not installed ({e})") from None
-            _INSTANCES[name] = inst
-            return inst
-    raise FrameworkError(f"unknown framework {name!r}")
-
-
-def adapter_for(obj: Any) -> FrameworkAdapter:
-    """The adapter for a tensor or model object, decided by its type; never imports a framework
-    that the user has not imported already."""
-    t = type(obj)
-    hit = _BY_TYPE.get(t)
-    if hit is not None:
-        return hit
-    root = (t.__module__ or "").split(".")[0]
-    candidates = [m for m, _ in _REGISTRY if m == root] + [
-        m for m, _ in _REGISTRY if m != root and m in sys.modules
-    ]
-    for name in candidates:
-        if name not in sys.modules:
-            continue
-        a = get_adapter(name)
-        if a.is_tensor(obj) or getattr(a, "is_model", lambda o: False)(obj):
-            _BY_TYPE[t] = a
-            return a
-    if _INSTANCES["numpy"].is_tensor(obj):
-        _BY_TYPE[t] = _INSTANCES["numpy"]
-        return _INSTANCES["numpy"]
-    raise FrameworkError(f"no framework adapter for objects of type {t.__module__}.{t.__qualname__}")
+    def _unsupported(self, what: str) -> FrameworkError:
+        return FrameworkError(f"{what} is not supported for {self.name} objects")

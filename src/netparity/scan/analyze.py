@@ -3,7 +3,7 @@
 The table (``mapping.json``, package data) says for each PyTorch API its MindSpore counterpart,
 argument renames, notes, mode remarks and trap rules; :func:`scan_paths` looks every use up, runs
 the trap rules on the arguments written at the call, and checks the counterparts it names against
-the installed MindSpore (:mod:`netparity.frameworks.mindspore_api`; skipped, and said so, where
+the installed MindSpore (:mod:`netparity.frameworks.mindspore.api`; skipped, and said so, where
 MindSpore is not installed).
 """
 
@@ -179,7 +179,7 @@ def scan_paths(paths: Iterable[str], to: str = "mindspore", verify: bool = True)
     version: str | None = None
     problems: dict[str, list[str]] = {}
     if verify:
-        from netparity.frameworks.mindspore_api import check_entries
+        from netparity.frameworks.mindspore.api import check_entries
 
         check = check_entries(table["apis"], sorted({u.name for u in uses}))
         version, problems = check.version, check.problems

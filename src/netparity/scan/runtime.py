@@ -61,7 +61,7 @@ def run_coverage(cmd: Sequence[str], verify: bool = True) -> tuple[list[RuntimeO
     table: dict[str, Any] = load_table()
     lacking: dict[str, list[str]] = {}
     if verify:
-        from netparity.frameworks.mindspore_api import check_primitives
+        from netparity.frameworks.mindspore.api import check_primitives
 
         names = {".".join(n.split(".")[:2]) for n in counts}
         lacking = check_primitives({k: v for k, v in table["aten"].items() if k in names}).problems

@@ -2,7 +2,7 @@
 
 ``netparity run -o DIR -- python train.py ARGS`` starts the command with
 
-* ``PYTHONPATH`` prefixed by ``netparity/capture/_bootstrap`` (a ``sitecustomize`` module) and
+* ``PYTHONPATH`` prefixed by ``netparity/frameworks/torch/_bootstrap`` (a ``sitecustomize`` module) and
   by the directory holding the ``netparity`` package, and
 * ``NETPARITY_CAPTURE`` holding the capture policy as JSON.
 
@@ -45,7 +45,7 @@ from netparity.errors import UsageError
 
 ENV_VAR = "NETPARITY_CAPTURE"
 BOOTSTRAP_DIR = str(Path(__file__).resolve().parent / "_bootstrap")
-_SRC_DIR = str(Path(__file__).resolve().parents[2])
+_SRC_DIR = str(Path(__file__).resolve().parents[3])  # the directory holding netparity/
 
 #: keys of the JSON policy in ``NETPARITY_CAPTURE``
 POLICY_KEYS = ("path", "level", "payload", "steps", "ranks", "include", "exclude", "directions",
@@ -150,7 +150,7 @@ def _on_torch() -> None:
 
 def _start() -> Any:
     from netparity.capture.policy import CapturePolicy
-    from netparity.frameworks.torch_capture import TorchCapture
+    from netparity.frameworks.torch.capture import TorchCapture
 
     pol = dict(_state["policy"])
     path = pol.pop("path")

@@ -27,8 +27,8 @@ How each level is observed (PyNative mode; see docs/capture-mindspore.md for the
 
 Graph mode (``GRAPH_MODE``, ``Model.train``) compiles Cells into one graph: Python hooks do not run
 there. Each Cell's forward output is then captured by an in-graph probe
-(:mod:`netparity.frameworks.mindspore_graph`), recorded at each ``step()``; for the rest use
-MindSpore's own dump and :func:`netparity.frameworks.mindspore_dump.import_dump`.
+(:mod:`netparity.frameworks.mindspore.graph`), recorded at each ``step()``; for the rest use
+MindSpore's own dump and :func:`netparity.frameworks.mindspore.dump.import_dump`.
 
 Example:
     >>> import numpy as np, mindspore as ms, tempfile
@@ -47,14 +47,14 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from netparity.align.vocab import canonical_op
 from netparity.capture.policy import CapturePolicy
 from netparity.capture.session import CaptureSession, user_source
-from netparity.frameworks.mindspore_adapter import MindSporeAdapter
+from netparity.frameworks.mindspore.adapter import MindSporeAdapter
 from netparity.trace.schema import Record
+from netparity.trace.vocab import canonical_op
 
 if TYPE_CHECKING:
-    from netparity.frameworks.mindspore_graph import GraphProbes
+    from netparity.frameworks.mindspore.graph import GraphProbes
 
 
 def _ms_dir() -> str:
@@ -212,7 +212,7 @@ class MindSporeCapture(CaptureSession):
 
     def _install_graph(self) -> None:
         """GRAPH_MODE: Cell hooks never run; probe each Cell's output inside the graph instead."""
-        from netparity.frameworks.mindspore_graph import GraphProbes
+        from netparity.frameworks.mindspore.graph import GraphProbes
 
         p = self.policy
         if not (p.modules and "forward" in p.directions):

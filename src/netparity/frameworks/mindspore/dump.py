@@ -43,11 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from netparity.align.vocab import canonical_op
 from netparity.dtypes import encode_bf16
 from netparity.errors import TraceError, UsageError
 from netparity.hoststats import host_stats
 from netparity.trace.schema import Record
+from netparity.trace.vocab import canonical_op
 from netparity.trace.writer import TraceWriter
 
 #: dtype tag in dump file names -> canonical netparity dtype

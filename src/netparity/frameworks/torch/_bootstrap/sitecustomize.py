@@ -11,7 +11,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 try:
     if os.environ.get("NETPARITY_CAPTURE"):
-        from netparity.capture.launcher import activate_from_env
+        from netparity.frameworks.torch.launcher import activate_from_env
 
         activate_from_env()
 except Exception as _e:  # never break the user's program because of the capture

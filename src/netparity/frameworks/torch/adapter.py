@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,7 @@ import torch
 
 from netparity import hoststats
 from netparity.dtypes import FP16_MAX
-from netparity.frameworks.base import FrameworkAdapter
+from netparity.frameworks.base import CheckpointData, FrameworkAdapter, ParamCounts
 from netparity.hoststats import (
     finite_vec,
     finite_vec_relu,
@@ -50,7 +51,8 @@ from netparity.hoststats import (
     vec_to_stats,
 )
 
-_DTYPE_NAMES: dict[torch.dtype, str] = {
+#: torch dtype object -> canonical name, by identity (``str(dtype)`` may be patched by a library)
+DTYPE_NAMES: dict[torch.dtype, str] = {
     torch.float64: "float64",
     torch.float32: "float32",
     torch.float16: "float16",
@@ -66,7 +68,11 @@ _DTYPE_NAMES: dict[torch.dtype, str] = {
 }
 for _name in ("float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64"):
     if hasattr(torch, _name):
-        _DTYPE_NAMES[getattr(torch, _name)] = _name
+        DTYPE_NAMES[getattr(torch, _name)] = _name
+# Any other dtype: the longest name under which torch exports it (``complex32``, not ``chalf``).
+for _name, _obj in sorted(vars(torch).items(), key=lambda kv: -len(kv[0])):
+    if isinstance(_obj, torch.dtype):
+        DTYPE_NAMES.setdefault(_obj, _name)
 
 #: dtypes whose host payload is stored as raw bits of an unsigned integer type
 _BITS_VIEW: dict[torch.dtype, torch.dtype] = {torch.bfloat16: torch.int16}
@@ -201,13 +207,13 @@ class TorchAdapter(FrameworkAdapter):
         return isinstance(obj, torch.Tensor)
 
     def is_model(self, obj: Any) -> bool:
-        return isinstance(obj, torch.nn.Module)
+        return isinstance(obj, torch.nn.Module)  # subclasses from any library included
+
+    def is_optimizer(self, obj: Any) -> bool:
+        return isinstance(obj, torch.optim.Optimizer)
 
     def dtype_name(self, t: Any) -> str:
-        try:
-            return _DTYPE_NAMES[t.dtype]
-        except KeyError:
-            return str(t.dtype).replace("torch.", "")
+        return DTYPE_NAMES[t.dtype]
 
     def shape(self, t: Any) -> tuple[int, ...]:
         return tuple(t.shape)
@@ -348,8 +354,64 @@ class TorchAdapter(FrameworkAdapter):
             "precision": precision,
         }
 
-    def seed(self, seed: int) -> dict[str, Any]:
+    def seed(self, seed: int, deterministic: bool = True) -> dict[str, Any]:
+        """``manual_seed`` (CPU and CUDA); with ``deterministic``, deterministic algorithms
+        (``warn_only``), cuDNN deterministic without benchmark, ``CUBLAS_WORKSPACE_CONFIG``."""
         torch.manual_seed(seed)
+        info: dict[str, Any] = {"manual_seed": seed}
         if torch.cuda.is_available():
             torch.cuda.manual_seed_all(seed)
-        return {"torch": seed}
+            info["cuda"] = True
+        if deterministic:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            torch.backends.cudnn.deterministic = True
+            torch.backends.cudnn.benchmark = False
+            info["deterministic_algorithms"] = True
+        return info
+
+    # ---- tensors from numbers --------------------------------------------------------------
+    def from_numpy(self, arr: np.ndarray) -> Any:
+        return torch.from_numpy(np.ascontiguousarray(arr).copy())
+
+    def scalar(self, value: float) -> Any:
+        return torch.tensor(float(value), dtype=torch.float32)
+
+    # ---- models ----------------------------------------------------------------------------
+    def named_parameters(self, model: Any) -> Iterator[tuple[str, Any]]:
+        yield from model.state_dict(keep_vars=True).items()
+
+    def named_modules(self, model: Any) -> Iterator[tuple[str, Any]]:
+        yield from model.named_modules()
+
+    def param_counts(self, model: Any) -> ParamCounts:
+        from netparity.frameworks.torch import models
+
+        return models.param_counts(model)
+
+    def set_weights(self, model: Any, arrays: Mapping[str, np.ndarray],
+                    dtypes: Mapping[str, str]) -> list[str]:
+        from netparity.frameworks.torch import models
+
+        return models.set_weights(model, arrays, dtypes)
+
+    def optimizer_settings(self, optimizer: Any, model: Any) -> dict[str, dict[str, Any]]:
+        from netparity.frameworks.torch import models
+
+        return models.optimizer_settings(optimizer, model)
+
+    # ---- capture and checkpoints (their modules load on first use) --------------------------
+    def capture(self, model: Any, path: str | os.PathLike[str], **kwargs: Any) -> Any:
+        from netparity.frameworks.torch.capture import capture
+
+        return capture(model, path, **kwargs)
+
+    def read_checkpoint(self, path: Path) -> CheckpointData:
+        from netparity.frameworks.torch import ckpt_io
+
+        return ckpt_io.read(path)
+
+    def write_checkpoint(self, path: Path, items: list[tuple[str, str, np.ndarray]]) -> None:
+        from netparity.frameworks.torch import ckpt_io
+
+        ckpt_io.write(path, items)

@@ -29,37 +29,43 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from netparity.dtypes import FP16_MAX, storage_dtype
 from netparity.errors import FrameworkError
-from netparity.frameworks.base import FrameworkAdapter
+from netparity.frameworks.base import FrameworkAdapter, ParamCounts
 from netparity.hoststats import host_stats
 from netparity.stats import empty_stats
 
-#: ``str(mindspore dtype)`` -> canonical netparity dtype name
-_MS_DTYPES: dict[str, str] = {
-    "Float64": "float64",
-    "Float32": "float32",
-    "Float16": "float16",
-    "BFloat16": "bfloat16",
-    "Float8E4M3FN": "float8_e4m3fn",
-    "Float8E5M2": "float8_e5m2",
-    "Int64": "int64",
-    "Int32": "int32",
-    "Int16": "int16",
-    "Int8": "int8",
-    "UInt64": "uint64",
-    "UInt32": "uint32",
-    "UInt16": "uint16",
-    "UInt8": "uint8",
-    "Bool": "bool",
-    "Complex64": "complex64",
-    "Complex128": "complex128",
+#: canonical netparity dtype name -> attribute of the ``mindspore`` module holding that dtype
+_MS_DTYPE_ATTRS: dict[str, str] = {
+    "float64": "float64", "float32": "float32", "float16": "float16", "bfloat16": "bfloat16",
+    "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
+    "int64": "int64", "int32": "int32", "int16": "int16", "int8": "int8",
+    "uint64": "uint64", "uint32": "uint32", "uint16": "uint16", "uint8": "uint8",
+    "bool": "bool_", "complex64": "complex64", "complex128": "complex128",
 }
+#: ``id(dtype object)`` -> (the object, canonical name); filled on first use. MindSpore's dtype
+#: objects are singletons; matching them by identity (the object is kept alive here, so its id
+#: stays unique) never calls ``str()``/``__eq__``, which a third-party library may patch.
+_MS_DTYPES: dict[int, tuple[Any, str]] = {}
+
+
+def _dtype_table() -> dict[int, tuple[Any, str]]:
+    if not _MS_DTYPES:
+        import mindspore as ms
+
+        for name, attr in _MS_DTYPE_ATTRS.items():
+            obj = getattr(ms, attr, None)
+            if obj is not None:
+                _MS_DTYPES[id(obj)] = (obj, name)
+    return _MS_DTYPES
+
 
 #: layout of a device statistics vector (``nfinite`` decides which value stats are None)
 _VEC = ("min", "max", "mean", "std", "norm", "abs_sum", "nan", "posinf", "neginf", "zeros",
@@ -100,14 +106,19 @@ class MindSporeAdapter(FrameworkAdapter):
     def is_model(self, obj: Any) -> bool:
         from mindspore import nn
 
-        return isinstance(obj, nn.Cell)
+        return isinstance(obj, nn.Cell)  # subclasses from any library included
+
+    def is_optimizer(self, obj: Any) -> bool:
+        from mindspore import nn
+
+        return isinstance(obj, nn.Optimizer)
 
     def dtype_name(self, t: Any) -> str:
-        s = str(t.dtype)
-        try:
-            return _MS_DTYPES[s]
-        except KeyError:
-            raise FrameworkError(f"unsupported MindSpore dtype {s}") from None
+        d = t.dtype
+        hit = _dtype_table().get(id(d))
+        if hit is not None and hit[0] is d:
+            return hit[1]
+        raise FrameworkError(f"unsupported MindSpore dtype {type(d).__name__} of {type(t).__name__}")
 
     # ---- statistics --------------------------------------------------------------------------
     def _device_target(self) -> str:
@@ -250,16 +261,77 @@ class MindSporeAdapter(FrameworkAdapter):
                 seen[name or "<root>"] = str(mp)
         return {"mixed_precision": seen} if seen else {}
 
-    def seed(self, seed: int) -> dict[str, Any]:
+    def seed(self, seed: int, deterministic: bool = True) -> dict[str, Any]:
+        """``set_seed`` (and the dataset engine's seed); with ``deterministic``, deterministic
+        kernels (``set_deterministic`` on 2.5+, else ``set_context(deterministic="ON")``)."""
         import mindspore as ms
 
         ms.set_seed(seed)
-        out: dict[str, Any] = {"mindspore": seed}
+        info: dict[str, Any] = {"set_seed": seed}
         try:
             import mindspore.dataset as ds
 
             ds.config.set_seed(seed)
-            out["mindspore.dataset"] = seed
-        except Exception:  # dataset component missing from a minimal install
+            info["dataset"] = True
+        except Exception:  # dataset engine missing from a minimal install
             pass
-        return out
+        if deterministic:
+            try:
+                if hasattr(ms, "set_deterministic"):  # 2.5+; set_context(deterministic) is deprecated
+                    ms.set_deterministic(True)
+                else:
+                    ms.set_context(deterministic="ON")
+                info["deterministic"] = "ON"
+            except Exception:  # older versions / unsupported on this target
+                pass
+        return info
+
+    # ---- tensors from numbers ----------------------------------------------------------------
+    def from_numpy(self, arr: np.ndarray) -> Any:
+        import mindspore as ms
+
+        return ms.Tensor(np.ascontiguousarray(arr))
+
+    def scalar(self, value: float) -> Any:
+        import mindspore as ms
+
+        return ms.Tensor(np.float32(value))
+
+    # ---- models ------------------------------------------------------------------------------
+    def named_parameters(self, model: Any) -> Iterator[tuple[str, Any]]:
+        yield from model.parameters_and_names()
+
+    def named_modules(self, model: Any) -> Iterator[tuple[str, Any]]:
+        yield from model.cells_and_names()
+
+    def param_counts(self, model: Any) -> ParamCounts:
+        from netparity.frameworks.mindspore import models
+
+        return models.param_counts(model)
+
+    def set_weights(self, model: Any, arrays: Mapping[str, np.ndarray],
+                    dtypes: Mapping[str, str]) -> list[str]:
+        from netparity.frameworks.mindspore import models
+
+        return models.set_weights(model, arrays, dtypes)
+
+    def optimizer_settings(self, optimizer: Any, model: Any) -> dict[str, dict[str, Any]]:
+        from netparity.frameworks.mindspore import models
+
+        return models.optimizer_settings(optimizer, model)
+
+    # ---- capture and checkpoints (their modules load on first use) ----------------------------
+    def capture(self, model: Any, path: str | os.PathLike[str], **kwargs: Any) -> Any:
+        from netparity.frameworks.mindspore.capture import capture
+
+        return capture(model, path, **kwargs)
+
+    def capture_defaults(self) -> dict[str, Any]:
+        """On CPU, ``launch_blocking=True``: every statistics read would otherwise wait for the
+        asynchronous executor (see :func:`netparity.frameworks.mindspore.capture.capture`)."""
+        return {"launch_blocking": self._device_target() == "CPU"}
+
+    def write_checkpoint(self, path: Path, items: list[tuple[str, str, np.ndarray]]) -> None:
+        from netparity.frameworks.mindspore import ckpt_io
+
+        ckpt_io.write(path, items)

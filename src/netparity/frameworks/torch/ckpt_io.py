@@ -1,0 +1,154 @@
+"""PyTorch checkpoint files (``.pt .pth .bin .tar``): read with ``torch.load(weights_only=True)``
+(no arbitrary unpickling), written with ``torch.save`` as a plain state dict.
+
+Arrays cross the boundary in their storage dtypes (:mod:`netparity.dtypes`): bf16 as uint16
+bits, float8 as uint8, never rounded.
+
+Example:
+    >>> import torch
+    >>> arr, dtype = torch_to_numpy(torch.ones(2, dtype=torch.bfloat16))
+    >>> dtype, arr.dtype.name, arr.tolist()
+    ('bfloat16', 'uint16', [16256, 16256])
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from netparity.dtypes import DTYPES
+from netparity.errors import CheckpointError
+from netparity.frameworks.base import CheckpointData
+
+#: keys under which training scripts commonly nest the state dict, in the order tried
+WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network",
+                "model_state", "params", "weights")
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return (text[0] if text else type(e).__name__)[:300]
+
+
+def read(p: Path) -> CheckpointData:
+    """Read a PyTorch checkpoint safely (``weights_only=True``) into storage arrays.
+
+    Raises:
+        CheckpointError: the file needs arbitrary unpickling, is corrupt or holds no tensors.
+    """
+    try:
+        with warnings.catch_warnings():  # torch warns about pickle protocols; errors say enough
+            warnings.simplefilter("ignore")
+            obj = torch.load(p, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as e:
+        msg = str(e)
+        detail = next((ln.strip() for ln in msg.splitlines()
+                       if ln.strip().startswith("Unsupported")), "")
+        if "weights only load failed" in msg.lower() or detail:
+            raise CheckpointError(
+                "refused: loading needs arbitrary unpickling (torch.load weights_only=True "
+                f"rejected it{': ' + detail if detail else ''}); only load such a file if you "
+                "trust it, then re-save its state_dict"
+            ) from None
+        raise CheckpointError(f"corrupt PyTorch checkpoint: {_one_line(e)}") from None
+    except RuntimeError as e:
+        raise CheckpointError(f"corrupt or truncated PyTorch checkpoint: {_one_line(e)}") from None
+    return from_object(obj)
+
+
+def from_object(obj: Any) -> CheckpointData:
+    """The tensors of a loaded checkpoint object: a state dict, one nested under a wrapper key
+    (:data:`WRAPPER_KEYS`), or nested dicts (flattened into dotted names)."""
+    out = CheckpointData()
+    if isinstance(obj, torch.nn.Module):  # cannot happen with weights_only, but be explicit
+        obj = obj.state_dict()
+    if not isinstance(obj, Mapping):
+        raise CheckpointError(f"expected a state dict, found a {type(obj).__name__}")
+
+    def tensors_in(m: Mapping) -> int:
+        return sum(isinstance(v, torch.Tensor) for v in m.values())
+
+    state: Mapping = obj
+    if tensors_in(obj) == 0:
+        for key in WRAPPER_KEYS:
+            inner = obj.get(key)
+            if isinstance(inner, Mapping) and tensors_in(inner):
+                state = inner
+                out.source_key = key
+                out.notes.append(f"state dict taken from key {key!r} of the checkpoint")
+                break
+        else:
+            flat = _flatten(obj)
+            if not flat:
+                raise CheckpointError(
+                    f"no tensors found (top-level keys: {', '.join(map(str, list(obj)[:10]))})"
+                )
+            state = flat
+            out.notes.append("nested dicts flattened into dotted names")
+    others = [k for k in obj if state is not obj and k != out.source_key]
+    for k in others:
+        v = obj[k]
+        if isinstance(v, (int, float, str, bool)):
+            out.extras[str(k)] = v
+    if others:
+        out.notes.append(f"other top-level keys ignored: {', '.join(map(str, others[:8]))}")
+    skipped = []
+    for name, t in state.items():
+        if not isinstance(t, torch.Tensor):
+            skipped.append(str(name))
+            continue
+        arr, dtype = torch_to_numpy(t)
+        out.tensors[str(name)] = arr
+        out.dtypes[str(name)] = dtype
+    if skipped:
+        out.notes.append(f"non-tensor entries skipped: {', '.join(skipped[:8])}")
+    return out
+
+
+def _flatten(m: Mapping, prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for k, v in m.items():
+        if isinstance(v, torch.Tensor):
+            flat[prefix + str(k)] = v
+        elif isinstance(v, Mapping):
+            flat.update(_flatten(v, f"{prefix}{k}."))
+    return flat
+
+
+def torch_to_numpy(t: torch.Tensor) -> tuple[np.ndarray, str]:
+    """A torch tensor as (numpy storage array, canonical dtype) without changing any bits."""
+    from netparity.frameworks.torch.adapter import DTYPE_NAMES
+
+    if t.is_sparse or t.is_quantized:
+        raise CheckpointError("sparse and quantized tensors are not supported")
+    t = t.detach().cpu().contiguous()
+    name = DTYPE_NAMES.get(t.dtype, "")
+    if name not in DTYPES:
+        raise CheckpointError(f"unsupported PyTorch dtype {t.dtype}")
+    if name == "bfloat16":
+        return t.view(torch.int16).numpy().view(np.uint16).copy(), name
+    if name.startswith("float8"):
+        return t.view(torch.uint8).numpy().copy(), name
+    return t.numpy().copy(), name
+
+
+def numpy_to_torch(arr: np.ndarray, dtype: str) -> torch.Tensor:
+    """Inverse of :func:`torch_to_numpy`."""
+    a = np.array(arr, copy=True, order="C")
+    if dtype == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    if dtype.startswith("float8"):
+        return torch.from_numpy(a).view(getattr(torch, dtype))
+    return torch.from_numpy(a)
+
+
+def write(p: Path, items: list[tuple[str, str, np.ndarray]]) -> None:
+    """``torch.save`` a state dict of ``(name, canonical dtype, storage array)`` items."""
+    torch.save(OrderedDict((k, numpy_to_torch(v, d)) for k, d, v in items), p)

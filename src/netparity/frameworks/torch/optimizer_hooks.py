@@ -1,0 +1,117 @@
+"""Optimizer hooks of the PyTorch capture: gradients, the update and parameters after it.
+
+Global optimizer step hooks mark the ``update`` direction for the ops inside ``step()``,
+record parameter gradients before it and parameters (and updated floating-point buffers such
+as BatchNorm statistics) after it. Parameter gradients are also recorded as backward
+accumulates them (post-accumulate-grad hooks), before a training loop unscales, clips or zeroes
+them: the moment MindSpore's ``Parameter.register_hook`` sees.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from netparity.frameworks.torch._common import (
+    TorchCaptureBase,
+    _param_record,
+)
+from netparity.trace.schema import Record
+
+
+class OptimizerHooks(TorchCaptureBase):
+    """Parameter gradients, optimizer steps and parameters after the update."""
+
+    def _owns(self, opt: torch.optim.Optimizer) -> bool:
+        if self.global_mode:
+            return True
+        if self.optimizer is not None:
+            return opt is self.optimizer
+        names = self._param_names
+        return any(id(p) in names for g in opt.param_groups for p in g["params"])
+
+    def _opt_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._busy or not self._owns(opt):
+            return
+        self._in_update += 1
+        if self._on:
+            self._record_params(opt, grads=True, params=False)
+
+    def _opt_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._busy or not self._owns(opt):
+            return
+        self._in_update = max(0, self._in_update - 1)
+        if self._on:
+            self._record_params(opt, grads=False, params=True)
+            self._params_done = self.step_no
+        self._update_no += 1
+        if self.auto_step:
+            self.step()
+
+    def _acc_grad(self, name: str, prm: torch.Tensor) -> None:
+        if not self._on or self._busy or prm.grad is None:
+            return
+        pol = self.policy
+        if not (pol.wants_direction("backward") and pol.wants_name(name, name.rpartition(".")[0])):
+            return
+        n = self._grads_seen.get(name, 0)
+        self._grads_seen[name] = n + 1
+
+        def make(a: str) -> Record:
+            r = _param_record("grad", name, "backward", a)
+            r.call = n  # gradient accumulation: one record per backward
+            return r
+
+        self._emit_all(make, [("", prm.grad)])
+
+    def _record_params(self, opt: torch.optim.Optimizer | None, *, grads: bool,
+                       params: bool) -> None:
+        if opt is not None:
+            plist = [p for g in opt.param_groups for p in g["params"]]
+        elif self.model is not None:
+            plist = list(self.model.parameters())
+        else:
+            plist = []
+        names = self._param_names
+        pol = self.policy
+        items_g: list[tuple[str, torch.Tensor]] = []
+        items_p: list[tuple[str, torch.Tensor]] = []
+        for prm in plist:
+            name = names.get(id(prm))
+            # a parameter passes when its name or its module's path does ("conv" -> conv.weight)
+            if name is None or not pol.wants_name(name, name.rpartition(".")[0]):
+                continue
+            if (grads and prm.grad is not None and pol.wants_direction("backward")
+                    and name not in self._grads_seen):
+                items_g.append((name, prm.grad))
+            if params:
+                items_p.append((name, prm))
+        if params and self.model is not None:
+            # Buffers that training updates (BatchNorm running statistics) belong to the state
+            # after the step; MindSpore keeps them as parameters (moving_mean/variance).
+            for name, buf in self.model.named_buffers():
+                if name.endswith("num_batches_tracked") or not buf.is_floating_point():
+                    continue
+                if pol.wants_name(name, name.rpartition(".")[0]):
+                    items_p.append((name, buf))
+        recs = ([_param_record("grad", name, "backward", "") for name, _ in items_g]
+                + [_param_record("param", name, "update", "") for name, _ in items_p])
+        tensors = [g for _, g in items_g] + [t for _, t in items_p]
+        if self.writer is None or not tensors:
+            return
+        busy = self._busy
+        self._busy = True
+        try:
+            with torch._C._DisableTorchDispatch():
+                if pol.tensors or pol.hashes:
+                    for rec, t in zip(recs, tensors):
+                        self._emit_t(rec, t)
+                    return
+                # statistics only: the whole model's parameters (hundreds of mostly small
+                # tensors) in one kernel call, not one call (and one Python round trip) each
+                handles = self.adapter_t.stats_handles(tensors)
+                for rec, t, h in zip(recs, tensors, handles):
+                    self._queue(rec, t, h)
+        finally:
+            self._busy = busy
