@@ -24,7 +24,9 @@ from typing import Any
 
 import numpy as np
 
-_LAST: dict[str, Any] = {}
+from netparity.capture.seeds import last_seeds, record_seeds
+
+__all__ = ["last_seeds", "seed_everything"]
 
 
 def seed_everything(
@@ -61,11 +63,5 @@ def seed_everything(
     # every imported framework (and those named) seeds itself through its adapter
     done.update(seed_frameworks(seed, deterministic=deterministic,
                                 frameworks=tuple(frameworks or ())))
-    _LAST.clear()
-    _LAST.update(done)
+    record_seeds(done)
     return done
-
-
-def last_seeds() -> dict[str, Any]:
-    """What the last :func:`seed_everything` call set (JSON-safe), for manifests."""
-    return dict(_LAST)

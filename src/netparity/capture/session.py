@@ -127,7 +127,7 @@ class CaptureSession:
                 },
             }
         )
-        from netparity.seeding import last_seeds
+        from netparity.capture.seeds import last_seeds
 
         if last_seeds():
             facts["seeds"] = last_seeds()

@@ -28,8 +28,7 @@ import numpy as np
 from netparity.ckpt.io import CheckpointDict, save_checkpoint
 from netparity.ckpt.mapping import (
     _mapping_obj,
-    is_ms_cell,
-    is_torch_module,
+    is_model,
     map_names,
     model_info,
     state_of,
@@ -118,7 +117,7 @@ def convert(
         {'emb.weight': 'emb.embedding_table'}
     """
     src_ck = state_of(src)
-    if src_model is None and (is_torch_module(src) or is_ms_cell(src)):
+    if src_model is None and is_model(src):
         src_model = src
     tgt = _target_for(dst, target)
     rep = ConvertReport(src=str(getattr(src_ck, "path", None) or "<memory>"), dst=str(dst),
@@ -135,7 +134,7 @@ def convert(
 
 def _convert_with_template(src_ck: CheckpointDict, src_model: Any, template: Any, mapping: Any,
                            out: CheckpointDict, rep: ConvertReport) -> None:
-    tmpl_model = template if (is_torch_module(template) or is_ms_cell(template)) else None
+    tmpl_model = template if is_model(template) else None
     tmpl = state_of(template)
     nm = map_names(src_ck, tmpl, ref_model=src_model, cand_model=tmpl_model, mapping=mapping)
     if nm.ambiguous:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from netparity.ckpt.io import CheckpointDict
-from netparity.ckpt.mapping import is_ms_cell, is_torch_module, map_names, model_info, state_of
+from netparity.ckpt.mapping import is_model, map_names, model_info, state_of
 from netparity.dtypes import decode
 
 DEFAULT_RTOL = 1e-5
@@ -167,9 +167,9 @@ def diff(
         >>> bool(r), [p.how for p in r.params]
         (True, ['rule', 'rule', 'rule'])
     """
-    if a_model is None and (is_torch_module(a) or is_ms_cell(a)):
+    if a_model is None and is_model(a):
         a_model = a
-    if b_model is None and (is_torch_module(b) or is_ms_cell(b)):
+    if b_model is None and is_model(b):
         b_model = b
     sa, sb = state_of(a), state_of(b)
     nm = map_names(sa, sb, ref_model=a_model, cand_model=b_model, mapping=mapping)

@@ -47,7 +47,6 @@ import numpy as np
 
 from netparity.ckpt.io import CheckpointDict, as_checkpoint, load_checkpoint, torch_to_numpy
 from netparity.ckpt.rules import NBT, NBT_NOTE, canonical_leaf, shapes_compatible, split_name
-from netparity.dtypes import encode_bf16
 from netparity.errors import CheckpointError, MappingError
 
 
@@ -146,12 +145,22 @@ class NameMap:
 # --- inputs: checkpoints, paths, models --------------------------------------------------------
 
 
-def is_torch_module(obj: Any) -> bool:
-    return hasattr(obj, "named_modules") and hasattr(obj, "state_dict")
+def _model_adapter(obj: Any) -> Any:
+    """The framework adapter of a model (PyTorch ``nn.Module``, MindSpore ``nn.Cell`` or a
+    subclass from any library), or None for anything else."""
+    from netparity.errors import FrameworkError
+    from netparity.frameworks.registry import adapter_for
+
+    try:
+        a = adapter_for(obj)
+    except FrameworkError:
+        return None
+    return a if a.is_model(obj) else None
 
 
-def is_ms_cell(obj: Any) -> bool:
-    return hasattr(obj, "cells_and_names") and hasattr(obj, "parameters_and_names")
+def is_model(obj: Any) -> bool:
+    """Whether ``obj`` is a model of an imported framework."""
+    return _model_adapter(obj) is not None
 
 
 @dataclass
@@ -164,54 +173,24 @@ class ModelInfo:
 
 
 def model_info(model: Any) -> ModelInfo:
-    """Walk a torch ``nn.Module`` or MindSpore ``nn.Cell`` (no framework import needed)."""
-    from netparity.align.vocab import canonical_op
-
-    types: dict[str, str] = {}
-    trainable: dict[str, bool] = {}
-    if is_torch_module(model):
-        persistent = set(model.state_dict().keys())
-        for path, mod in model.named_modules():
-            local = [(n, p.requires_grad) for n, p in mod.named_parameters(recurse=False)]
-            local += [(n, False) for n, _ in mod.named_buffers(recurse=False)]
-            for n, tr in local:
-                full = f"{path}.{n}" if path else n
-                if full in persistent:
-                    trainable[full] = bool(tr)
-                    types[path] = canonical_op("torch", type(mod).__name__)
-        return ModelInfo(types, trainable, "torch")
-    if is_ms_cell(model):
-        for path, cell in model.cells_and_names():
-            for n, p in cell.parameters_and_names(expand=False):
-                full = f"{path}.{n}" if path else n
-                trainable[full] = bool(p.requires_grad)
-                types[path] = canonical_op("mindspore", type(cell).__name__)
-        return ModelInfo(types, trainable, "mindspore")
-    raise MappingError(f"not a PyTorch nn.Module or MindSpore nn.Cell: {type(model).__name__}")
+    """A model's layer types and trainable flags, through its framework's adapter."""
+    a = _model_adapter(model)
+    if a is None:
+        raise MappingError(f"not a model of an imported framework: {type(model).__name__}")
+    types, trainable = a.model_layout(model)
+    return ModelInfo(types, trainable, a.name)
 
 
 def state_of(obj: Any) -> CheckpointDict:
     """A checkpoint dict from a path, a mapping of arrays, or a model's parameters."""
     if isinstance(obj, (str, os.PathLike)):
         return load_checkpoint(obj)
-    if is_torch_module(obj):
+    a = _model_adapter(obj)
+    if a is not None:
         out = CheckpointDict()
-        for k, t in obj.state_dict().items():
-            out[k], out.dtypes[k] = torch_to_numpy(t)
-        out.format = "torch-model"
-        return out
-    if is_ms_cell(obj):
-        out = CheckpointDict()
-        for k, p in obj.parameters_and_names():
-            if str(p.dtype) == "BFloat16":
-                import mindspore as ms  # noqa: PLC0415 - already imported: p is a MindSpore object
-
-                out[k] = encode_bf16(p.astype(ms.float32).asnumpy())  # bf16 -> f32 is exact
-                out.dtypes[k] = "bfloat16"
-            else:
-                out[k] = np.array(p.asnumpy())
-                out.dtypes[k] = out[k].dtype.name if out[k].dtype != np.bool_ else "bool"
-        out.format = "mindspore-model"
+        for k, arr, dtype in a.model_state(obj):
+            out[k], out.dtypes[k] = arr, dtype
+        out.format = f"{a.name}-model"
         return out
     if isinstance(obj, Mapping):
         return as_checkpoint({k: _arr(v) for k, v in obj.items()}, getattr(obj, "dtypes", None))
@@ -330,9 +309,9 @@ def map_names(
         >>> m.ambiguous["a.weight"]  # three candidates for two: nothing is guessed
         ['x.weight', 'y.weight', 'w.weight']
     """
-    if ref_model is None and (is_torch_module(ref) or is_ms_cell(ref)):
+    if ref_model is None and is_model(ref):
         ref_model = ref
-    if cand_model is None and (is_torch_module(cand) or is_ms_cell(cand)):
+    if cand_model is None and is_model(cand):
         cand_model = cand
     rs = ref if isinstance(ref, Mapping) else state_of(ref)
     cs = cand if isinstance(cand, Mapping) else state_of(cand)

@@ -144,6 +144,16 @@ class FrameworkAdapter(abc.ABC):
         """Parameter counts, BatchNorm statistics counted as buffers on every framework."""
         raise self._unsupported("parameter counts")
 
+    def model_state(self, model: Any) -> list[tuple[str, np.ndarray, str]]:
+        """``(name, storage array, canonical dtype)`` of every saved tensor, in the model's
+        order, copied bit for bit (bfloat16 as uint16 bits): what a checkpoint of it holds."""
+        raise self._unsupported("reading a model's state")
+
+    def model_layout(self, model: Any) -> tuple[dict[str, str], dict[str, bool]]:
+        """``({module path: canonical layer type}, {tensor name: trainable})`` for the modules
+        that hold saved tensors (the checkpoint name mapper's view of a model)."""
+        raise self._unsupported("walking a model's layers")
+
     def set_weights(self, model: Any, arrays: Mapping[str, np.ndarray],
                     dtypes: Mapping[str, str]) -> list[str]:
         """Copy ``arrays`` into the parameters of the same names (cast to their dtypes)."""

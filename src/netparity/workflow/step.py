@@ -207,14 +207,11 @@ def _evaluate(spec: Spec, path: Path, level: str, payload: str) -> dict[str, Any
 
 
 def _framework_options(spec: Spec) -> dict[str, Any]:
-    """Capture options for one framework. MindSpore on CPU runs operators synchronously under
-    capture (``launch_blocking``): each statistics read would otherwise wait for the
-    asynchronous executor, and this process is the workflow's own."""
-    if spec.framework != "mindspore":
-        return {}
-    import mindspore as ms
+    """Capture options the side's framework asks for in a process the workflow owns (MindSpore
+    on CPU: synchronous operators, ``launch_blocking``): the adapter's ``capture_defaults``."""
+    from netparity.frameworks.registry import adapter_for
 
-    return {"launch_blocking": ms.get_context("device_target") == "CPU"}
+    return dict(adapter_for(spec.model).capture_defaults())
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:

@@ -309,6 +309,33 @@ class MindSporeAdapter(FrameworkAdapter):
 
         return models.param_counts(model)
 
+    def model_state(self, model: Any) -> list[tuple[str, np.ndarray, str]]:
+        import mindspore as ms
+
+        from netparity.dtypes import encode_bf16
+
+        out: list[tuple[str, np.ndarray, str]] = []
+        for k, p in model.parameters_and_names():
+            name = self.dtype_name(p)  # by dtype identity, never str(): libraries patch it
+            if name == "bfloat16":
+                out.append((k, encode_bf16(p.astype(ms.float32).asnumpy()), name))  # exact
+            else:
+                a = np.array(p.asnumpy())
+                out.append((k, a, a.dtype.name if a.dtype != np.bool_ else "bool"))
+        return out
+
+    def model_layout(self, model: Any) -> tuple[dict[str, str], dict[str, bool]]:
+        from netparity.trace.vocab import canonical_op
+
+        types: dict[str, str] = {}
+        trainable: dict[str, bool] = {}
+        for path, cell in model.cells_and_names():
+            for n, p in cell.parameters_and_names(expand=False):
+                full = f"{path}.{n}" if path else n
+                trainable[full] = bool(p.requires_grad)
+                types[path] = canonical_op("mindspore", type(cell).__name__)
+        return types, trainable
+
     def set_weights(self, model: Any, arrays: Mapping[str, np.ndarray],
                     dtypes: Mapping[str, str]) -> list[str]:
         from netparity.frameworks.mindspore import models

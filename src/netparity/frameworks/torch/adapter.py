@@ -389,6 +389,27 @@ class TorchAdapter(FrameworkAdapter):
 
         return models.param_counts(model)
 
+    def model_state(self, model: Any) -> list[tuple[str, np.ndarray, str]]:
+        from netparity.frameworks.torch.ckpt_io import torch_to_numpy
+
+        return [(k, *torch_to_numpy(t)) for k, t in model.state_dict().items()]
+
+    def model_layout(self, model: Any) -> tuple[dict[str, str], dict[str, bool]]:
+        from netparity.trace.vocab import canonical_op
+
+        types: dict[str, str] = {}
+        trainable: dict[str, bool] = {}
+        persistent = set(model.state_dict().keys())
+        for path, mod in model.named_modules():
+            local = [(n, p.requires_grad) for n, p in mod.named_parameters(recurse=False)]
+            local += [(n, False) for n, _ in mod.named_buffers(recurse=False)]
+            for n, tr in local:
+                full = f"{path}.{n}" if path else n
+                if full in persistent:
+                    trainable[full] = bool(tr)
+                    types[path] = canonical_op("torch", type(mod).__name__)
+        return types, trainable
+
     def set_weights(self, model: Any, arrays: Mapping[str, np.ndarray],
                     dtypes: Mapping[str, str]) -> list[str]:
         from netparity.frameworks.torch import models
