@@ -763,3 +763,43 @@ def test_stats_reuse_by_memory_sees_writes_through_views(tmp_path) -> None:  # t
         ref = compute_stats(want.reshape(-1).numpy())
         for k, v in ref.items():
             assert got[name].stats[k] == pytest.approx(v, rel=1e-6, abs=1e-9), (name, k)
+
+
+class _InPlaceOps(nn.Module):
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        y = x * 2.0
+        y.relu_()
+        z = torch.empty_like(y)
+        torch.add(y, 1.0, out=z)
+        z.add_(y)
+        v = z.view(-1)
+        v.mul_(0.5)  # through a view: the base changes too
+        return z
+
+
+def test_op_level_records_what_in_place_and_out_ops_wrote(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # An in-place op's output is its post-op value, not its input's (the reuse cache keyed on
+    # (memory, version) handed out the input's statistics: autograd bumps the version only
+    # after the dispatch mode returns).
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    m = _InPlaceOps()
+    with capture(m, tmp_path / "t", level="op", payload="tensors") as cap:
+        m(x)
+        cap.step()
+    tr = open_trace(tmp_path / "t")
+    ops = [r for r in tr.records(kind="op", direction="forward")]
+
+    def one(native: str, role: str, n: int = 0) -> np.ndarray:
+        recs = [r for r in ops if r.native.startswith(native) and r.role == role]
+        return np.asarray(tr.tensor(recs[n]))
+
+    y = (x * 2.0).numpy()
+    relu = np.maximum(y, 0)
+    np.testing.assert_array_equal(one("aten.relu_", "input"), y)  # before it was overwritten
+    np.testing.assert_array_equal(one("aten.relu_", "output"), relu)
+    outs = [r for r in ops if r.native.startswith("aten.relu_") and r.role == "output"]
+    assert outs[0].stats["min"] == 0.0
+    np.testing.assert_allclose(one("aten.add.out", "output"), relu + 1.0)
+    np.testing.assert_allclose(one("aten.add_", "output"), 2 * relu + 1.0)
+    np.testing.assert_allclose(one("aten.mul_", "output"), (2 * relu + 1.0).reshape(-1) * 0.5)

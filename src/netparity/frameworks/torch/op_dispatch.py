@@ -121,8 +121,13 @@ class OpDispatch(TorchCaptureBase):
         finally:
             self._busy = False
         out = func(*args, **kwargs)
-        if native.partition(".")[2].partition(".")[0] in _SILENT_WRITERS:
-            for _, t in ins:  # written without a version bump: forget their statistics
+        if func._schema.is_mutable or \
+                native.partition(".")[2].partition(".")[0] in _SILENT_WRITERS:
+            # An op that writes into an argument (relu_, add_, out=, batch norm's statistics):
+            # autograd bumps the version counter only after this mode returns, so the
+            # (memory, version) reuse cache would hand the output the statistics recorded for
+            # the input a moment ago -- the output must be read again, with its new values.
+            for _, t in ins:
                 self._seen.pop(_reuse_key(t), None)
         outs: list[tuple[str, torch.Tensor]] = []
         _flatten(out, "", outs)
