@@ -88,3 +88,12 @@ def test_facts_and_seed():
     import mindspore.dataset as ds
 
     assert ds.config.get_seed() == 7
+
+
+def test_run_facts_trigger_no_mindspore_warning(capfd) -> None:  # type: ignore[no-untyped-def]
+    # reading Ascend-only context options on CPU makes MindSpore print a warning per capture
+    from netparity.frameworks.registry import get_adapter
+
+    facts = get_adapter("mindspore").facts()
+    err = capfd.readouterr().err
+    assert facts["framework"] == "mindspore" and "ascend_config" not in err, err

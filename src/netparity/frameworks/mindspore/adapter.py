@@ -237,8 +237,13 @@ class MindSporeAdapter(FrameworkAdapter):
             "execution_mode": "GRAPH" if mode == ms.GRAPH_MODE else "PYNATIVE",
         }
         precision: dict[str, Any] = {}
-        for key in ("device_id", "jit_level", "precision_mode", "deterministic",
-                    "enable_graph_kernel", "ascend_config", "jit_config"):
+        # Ascend-only options are read only on Ascend: reading ``ascend_config`` on CPU makes
+        # MindSpore print "... only supports devices in ['Ascend'] ... ignore it" every time
+        keys = ["device_id", "jit_level", "precision_mode", "deterministic",
+                "enable_graph_kernel", "jit_config"]
+        if out["device"] == "Ascend":
+            keys.append("ascend_config")
+        for key in keys:
             try:
                 v = ms.get_context(key)
             except Exception:  # key removed or renamed in this MindSpore version
