@@ -21,7 +21,6 @@ Nothing here runs at scan time; the scan reads only the JSON.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import sys
@@ -96,18 +95,10 @@ NS_TORCH = ("mindspore.mint", "mindspore.ops")
 
 
 def _resolve(dotted: str) -> Any:
-    parts = dotted.split(".")
-    for i in range(len(parts), 0, -1):
-        try:
-            obj: Any = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
-        for p in parts[i:]:
-            obj = getattr(obj, p, None)
-            if obj is None:
-                return None
-        return obj
-    return None
+    """The MindSpore object a dotted name denotes (the scan's own look-up), or None."""
+    from netparity.frameworks.mindspore.api import resolve
+
+    return resolve(dotted)
 
 
 def _params(obj: Any) -> list[str] | None:
