@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/mypy src/netparity
 
 bench: $(STAMP)
