@@ -25,7 +25,7 @@ Conventions (documented in README "Trace format"):
   ops run inside the enclosing module call (op order inside a module).
 * ``module_call``: for ``op`` records, the call index of the enclosing module.
 * ``op``: canonical op name (``conv2d``, ``batch_norm``, ``linear``, ``relu`` ...; see
-  :mod:`netparity.align.vocab`); ``native``: the framework's own name
+  :mod:`netparity.trace.vocab`); ``native``: the framework's own name
   (``aten.convolution.default``, ``torch.nn.Conv2d``, ``Conv2D``).
 * Statistics are ``None`` when not applicable (min of an empty tensor). ``fp16_overflow`` counts
   finite values whose magnitude exceeds float16's largest finite value (65504).

@@ -243,7 +243,7 @@ def run_step_parity(
     """Run the one-step parity workflow (see the module docstring).
 
     A MindSpore side on CPU is captured with ``launch_blocking=True`` (see
-    :func:`netparity.frameworks.mindspore_capture.capture`): the calling process keeps
+    :func:`netparity.frameworks.mindspore.capture.capture`): the calling process keeps
     MindSpore's synchronous launches afterwards.
 
     Args:
