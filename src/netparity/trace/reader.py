@@ -229,6 +229,17 @@ class Trace:
         self.close()
 
 
+def holds_trace(path: str | os.PathLike[str]) -> bool:
+    """Whether the directory ``path`` already holds a trace's rank index (any rank).
+
+    Example:
+        >>> import tempfile
+        >>> holds_trace(tempfile.mkdtemp())
+        False
+    """
+    return any(Path(path).glob("rank*/index.sqlite"))
+
+
 def open_trace(path: str | os.PathLike[str]) -> Trace:
     """Open a trace directory, validating manifest, schema version and every rank's index."""
     return Trace(path)
