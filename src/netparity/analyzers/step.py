@@ -555,7 +555,7 @@ def judge_update(r0: CompareResult, deltas: list[dict[str, Any]], order: dict[st
     if verdict is None and first_value is None:
         n = sum(1 for p in r0.params if p.kind == "param")
         upd.summary = (f"{n} parameters agree after the optimizer step; {len(deltas)} updates "
-                       f"agree within {UPDATE_NOISE:g}")
+                       f"agree (within {UPDATE_NOISE:g} or the noise of their gradients)")
         return upd
     upd.status, upd.step = "fail", 0
     # the earliest parameter (in forward order) with either kind of difference
