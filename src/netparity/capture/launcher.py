@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from netparity.errors import UsageError
+from netparity.trace.reader import trace_exists
 
 ENV_VAR = "NETPARITY_CAPTURE"
 BOOTSTRAP_DIR = str(Path(__file__).resolve().parent / "_bootstrap")
@@ -81,7 +82,7 @@ def run_captured(cmd: Sequence[str], path: str | os.PathLike[str],
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out} exists and is not a directory")
-    if not options.get("overwrite") and any(out.glob("rank*/index.sqlite")):
+    if not options.get("overwrite") and trace_exists(out):
         raise UsageError(f"{out} already holds a trace; choose another directory or --overwrite")
     env = capture_env(out, options)
     try:

@@ -22,6 +22,9 @@ from netparity.dtypes import decode, storage_dtype
 from netparity.errors import TraceError
 from netparity.trace.schema import COLUMN_NAMES, SCHEMA_VERSION, Record, row_to_record
 
+INDEX_FILE = "index.sqlite"
+"""File name of a rank's crash-safe SQLite index, inside ``rank<N>/``."""
+
 _SELECT = "SELECT " + ", ".join(f'"{c}"' for c in COLUMN_NAMES) + " FROM records"
 
 
@@ -227,6 +230,15 @@ class Trace:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def trace_exists(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` already holds a trace (at least one rank index), without validating it.
+
+    Callers that must not overwrite a trace (the launcher) ask this instead of knowing the
+    index's file name.
+    """
+    return any(Path(path).glob(f"rank*/{INDEX_FILE}"))
 
 
 def open_trace(path: str | os.PathLike[str]) -> Trace:
