@@ -45,15 +45,12 @@ Example:
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from netparity.dtypes import decode, storage_dtype
-from netparity.errors import TraceError
 from netparity.trace.schema import Record
 
 #: elements per chunk: large enough to amortise Python overhead, small enough that the chunk's
@@ -438,35 +435,28 @@ def _stream(
 
 
 class TensorReader:
-    """Reads chunks of one record's payload as real values, with ``pread`` (no memory map).
+    """Chunks of one record's payload as real values.
 
-    Falls back to ``trace.raw_tensor`` for trace objects without a directory layout.
+    Reads through the trace's own chunked reader
+    (:meth:`Trace.payload_reader <netparity.trace.reader.Trace.payload_reader>`, ``pread``
+    into a reused buffer); trace-like objects without one (in-memory fakes) are read through
+    their ``raw_tensor``.
     """
 
     def __init__(self, trace: Any, rec: Record):
         self.rec = rec
         self.dtype = rec.dtype
         self.st = storage_dtype(rec.dtype)
-        self.fd: int | None = None
-        self.raw: np.ndarray | None = None
         self.complex = self.st.kind == "c"
-        self.item = self.st.itemsize
-        path = getattr(trace, "path", None)
-        if path is None or rec.shard is None or rec.offset is None:
-            self.raw = np.asarray(trace.raw_tensor(rec)).reshape(-1)
-            if self.complex:
-                self.raw = self.raw.view(self.raw.real.dtype)
+        self.raw: np.ndarray | None = None
+        self.inner: Any = None
+        opener = getattr(trace, "payload_reader", None)
+        if opener is not None and rec.shard is not None:
+            self.inner = opener(rec)
             return
-        p = Path(path) / f"rank{rec.rank}" / rec.shard
-        try:
-            self.fd = os.open(p, os.O_RDONLY)
-        except OSError as e:
-            raise TraceError(f"{p}: payload shard is missing or unreadable ({e.strerror})") from None
-        if rec.nbytes is not None and os.fstat(self.fd).st_size < rec.offset + rec.nbytes:
-            os.close(self.fd)
-            self.fd = None
-            raise TraceError(f"{p}: truncated payload shard (need byte {rec.offset + rec.nbytes})")
-        self._buf = np.empty(0, np.uint8)
+        self.raw = np.asarray(trace.raw_tensor(rec)).reshape(-1)
+        if self.complex:
+            self.raw = self.raw.view(self.raw.real.dtype)
 
     @property
     def count(self) -> int:
@@ -474,35 +464,18 @@ class TensorReader:
         return self.rec.numel * (2 if self.complex else 1)
 
     def read(self, start: int, n: int) -> np.ndarray:
-        if self.raw is not None:
-            return self._decode(self.raw[start : start + n])
-        assert self.fd is not None and self.rec.offset is not None
-        itemsize = self.item // 2 if self.complex else self.item
-        nbytes = n * itemsize
-        if self._buf.nbytes < nbytes:
-            self._buf = np.empty(max(nbytes, CHUNK * 8), np.uint8)
-        mv = memoryview(self._buf)[:nbytes]  # type: ignore[arg-type]
-        got = 0
-        pos = self.rec.offset + start * itemsize
-        while got < nbytes:
-            k = os.preadv(self.fd, [mv[got:]], pos + got)
-            if k <= 0:
-                raise TraceError(f"{self.rec.shard}: truncated payload shard")
-            got += k
-        raw = self._buf[:nbytes]
-        if self.complex:
-            return raw.view(np.float32 if self.item == 8 else np.float64)
-        return self._decode(raw.view(self.st))
-
-    def _decode(self, raw: np.ndarray) -> np.ndarray:
+        if self.inner is not None:
+            return self.inner.read(start, n)  # type: ignore[no-any-return]
+        assert self.raw is not None
+        raw = self.raw[start : start + n]
         if self.st == np.bool_:
             return raw.view(np.uint8)
         return decode(raw, self.dtype)
 
     def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        if self.inner is not None:
+            self.inner.close()
+            self.inner = None
 
     def __enter__(self) -> TensorReader:
         return self

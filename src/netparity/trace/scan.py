@@ -194,7 +194,7 @@ def _floats(rows: Sequence[tuple[Any, ...]], width: int) -> tuple[np.ndarray, np
         m = flat.reshape(len(rows), width)
     except (TypeError, ValueError):
         obj = np.array(rows, dtype=object).reshape(len(rows), width)
-        obj[np.equal(obj, None) | np.equal(obj, "nan")] = np.nan
+        obj[(obj == None) | (obj == "nan")] = np.nan  # noqa: E711 (elementwise)
         m = obj.astype(np.float64)
     null = np.zeros((len(rows), width), dtype=bool)
     # NumPy turns None into NaN without a word: the (rare) rows holding a NaN say which it was
