@@ -45,6 +45,7 @@ Example:
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -591,19 +592,22 @@ def stats_metrics(ref: Record, cand: Record, *, rtol: float, atol: float) -> dic
 _STAT_ALL = ("min", "max", "mean", "std", "norm", "nan", "posinf", "neginf")
 
 
+_get_stats = operator.itemgetter(*_STAT_ALL)
+
+
 def _clean_stats(rec: Record) -> tuple[float, ...] | None:
     """A record's statistics as numbers when every one :func:`stats_metrics` reads is present
     and finite (the batch path's precondition); None otherwise."""
     s = rec.stats
-    if not s:
-        return None
     try:
-        vals = tuple(float(s[k]) for k in _STAT_ALL)  # type: ignore[arg-type]
+        vals: tuple[Any, ...] = _get_stats(s)
+        # one sum screens them all: a None raises, a NaN or infinity (or an overflow of
+        # finite values, which only sends a clean record the slow way) is not finite
+        if math.isfinite(sum(vals)):
+            return vals
     except (KeyError, TypeError):
-        return None
-    if not all(math.isfinite(v) for v in vals):
-        return None
-    return vals
+        pass
+    return None
 
 
 def stats_metrics_many(pairs: list[tuple[Record, Record]], rtol: list[float],
