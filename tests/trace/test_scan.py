@@ -81,6 +81,9 @@ def test_scan_filters_and_count(tmp_path):
     assert by_seq["seq"].tolist() == [want[0], want[2]]  # chunked IN lists, sequence order
     assert by_seq["module"].tolist() == ["conv1", "fc"]
     assert tr.scan(["seq"], step=7).n == 0
+    src = tr.scan(["seq", "source"], nonempty="source")
+    assert src["source"].tolist() == [r.source for r in tr.records() if r.source]
+    assert src.n == 6
 
 
 def test_scan_refuses_unknown_columns_and_filters(tmp_path):

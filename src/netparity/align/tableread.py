@@ -176,10 +176,9 @@ def _plain(v: Any) -> np.ndarray:
 
 def _first_sources(ix: _Index, rec: _Records) -> list[str]:
     """Each call's first non-empty ``source``."""
-    got = ix.scan(["seq", "source"])
-    keep = got["source"] != ""
-    seqs = got["seq"][keep]
-    srcs = got["source"].objects()[keep]
+    got = ix.scan(["seq", "source"], nonempty="source")
+    seqs = got["seq"]
+    srcs = got["source"].objects()
     out = [""] * len(rec.first)
     if not len(seqs):
         return out

@@ -41,8 +41,8 @@ _TYPES: dict[str, str] = {c: t.split()[0] for c, t in COLUMNS}
 _TEXT = frozenset(c for c, t in _TYPES.items() if t == "TEXT")
 _REAL = frozenset(c for c, t in _TYPES.items() if t == "REAL")
 #: integer columns that may hold NULL (payload location of records without one)
-_NULLABLE_INT = frozenset(c for c, t in COLUMNS if t.split()[0] == "INTEGER"
-                          and "NOT NULL" not in t and "PRIMARY" not in t)
+#: columns that may hold NULL (payload location, hash, extra of records without one)
+_NULLABLE = frozenset(c for c, t in COLUMNS if "NOT NULL" not in t and "PRIMARY" not in t)
 _SEP = "\x1e"  # joins one text column in a group_concat; a value holding it falls back to rows
 _CHUNK = 500  # values per "IN (...)" list, below every SQLite variable limit
 #: filters that take a value or a list of values and match exactly
@@ -158,9 +158,14 @@ def _where(filters: Mapping[str, Any]) -> tuple[str, list[Any]]:
     for col, val in filters.items():
         if val is None:
             continue
+        if col == "nonempty":  # text columns that must hold something (not '' nor NULL)
+            for c in check_columns([val] if isinstance(val, str) else val):
+                where.append(f'"{c}" <> \'\'')
+            continue
         if col not in FILTER_COLUMNS:
             raise UsageError(f"cannot filter a trace scan on {col!r} "
-                             f"(filters: {', '.join(FILTER_COLUMNS)}, module, op, name)")
+                             f"(filters: {', '.join(FILTER_COLUMNS)}, nonempty, module, op, "
+                             "name)")
         vals = [val] if isinstance(val, (str, int, np.integer)) else list(val)
         where.append(f'"{col}" IN ({",".join("?" for _ in vals)})')
         params.extend(int(v) if isinstance(v, np.integer) else v for v in vals)
@@ -178,13 +183,13 @@ def _ints(s: str | None, n: int) -> np.ndarray | None:
 
 
 def _strings(vals: Sequence[str]) -> Strings:
-    """Codes and table of a list of strings: one dict look-up per row (cheaper than sorting
-    with ``np.unique``), values in first-seen order."""
-    table: dict[str, int] = {}
-    setdefault = table.setdefault
-    codes = np.fromiter((setdefault(v, len(table)) for v in vals), dtype=np.int32,
-                        count=len(vals))
-    return Strings(codes, list(table))
+    """Codes and table of a list of strings, values in first-seen order. Both steps run in C
+    (``dict.fromkeys`` for the distinct values, ``map`` of the table's ``__getitem__`` for the
+    codes): no Python-level code per row."""
+    values = list(dict.fromkeys(vals))
+    table = {v: i for i, v in enumerate(values)}
+    codes = np.fromiter(map(table.__getitem__, vals), dtype=np.int32, count=len(vals))
+    return Strings(codes, values)
 
 
 def _floats(rows: Sequence[tuple[Any, ...]], width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -216,8 +221,9 @@ def scan(
     """Columns ``columns`` of rank ``rank``'s records that the filters select, in sequence order.
 
     Exact-match filters (a value or a list of values): ``seq``, ``step``, ``kind``,
-    ``direction``, ``role``, ``arg``, ``event``, ``dtype``. Glob filters: ``module`` (module
-    path), ``op`` (canonical or native op name), ``name`` (any of the three).
+    ``direction``, ``role``, ``arg``, ``event``, ``dtype``. ``nonempty``: text columns that must
+    not be empty or NULL (``nonempty="source"``). Glob filters: ``module`` (module path), ``op``
+    (canonical or native op name), ``name`` (any of the three).
 
     Raises:
         UsageError: a column or filter the schema does not have, or a rank the trace lacks.
@@ -251,9 +257,12 @@ def _scan_sql(trace: Trace, rank: int, cols: list[str], filters: Mapping[str, An
     texts = [c for c in cols if c in _TEXT]
     reals = [c for c in cols if c in _REAL]
     # integers and text in one scan, each column one group_concat string built in C
-    exprs = [f'group_concat(ifnull("{c}", -1))' for c in ints] + [
-        f'group_concat(ifnull("{c}", \'\'), char(30))' for c in texts]
-    nul = [c for c in ints + texts if c in _NULLABLE_INT or _TYPES[c] == "TEXT"]
+    # (NULL handling only where the schema allows NULL: every wrapper costs SQLite per row)
+    exprs = [f'group_concat(ifnull("{c}", -1))' if c in _NULLABLE else f'group_concat("{c}")'
+             for c in ints] + [
+        f'group_concat(ifnull("{c}", \'\'), char(30))' if c in _NULLABLE
+        else f'group_concat("{c}", char(30))' for c in texts]
+    nul = [c for c in ints + texts if c in _NULLABLE]
     exprs += [f'sum("{c}" IS NULL)' for c in nul]
     sql = f"SELECT count(*), {', '.join(exprs)} FROM records{cond} ORDER BY seq"
     data: dict[str, Any] = {}
@@ -288,7 +297,9 @@ def _scan_sql(trace: Trace, rank: int, cols: list[str], filters: Mapping[str, An
     # group_concat gives no order guarantee: every scan reads seq and sorts by it below
     need_rows = [c for c in ints + texts if c not in data or has_null.get(c)]
     if need_rows or reals:
-        rcols = list(dict.fromkeys(["seq", *need_rows, *reals]))
+        # seq comes along only when the group_concat scan did not deliver it (both reads are
+        # in sequence order, so their rows line up)
+        rcols = list(dict.fromkeys(([] if "seq" in data else ["seq"]) + [*need_rows, *reals]))
         rows = trace._query(
             f"SELECT {', '.join(chr(34) + c + chr(34) for c in rcols)} FROM records{cond}"
             " ORDER BY seq", params, rank)
