@@ -14,9 +14,13 @@ the traces the first time any of them is asked for, which the last column times 
 what the comparison engine pays on top, not part of the budget).
 
 Run:  PYTHONPATH=src python benchmarks/align_speed.py [--sizes 1000,10000,100000] [--flat]
-      [--compare]
+      [--compare] [--cli]
 (``--flat`` also times traces without module records: one 100k-op sequence; ``--compare`` also
-times the whole ``netparity.compare(level="op")`` a user runs on the same traces.)
+times the whole ``netparity.compare(level="op")`` a user runs on the same traces; ``--cli`` the
+end-to-end ``netparity compare --level op -q`` command in a fresh process, report included.)
+The 1M-ops-per-side case: ``--sizes 1000000`` (writing the two traces takes ~8 minutes here).
+The ``peak MiB`` column is this process's peak resident memory so far, writing the traces
+included (sizes run in ascending order, so it is the peak of the largest size up to that row).
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from __future__ import annotations
 import argparse
 import gc
 import math
+import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -208,7 +215,8 @@ class Gen:
         self.w.close()
 
 
-def bench(size: int, flat: bool, tmp: Path, compare_too: bool = False) -> dict:
+def bench(size: int, flat: bool, tmp: Path, compare_too: bool = False,
+          cli_too: bool = False) -> dict:
     ref, cand = tmp / f"ref{size}{flat}", tmp / f"cand{size}{flat}"
     t0 = time.perf_counter()
     g1 = Gen(ref, "torch", size, flat)
@@ -235,12 +243,20 @@ def bench(size: int, flat: bool, tmp: Path, compare_too: bool = False) -> dict:
     t_align = time.perf_counter() - t0
     gc.enable()
     s = al.summary()
+    t_cli = None
+    if cli_too:  # what a user runs: a fresh process, terminal report included
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "netparity", "compare", str(ref), str(cand),
+                        "--level", "op", "-q"], check=False, env=dict(os.environ),
+                       stdout=subprocess.DEVNULL)
+        t_cli = time.perf_counter() - t0
     t_compare = None
     if compare_too:  # the whole comparison a user runs on these traces (statistics basis)
         t0 = time.perf_counter()
         netparity.compare(str(ref), str(cand), level="op")
         t_compare = time.perf_counter() - t0
-    return {"compare_s": t_compare, "size": size, "ref_ops": g1.nops, "cand_ops": g2.nops, "write_s": t_write,
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"cli_s": t_cli, "peak_mib": peak, "compare_s": t_compare, "size": size, "ref_ops": g1.nops, "cand_ops": g2.nops, "write_s": t_write,
             "total_s": t_total, "load_s": t_load, "align_s": t_align, "records_s": t_records,
             "records": rt.n_records, **s}
 
@@ -251,21 +267,25 @@ def main() -> int:
     ap.add_argument("--flat", action="store_true", help="also time traces without module records")
     ap.add_argument("--compare", action="store_true",
                     help="also time netparity.compare(level='op') on the traces (last column)")
+    ap.add_argument("--cli", action="store_true",
+                    help="also time the netparity compare command (--level op) end to end")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"{'ops/side':>9} {'modules':>8} {'records':>8} {'total s':>8} {'= read':>7} "
           f"{'+ align':>8} {'matched':>8} {'groups':>7} {'unm ref':>8} {'unm cand':>8} "
-          f"{'records s':>9}" + (f" {'compare s':>9}" if args.compare else ""))
+          f"{'records s':>9} {'peak MiB':>8}" + (f" {'compare s':>9}" if args.compare else "")
+          + (f" {'cli s':>7}" if args.cli else ""))
     last = None
     with tempfile.TemporaryDirectory() as d:
         for flat in [False, True] if args.flat else [False]:
             for size in sizes:
-                r = bench(size, flat, Path(d), args.compare)
+                r = bench(size, flat, Path(d), args.compare, args.cli)
                 print(f"{r['ref_ops']:>9} {'no' if flat else 'yes':>8} {r['records']:>8} "
                       f"{r['total_s']:>8.2f} {r['load_s']:>7.2f} {r['align_s']:>8.2f} "
                       f"{r['matched']:>8} {r['groups']:>7} {r['unmatched_ref']:>8} "
-                      f"{r['unmatched_cand']:>8} {r['records_s']:>9.2f}"
-                      + (f" {r['compare_s']:>9.2f}" if args.compare else ""), flush=True)
+                      f"{r['unmatched_cand']:>8} {r['records_s']:>9.2f} {r['peak_mib']:>8.0f}"
+                      + (f" {r['compare_s']:>9.2f}" if args.compare else "")
+                      + (f" {r['cli_s']:>7.2f}" if args.cli else ""), flush=True)
                 if not flat:
                     last = r
     if last is not None:

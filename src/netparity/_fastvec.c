@@ -129,7 +129,7 @@ typedef int vi __attribute__((vector_size(32)));
 /* Macros, not inline functions: a helper without the clone's target attribute could not be
  * inlined into the AVX-512/AVX2 clones and would pass vectors through memory. */
 #define LOAD_VF(dst, p) memcpy(&(dst), (p), sizeof(vf)) /* unaligned load */
-#define SELECT_VF(m, a, b) ((vf)(((vi)(a) & (m)) | ((vi)(b) & ~(m))))
+#define BLEND_VF(m, a, b) ((vf)(((vi)(a) & (m)) | ((vi)(b) & ~(m))))
 /* two vectors of values into one accumulator set (sums, squares, |x|, zeros, min, max); the
  * same statement for the data and for the last summand of stats_sum(last), so both get the
  * same lanes and order */
@@ -143,10 +143,10 @@ typedef int vi __attribute__((vector_size(32)));
         a1 += (vf)((vi)v1 & absmask);                                    \
         Z -= (v0 == 0.0f); /* comparisons give -1 where true */          \
         Z -= (v1 == 0.0f);                                               \
-        mn0 = SELECT_VF(v0 < mn0, v0, mn0);                              \
-        mn1 = SELECT_VF(v1 < mn1, v1, mn1);                              \
-        mx0 = SELECT_VF(v0 > mx0, v0, mx0);                              \
-        mx1 = SELECT_VF(v1 > mx1, v1, mx1);                              \
+        mn0 = BLEND_VF(v0 < mn0, v0, mn0);                              \
+        mn1 = BLEND_VF(v1 < mn1, v1, mn1);                              \
+        mx0 = BLEND_VF(v0 > mx0, v0, mx0);                              \
+        mx1 = BLEND_VF(v1 > mx1, v1, mx1);                              \
     } while (0)
 
 /* float64 totals of a float32 pass (the lanes are flushed into them every SUPER elements) */

@@ -180,12 +180,12 @@ def test_calls_read_their_records_on_first_access(tmp_path):
 def test_positional_reader_equals_schema_reader(tmp_path, monkeypatch):
     """The positional row reader gives what the schema's own row conversion gives (the latter
     is also the fallback if the schema's columns ever change under it)."""
-    from netparity.align import reading
+    from netparity.trace import fastrows
 
     _Odd(tmp_path / "a", "torch", 1.0).write()
     tr = open_trace(tmp_path / "a")
     fast = [r.to_dict() for r in load_records(tr)]
-    monkeypatch.setattr(reading, "_FAST_OK", False)
+    monkeypatch.setattr(fastrows, "FAST_OK", False)
     slow = [r.to_dict() for r in load_records(tr)]
     assert len(fast) == len(slow) > 0
     # NaN != NaN: compare the JSON text, where NaN prints as NaN

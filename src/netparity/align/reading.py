@@ -9,7 +9,6 @@ caller that never looks at records (``netparity align``) never pays for them.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable
 from dataclasses import fields
@@ -18,61 +17,8 @@ from typing import Any
 from netparity.align.model import Call, calls_from_records
 from netparity.errors import UsageError
 from netparity.gcpause import paused_gc
-from netparity.trace.reader import _SELECT, Trace, _as_list
-from netparity.trace.schema import COLUMN_NAMES, STAT_FIELDS, Record, row_to_record
-
-#: the fast loader below unpacks rows by position and spells the statistics out
-_FAST_STATS = ("min", "max", "mean", "std", "norm", "abs_sum", "nan", "posinf", "neginf", "zeros",
-               "fp16_overflow")
-_FAST_COLUMNS = ("seq", "step", "rank", "kind", "op", "native", "module", "call", "module_call",
-                 "direction", "role", "arg", "event", "dtype", "shape",
-                 *(f"s_{k}" for k in _FAST_STATS), "shard", "offset", "nbytes", "hash", "source",
-                 "extra")
-_FAST_SELECT = (
-    "SELECT " + ", ".join(f'"{c}"' for c in _FAST_COLUMNS)
-    # NaN statistics are stored as the text 'nan' (SQLite turns a NaN REAL into NULL): flag
-    # the rare rows holding one in SQL instead of scanning every row's values in Python
-    + ", ('nan' IN (" + ", ".join(f'"s_{k}"' for k in _FAST_STATS) + ")) FROM records"
-)
-_FAST_OK = STAT_FIELDS == _FAST_STATS and set(_FAST_COLUMNS) <= set(COLUMN_NAMES)
-
-
-def _fast_records(rows: list[tuple[Any, ...]]) -> list[Record]:
-    """Rows of ``_FAST_SELECT`` to :class:`Record` objects (same result as ``row_to_record``).
-
-    The per-row work is what remains after everything else was hoisted out: tuple unpacking
-    into locals, a dict literal for the statistics (no NaN scan: SQL flags those rows), shapes
-    parsed once per distinct string, and no dataclass ``__init__``.
-    """
-    shapes: dict[str, tuple[int, ...]] = {}
-    new = object.__new__
-    out: list[Record] = []
-    append = out.append
-    loads = json.loads
-    nan = float("nan")
-    for (seq, step, rank, kind, op, native, module, call, module_call, direction, role, arg,
-         event, dtype, s, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, shard, offset, nbytes,
-         hsh, source, extra, has_nan) in rows:
-        shp = shapes.get(s)
-        if shp is None:
-            shp = shapes[s] = tuple(loads(s))
-        if has_nan:
-            stats = {k: (nan if v == "nan" else v) for k, v in
-                     zip(_FAST_STATS, (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10))}
-        else:
-            stats = {"min": a0, "max": a1, "mean": a2, "std": a3, "norm": a4, "abs_sum": a5,
-                     "nan": a6, "posinf": a7, "neginf": a8, "zeros": a9, "fp16_overflow": a10}
-        r = new(Record)
-        r.__dict__ = {
-            "kind": kind, "op": op, "native": native, "module": module, "call": call,
-            "module_call": module_call, "direction": direction, "role": role, "arg": arg,
-            "dtype": dtype, "shape": shp, "step": step, "rank": rank, "seq": seq,
-            "event": event, "stats": stats, "shard": shard, "offset": offset,
-            "nbytes": nbytes, "hash": hsh, "source": source,
-            "extra": loads(extra) if extra else {},
-        }
-        append(r)
-    return out
+from netparity.trace.reader import Trace
+from netparity.trace.schema import Record
 
 
 def load_records(
@@ -90,12 +36,8 @@ def load_records(
         >>> recs = load_records(open_trace("runs/ref"), kinds=("module",))   # doctest: +SKIP
     """
     check_rank(trace, rank)
-    cond, params = where_clause(step, direction, kinds)
-    if _FAST_OK:
-        return _fast_records(trace._query(_FAST_SELECT + cond + " ORDER BY seq", params, rank))
-    # the schema changed under the positional reader: the schema's own (slower) conversion
-    return [row_to_record(r) for r in trace._query(_SELECT + cond + " ORDER BY seq", params,
-                                                   rank)]
+    return trace.load_records(rank=rank, step=step, direction=direction,
+                              kind=None if kinds is None else list(kinds))
 
 
 def count_records(trace: Trace, *, rank: int = 0, step: int | Iterable[int] | None = None,
@@ -103,27 +45,12 @@ def count_records(trace: Trace, *, rank: int = 0, step: int | Iterable[int] | No
     """How many records of a rank a query selects, of any kind (SQLite counts them on the
     step index without reading the table)."""
     check_rank(trace, rank)
-    cond, params = where_clause(step, direction, None)
-    return int(trace._query("SELECT count(*) FROM records" + cond, params, rank)[0][0])
+    return trace.count(rank=rank, step=step, direction=direction)
 
 
 def check_rank(trace: Trace, rank: int) -> None:
     if rank not in trace.ranks:
         raise UsageError(f"{trace.path}: no rank {rank} (ranks: {trace.ranks})")
-
-
-def where_clause(step: int | Iterable[int] | None, direction: str | Iterable[str] | None,
-                 kinds: Iterable[str] | None) -> tuple[str, list[Any]]:
-    """The ``WHERE`` clause (never empty, so callers can append ``AND ...``) and its values."""
-    where: list[str] = ["1"]
-    params: list[Any] = []
-    for col, val in (("step", step), ("direction", direction), ("kind", kinds)):
-        if val is None:
-            continue
-        vals = _as_list(val) or []
-        where.append(f'"{col}" IN ({",".join("?" for _ in vals)})')
-        params.extend(vals)
-    return " WHERE " + " AND ".join(where), params
 
 
 # ---- calls whose records are read on first access ----------------------------------------------

@@ -1,22 +1,20 @@
 """A :class:`~netparity.align.table.CallTable` read straight from a trace index.
 
 Alignment of two 100k-op traces must take seconds, and turning every one of ~500k index rows
-into a :class:`~netparity.trace.schema.Record` already costs more than that: SQLite hands Python
-every column of every row as a separate object. :func:`read_table` reads only what alignment
-looks at, in four scans of the index:
+into a :class:`~netparity.trace.schema.Record` already costs more than that. :func:`read_table`
+reads only what alignment looks at, through the trace's column scans
+(:meth:`Trace.scan <netparity.trace.reader.Trace.scan>`: NumPy arrays, text as codes into a
+table of distinct values):
 
-1. per record: sequence number, event, role, argument, shape -- each column one
-   ``group_concat`` string that SQLite builds in C and NumPy or ``str.split`` takes apart;
-2. per call, from the record that opens its inputs (nearly always its first record): call
-   indices, kind, op, native name, module path, direction -- the same way;
-3. non-empty ``source`` values (a call's source is its first non-empty one);
-4. the statistics of the records that open a call's outputs, as rows: floating-point values must
-   keep every bit, and ``group_concat`` would print them with 15 digits.
+1. per record: sequence number, event, role, argument, shape, step, rank;
+2. per call, from the records that may open its inputs (argument 0 or none): call indices,
+   kind, op, native name, module path, direction;
+3. ``source`` (a call's source is its first non-empty one);
+4. the statistics of the records that may open a call's outputs.
 
-Odd records (a call whose first record or first output is not argument 0, NaN or NULL
-statistics, a value holding the separator character) are looked up by sequence number, so the
-table equals :func:`~netparity.align.table.table_from_calls` of the eagerly read records --
-which record is a call's first input or output follows
+Odd records (a call whose first record or first output is not argument 0) are looked up by
+sequence number, so the table equals :func:`~netparity.align.table.table_from_calls` of the
+eagerly read records -- which record is a call's first input or output follows
 :func:`~netparity.align.model.calls_from_records` exactly. The calls are
 :class:`~netparity.align.reading.LazyCall`\\ s: their records are read on first access.
 """
@@ -26,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -41,87 +38,39 @@ from netparity.align.features import (
 )
 from netparity.align.model import Call, _arg_key
 from netparity.align.passes import lookup_last
-from netparity.align.reading import LazyCall, RecordSource, check_rank, where_clause
+from netparity.align.reading import LazyCall, RecordSource, check_rank
 from netparity.align.table import CallTable, Pools, StringPool
-from netparity.errors import TraceError
 from netparity.trace.reader import Trace
+from netparity.trace.scan import Columns
+from netparity.trace.schema import ROLES
 
-_SEP = "\x1e"  # joins text values in one group_concat; a value holding it falls back to rows
 _STATS5 = ["s_mean", "s_std", "s_min", "s_max", "s_norm"]
-#: by sequence number: the statistics and whether any of them is NULL (then the RMS is unknown)
-_STATS_BY_SEQ = ["seq", *_STATS5, "(" + " OR ".join(f"{c} IS NULL" for c in _STATS5) + ")"]
-_ARG0 = " AND arg IN ('', '0')"
-_OPENS_INPUTS = " AND role = 'input'" + _ARG0
-_OPENS_OUTPUTS = " AND role <> 'input'" + _ARG0
-#: a single-character argument's code point (-2: no argument, -1: a longer one)
-_ARGC = "CASE WHEN length(arg) = 1 THEN unicode(arg) WHEN arg = '' THEN -2 ELSE -1 END"
+#: arguments that may open a run of inputs or outputs (the rest are looked up by seq)
+_ARG0 = ["", "0"]
+_NOT_INPUT = [r for r in ROLES if r != "input"]
 _ARGC_0 = 48  # ord("0")
-_CALL_INTS = ["seq", "call", "module_call", "kind = 'module'"]
+_CALL_INTS = ["seq", "call", "module_call"]
 _CALL_TEXTS = ["op", "native", "module", "direction"]
-_BY_SEQ_CHUNK = 500  # values per "seq IN (...)" query, below every SQLite variable limit
+
+
+def _argc(arg: str) -> int:
+    """A single-character argument's code point (-2: no argument, -1: a longer one)."""
+    return ord(arg) if len(arg) == 1 else (-2 if arg == "" else -1)
 
 
 class _Index:
-    """The records of one rank that a ``WHERE`` clause selects."""
+    """The records of one rank that the exact-match filters select."""
 
-    def __init__(self, trace: Trace, rank: int, cond: str, params: list[Any]):
-        self.trace, self.rank, self.cond, self.params = trace, rank, cond, params
+    def __init__(self, trace: Trace, rank: int, filters: dict[str, Any]):
+        self.trace, self.rank, self.filters = trace, rank, filters
 
-    def _run(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
-        return self.trace._query(sql, params, self.rank)
+    def scan(self, cols: list[str], **more: Any) -> Columns:
+        """Columns of the selected records (narrowed by ``more``), in sequence order."""
+        return self.trace.scan(cols, rank=self.rank, **self.filters, **more)
 
-    def columns(self, ints: list[str], texts: list[str], extra: str = "",
-                aggs: tuple[str, ...] = ()) -> tuple[list[np.ndarray], list[list[str]], list[Any]]:
-        """Integer expressions as int64 arrays and text columns as lists, in one scan, plus
-        plain aggregates (``min(step)``).
-
-        Each column is one ``group_concat`` string. All columns of one call line up; their
-        order is the scan's, so callers read ``seq`` too.
-        """
-        cols = [f"group_concat({e})" for e in ints] + [f"group_concat({c}, char(30))"
-                                                          for c in texts]
-        sql = f"SELECT count(*), {', '.join([*cols, *aggs])} FROM records{self.cond}{extra}"
-        try:
-            row: tuple[Any, ...] | None = self._run(sql, self.params)[0]
-        except TraceError:  # longer than SQLite's string limit: read rows instead (a corrupt
-            row = None      # index fails there again, with the same one-line error)
-        if row is not None:
-            n, got = int(row[0]), row[1:]
-            ints_out = [_ints(s, n) for s in got[: len(ints)]]
-            texts_out = [s.split(_SEP) if n else [] for s in got[len(ints) : len(cols)]]
-            if all(a is not None for a in ints_out) and all(len(t) == n for t in texts_out):
-                return [a for a in ints_out if a is not None], texts_out, list(got[len(cols) :])
-        rows = self._run(f"SELECT {', '.join(ints + texts)} FROM records{self.cond}{extra}",
-                         self.params)
-        vals = list(zip(*rows)) if rows else [()] * (len(ints) + len(texts))
-        agg = (list(self._run(f"SELECT {', '.join(aggs)} FROM records{self.cond}{extra}",
-                              self.params)[0]) if aggs else [])
-        return ([np.array(v, dtype=np.int64) for v in vals[: len(ints)]],
-                [list(v) for v in vals[len(ints) :]], agg)
-
-    def rows(self, cols: list[str], extra: str) -> list[tuple[Any, ...]]:
-        """Rows of ``cols`` for the selected records matching ``extra``, by sequence number."""
-        return self._run(f"SELECT {', '.join(cols)} FROM records{self.cond}{extra} ORDER BY seq",
-                         self.params)
-
-    def rows_by_seq(self, cols: list[str], seqs: list[int]) -> list[tuple[Any, ...]]:
-        """Rows of ``cols`` for the records with these sequence numbers, by sequence number."""
-        out: list[tuple[Any, ...]] = []
-        for k in range(0, len(seqs), _BY_SEQ_CHUNK):
-            part = seqs[k : k + _BY_SEQ_CHUNK]
-            out += self._run(f"SELECT {', '.join(cols)} FROM records WHERE seq IN "
-                             f"({','.join('?' * len(part))}) ORDER BY seq", part)
-        return out
-
-
-def _ints(s: str | None, n: int) -> np.ndarray | None:
-    """A ``group_concat`` of ``n`` integers as an int64 array (None when it is not one)."""
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    if s is None:
-        return None
-    a = np.fromstring(s, dtype=np.int64, sep=",")
-    return a if len(a) == n else None
+    def by_seq(self, cols: list[str], seqs: list[int]) -> Columns:
+        """Columns of the records with these sequence numbers, in sequence order."""
+        return self.trace.scan(cols, rank=self.rank, seq=seqs)
 
 
 class _Records:
@@ -134,23 +83,13 @@ class _Records:
     """
 
     def __init__(self, ix: _Index):
-        (seq, event, is_in, argc), (shapes,), (s0, s1, r0, r1) = ix.columns(
-            ["seq", "event", "role = 'input'", _ARGC], ["shape"],
-            aggs=("min(step)", "max(step)", "min(rank)", "max(rank)"))
-        n = len(seq)
-        o = np.argsort(seq, kind="stable")
-        self.seq, self.event, self.is_in, self.argc = seq[o], event[o], is_in[o] == 1, argc[o]
-        if s0 == s1 and r0 == r1:  # one step and rank (the usual query): no columns to read
-            self.step = np.full(n, s0 or 0, dtype=np.int64)
-            self.rank = np.full(n, r0 or 0, dtype=np.int64)
-        else:
-            (sq, st, rk), _, _ = ix.columns(["seq", "step", "rank"], [])
-            o2 = np.argsort(sq, kind="stable")
-            self.step, self.rank = st[o2], rk[o2]
-        pool = StringPool()
-        shape_id = pool.many(shapes)
-        self.shape_strs = pool.strs
-        self.shape_id = shape_id[o]
+        c = ix.scan(["seq", "event", "role", "arg", "shape", "step", "rank"])
+        self.seq, self.event = c["seq"], c["event"]
+        self.is_in = c["role"] == "input"
+        self.argc = c["arg"].map(_argc, dtype=np.int64)
+        self.step, self.rank = c["step"], c["rank"]
+        self.shape_strs = c["shape"].values
+        self.shape_id = c["shape"].codes.astype(np.int64)
         self._group()
         self._sort_args(ix)
 
@@ -187,7 +126,8 @@ class _Records:
             return
         spans = [(int(self.run_start[k]), int(self.run_start[k + 1])) for k in runs]
         pos = np.concatenate([self.order[s:e] for s, e in spans])
-        args = dict(ix.rows_by_seq(["seq", "arg"], sorted(self.seq[pos].tolist())))
+        got = ix.by_seq(["seq", "arg"], sorted(self.seq[pos].tolist()))
+        args = dict(zip(got["seq"].tolist(), got["arg"].tolist()))
         for s, e in spans:
             seg = self.order[s:e].tolist()
             seg.sort(key=lambda p: _arg_key(args[int(self.seq[p])]))
@@ -209,38 +149,42 @@ class _CallInfo:
     them from there)."""
 
     def __init__(self, ix: _Index, rec: _Records):
-        ints, texts, _ = ix.columns(_CALL_INTS, _CALL_TEXTS, extra=_OPENS_INPUTS)
+        cols = _CALL_INTS + ["kind"] + _CALL_TEXTS
+        got = ix.scan(cols, role="input", arg=_ARG0)
         seqs = rec.seq[rec.first]
-        at = lookup_last(ints[0], seqs)  # seq is unique: the last match is the only one
-        n_rows = len(ints[0])
+        at = lookup_last(got["seq"], seqs)  # seq is unique: the last match is the only one
         missing = np.nonzero(at < 0)[0]
         if len(missing):  # first records that do not open the inputs
-            rows = ix.rows_by_seq(_CALL_INTS + _CALL_TEXTS, sorted(seqs[missing].tolist()))
-            got = {int(r[0]): r for r in rows}
-            extra = [got[int(s)] for s in seqs[missing].tolist()]
-            ni = len(_CALL_INTS)
-            ints = [np.concatenate((a, np.array([r[k] for r in extra], dtype=np.int64)))
-                    for k, a in enumerate(ints)]
-            texts = [t + [r[ni + k] for r in extra] for k, t in enumerate(texts)]
-            at[missing] = n_rows + np.arange(len(missing))
-        self.call, self.module_call = ints[1][at], ints[2][at]
-        self.is_module = ints[3][at] == 1
+            more = ix.by_seq(cols, sorted(seqs[missing].tolist()))
+            k = lookup_last(more["seq"], seqs[missing])
+            vals = {c: np.concatenate((_plain(got[c]), _plain(more[c])[k])) for c in cols}
+            at[missing] = len(got["seq"]) + np.arange(len(missing))
+        else:
+            vals = {c: _plain(got[c]) for c in cols}
+        self.call, self.module_call = vals["call"][at], vals["module_call"][at]
+        self.is_module = vals["kind"][at] == "module"
         # text columns in call order
-        self.op, self.native, self.module, self.direction = (object_array(t)[at].tolist()
-                                                             for t in texts)
+        self.op, self.native, self.module, self.direction = (vals[c][at].tolist()
+                                                             for c in _CALL_TEXTS)
         self.source = _first_sources(ix, rec)
+
+
+def _plain(v: Any) -> np.ndarray:
+    """A scanned column as a plain array (text as an object array)."""
+    return v if isinstance(v, np.ndarray) else v.objects()
 
 
 def _first_sources(ix: _Index, rec: _Records) -> list[str]:
     """Each call's first non-empty ``source``."""
-    (seqs,), (srcs,), _ = ix.columns(["seq"], ["source"], extra=" AND source <> ''")
+    got = ix.scan(["seq", "source"], nonempty="source")
+    seqs = got["seq"]
+    srcs = got["source"].objects()
     out = [""] * len(rec.first)
     if not len(seqs):
         return out
-    o = np.argsort(seqs, kind="stable")
-    calls = rec.call_of[lookup_last(rec.seq, seqs[o])]
+    calls = rec.call_of[lookup_last(rec.seq, seqs)]
     _, first = np.unique(calls, return_index=True)
-    for c, k in zip(calls[first].tolist(), o[first].tolist()):
+    for c, k in zip(calls[first].tolist(), first.tolist()):
         out[c] = srcs[k]
     return out
 
@@ -265,42 +209,43 @@ class _Stats:
     def by_seq(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Statistics and NULL flags of records ``pos`` (all >= 0), looked up one by one."""
         seqs = self.rec.seq[pos]
-        rows = self.ix.rows_by_seq(_STATS_BY_SEQ, sorted(set(seqs.tolist())))
-        m = _floats(rows, 7)
-        k = lookup_last(m[:, 0].astype(np.int64), seqs)
-        return m[k, 1:6], m[k, 6] != 0
+        got = self.ix.by_seq(["seq", *_STATS5], sorted(set(seqs.tolist())))
+        k = lookup_last(got["seq"], seqs)
+        m, null = _matrix(got)
+        return m[k], null[k]
 
     def openings(self, pos: np.ndarray) -> np.ndarray:
         """Statistics of the records ``pos`` that open calls' outputs, in one scan of the
         records that may (argument 0 or none); others by sequence number."""
         rec = self.rec
         may = rec.output_arg0()
-        rows = self.ix.rows(_STATS5, _OPENS_OUTPUTS)
-        if len(rows) != int(may.sum()):  # the index changed under us: look every one up
+        got = self.ix.scan(_STATS5, role=_NOT_INPUT, arg=_ARG0)
+        m, nul = _matrix(got)
+        if got.n != int(may.sum()):  # the index changed under us: look every one up
             may[:] = False
-            rows = []
+            m, nul = m[:0], nul[:0]
         row_of = np.full(len(rec.seq), -1, dtype=np.int64)
-        row_of[np.nonzero(may)[0]] = np.arange(len(rows))
+        row_of[np.nonzero(may)[0]] = np.arange(len(m))
         vals = np.full((len(pos), 5), math.nan)
         null = np.zeros(len(pos), dtype=bool)
         have = np.nonzero(pos >= 0)[0]
         r = row_of[pos[have]]
-        m = _floats(rows, 5)
         vals[have[r >= 0]] = m[r[r >= 0]]
-        # a NaN may stand for NULL (empty tensors) or for a NaN statistic: ask which
-        odd = have[(r < 0) | np.isnan(vals[have, :4]).any(axis=1)]
+        null[have[r >= 0]] = nul[r[r >= 0]]
+        odd = have[r < 0]
         if len(odd):
             vals[odd], null[odd] = self.by_seq(pos[odd])
         return self.matrix(pos, vals, null)
 
 
-def _floats(rows: list[tuple[Any, ...]], width: int) -> np.ndarray:
-    """Rows of numbers as a float matrix: NULL and the text 'nan' become NaN."""
-    try:  # the usual case, all numbers: one pass without a list of rows in between
-        flat = np.fromiter(chain.from_iterable(rows), dtype=np.float64, count=width * len(rows))
-    except (TypeError, ValueError):
-        flat = np.array(rows, dtype=np.float64)
-    return flat.reshape(len(rows), width)
+def _matrix(got: Columns) -> tuple[np.ndarray, np.ndarray]:
+    """The five statistics as a ``(n, 5)`` float matrix (NaN where NULL or NaN) and whether
+    any of a row's five is NULL (then its RMS is unknown)."""
+    m = np.stack([got[c] for c in _STATS5], axis=1) if got.n else np.zeros((0, 5))
+    null = np.zeros(got.n, dtype=bool)
+    for c in _STATS5:
+        null |= got.null(c)
+    return m, null
 
 
 class _FirstInputs:
@@ -340,8 +285,7 @@ def read_table(
     first access.
     """
     check_rank(trace, rank)
-    cond, params = where_clause(step, direction, kinds)
-    ix = _Index(trace, rank, cond, params)
+    ix = _Index(trace, rank, {"step": step, "direction": direction, "kind": list(kinds)})
     rec = _Records(ix)
     info = _CallInfo(ix, rec)
     shape_tuples = [tuple(json.loads(s)) for s in rec.shape_strs]

@@ -18,7 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from netparity.compare.metrics import record_rms, stats_metrics, stream_arrays, tensor_metrics
+from netparity.compare.metrics import (
+    record_rms,
+    stats_metrics,
+    stats_metrics_many,
+    stream_arrays,
+    tensor_metrics,
+)
 from netparity.compare.noise import NOISE_K, calibrate
 from netparity.compare.results import CallResult, CompareResult, PairResult
 from netparity.compare.tolerances import Tol, Tolerances, lower_precision
@@ -211,6 +217,50 @@ def _evidence(ref_tr: Trace, ref: Record, cand_tr: Trace, cand: Record, tol: Tol
     if ref.stats and cand.stats and ref.stats.get("norm") is not None:
         return stats_metrics(ref, cand, rtol=tol.rtol, atol=tol.atol)
     return {"basis": "none", "reason": "neither tensors nor statistics captured on both sides"}
+
+
+def _stats_only(j: _Job) -> bool:
+    """Whether :func:`_evidence` would judge this pair from statistics (and nothing else of
+    :func:`compare`'s per-pair work -- fp64 mode, the normwise rule -- applies to it)."""
+    ref, cand = j.ref, j.cand
+    if ref.has_payload and cand.has_payload:
+        return False
+    if ref.numel != cand.numel or (
+        tuple(ref.shape) != tuple(cand.shape) and _squeeze(ref.shape) != _squeeze(cand.shape)
+    ):
+        return False
+    if ref.hash and cand.hash and ref.hash == cand.hash and ref.dtype == cand.dtype:
+        return False
+    return bool(ref.stats and cand.stats and ref.stats.get("norm") is not None)
+
+
+def _judge_stats_batch(jobs: list[_Job]) -> list[_Job]:
+    """Measure and judge the statistics-basis pairs of ``jobs`` as whole arrays; returns the
+    jobs left to judge one by one (other bases, and statistics the batch does not take).
+
+    Same metrics and verdicts as :func:`_evidence` + :func:`judge` per pair: a pass is decided
+    here with judge's own rule (no NaN/Inf count differs, ``max_abs_lb <= atol + rtol *
+    ref_maxabs``); anything else goes through :func:`judge` for its status and reason.
+    """
+    batch = [j for j in jobs if _stats_only(j)]
+    if len(batch) < 2:
+        return jobs
+    ms = stats_metrics_many([(j.ref, j.cand) for j in batch], [j.tol.rtol for j in batch],
+                            [j.tol.atol for j in batch])
+    done: set[int] = set()
+    for j, m in zip(batch, ms):
+        if m is None:
+            continue
+        pr = j.result
+        pr.metrics = m
+        rt, at = j.tol.rtol, j.tol.atol
+        if (not m["nan_mismatch"] and not m["inf_mismatch"]
+                and m["max_abs_lb"] <= at + rt * m["ref_maxabs"]):
+            pr.status, pr.reason = "pass", ""
+        else:
+            pr.status, pr.reason = judge(m, rt, at)
+        done.add(id(j))
+    return [j for j in jobs if id(j) not in done]
 
 
 def _make_pair(ref: Record, cand: Record, tol: Tol, idx: str, call_key: str) -> PairResult:
@@ -454,6 +504,10 @@ def compare(
             list(ex.map(run, heavy))
     else:
         light += heavy
+    n_light = len(light)
+    light = _judge_stats_batch(light)  # statistics pairs as whole arrays
+    if progress is not None and n_light > len(light):
+        progress.advance(n_light - len(light))
     for j in light:
         run(j)
 

@@ -45,15 +45,13 @@ Example:
 from __future__ import annotations
 
 import math
-import os
+import operator
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from netparity.dtypes import decode, storage_dtype
-from netparity.errors import TraceError
 from netparity.trace.schema import Record
 
 #: elements per chunk: large enough to amortise Python overhead, small enough that the chunk's
@@ -438,35 +436,28 @@ def _stream(
 
 
 class TensorReader:
-    """Reads chunks of one record's payload as real values, with ``pread`` (no memory map).
+    """Chunks of one record's payload as real values.
 
-    Falls back to ``trace.raw_tensor`` for trace objects without a directory layout.
+    Reads through the trace's own chunked reader
+    (:meth:`Trace.payload_reader <netparity.trace.reader.Trace.payload_reader>`, ``pread``
+    into a reused buffer); trace-like objects without one (in-memory fakes) are read through
+    their ``raw_tensor``.
     """
 
     def __init__(self, trace: Any, rec: Record):
         self.rec = rec
         self.dtype = rec.dtype
         self.st = storage_dtype(rec.dtype)
-        self.fd: int | None = None
-        self.raw: np.ndarray | None = None
         self.complex = self.st.kind == "c"
-        self.item = self.st.itemsize
-        path = getattr(trace, "path", None)
-        if path is None or rec.shard is None or rec.offset is None:
-            self.raw = np.asarray(trace.raw_tensor(rec)).reshape(-1)
-            if self.complex:
-                self.raw = self.raw.view(self.raw.real.dtype)
+        self.raw: np.ndarray | None = None
+        self.inner: Any = None
+        opener = getattr(trace, "payload_reader", None)
+        if opener is not None and rec.shard is not None:
+            self.inner = opener(rec)
             return
-        p = Path(path) / f"rank{rec.rank}" / rec.shard
-        try:
-            self.fd = os.open(p, os.O_RDONLY)
-        except OSError as e:
-            raise TraceError(f"{p}: payload shard is missing or unreadable ({e.strerror})") from None
-        if rec.nbytes is not None and os.fstat(self.fd).st_size < rec.offset + rec.nbytes:
-            os.close(self.fd)
-            self.fd = None
-            raise TraceError(f"{p}: truncated payload shard (need byte {rec.offset + rec.nbytes})")
-        self._buf = np.empty(0, np.uint8)
+        self.raw = np.asarray(trace.raw_tensor(rec)).reshape(-1)
+        if self.complex:
+            self.raw = self.raw.view(self.raw.real.dtype)
 
     @property
     def count(self) -> int:
@@ -474,35 +465,18 @@ class TensorReader:
         return self.rec.numel * (2 if self.complex else 1)
 
     def read(self, start: int, n: int) -> np.ndarray:
-        if self.raw is not None:
-            return self._decode(self.raw[start : start + n])
-        assert self.fd is not None and self.rec.offset is not None
-        itemsize = self.item // 2 if self.complex else self.item
-        nbytes = n * itemsize
-        if self._buf.nbytes < nbytes:
-            self._buf = np.empty(max(nbytes, CHUNK * 8), np.uint8)
-        mv = memoryview(self._buf)[:nbytes]  # type: ignore[arg-type]
-        got = 0
-        pos = self.rec.offset + start * itemsize
-        while got < nbytes:
-            k = os.preadv(self.fd, [mv[got:]], pos + got)
-            if k <= 0:
-                raise TraceError(f"{self.rec.shard}: truncated payload shard")
-            got += k
-        raw = self._buf[:nbytes]
-        if self.complex:
-            return raw.view(np.float32 if self.item == 8 else np.float64)
-        return self._decode(raw.view(self.st))
-
-    def _decode(self, raw: np.ndarray) -> np.ndarray:
+        if self.inner is not None:
+            return self.inner.read(start, n)  # type: ignore[no-any-return]
+        assert self.raw is not None
+        raw = self.raw[start : start + n]
         if self.st == np.bool_:
             return raw.view(np.uint8)
         return decode(raw, self.dtype)
 
     def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        if self.inner is not None:
+            self.inner.close()
+            self.inner = None
 
     def __enter__(self) -> TensorReader:
         return self
@@ -613,3 +587,101 @@ def stats_metrics(ref: Record, cand: Record, *, rtol: float, atol: float) -> dic
         "min_atol": max(0.0, lb - rtol * mag),
         "min_rtol": (max(0.0, (lb - atol) / mag) if mag > 0 else (0.0 if lb <= atol else math.inf)),
     }
+
+
+_STAT_ALL = ("min", "max", "mean", "std", "norm", "nan", "posinf", "neginf")
+
+
+_get_stats = operator.itemgetter(*_STAT_ALL)
+
+
+def _clean_stats(rec: Record) -> tuple[float, ...] | None:
+    """A record's statistics as numbers when every one :func:`stats_metrics` reads is present
+    and finite (the batch path's precondition); None otherwise."""
+    s = rec.stats
+    try:
+        vals: tuple[Any, ...] = _get_stats(s)
+        # one sum screens them all: a None raises, a NaN or infinity (or an overflow of
+        # finite values, which only sends a clean record the slow way) is not finite
+        if math.isfinite(sum(vals)):
+            return vals
+    except (KeyError, TypeError):
+        pass
+    return None
+
+
+def stats_metrics_many(pairs: list[tuple[Record, Record]], rtol: list[float],
+                       atol: list[float]) -> list[dict[str, Any] | None]:
+    """:func:`stats_metrics` of many pairs at once, vectorised over the pairs.
+
+    Bit-identical to the scalar function for the pairs it handles: those whose statistics are
+    all present and finite on both sides (NumPy's float64 ``-``, ``/``, ``sqrt`` round exactly
+    as Python's, and ``max(0.0, x)`` is written as ``where(x > 0, x, 0.0)``, keeping its
+    handling of ``-0.0``); ``rtol``/``atol`` are per pair and land in the metrics as given. The rest -- missing or non-finite statistics, where Python's
+    ``max`` and ``or`` have their own NaN/None rules -- get None: judge those one by one.
+    """
+    n = len(pairs)
+    out: list[dict[str, Any] | None] = [None] * n
+    ok: list[int] = []
+    rows: list[tuple[float, ...]] = []
+    for i, (a, b) in enumerate(pairs):
+        x, y = _clean_stats(a), _clean_stats(b)
+        if x is not None and y is not None:
+            ok.append(i)
+            rows.append(x + y)
+    if not ok:
+        return out
+    m = np.array(rows, dtype=np.float64)
+    k = len(_STAT_ALL)
+    r, c = m[:, :k], m[:, k:]
+    refs = [pairs[i][0] for i in ok]
+    numel = np.array([p.numel for p in refs], dtype=np.float64)
+    cplx = np.array([p.dtype.startswith("complex") for p in refs], dtype=bool)
+    rt = np.array([rtol[i] for i in ok], dtype=np.float64)
+    at = np.array([atol[i] for i in ok], dtype=np.float64)
+    d4 = np.abs(c[:, :4] - r[:, :4])  # min, max, mean, std
+    dnorm = np.abs(c[:, 4] - r[:, 4]) / np.sqrt(np.maximum(1.0, numel))
+    diffs = np.concatenate([d4, dnorm[:, None]], axis=1)
+    lb = diffs.max(axis=1)
+    mag = np.maximum(np.abs(r[:, 0]), np.abs(r[:, 1]))
+    # record_rms: the norm over the finite values' count (twice that for complex)
+    cnt = numel - (r[:, 5] + r[:, 6] + r[:, 7])
+    cnt = np.where(cplx, 2 * cnt, cnt)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rms = np.where(cnt > 0, r[:, 4] / np.sqrt(np.where(cnt > 0, cnt, 1.0)), 0.0)
+        scale = np.maximum(mag, rms)
+        scale = np.where(scale != 0, scale, 1.0)
+        rel = lb / scale
+        x = lb - rt * mag
+        min_atol = np.where(x > 0, x, 0.0)
+        y = (lb - at) / np.where(mag > 0, mag, 1.0)
+        min_rtol = np.where(mag > 0, np.where(y > 0, y, 0.0),
+                            np.where(lb <= at, 0.0, math.inf))
+    cnt_r = r[:, 5:8].astype(np.int64).tolist()
+    cnt_c = c[:, 5:8].astype(np.int64).tolist()
+    dl = diffs.tolist()
+    cols = [lb.tolist(), rel.tolist(), mag.tolist(), rms.tolist(), min_atol.tolist(),
+            min_rtol.tolist()]
+    for j, i in enumerate(ok):
+        lbj, relj, magj, rmsj, mina, minr = (col[j] for col in cols)
+        nr, nc = cnt_r[j], cnt_c[j]
+        dj = dl[j]
+        out[i] = {
+            "basis": "stats",
+            "numel": refs[j].numel,
+            "rtol": rtol[i],
+            "atol": atol[i],
+            "stat_diff": {"min": dj[0], "max": dj[1], "mean": dj[2], "std": dj[3],
+                          "norm": dj[4]},
+            "max_abs_lb": lbj,
+            "max_rel_lb": relj,
+            "ref_maxabs": magj,
+            "ref_rms": rmsj,
+            "nonfinite_counts": {"nan": [nr[0], nc[0]], "posinf": [nr[1], nc[1]],
+                                 "neginf": [nr[2], nc[2]]},
+            "nan_mismatch": abs(nr[0] - nc[0]),
+            "inf_mismatch": abs(nr[1] - nc[1]) + abs(nr[2] - nc[2]),
+            "min_atol": mina,
+            "min_rtol": minr,
+        }
+    return out

@@ -20,7 +20,13 @@ import numpy as np
 
 from netparity.dtypes import decode, storage_dtype
 from netparity.errors import TraceError
+from netparity.trace.fastrows import SELECT_LIST, rows_to_records
+from netparity.trace.payload import PayloadReader, shard_path
+from netparity.trace.scan import Columns, _where, count, scan
 from netparity.trace.schema import COLUMN_NAMES, SCHEMA_VERSION, Record, row_to_record
+
+INDEX_FILE = "index.sqlite"
+"""File name of a rank's crash-safe SQLite index, inside ``rank<N>/``."""
 
 _SELECT = "SELECT " + ", ".join(f'"{c}"' for c in COLUMN_NAMES) + " FROM records"
 
@@ -170,6 +176,30 @@ class Trace:
             self._query("SELECT count(*) FROM records", (), r)[0][0] for r in self.ranks
         )
 
+    # ---- column scans ------------------------------------------------------------------------
+    def scan(self, columns: Iterable[str], *, rank: int = 0, **filters: Any) -> Columns:
+        """Columns of one rank's selected records as NumPy arrays; see :func:`~netparity.trace.scan.scan`."""
+        return scan(self, columns, rank=rank, **filters)
+
+    def count(self, *, rank: int = 0, **filters: Any) -> int:
+        """How many records of one rank the exact-match filters select (no rows are read)."""
+        return count(self, rank=rank, **filters)
+
+    def load_records(self, *, rank: int = 0, **filters: Any) -> list[Record]:
+        """Records of one rank in execution order, exact-match filters as :meth:`scan` takes
+        them: about twice as fast as :meth:`records` (no glob filters, one rank).
+
+        Example:
+            >>> recs = open_trace("runs/ref").load_records(kind=("module",))   # doctest: +SKIP
+        """
+        if rank not in self.ranks:
+            from netparity.errors import UsageError
+
+            raise UsageError(f"{self.path}: no rank {rank} (ranks: {self.ranks})")
+        cond, params = _where(filters)
+        return rows_to_records(self._query(
+            f"SELECT {SELECT_LIST} FROM records{cond} ORDER BY seq", params, rank))
+
     # ---- payloads --------------------------------------------------------------------------
     def raw_tensor(self, rec: Record) -> np.ndarray:
         """The stored bits of a record's payload as a read-only memory map (no copy)."""
@@ -178,7 +208,7 @@ class Trace:
         key = (rec.rank, rec.shard)
         mm: np.ndarray | None = self._maps.get(key)
         if mm is None:
-            p = self.path / f"rank{rec.rank}" / rec.shard
+            p = shard_path(self.path, rec)
             if not p.is_file():
                 raise TraceError(f"{p}: payload shard is missing")
             mm = (np.memmap(p, dtype=np.uint8, mode="r") if p.stat().st_size
@@ -189,6 +219,10 @@ class Trace:
             raise TraceError(f"{rec.shard}: truncated payload shard (need byte {end})")
         st = storage_dtype(rec.dtype)
         return mm[rec.offset : end].view(st).reshape(rec.shape)
+
+    def payload_reader(self, rec: Record) -> PayloadReader:
+        """A chunked ``pread`` reader of a record's payload (flat memory for huge tensors)."""
+        return PayloadReader(self, rec)
 
     def tensor(self, rec: Record) -> np.ndarray:
         """The payload with real values (bf16/fp8 decoded to float32); lazily memory-mapped."""
@@ -237,7 +271,7 @@ def holds_trace(path: str | os.PathLike[str]) -> bool:
         >>> holds_trace(tempfile.mkdtemp())
         False
     """
-    return any(Path(path).glob("rank*/index.sqlite"))
+    return any(Path(path).glob(f"rank*/{INDEX_FILE}"))
 
 
 def open_trace(path: str | os.PathLike[str]) -> Trace:

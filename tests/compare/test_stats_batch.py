@@ -1,0 +1,61 @@
+"""Statistics-basis pairs judged as whole arrays give exactly the per-pair metrics and verdicts."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from netparity.compare.metrics import stats_metrics, stats_metrics_many
+from netparity.compare.verdicts import judge
+from netparity.stats import compute_stats
+from netparity.trace import Record
+
+
+def _rec(a: np.ndarray, **over: object) -> Record:
+    st = {**compute_stats(a), **over}
+    return Record(kind="module", dtype=str(a.dtype), shape=a.shape, stats=st)
+
+
+def _pairs() -> list[tuple[Record, Record]]:
+    rng = np.random.default_rng(5)
+    out = []
+    for k in range(200):
+        a = rng.standard_normal((3, 1 + k % 7)).astype(np.float32) * 10.0 ** rng.integers(-6, 4)
+        b = a + rng.standard_normal(a.shape).astype(np.float32) * 10.0 ** rng.integers(-9, 0)
+        out.append((_rec(a), _rec(b)))
+    z = np.zeros((4,), np.float32)
+    out.append((_rec(z), _rec(z)))                                  # all zeros: rms 0, scale 1
+    out.append((_rec(z), _rec(z + 1e-3)))                           # mag 0, fails
+    out.append((_rec(z, min=-0.0, max=-0.0), _rec(z)))              # signed zeros
+    nan = np.array([np.nan, 1.0, 2.0], np.float32)
+    out.append((_rec(nan), _rec(nan)))                              # NaN counts agree
+    out.append((_rec(nan), _rec(np.array([0.0, 1.0, 2.0], np.float32))))  # NaN mismatch
+    out.append((_rec(z, mean=None), _rec(z)))                       # missing statistic
+    out.append((_rec(z, std=float("nan")), _rec(z)))                # NaN statistic
+    c = (rng.standard_normal(4) + 1j * rng.standard_normal(4)).astype(np.complex64)
+    out.append((_rec(c), _rec(c * 1.001)))                          # complex: 2n real values
+    out.append((_rec(np.ones(5, np.float32), nan=1), _rec(np.ones(5, np.float32))))
+    return out
+
+
+def test_batch_equals_scalar_metrics_and_verdicts():
+    pairs = _pairs()
+    rtol = [1e-4 if k % 2 else 0 for k in range(len(pairs))]  # an int tolerance stays an int
+    atol = [1e-5] * len(pairs)
+    got = stats_metrics_many(pairs, rtol, atol)
+    handled = 0
+    for (a, b), rt, at, m in zip(pairs, rtol, atol, got):
+        want = stats_metrics(a, b, rtol=rt, atol=at)
+        if m is None:  # left to the scalar path: only pairs with missing/non-finite statistics
+            assert not all(isinstance(v, (int, float)) and np.isfinite(v)
+                           for r in (a, b) for k, v in r.stats.items()
+                           if k in ("min", "max", "mean", "std", "norm"))
+            continue
+        handled += 1
+        # same keys, same order, same values bit for bit (JSON text shows ints vs floats, -0.0)
+        assert json.dumps(m) == json.dumps(want)
+        assert judge(m, rt, at) == judge(want, rt, at)
+    assert handled >= len(pairs) - 3
+    statuses = {judge(m, rt, at)[0] for m, rt, at in zip(got, rtol, atol) if m is not None}
+    assert {"pass", "fail"} <= statuses
