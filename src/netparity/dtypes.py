@@ -98,3 +98,22 @@ def encode_bf16(x: np.ndarray) -> np.ndarray:
     bits = x.view(np.uint32)
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
     return np.where(np.isnan(x), np.uint16(0x7FC0), rounded)
+
+
+def round_to(x: np.ndarray, name: str) -> np.ndarray:
+    """``x`` rounded to the dtype ``name`` (round to nearest even), returned as float64: what
+    converting a value into a tensor of that dtype stores. Non-floating names and float64
+    return the values unchanged.
+
+    Example:
+        >>> float(round_to(np.array([1.0 + 2.0**-10]), "bfloat16")[0])
+        1.0
+    """
+    a = np.asarray(x, dtype=np.float64)
+    if name == "float32":
+        return a.astype(np.float32).astype(np.float64)
+    if name == "float16":
+        return a.astype(np.float16).astype(np.float64)
+    if name == "bfloat16":
+        return decode(encode_bf16(a.astype(np.float32)), "bfloat16").astype(np.float64)
+    return a

@@ -119,8 +119,47 @@ def first_divergence(
     for want in ("fail", "warn"):
         for c in cs:
             if c.status == want:
-                return _divergence(c, pairs)
+                owner = _introducing_owner(c, cs)
+                if owner is None:
+                    return _divergence(c, pairs)
+                d = _divergence(owner, pairs)
+                d.note = (f"introduced in its own code, not in a child: {c.name} is the first "
+                          "call inside it that received a differing input"
+                          + (f"; {d.note}" if d.note else ""))
+                return d
     return None
+
+
+def _encloses(a: CallResult, c: CallResult) -> bool:
+    """Whether module call ``a`` may have run call ``c`` (same step, rank and direction; ``a``
+    finished later; ``a``'s module path is ``c``'s or an ancestor of it)."""
+    if a.level != "module" or a is c or a.order <= c.order or (a.step, a.rank) != (c.step, c.rank):
+        return False
+    if c.level == "op" and a.module == c.module:
+        return True
+    return a.module == "" or c.module.startswith(a.module + ".")
+
+
+def _introducing_owner(c: CallResult, cs: list[CallResult]) -> CallResult | None:
+    """For a first divergent call that only *propagated* a difference (its inputs already
+    differ, yet no earlier call diverged), the innermost enclosing module call whose inputs
+    agree and whose output does not: the difference was made by that module's own code between
+    its children (an attention's scaling of its logits, a residual add written in
+    ``forward``), so that module -- not the child that carried it -- introduced it. None when
+    there is no such module (the difference came in with the data or an uncaptured input)."""
+    if c.origin != "propagated":
+        return None
+    cur = c
+    while True:
+        outer = [a for a in cs if _encloses(a, cur)]
+        if not outer:
+            return None
+        a = min(outer, key=lambda x: x.order)
+        if a.status not in ("fail", "warn"):
+            return None
+        if a.origin == "introduced":
+            return a
+        cur = a
 
 
 def min_tolerances(pairs: list[PairResult]) -> list[dict[str, Any]]:

@@ -56,10 +56,24 @@ def perturb_last_bit(a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
+def unit_roundoff(dtype: str) -> float:
+    """The unit of precision (eps) of a dtype name (float32's for anything not floating)."""
+    return _EPS.get(dtype, 2.0**-23)
+
+
+def coarser(a: str, b: str) -> str:
+    """Of two dtype names, the one with the coarser precision."""
+    return a if unit_roundoff(a) >= unit_roundoff(b) else b
+
+
+def coarse_eps(p: PairResult) -> float:
+    """The unit of precision of a pair's coarser dtype (float32's for anything not floating)."""
+    return unit_roundoff(coarser(p.ref_dtype, p.cand_dtype))
+
+
 def floor_for(p: PairResult) -> float:
     """The normwise floor of a pair: ``FLOOR_EPS`` units of its coarser dtype's precision."""
-    eps = max(_EPS.get(p.ref_dtype, 2.0**-23), _EPS.get(p.cand_dtype, 2.0**-23))
-    return FLOOR_EPS * eps
+    return FLOOR_EPS * coarse_eps(p)
 
 
 def _judgeable(p: PairResult) -> bool:
@@ -77,6 +91,12 @@ def calibrate(result: CompareResult, noise: CompareResult, k: float = NOISE_K) -
     The caller re-localises afterwards (first divergence, introduced/propagated).
     """
     by_key = {p.key: p for p in noise.all_pairs()}
+    # A loss is recorded as a float32 scalar whatever the network computed it in: take the
+    # coarsest precision of each run's forward tensors for it (a bfloat16 candidate's loss
+    # carries bfloat16 rounding).
+    loss_eps = max((coarse_eps(p) for p in result.pairs if p.direction == "forward"), default=0.0)
+    noise_loss_eps = max((coarse_eps(q) for q in noise.pairs if q.direction == "forward"),
+                         default=0.0)
     flowing = _gradient_noise_by_module(noise)
     judged = 0
     for p in result.all_pairs():
@@ -92,7 +112,14 @@ def calibrate(result: CompareResult, noise: CompareResult, k: float = NOISE_K) -
             # elements per channel; noise run 1e-4, the port 4e-3, its module's gradient 1e-2).
             mod = p.module.rsplit(".", 1)[0] if "." in p.module else ""
             n = max(n, flowing.get((p.step, mod), 0.0))
-        bound = k * n + floor_for(p)
+        # The noise run rounds at the reference's precision; a candidate in a coarser dtype
+        # (float64 reference, float32 candidate) rounds every step of the same computation at
+        # its own, coarser one: the same amplification applied to a larger unit roundoff.
+        ep, eq = coarse_eps(p), coarse_eps(q)
+        if p.kind == "loss":
+            ep, eq = max(ep, loss_eps), max(eq, noise_loss_eps)
+        n *= max(1.0, ep / eq)
+        bound = k * n + FLOOR_EPS * ep
         p.metrics["noise_err"] = n
         p.metrics["noise_bound"] = bound
         if "noise run" not in p.tol_source:
