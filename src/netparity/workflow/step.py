@@ -38,7 +38,7 @@ from netparity.analyzers.step import (
     judge_setup,
     load_difference,
 )
-from netparity.errors import UsageError
+from netparity.errors import NetparityError, UsageError
 from netparity.report.progress import Progress, silent
 from netparity.workflow.spec import Spec, load_spec
 
@@ -85,6 +85,19 @@ def _load_weights(ref: Spec, cand: Spec, facts: SetupFacts) -> None:
     facts.weights_loaded = len(arrays)
     facts.worst_weight = load_difference(rs, state_of(cand.model), nm.pairs)
 
+def _user_step(spec: Spec, i: int, x: Any, y: Any) -> float:
+    """The spec's ``train_step`` on batch ``i``; an error in the user's code becomes one line
+    naming the spec, the step and the error (the user fixes their spec, not netparity)."""
+    try:
+        return float(spec.train_step(x, y))
+    except NetparityError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure of user code is reported, not a crash
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise UsageError(f"{spec.source}: train_step failed at step {i}: "
+                         f"{type(e).__name__}: {first}") from e
+
+
 def _train(spec: Spec, batches: list[tuple[np.ndarray, np.ndarray]], path: Path, steps: int,
            level: str, payload: str, progress: Progress, *,
            before_step: Callable[[int, Any], None] | None = None,
@@ -109,7 +122,7 @@ def _train(spec: Spec, batches: list[tuple[np.ndarray, np.ndarray]], path: Path,
             cap.record("inputs", as_tensor(x, spec.framework), kind="data")
             cap.record("labels", as_tensor(np.asarray(y).astype(np.int64), spec.framework),
                        kind="data")
-            loss = float(spec.train_step(x, y))
+            loss = _user_step(spec, i, x, y)
             losses.append(loss)
             cap.record_loss(scalar_tensor(loss, spec.framework))
             cap.step()
