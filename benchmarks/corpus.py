@@ -6,12 +6,15 @@ Pairs:
 * ResNet (PyTorch, torchvision layout) -> its MindSpore port, through ``netparity step``: the
   faithful port and every demo bug (``netparity demo --list-bugs``), at module level, and with
   ``--op`` the faithful port and the forward bugs at op level too;
+* timm's Vision Transformer with AdamW (nobody here wrote it): against itself in float64,
+  bfloat16 and on another thread count (faithful), with five transformer mistakes, and against
+  an independent MindSpore port (faithful, four mistakes; ``--op`` adds op level);
 * torchvision's MobileNetV2 (nobody here wrote it) -> a PyTorch port with its conv+BN+ReLU6
   groups flattened (another module tree), through ``netparity compare``: faithful, and with the
   stem's BatchNorm eps copied from a Keras MobileNet (1e-3).
 
 Run (a few minutes per ResNet pair on 2 cores):
-    .venv/bin/python benchmarks/corpus.py [--depth 18] [--only resnet|mobilenet] [--op]
+    .venv/bin/python benchmarks/corpus.py [--depth 18] [--only resnet|mobilenet|vit|msvit] [--op]
 """
 
 from __future__ import annotations
@@ -95,6 +98,48 @@ def mobilenet_rows() -> list[tuple[str, ...]]:
     return rows
 
 
+def vit_rows(ms: bool, op: bool) -> list[tuple[str, ...]]:
+    """timm's ViT (AdamW) against itself in other precisions/threads and with one mistake each
+    (``tests/corpus/vit_spec.py``), and with ``ms`` against an independent MindSpore port
+    (``tests/corpus/ms_vit_spec.py``), through ``netparity step``."""
+    from tests.corpus import ms_vit_spec, vit_spec
+
+    from netparity.workflow.step import run_step_parity
+
+    ref = str(Path(vit_spec.__file__))
+    if ms:
+        cand, pair = str(Path(ms_vit_spec.__file__)), "vit timm -> mindspore port"
+        cases: list[tuple[str, dict, dict, str]] = [("faithful", {}, {}, "module")]
+        cases += [(b, {}, {"bug": b}, "module") for b in ms_vit_spec.BUGS]
+        if op:
+            cases += [("faithful", {}, {}, "op")]
+            cases += [(b, {}, {"bug": b}, "op") for b in ms_vit_spec.BUGS
+                      if ms_vit_spec.FOUND_AT[b][0] == "forward"]
+        found = ms_vit_spec.FOUND_AT
+    else:
+        cand, pair = ref, "vit timm -> timm (torch)"
+        cases = [("faithful float64 candidate", {}, {"dtype": "float64"}, "module"),
+                 ("faithful float64 reference", {"dtype": "float64"}, {}, "module"),
+                 ("faithful bfloat16 candidate", {}, {"dtype": "bfloat16"}, "module")]
+        cases += [(b, {}, {"bug": b}, "module") for b in vit_spec.BUGS]
+        # last: torch's thread count is process-wide
+        cases += [("faithful 1 vs 2 threads", {"threads": 2}, {"threads": 1}, "module")]
+        found = vit_spec.FOUND_AT
+    rows = []
+    for name, ropt, copt, level in cases:
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as d:
+            r = run_step_parity(ref, cand, Path(d) / "run", steps=3, ref_options=ropt,
+                                cand_options=copt, level=level, run_eval=False,
+                                free_running=False)
+        got = (r.first_phase, r.where, r.first.step if r.first is not None else None)
+        want = found.get(name, (None, None, None))
+        rows.append((pair, name, level, _fmt(want), _fmt(got), _verdict(want, got),
+                     f"{time.perf_counter() - t0:.0f} s"))
+        print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
 def _fmt(t: tuple) -> str:
     return "pass" if t[0] is None else f"{t[0]} @ {t[1]} (step {t[2]})"
 
@@ -110,7 +155,7 @@ def _verdict(want: tuple, got: tuple) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--depth", type=int, default=18)
-    ap.add_argument("--only", choices=("resnet", "mobilenet"))
+    ap.add_argument("--only", choices=("resnet", "mobilenet", "vit", "msvit"))
     ap.add_argument("--op", action="store_true", help="also op level (ResNet)")
     ap.add_argument("--bugs", help="comma-separated subset of the demo bugs")
     args = ap.parse_args()
@@ -118,6 +163,10 @@ def main() -> int:
     rows = []
     if args.only in (None, "mobilenet"):
         rows += mobilenet_rows()
+    if args.only in (None, "vit"):
+        rows += vit_rows(ms=False, op=args.op)
+    if args.only in (None, "msvit"):
+        rows += vit_rows(ms=True, op=args.op)
     if args.only in (None, "resnet"):
         rows += resnet_rows(args.depth, args.op, args.bugs.split(",") if args.bugs else None)
     faithful = [r for r in rows if r[1].startswith("faithful")]
