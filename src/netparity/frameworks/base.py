@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -58,6 +58,33 @@ class CheckpointData:
     source_key: str | None = None
     extras: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+
+def call_arguments(inputs: Sequence[tuple[str, Any]]) -> tuple[list[Any], dict[str, Any]]:
+    """Positional and keyword arguments of a call from ``(argument path, value)`` pairs as a
+    capture records them (``0``, ``1``: positional; ``kw.name``: keyword).
+
+    Raises :class:`FrameworkError` for what tensors alone cannot rebuild: nested arguments
+    (``0.1``) or a gap in the positions (a non-tensor argument in between).
+
+    Example:
+        >>> call_arguments([("0", "x"), ("kw.mask", "m")])
+        (['x'], {'mask': 'm'})
+    """
+    pos: dict[int, Any] = {}
+    kw: dict[str, Any] = {}
+    for arg, v in inputs:
+        if arg.startswith("kw.") and "." not in arg[3:]:
+            kw[arg[3:]] = v
+        elif arg.isdigit():
+            pos[int(arg)] = v
+        else:
+            raise FrameworkError(f"argument {arg or '<single>'!r} is nested; the call cannot be "
+                                 "rebuilt from its tensors")
+    if sorted(pos) != list(range(len(pos))):
+        raise FrameworkError("a positional argument is not a tensor; the call cannot be rebuilt "
+                             "from its tensors")
+    return [pos[i] for i in range(len(pos))], kw
 
 
 class FrameworkAdapter(abc.ABC):
@@ -162,6 +189,21 @@ class FrameworkAdapter(abc.ABC):
     def optimizer_settings(self, optimizer: Any, model: Any) -> dict[str, dict[str, Any]]:
         """Per-parameter ``{"weight_decay", "momentum", "lr"}``; empty when unknown."""
         return {}
+
+    def run_module(self, model: Any, path: str, inputs: Sequence[tuple[str, np.ndarray, str]],
+                   train: bool = True) -> list[tuple[str, np.ndarray]]:
+        """Call the submodule at ``path`` (``""``: the model) on given tensors, without
+        gradients, and return its outputs: the replay behind "introduced here" (see
+        :mod:`netparity.analyzers.replay`).
+
+        ``inputs`` are ``(argument path, values, canonical dtype)`` as a capture records them
+        (``0``, ``1`` positional, ``kw.name`` keyword); the submodule runs in training mode when
+        ``train`` (its mode is restored afterwards). Outputs come back flattened under the same
+        argument convention (``""`` for a single tensor), as float32/float64/integer arrays.
+        Raises :class:`FrameworkError` when the call cannot be rebuilt from tensors alone
+        (nested arguments) or the path names no submodule.
+        """
+        raise self._unsupported("replaying a module")
 
     # ---- capture ---------------------------------------------------------------------------
     def capture(self, model: Any, path: str | os.PathLike[str], **kwargs: Any) -> Any:

@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ from netparity.frameworks.base import ParamCounts
 from netparity.frameworks.registry import framework_of, get_adapter
 
 __all__ = ["ParamCounts", "as_tensor", "framework_of", "optimizer_settings", "param_counts",
-           "scalar_tensor", "set_weights"]
+           "run_module", "scalar_tensor", "set_weights"]
 
 
 def param_counts(model: Any) -> ParamCounts:
@@ -45,6 +45,13 @@ def set_weights(model: Any, arrays: Mapping[str, np.ndarray],
         MappingError: a name is not in the model, or a shape does not fit.
     """
     return get_adapter(framework_of(model)).set_weights(model, arrays, dtypes or {})
+
+
+def run_module(model: Any, path: str, inputs: Sequence[tuple[str, np.ndarray, str]],
+               train: bool = True) -> list[tuple[str, np.ndarray]]:
+    """Call the submodule ``path`` of ``model`` on ``(argument path, values, dtype)`` inputs,
+    without gradients; its flattened outputs (see ``FrameworkAdapter.run_module``)."""
+    return get_adapter(framework_of(model)).run_module(model, path, inputs, train)
 
 
 def scalar_tensor(value: float, framework: str) -> Any:

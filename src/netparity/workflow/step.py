@@ -400,13 +400,32 @@ def run_step_parity(
         run.ref_eval_trace, run.cand_eval_trace = str(out / "ref-eval"), str(out / "cand-eval")
     else:
         run.eval_skipped = "no eval in the specs" if run_eval else "not asked"
-    return _finish(run, t0, say)
+
+    def replay(result: StepResult) -> None:
+        # Culprits by replay: the candidate's diverging modules fed the reference's inputs.
+        fwd = result.phase("forward")
+        if (fwd.status != "fail" or payload != "tensors" or level == "op"
+                or result.compare_step0 is None or run.ref_trace is None
+                or run.cand_trace is None):
+            return
+        from netparity.analyzers.replay import refine_forward
+        from netparity.workflow.replay import replay_forward
+
+        say.stage("replay the diverging modules on the reference's inputs")
+        refine_forward(fwd, replay_forward(result.compare_step0, run.ref_trace, run.cand_trace,
+                                           ref.model, cand.model, ref_state0, cand_state0,
+                                           seed))
+
+    return _finish(run, t0, say, replay)
 
 
-def _finish(run: StepRun, t0: float, say: Progress) -> StepResult:
-    """Hand what was run to the step analyzer."""
+def _finish(run: StepRun, t0: float, say: Progress,
+            refine: Callable[[StepResult], None] | None = None) -> StepResult:
+    """Hand what was run to the step analyzer (then ``refine`` the result: replay)."""
     say.stage("compare and diagnose")
     result = diagnose_step(run)
+    if refine is not None:
+        refine(result)
     result.seconds = time.perf_counter() - t0
     say.done()
     return result

@@ -353,6 +353,12 @@ class MindSporeAdapter(FrameworkAdapter):
         return models.optimizer_settings(optimizer, model)
 
     # ---- capture and checkpoints (their modules load on first use) ----------------------------
+    def run_module(self, model: Any, path: str, inputs: Any,
+                   train: bool = True) -> list[tuple[str, np.ndarray]]:
+        from netparity.frameworks.mindspore import replay
+
+        return replay.run_module(model, path, inputs, train)
+
     def capture(self, model: Any, path: str | os.PathLike[str], **kwargs: Any) -> Any:
         from netparity.frameworks.mindspore.capture import capture
 

@@ -421,6 +421,12 @@ class TorchAdapter(FrameworkAdapter):
 
         return models.optimizer_settings(optimizer, model)
 
+    def run_module(self, model: Any, path: str, inputs: Any,
+                   train: bool = True) -> list[tuple[str, np.ndarray]]:
+        from netparity.frameworks.torch import replay
+
+        return replay.run_module(model, path, inputs, train)
+
     # ---- capture and checkpoints (their modules load on first use) --------------------------
     def capture(self, model: Any, path: str | os.PathLike[str], **kwargs: Any) -> Any:
         from netparity.frameworks.torch.capture import capture

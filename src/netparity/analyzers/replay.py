@@ -1,0 +1,142 @@
+"""Culprits by replay: is a module's *own* computation different, free of anything upstream?
+
+Comparing two captured runs tells where their tensors differ, not who made the difference: a
+module whose inputs already differ may amplify them (ill-conditioned layers do) or add its own
+mistake on top, and a difference made in a container's own code between its children first
+shows in a child that merely carries it. Replay answers it directly. The candidate's module is
+called on the *reference's* captured inputs (converted to the candidate's framework, same
+weights) and its output compared with the reference's captured output: that is the module's
+*local* error. Its noise floor is measured the same way as the noise run's
+(:mod:`netparity.compare.noise`): the reference's module replayed on its inputs and its own
+weights moved one unit in the last place. A module *introduces* a divergence when its local
+error exceeds ``NOISE_K`` x that noise plus a floor of a few units of the dtype's precision.
+
+This module is the judging half (stateless, numbers in, verdicts out); the step workflow
+(:mod:`netparity.workflow.replay`) owns the live models and runs the calls.
+
+Example:
+    >>> o = ReplayOutcome("k", "layer1.0.relu", "layer1.0.relu", "relu", accumulated=2e-3)
+    >>> judge(o, local=1e-3, noise=1e-7, ref_dtype="float32", cand_dtype="float32")
+    >>> o.verdict, o.introduced
+    ('introduced', True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from netparity.compare.noise import FLOOR_EPS, NOISE_K, unit_roundoff
+from netparity.compare.results import CallResult, CompareResult
+
+__all__ = ["REPLAY_LIMIT", "SELF_TOLERANCE", "ReplayOutcome", "judge", "normwise_error",
+           "plan", "refine_forward"]
+
+#: at most this many calls are replayed per step (each costs one forward of that module)
+REPLAY_LIMIT = 16
+#: a module whose replay by the reference itself misses its captured output by more than this
+#: (normwise, relative) computes something the captured tensors do not determine (random
+#: numbers, a non-tensor argument, hidden state): it cannot be judged by replay
+SELF_TOLERANCE = 1e-3
+
+
+@dataclass
+class ReplayOutcome:
+    """One replayed call: the candidate's local error against the reference's own noise."""
+
+    key: str  # the CallResult key
+    module: str  # reference module path
+    cand_module: str
+    op: str
+    accumulated: float  # the call's normwise output error in the comparison (upstream included)
+    local: float | None = None  # candidate module on the reference's inputs vs reference output
+    noise: float | None = None  # reference module on last-bit moved inputs/weights
+    bound: float | None = None
+    verdict: str = ""  # "introduced" | "reproduces" | "not replayed"
+    reason: str = ""
+
+    @property
+    def introduced(self) -> bool:
+        return self.verdict == "introduced"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def plan(r0: CompareResult, limit: int = REPLAY_LIMIT) -> list[CallResult]:
+    """The calls to replay: step 0's forward module calls that fail or warn, in execution order
+    (a child finishes before its parent, so a container comes after the children that carried
+    its own difference)."""
+    calls = sorted((c for c in r0.calls if c.direction == "forward" and c.level == "module"
+                    and c.step == min((x.step for x in r0.calls), default=0)
+                    and c.status in ("fail", "warn")), key=lambda c: c.order)
+    return calls[:limit]
+
+
+def normwise_error(ref: Sequence[np.ndarray], got: Sequence[np.ndarray]) -> float:
+    """``||got - ref|| / ||ref||`` over all outputs together (float64); ``inf`` when the
+    outputs do not correspond (count or shapes) or hold NaN where the other does not."""
+    if len(ref) != len(got) or not ref:
+        return float("inf")
+    num = den = 0.0
+    for a, b in zip(ref, got):
+        a64 = np.asarray(a, np.float64).ravel()
+        b64 = np.asarray(b, np.float64).ravel()
+        if a64.size != b64.size:
+            return float("inf")
+        both = np.isfinite(a64) & np.isfinite(b64)
+        if not np.array_equal(np.isfinite(a64), np.isfinite(b64)):
+            return float("inf")
+        d = a64[both] - b64[both]
+        num += float(np.dot(d, d))
+        den += float(np.dot(a64[both], a64[both]))
+    if den == 0.0:
+        return 0.0 if num == 0.0 else float("inf")
+    return float(np.sqrt(num / den))
+
+
+def judge(o: ReplayOutcome, local: float, noise: float, ref_dtype: str, cand_dtype: str) -> None:
+    """Fill in ``o``: introduced when ``local`` exceeds ``NOISE_K`` x ``noise`` (scaled to the
+    candidate's precision where it is coarser, as in :func:`netparity.compare.noise.calibrate`)
+    plus ``FLOOR_EPS`` units of the coarser dtype's precision."""
+    er, ec = unit_roundoff(ref_dtype), unit_roundoff(cand_dtype)
+    o.local, o.noise = local, noise
+    o.bound = NOISE_K * noise * max(1.0, ec / er) + FLOOR_EPS * max(er, ec)
+    o.verdict = "introduced" if local > o.bound else "reproduces"
+
+
+def refine_forward(fwd: Any, outcomes: list[ReplayOutcome]) -> None:
+    """Re-decide the forward phase's culprit (a :class:`netparity.analyzers.step.Phase`) from
+    replay: the first replayed call that introduces a difference is named; the table of local
+    vs accumulated errors goes into the evidence. Without a replayed culprit the comparison's
+    answer stands, with a note saying what replay showed."""
+    if not outcomes:
+        return
+    fwd.evidence["replay"] = [o.to_json() for o in outcomes]
+    culprit = next((o for o in outcomes if o.introduced), None)
+    replayed = [o for o in outcomes if o.verdict != "not replayed"]
+    if culprit is not None:
+        before = fwd.where
+        fwd.status, fwd.where, fwd.step = "fail", culprit.module or "<root>", 0
+        fwd.summary = (
+            f"{culprit.module or '<root>'} ({culprit.op}) introduces the divergence: fed the "
+            f"reference's inputs and weights, the candidate's module differs by "
+            f"{culprit.local:.3g} (its noise bound {culprit.bound:.3g}; accumulated error "
+            f"there {culprit.accumulated:.3g})")
+        passed = [o.module or "<root>" for o in replayed if o is not culprit
+                  and outcomes.index(o) < outcomes.index(culprit)]
+        if passed:
+            fwd.summary += (f"; {len(passed)} earlier diverging module(s) reproduce the "
+                            f"reference on its inputs (first: {passed[0]})")
+        if before and before != fwd.where:
+            fwd.evidence["compare_pointed_at"] = before
+        fwd.evidence["verdict"] = "introduced (replay)"
+        return
+    if replayed and fwd.status == "fail":
+        fwd.summary += (f"; replay: none of the {len(replayed)} diverging module(s) replayed "
+                        "differs beyond its noise on the reference's inputs -- the difference "
+                        "enters between modules (code outside any replayed module) or with "
+                        "the inputs")

@@ -1,0 +1,172 @@
+"""Culprits by replay: the candidate's module fed the reference's inputs.
+
+Real PyTorch (and MindSpore) modules throughout; the pairs are small so each test takes seconds.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from netparity.analyzers.replay import ReplayOutcome, judge, normwise_error, refine_forward
+from netparity.analyzers.step import Phase
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+
+from netparity.errors import FrameworkError  # noqa: E402
+from netparity.frameworks.models import run_module  # noqa: E402
+from netparity.workflow.step import run_step_parity  # noqa: E402
+
+SPEC = textwrap.dedent('''
+    import numpy as np
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        """Two children and a scaling written in the block's own forward."""
+
+        def __init__(self, scale, p):
+            super().__init__()
+            self.lin1, self.act, self.lin2 = nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 16)
+            self.drop = nn.Dropout(p)
+            self.scale = scale
+
+        def forward(self, x):
+            h = self.act(self.lin1(x)) * self.scale    # the block's own code
+            return self.drop(self.lin2(h))
+
+    def build(steps, scale=1.0, p=0.0):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), Block(scale, p), nn.Linear(16, 3))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        rng = np.random.default_rng(0)
+        batches = [(rng.standard_normal((4, 8)).astype(np.float32), rng.integers(0, 3, 4))
+                   for _ in range(steps)]
+
+        def train_step(x, y):
+            model.train()
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(torch.as_tensor(x)),
+                                               torch.as_tensor(y).long())
+            loss.backward()
+            opt.step()
+            return float(loss)
+
+        return {"framework": "torch", "model": model, "batches": batches,
+                "train_step": train_step, "optimizer": opt, "lr_schedule": [0.1] * steps}
+''')
+
+
+@pytest.fixture
+def spec(tmp_path):
+    p = tmp_path / "block_spec.py"
+    p.write_text(SPEC)
+    return str(p)
+
+
+def _run(spec, tmp_path, options=None, **cand):
+    return run_step_parity(spec, spec, tmp_path / "run", steps=1, options=options,
+                           cand_options=cand, run_eval=False, free_running=False)
+
+
+def test_a_difference_made_in_a_modules_own_code_is_named_there_by_replay(spec, tmp_path):
+    r = _run(spec, tmp_path, scale=1.001)
+    fwd = r.phase("forward")
+    assert (r.first_phase, r.where) == ("forward", "1")
+    table = {o["module"]: o for o in fwd.evidence["replay"]}
+    # the child that first carries the difference reproduces the reference on its inputs ...
+    assert table["1.lin2"]["verdict"] == "reproduces"
+    assert table["1.lin2"]["accumulated"] > 1e-4 and table["1.lin2"]["local"] < 1e-6
+    # ... and the block itself, fed the same inputs, does not
+    assert table["1"]["verdict"] == "introduced"
+    assert table["1"]["local"] > table["1"]["bound"]
+    assert "replay" in fwd.evidence["verdict"]
+
+
+def test_a_faithful_pair_runs_no_replay_and_passes(spec, tmp_path):
+    r = _run(spec, tmp_path)
+    assert r, [(p.name, p.status, p.summary) for p in r.phases]
+    assert "replay" not in r.phase("forward").evidence
+
+
+def test_a_module_drawing_random_numbers_is_not_replayed_and_the_comparison_stands(
+        spec, tmp_path):
+    # dropout draws a new mask on replay: the reference cannot reproduce its own output there,
+    # so replay must not judge that call (and must not crash the workflow)
+    r = _run(spec, tmp_path, options={"p": 0.5}, scale=1.001)
+    assert r.first_phase == "forward"
+    rows = r.phase("forward").evidence.get("replay", [])
+    random_calls = [o for o in rows if o["module"] in ("1.drop", "1")]
+    assert random_calls and all(o["verdict"] == "not replayed" for o in random_calls)
+    assert all("random" in o["reason"] for o in random_calls)
+
+
+def test_a_module_that_differs_in_a_setting_is_named_by_replay(spec, tmp_path):
+    # dropout only in the candidate: the reference's dropout is the identity and reproduces
+    # itself, the candidate's zeroes half of the same inputs
+    r = _run(spec, tmp_path, p=0.5)
+    assert (r.first_phase, r.where) == ("forward", "1.drop")
+    row = {o["module"]: o for o in r.phase("forward").evidence["replay"]}["1.drop"]
+    assert row["verdict"] == "introduced" and row["local"] > 0.5
+
+
+def test_replay_leaves_the_models_weights_and_modes_as_they_were():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    m.eval()
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    out = run_module(m, "", [("0", x, "float32")], train=True)
+    assert [a for a, _ in out] == [""] and out[0][1].shape == (3, 4)
+    assert not m.training and not m[1].training  # mode restored
+    # train-mode BatchNorm updated its running statistics: restoring them is the caller's job,
+    # which the step workflow does; the parameters themselves are untouched
+    assert torch.equal(before["0.weight"], m.state_dict()["0.weight"])
+
+
+def test_replay_refuses_what_tensors_cannot_rebuild():
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    x = np.zeros((1, 4), np.float32)
+    with pytest.raises(FrameworkError, match="no submodule"):
+        run_module(m, "nope", [("0", x, "float32")])
+    with pytest.raises(FrameworkError, match="nested"):
+        run_module(m, "0", [("0.1", x, "float32")])
+    with pytest.raises(FrameworkError, match="not a tensor"):
+        run_module(m, "0", [("1", x, "float32")])
+
+
+def test_mindspore_cell_replay_matches_a_direct_call():
+    ms = pytest.importorskip("mindspore", reason="MindSpore is not installed")
+    net = ms.nn.SequentialCell([ms.nn.Dense(4, 3), ms.nn.ReLU()])
+    x = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
+    out = run_module(net, "0", [("0", x, "float32")])
+    np.testing.assert_array_equal(out[0][1], net[0](ms.Tensor(x)).asnumpy())
+
+
+# ---- the judging half, on numbers ---------------------------------------------------------
+def test_normwise_error_refuses_outputs_that_do_not_correspond():
+    a = np.ones(4, np.float32)
+    assert normwise_error([a], [a]) == 0.0
+    assert normwise_error([a], [a * 1.01]) == pytest.approx(0.01, rel=1e-6)
+    assert normwise_error([a], [np.ones(3)]) == float("inf")
+    assert normwise_error([a], []) == float("inf")
+    assert normwise_error([a], [np.array([1, 1, np.nan, 1])]) == float("inf")
+
+
+def test_judge_scales_the_noise_to_a_coarser_candidate():
+    o = ReplayOutcome("k", "m", "m", "linear", accumulated=1e-2)
+    judge(o, local=1e-3, noise=1e-5, ref_dtype="float32", cand_dtype="float32")
+    assert o.introduced
+    # the same local error is bfloat16 rounding for a bfloat16 candidate
+    judge(o, local=1e-3, noise=1e-5, ref_dtype="float32", cand_dtype="bfloat16")
+    assert not o.introduced and o.verdict == "reproduces"
+
+
+def test_refine_keeps_the_comparisons_answer_without_a_replayed_culprit():
+    fwd = Phase("forward", status="fail", where="a", step=0, summary="a diverges first")
+    o = ReplayOutcome("k", "a", "a", "linear", accumulated=1e-2)
+    judge(o, local=1e-9, noise=1e-8, ref_dtype="float32", cand_dtype="float32")
+    refine_forward(fwd, [o])
+    assert fwd.where == "a" and fwd.status == "fail" and "replay: none of the 1" in fwd.summary
