@@ -83,6 +83,15 @@ def test_a_difference_made_in_a_modules_own_code_is_named_there_by_replay(spec, 
     assert table["1"]["verdict"] == "introduced"
     assert table["1"]["local"] > table["1"]["bound"]
     assert "replay" in fwd.evidence["verdict"]
+    # the report shows local vs accumulated error per replayed module
+    import io
+
+    from netparity.report.terminal import make_console, render_terminal
+
+    buf = io.StringIO()
+    render_terminal(r, console=make_console(buf))
+    lines = [ln for ln in buf.getvalue().splitlines() if "1.lin2" in ln and "reproduces" in ln]
+    assert lines and "local (replay)" in buf.getvalue()
 
 
 def test_a_faithful_pair_runs_no_replay_and_passes(spec, tmp_path):

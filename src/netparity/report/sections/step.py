@@ -69,6 +69,29 @@ def phases(r: StepResult, **_: Any) -> Section:
                    blocks=[table, Text(_evidence(r), only=("terminal", "json"))])
 
 
+@section("StepResult", "replay")
+def replay(r: StepResult, **_: Any) -> Section | None:
+    """Local vs accumulated error of the replayed modules (culprits by replay), in execution
+    order: a module that only carries an upstream difference reproduces the reference on its
+    inputs; the culprit does not."""
+    rows = r.phase("forward").evidence.get("replay") if r.phases else None
+    if not rows:
+        return None
+    status = ["fail" if o["verdict"] == "introduced" else
+              "pass" if o["verdict"] == "reproduces" else "skipped" for o in rows]
+    table = Table(title="", columns=["module", "candidate", "accumulated", "local (replay)",
+                                     "noise bound", "verdict"],
+                  rows=[[o["module"] or "<root>", o["cand_module"] or "<root>", o["accumulated"],
+                         o["local"], o["bound"], o["verdict"] + (f": {o['reason']}"
+                                                                 if o["reason"] else "")]
+                        for o in rows],
+                  status=status, id="replay", mono=("module", "candidate"),
+                  numeric=("accumulated", "local (replay)", "noise bound"), wrap=("verdict",))
+    return Section("replay", title="Replay: each module fed the reference's inputs",
+                   headline="normwise relative errors: accumulated in the run vs the module's "
+                            "own (local) error", blocks=[table])
+
+
 @section("StepResult", "losses")
 def losses(r: StepResult, **_: Any) -> Section | None:
     """Loss per step (and learning rate per step) on both sides."""
