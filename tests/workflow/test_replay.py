@@ -24,12 +24,31 @@ SPEC = textwrap.dedent('''
     import torch
     from torch import nn
 
+    class _TanhFn(torch.autograd.Function):
+        """tanh with a hand-written backward 1% off: a custom gradient ported wrongly."""
+
+        @staticmethod
+        def forward(ctx, x):
+            y = torch.tanh(x)
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            (y,) = ctx.saved_tensors
+            return g * (1 - y * y) * 1.01
+
+    class Tanh(nn.Tanh):
+        def forward(self, x):
+            return _TanhFn.apply(x)
+
     class Block(nn.Module):
         """Two children and a scaling written in the block's own forward."""
 
-        def __init__(self, scale, p):
+        def __init__(self, scale, p, bad_grad):
             super().__init__()
-            self.lin1, self.act, self.lin2 = nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 16)
+            self.lin1, self.lin2 = nn.Linear(16, 16), nn.Linear(16, 16)
+            self.act = Tanh() if bad_grad else nn.Tanh()
             self.drop = nn.Dropout(p)
             self.scale = scale
 
@@ -37,9 +56,9 @@ SPEC = textwrap.dedent('''
             h = self.act(self.lin1(x)) * self.scale    # the block's own code
             return self.drop(self.lin2(h))
 
-    def build(steps, scale=1.0, p=0.0):
+    def build(steps, scale=1.0, p=0.0, bad_grad=False):
         torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(8, 16), Block(scale, p), nn.Linear(16, 3))
+        model = nn.Sequential(nn.Linear(8, 16), Block(scale, p, bad_grad), nn.Linear(16, 3))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         rng = np.random.default_rng(0)
         batches = [(rng.standard_normal((4, 8)).astype(np.float32), rng.integers(0, 3, 4))
@@ -92,6 +111,16 @@ def test_a_difference_made_in_a_modules_own_code_is_named_there_by_replay(spec, 
     render_terminal(r, console=make_console(buf))
     lines = [ln for ln in buf.getvalue().splitlines() if "1.lin2" in ln and "reproduces" in ln]
     assert lines and "local (replay)" in buf.getvalue()
+
+
+def test_a_wrong_custom_gradient_is_named_by_backward_replay(spec, tmp_path):
+    r = _run(spec, tmp_path, bad_grad=True)
+    assert r.phase("forward").status == "pass"
+    bwd = r.phase("backward")
+    assert (r.first_phase, r.where) == ("backward", "1.act"), bwd.summary
+    row = {o["module"]: o for o in bwd.evidence["replay"]}["1.act"]
+    assert row["direction"] == "backward" and row["verdict"] == "introduced"
+    assert row["local"] == pytest.approx(0.01, rel=0.05)  # the 1% of its backward
 
 
 def test_a_faithful_pair_runs_no_replay_and_passes(spec, tmp_path):

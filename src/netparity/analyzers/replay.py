@@ -33,7 +33,7 @@ from netparity.compare.noise import FLOOR_EPS, NOISE_K, unit_roundoff
 from netparity.compare.results import CallResult, CompareResult
 
 __all__ = ["REPLAY_LIMIT", "SELF_TOLERANCE", "ReplayOutcome", "judge", "normwise_error",
-           "plan", "refine_forward"]
+           "plan", "refine", "refine_forward"]
 
 #: at most this many calls are replayed per step (each costs one forward of that module)
 REPLAY_LIMIT = 16
@@ -52,6 +52,7 @@ class ReplayOutcome:
     cand_module: str
     op: str
     accumulated: float  # the call's normwise output error in the comparison (upstream included)
+    direction: str = "forward"
     local: float | None = None  # candidate module on the reference's inputs vs reference output
     noise: float | None = None  # reference module on last-bit moved inputs/weights
     bound: float | None = None
@@ -66,13 +67,15 @@ class ReplayOutcome:
         return asdict(self)
 
 
-def plan(r0: CompareResult, limit: int = REPLAY_LIMIT) -> list[CallResult]:
-    """The calls to replay: step 0's forward module calls that fail or warn, in execution order
-    (a child finishes before its parent, so a container comes after the children that carried
-    its own difference)."""
-    calls = sorted((c for c in r0.calls if c.direction == "forward" and c.level == "module"
-                    and c.step == min((x.step for x in r0.calls), default=0)
-                    and c.status in ("fail", "warn")), key=lambda c: c.order)
+def plan(r0: CompareResult, direction: str = "forward",
+         limit: int = REPLAY_LIMIT) -> list[CallResult]:
+    """The calls to replay: the first step's module calls of ``direction`` that fail or warn,
+    in execution order (a child finishes before its parent, so a container comes after the
+    children that carried its own difference; backward runs from the loss back)."""
+    first = min((x.step for x in r0.calls), default=0)
+    calls = sorted((c for c in r0.calls if c.direction == direction and c.level == "module"
+                    and c.step == first and c.status in ("fail", "warn")),
+                   key=lambda c: c.order)
     return calls[:limit]
 
 
@@ -108,35 +111,42 @@ def judge(o: ReplayOutcome, local: float, noise: float, ref_dtype: str, cand_dty
     o.verdict = "introduced" if local > o.bound else "reproduces"
 
 
-def refine_forward(fwd: Any, outcomes: list[ReplayOutcome]) -> None:
-    """Re-decide the forward phase's culprit (a :class:`netparity.analyzers.step.Phase`) from
-    replay: the first replayed call that introduces a difference is named; the table of local
-    vs accumulated errors goes into the evidence. Without a replayed culprit the comparison's
-    answer stands, with a note saying what replay showed."""
+def refine(phase: Any, outcomes: list[ReplayOutcome]) -> None:
+    """Re-decide a phase's culprit (a :class:`netparity.analyzers.step.Phase`, forward or
+    backward) from replay: the first replayed call that introduces a difference is named; the
+    table of local vs accumulated errors goes into the evidence. Without a replayed culprit the
+    comparison's answer stands, with a note saying what replay showed."""
     if not outcomes:
         return
-    fwd.evidence["replay"] = [o.to_json() for o in outcomes]
+    phase.evidence["replay"] = [o.to_json() for o in outcomes]
     culprit = next((o for o in outcomes if o.introduced), None)
     replayed = [o for o in outcomes if o.verdict != "not replayed"]
+    what = ("fed the reference's inputs and weights" if culprit is None
+            or culprit.direction == "forward" else
+            "fed the reference's inputs, weights and output gradients")
     if culprit is not None:
-        before = fwd.where
-        fwd.status, fwd.where, fwd.step = "fail", culprit.module or "<root>", 0
-        fwd.summary = (
-            f"{culprit.module or '<root>'} ({culprit.op}) introduces the divergence: fed the "
-            f"reference's inputs and weights, the candidate's module differs by "
-            f"{culprit.local:.3g} (its noise bound {culprit.bound:.3g}; accumulated error "
-            f"there {culprit.accumulated:.3g})")
+        before = phase.where
+        phase.status, phase.where, phase.step = "fail", culprit.module or "<root>", 0
+        kind = "" if culprit.direction == "forward" else " backward"
+        phase.summary = (
+            f"{culprit.module or '<root>'} ({culprit.op}) introduces the{kind} divergence: "
+            f"{what}, the candidate's module differs by {culprit.local:.3g} (its noise bound "
+            f"{culprit.bound:.3g}; accumulated error there {culprit.accumulated:.3g})")
         passed = [o.module or "<root>" for o in replayed if o is not culprit
                   and outcomes.index(o) < outcomes.index(culprit)]
         if passed:
-            fwd.summary += (f"; {len(passed)} earlier diverging module(s) reproduce the "
-                            f"reference on its inputs (first: {passed[0]})")
-        if before and before != fwd.where:
-            fwd.evidence["compare_pointed_at"] = before
-        fwd.evidence["verdict"] = "introduced (replay)"
+            phase.summary += (f"; {len(passed)} earlier diverging module(s) reproduce the "
+                              f"reference on its inputs (first: {passed[0]})")
+        if before and before != phase.where:
+            phase.evidence["compare_pointed_at"] = before
+        phase.evidence["verdict"] = "introduced (replay)"
         return
-    if replayed and fwd.status == "fail":
-        fwd.summary += (f"; replay: none of the {len(replayed)} diverging module(s) replayed "
-                        "differs beyond its noise on the reference's inputs -- the difference "
-                        "enters between modules (code outside any replayed module) or with "
-                        "the inputs")
+    if replayed and phase.status == "fail":
+        phase.summary += (f"; replay: none of the {len(replayed)} diverging module(s) replayed "
+                          "differs beyond its noise on the reference's tensors -- the "
+                          "difference enters between modules (code outside any replayed "
+                          "module) or with the inputs")
+
+
+#: the forward phase's refinement (the name the workflow and tests use)
+refine_forward = refine

@@ -205,6 +205,16 @@ class FrameworkAdapter(abc.ABC):
         """
         raise self._unsupported("replaying a module")
 
+    def run_module_backward(self, model: Any, path: str,
+                            inputs: Sequence[tuple[str, np.ndarray, str]],
+                            grad_outputs: Sequence[tuple[str, np.ndarray]],
+                            train: bool = True) -> list[tuple[str, np.ndarray]]:
+        """The backward of :meth:`run_module`: call the submodule on ``inputs``, feed
+        ``grad_outputs`` (``(output argument path, gradient)``) back through it and return the
+        gradients with respect to its floating-point inputs, ``(input argument path, array)``.
+        """
+        raise self._unsupported("replaying a module's backward")
+
     # ---- capture ---------------------------------------------------------------------------
     def capture(self, model: Any, path: str | os.PathLike[str], **kwargs: Any) -> Any:
         """Start a capture of ``model`` into the trace directory ``path`` (a CaptureSession)."""

@@ -23,7 +23,7 @@ from netparity.frameworks.base import ParamCounts
 from netparity.frameworks.registry import framework_of, get_adapter
 
 __all__ = ["ParamCounts", "as_tensor", "framework_of", "optimizer_settings", "param_counts",
-           "run_module", "scalar_tensor", "set_weights"]
+           "run_module", "run_module_backward", "scalar_tensor", "set_weights"]
 
 
 def param_counts(model: Any) -> ParamCounts:
@@ -52,6 +52,15 @@ def run_module(model: Any, path: str, inputs: Sequence[tuple[str, np.ndarray, st
     """Call the submodule ``path`` of ``model`` on ``(argument path, values, dtype)`` inputs,
     without gradients; its flattened outputs (see ``FrameworkAdapter.run_module``)."""
     return get_adapter(framework_of(model)).run_module(model, path, inputs, train)
+
+
+def run_module_backward(model: Any, path: str, inputs: Sequence[tuple[str, np.ndarray, str]],
+                        grad_outputs: Sequence[tuple[str, np.ndarray]],
+                        train: bool = True) -> list[tuple[str, np.ndarray]]:
+    """Gradients of the submodule ``path`` with respect to its float inputs, given its output
+    gradients (see ``FrameworkAdapter.run_module_backward``)."""
+    return get_adapter(framework_of(model)).run_module_backward(model, path, inputs,
+                                                                grad_outputs, train)
 
 
 def scalar_tensor(value: float, framework: str) -> Any:

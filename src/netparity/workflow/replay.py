@@ -1,17 +1,23 @@
 """Run the replays behind "introduced here" on the step workflow's live models.
 
 For each call the replay analyzer (:mod:`netparity.analyzers.replay`) plans, in execution
-order: read the reference's captured inputs and outputs of that call from its trace; call the
-reference's module on those inputs (it must reproduce its own output, else the call depends on
-something the tensors do not hold); call it again with the inputs and the module's own weights
-moved one ulp (the local noise); call the candidate's module on the same inputs (the local
-error). Both models are set to their step-0 weights first and restored afterwards, so replays
-change nothing the workflow reports. Replaying stops at the first call that introduces a
+order, read the reference's captured tensors of that call from its trace and
+
+* **forward**: call the reference's module on its captured inputs (it must reproduce its own
+  output, else the call depends on something the tensors do not hold); again with the inputs and
+  the module's own weights moved one ulp (the local noise); then the candidate's module on the
+  same inputs (the local error);
+* **backward**: the same with the module's forward inputs *and* the captured gradients of its
+  outputs, comparing the gradients with respect to its inputs (modules called once per step).
+
+Both models are set to their step-0 weights first and restored afterwards, so replays change
+nothing the workflow reports. Replaying a direction stops at the first call that introduces a
 difference.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -24,74 +30,121 @@ from netparity.analyzers.replay import (
     normwise_error,
     plan,
 )
-from netparity.compare.results import CompareResult
+from netparity.compare.results import CallResult, CompareResult
 from netparity.errors import NetparityError
 from netparity.trace import open_trace
 
-__all__ = ["replay_forward"]
+__all__ = ["replay_step0"]
+
+Tensors = list[tuple[str, np.ndarray, str]]
 
 
-def _calls_by_index(tr: Any) -> dict[tuple[str, int], list[Any]]:
-    """Step 0's forward module records, by (module path, call index)."""
-    out: dict[tuple[str, int], list[Any]] = {}
-    for r in tr.records(step=0, kind="module", direction="forward"):
-        out.setdefault((r.module, int(r.call)), []).append(r)
-    return out
+class _Calls:
+    """Step 0's module records of one trace, by (direction, module path, call index)."""
+
+    def __init__(self, trace: str) -> None:
+        self.tr = open_trace(trace)
+        self.by: dict[tuple[str, str, int], list[Any]] = {}
+        for r in self.tr.records(step=0, kind="module"):
+            self.by.setdefault((r.direction, r.module, int(r.call)), []).append(r)
+
+    def recs(self, direction: str, module: str, call: int, event: str = "") -> list[Any]:
+        rs = self.by.get((direction, module, call), [])
+        return [r for r in rs if str(r.event) == event] or rs if event else rs
+
+    def calls(self, direction: str, module: str) -> int:
+        return sum(1 for d, m, _ in self.by if d == direction and m == module)
+
+    def tensors(self, recs: list[Any], role: str) -> Tensors:
+        if not all(r.has_payload for r in recs):
+            raise _NotReplayable("no tensor payload captured for this call")
+        return [(r.arg, np.asarray(self.tr.tensor(r)), r.dtype) for r in recs if r.role == role]
 
 
-def _tensors(tr: Any, recs: list[Any], role: str) -> list[tuple[str, np.ndarray, str]]:
-    return [(r.arg, np.asarray(tr.tensor(r)), r.dtype) for r in recs if r.role == role]
+class _NotReplayable(NetparityError):
+    pass
 
 
-def _outputs_in_order(ref_out: list[tuple[str, np.ndarray, str]],
-                      got: list[tuple[str, np.ndarray]]) -> list[np.ndarray]:
-    """The replay's outputs in the order of the reference's (by argument path when both name the
+def _in_order(ref: Tensors, got: list[tuple[str, np.ndarray]]) -> list[np.ndarray]:
+    """The replay's arrays in the order of the reference's (by argument path when both name the
     same ones, else by position)."""
     by_arg = dict(got)
-    if {a for a, _, _ in ref_out} == set(by_arg):
-        return [by_arg[a] for a, _, _ in ref_out]
+    if {a for a, _, _ in ref} == set(by_arg):
+        return [by_arg[a] for a, _, _ in ref]
     return [g for _, g in got]
 
 
-def _moved(inputs: list[tuple[str, np.ndarray, str]],
-           rng: np.random.Generator) -> list[tuple[str, np.ndarray, str]]:
+def _moved(ts: Tensors, rng: np.random.Generator) -> Tensors:
     from netparity.compare.noise import perturb_last_bit
 
-    return [(a, perturb_last_bit(v, rng), d) for a, v, d in inputs]
+    return [(a, perturb_last_bit(v, rng), d) for a, v, d in ts]
 
 
-def replay_forward(r0: CompareResult, ref_trace: str, cand_trace: str, ref_model: Any,
-                   cand_model: Any, ref_state0: Any, cand_state0: Any,
-                   seed: int = 0) -> list[ReplayOutcome]:
-    """Replay the diverging forward calls of step 0 (see the module docstring)."""
+def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: str,
+                 ref_model: Any, cand_model: Any, ref_state0: Any, cand_state0: Any,
+                 seed: int = 0) -> list[ReplayOutcome]:
+    """Replay step 0's diverging module calls of ``direction`` (``forward`` or ``backward``;
+    see the module docstring)."""
     from netparity.ckpt.mapping import state_of
     from netparity.compare.noise import perturb_last_bit
-    from netparity.frameworks.models import run_module, set_weights
+    from netparity.frameworks.models import run_module, run_module_backward, set_weights
 
-    calls = plan(r0)
+    calls = plan(r0, direction)
     if not calls:
         return []
-    ref_tr, cand_tr = open_trace(ref_trace), open_trace(cand_trace)
-    ref_calls, cand_calls = _calls_by_index(ref_tr), _calls_by_index(cand_tr)
+    ref, cand = _Calls(ref_trace), _Calls(cand_trace)
     rng = np.random.default_rng(seed + 104729)
     keep_ref, keep_cand = state_of(ref_model), state_of(cand_model)
 
     def load(model: Any, st: Any) -> None:
         set_weights(model, st, {k: v for k, v in st.dtypes.items() if v == "bfloat16"})
 
+    def with_moved_weights(module: str, fn: Callable[[], Any]) -> Any:
+        prefix = f"{module}." if module else ""
+        names = [k for k in ref_state0 if k.startswith(prefix)
+                 and ref_state0.dtypes.get(k) != "bfloat16"]
+        set_weights(ref_model, {k: perturb_last_bit(np.asarray(ref_state0[k]), rng)
+                                for k in names})
+        try:
+            return fn()
+        finally:
+            set_weights(ref_model, {k: np.asarray(ref_state0[k]) for k in names})
+
+    def forward(model: Any, path: str, ins: Tensors, _g: Any) -> list[tuple[str, np.ndarray]]:
+        return run_module(model, path, ins)
+
+    def backward(model: Any, path: str, ins: Tensors,
+                 g: list[tuple[str, np.ndarray]]) -> list[tuple[str, np.ndarray]]:
+        return run_module_backward(model, path, ins, g)
+
+    run = forward if direction == "forward" else backward
     outcomes: list[ReplayOutcome] = []
     try:
         load(ref_model, ref_state0)
         load(cand_model, cand_state0)
         for c in calls:
-            o = ReplayOutcome(c.key, c.module, c.cand_module, c.op, accumulated=c.out_error)
+            o = ReplayOutcome(c.key, c.module, c.cand_module, c.op, accumulated=c.out_error,
+                              direction=direction)
             outcomes.append(o)
             try:
-                _replay_one(o, c, ref_calls, cand_calls, ref_tr, ref_model, cand_model,
-                            ref_state0, rng, run_module,
-                            lambda names: {k: perturb_last_bit(np.asarray(ref_state0[k]), rng)
-                                           for k in names},
-                            lambda arrays: set_weights(ref_model, arrays))
+                ins, gout, want = _call_tensors(c, direction, ref)
+                cand_ins = _cand_dtypes(c, ins, cand)
+                ref_g = [(a, v) for a, v, _ in gout]
+                own = normwise_error([v for _, v, _ in want],
+                                     _in_order(want, run(ref_model, c.module, ins, ref_g)))
+                if own > SELF_TOLERANCE:
+                    raise _NotReplayable(
+                        f"the reference's own replay misses its captured result by {own:.3g}: "
+                        "the call depends on random numbers, a non-tensor argument or hidden "
+                        "state")
+                moved_g = [(a, v) for a, v, _ in _moved(gout, rng)]
+                noisy = with_moved_weights(c.module, functools.partial(
+                    run, ref_model, c.module, _moved(ins, rng), moved_g))
+                noise = max(normwise_error([v for _, v, _ in want], _in_order(want, noisy)), own)
+                got = run(cand_model, c.cand_module, cand_ins, ref_g)
+                local = normwise_error([v for _, v, _ in want], _in_order(want, got))
+                judge(o, local, noise, want[0][2], _cand_out_dtype(c, direction, cand,
+                                                                   want[0][2]))
             except NetparityError as e:
                 o.verdict, o.reason = "not replayed", str(e)
             except Exception as e:  # noqa: BLE001 - a module the user wrote may refuse replay
@@ -105,48 +158,46 @@ def replay_forward(r0: CompareResult, ref_trace: str, cand_trace: str, ref_model
     return outcomes
 
 
-def _replay_one(o: ReplayOutcome, c: Any, ref_calls: dict[tuple[str, int], list[Any]],
-                cand_calls: dict[tuple[str, int], list[Any]], ref_tr: Any, ref_model: Any,
-                cand_model: Any, ref_state0: Any, rng: np.random.Generator,
-                run_module: Callable[..., list[tuple[str, np.ndarray]]],
-                moved_weights: Callable[[list[str]], dict[str, np.ndarray]],
-                set_ref: Callable[[dict[str, np.ndarray]], Any]) -> None:
-    """Replay one call into ``o`` (see :func:`replay_forward`)."""
-    call_index = int(c.key.split("|")[-2])
-    recs = ref_calls.get((c.module, call_index), [])
-    event = c.key.split("|")[-1]
-    recs = [r for r in recs if str(r.event) == event] or recs
-    if not recs or not all(r.has_payload for r in recs):
-        o.verdict, o.reason = "not replayed", "no tensor payload captured for this call"
-        return
-    ins, outs = _tensors(ref_tr, recs, "input"), _tensors(ref_tr, recs, "output")
-    if not ins or not outs:
-        o.verdict, o.reason = "not replayed", "the call's inputs or outputs were not captured"
-        return
-    ref_outs = [v for _, v, _ in outs]
-    # 1. the reference reproduces itself, or the call hides something replay cannot rebuild
-    own = normwise_error(ref_outs, _outputs_in_order(outs, run_module(ref_model, c.module, ins)))
-    if own > SELF_TOLERANCE:
-        o.verdict = "not replayed"
-        o.reason = (f"the reference's own replay misses its captured output by {own:.3g}: the "
-                    "call depends on random numbers, a non-tensor argument or hidden state")
-        return
-    # 2. local noise: inputs and the module's own weights one ulp off
-    prefix = f"{c.module}." if c.module else ""
-    names = [k for k in ref_state0 if k.startswith(prefix)
-             and ref_state0.dtypes.get(k) != "bfloat16"]
-    set_ref(moved_weights(names))
-    try:
-        noisy = run_module(ref_model, c.module, _moved(ins, rng))
-    finally:
-        set_ref({k: np.asarray(ref_state0[k]) for k in names})
-    noise = max(normwise_error(ref_outs, _outputs_in_order(outs, noisy)), own)
-    # 3. the candidate's module on the reference's inputs, in its own dtypes
-    cand_dtypes = {r.arg: r.dtype for r in cand_calls.get((c.cand_module, call_index), [])
-                   if r.role == "input"}
-    cand_in = [(a, v, cand_dtypes.get(a, d)) for a, v, d in ins]
-    got = run_module(cand_model, c.cand_module, cand_in)
-    local = normwise_error(ref_outs, _outputs_in_order(outs, got))
-    cand_out_dtype = next((r.dtype for r in cand_calls.get((c.cand_module, call_index), [])
-                           if r.role == "output"), outs[0][2])
-    judge(o, local, noise, outs[0][2], cand_out_dtype)
+def _call_index(c: CallResult) -> tuple[int, str]:
+    """The (call index, event) a CallResult key ends with."""
+    parts = c.key.split("|")
+    return int(parts[-2]), parts[-1]
+
+
+def _call_tensors(c: CallResult, direction: str, ref: _Calls) -> tuple[Tensors, Tensors,
+                                                                        Tensors]:
+    """(module inputs, gradients of its outputs, what the replay must reproduce)."""
+    call, event = _call_index(c)
+    recs = ref.recs(direction, c.module, call, event)
+    if not recs:
+        raise _NotReplayable("the call's records were not found in the reference trace")
+    if direction == "forward":
+        ins, outs = ref.tensors(recs, "input"), ref.tensors(recs, "output")
+        if not ins or not outs:
+            raise _NotReplayable("the call's inputs or outputs were not captured")
+        return ins, [], outs
+    # backward: the module's forward inputs (of its only call), the gradients of its outputs
+    # (role "input" of the backward call) and of its inputs (role "output")
+    if ref.calls("forward", c.module) != 1:
+        raise _NotReplayable("the module runs more than once per step: its backward call "
+                             "cannot be matched to one forward call")
+    fwd_ins = ref.tensors(ref.recs("forward", c.module, 0), "input")
+    gout, gin = ref.tensors(recs, "input"), ref.tensors(recs, "output")
+    if not fwd_ins or not gout or not gin:
+        raise _NotReplayable("the call's forward inputs or gradients were not captured")
+    return fwd_ins, gout, gin
+
+
+def _cand_dtypes(c: CallResult, ins: Tensors, cand: _Calls) -> Tensors:
+    """The reference's inputs in the candidate's own dtypes (as its capture recorded them)."""
+    call, _ = _call_index(c)
+    own = {r.arg: r.dtype for r in cand.recs("forward", c.cand_module,
+                                             call if c.direction == "forward" else 0)
+           if r.role == "input"}
+    return [(a, v, own.get(a, d)) for a, v, d in ins]
+
+
+def _cand_out_dtype(c: CallResult, direction: str, cand: _Calls, default: str) -> str:
+    call, _ = _call_index(c)
+    return next((r.dtype for r in cand.recs(direction, c.cand_module, call)
+                 if r.role == "output"), default)

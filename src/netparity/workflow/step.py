@@ -402,19 +402,22 @@ def run_step_parity(
         run.eval_skipped = "no eval in the specs" if run_eval else "not asked"
 
     def replay(result: StepResult) -> None:
-        # Culprits by replay: the candidate's diverging modules fed the reference's inputs.
-        fwd = result.phase("forward")
-        if (fwd.status != "fail" or payload != "tensors" or level == "op"
-                or result.compare_step0 is None or run.ref_trace is None
-                or run.cand_trace is None):
+        # Culprits by replay: the candidate's diverging modules fed the reference's tensors.
+        if (payload != "tensors" or level == "op" or result.compare_step0 is None
+                or run.ref_trace is None or run.cand_trace is None):
             return
-        from netparity.analyzers.replay import refine_forward
-        from netparity.workflow.replay import replay_forward
+        from netparity.analyzers.replay import refine
+        from netparity.workflow.replay import replay_step0
 
-        say.stage("replay the diverging modules on the reference's inputs")
-        refine_forward(fwd, replay_forward(result.compare_step0, run.ref_trace, run.cand_trace,
-                                           ref.model, cand.model, ref_state0, cand_state0,
-                                           seed))
+        for direction in ("forward", "backward"):
+            ph = result.phase(direction)
+            if ph.status != "fail" or (direction == "backward"
+                                       and result.phase("forward").status == "fail"):
+                continue  # a backward difference after a forward one follows from it
+            say.stage(f"replay the diverging modules ({direction}) on the reference's tensors")
+            refine(ph, replay_step0(result.compare_step0, direction, run.ref_trace,
+                                    run.cand_trace, ref.model, cand.model, ref_state0,
+                                    cand_state0, seed))
 
     return _finish(run, t0, say, replay)
 

@@ -359,6 +359,12 @@ class MindSporeAdapter(FrameworkAdapter):
 
         return replay.run_module(model, path, inputs, train)
 
+    def run_module_backward(self, model: Any, path: str, inputs: Any, grad_outputs: Any,
+                            train: bool = True) -> list[tuple[str, np.ndarray]]:
+        from netparity.frameworks.mindspore import replay
+
+        return replay.run_module_backward(model, path, inputs, grad_outputs, train)
+
     def capture(self, model: Any, path: str | os.PathLike[str], **kwargs: Any) -> Any:
         from netparity.frameworks.mindspore.capture import capture
 

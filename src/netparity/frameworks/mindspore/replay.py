@@ -1,8 +1,10 @@
-"""Replay one Cell of a MindSpore network on given tensors (``MindSporeAdapter.run_module``)."""
+"""Replay one Cell of a MindSpore network on given tensors (``MindSporeAdapter.run_module``
+and ``run_module_backward``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import mindspore as ms
@@ -17,31 +19,77 @@ _MS_DTYPES = {"float64": ms.float64, "float32": ms.float32, "float16": ms.float1
               "int8": ms.int8, "uint8": ms.uint8, "bool": ms.bool_}
 
 
+_FLOATS = ("float64", "float32", "float16", "bfloat16")
+
+
 def _host(t: Any) -> np.ndarray:
     if t.dtype in (ms.float16, ms.bfloat16):
         t = t.astype(ms.float32)
     return np.array(t.asnumpy(), copy=True)
 
 
-def run_module(model: Any, path: str, inputs: Sequence[tuple[str, np.ndarray, str]],
-               train: bool = True) -> list[tuple[str, np.ndarray]]:
-    """See :meth:`netparity.frameworks.base.FrameworkAdapter.run_module`."""
+def _is_tensor(x: Any) -> bool:
+    return isinstance(x, ms.Tensor)
+
+
+def _cell(model: Any, path: str) -> Any:
     cells = dict(model.cells_and_names())
     if path not in cells:
         raise FrameworkError(f"no cell {path!r} in the network")
-    cell = cells[path]
-    tensors = []
+    return cells[path]
+
+
+def _tensors(inputs: Sequence[tuple[str, np.ndarray, str]]) -> list[tuple[str, Any]]:
+    out = []
     for arg, arr, dtype in inputs:
         want = _MS_DTYPES.get(dtype)
         if want is None:
             raise FrameworkError(f"argument {arg}: dtype {dtype} cannot be replayed")
-        tensors.append((arg, ms.Tensor(np.array(arr, copy=True)).astype(want)))
-    args, kwargs = call_arguments(tensors)
+        out.append((arg, ms.Tensor(np.array(arr, copy=True)).astype(want)))
+    return out
+
+
+@contextmanager
+def _mode(cell: Any, train: bool) -> Iterator[None]:
     modes = [(c, bool(c.training)) for _, c in cell.cells_and_names()]
     cell.set_train(train)
     try:
-        out = cell(*args, **kwargs)
+        yield
     finally:
         for c, was in modes:
             c.training = was
-    return [(a, _host(t)) for a, t in _flatten(out, "", lambda x: isinstance(x, ms.Tensor))]
+
+
+def run_module(model: Any, path: str, inputs: Sequence[tuple[str, np.ndarray, str]],
+               train: bool = True) -> list[tuple[str, np.ndarray]]:
+    """See :meth:`netparity.frameworks.base.FrameworkAdapter.run_module`."""
+    cell = _cell(model, path)
+    args, kwargs = call_arguments(_tensors(inputs))
+    with _mode(cell, train):
+        out = cell(*args, **kwargs)
+    return [(a, _host(t)) for a, t in _flatten(out, "", _is_tensor)]
+
+
+def run_module_backward(model: Any, path: str, inputs: Sequence[tuple[str, np.ndarray, str]],
+                        grad_outputs: Sequence[tuple[str, np.ndarray]],
+                        train: bool = True) -> list[tuple[str, np.ndarray]]:
+    """See :meth:`netparity.frameworks.base.FrameworkAdapter.run_module_backward`."""
+    cell = _cell(model, path)
+    tensors = _tensors(inputs)
+    args, kwargs = call_arguments(tensors)
+    if kwargs:
+        raise FrameworkError("keyword tensor arguments cannot be differentiated by replay")
+    floats = [i for i, (_, _, d) in enumerate(inputs) if d in _FLOATS]
+    if not floats:
+        raise FrameworkError("nothing to differentiate: no float input")
+    with _mode(cell, train):
+        out, vjp_fn = ms.vjp(lambda *xs: cell(*xs), *args)
+        flat = list(_flatten(out, "", _is_tensor))
+        given = dict(grad_outputs)
+        if any(a not in given for a, _ in flat):
+            raise FrameworkError("an output's gradient was not captured")
+        sens = [ms.Tensor(np.array(given[a], copy=True)).astype(t.dtype) for a, t in flat]
+        cot: Any = sens[0] if len(sens) == 1 and _is_tensor(out) else tuple(sens)
+        grads = vjp_fn(cot)
+    grads = grads if isinstance(grads, tuple) else (grads,)
+    return [(tensors[i][0], _host(grads[i])) for i in floats]

@@ -427,6 +427,12 @@ class TorchAdapter(FrameworkAdapter):
 
         return replay.run_module(model, path, inputs, train)
 
+    def run_module_backward(self, model: Any, path: str, inputs: Any, grad_outputs: Any,
+                            train: bool = True) -> list[tuple[str, np.ndarray]]:
+        from netparity.frameworks.torch import replay
+
+        return replay.run_module_backward(model, path, inputs, grad_outputs, train)
+
     # ---- capture and checkpoints (their modules load on first use) --------------------------
     def capture(self, model: Any, path: str | os.PathLike[str], **kwargs: Any) -> Any:
         from netparity.frameworks.torch.capture import capture

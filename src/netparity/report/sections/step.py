@@ -70,26 +70,32 @@ def phases(r: StepResult, **_: Any) -> Section:
 
 
 @section("StepResult", "replay")
-def replay(r: StepResult, **_: Any) -> Section | None:
+def replay(r: StepResult, **_: Any) -> list[Section]:
     """Local vs accumulated error of the replayed modules (culprits by replay), in execution
     order: a module that only carries an upstream difference reproduces the reference on its
     inputs; the culprit does not."""
-    rows = r.phase("forward").evidence.get("replay") if r.phases else None
-    if not rows:
-        return None
-    status = ["fail" if o["verdict"] == "introduced" else
-              "pass" if o["verdict"] == "reproduces" else "skipped" for o in rows]
-    table = Table(title="", columns=["module", "candidate", "accumulated", "local (replay)",
-                                     "noise bound", "verdict"],
-                  rows=[[o["module"] or "<root>", o["cand_module"] or "<root>", o["accumulated"],
-                         o["local"], o["bound"], o["verdict"] + (f": {o['reason']}"
-                                                                 if o["reason"] else "")]
-                        for o in rows],
-                  status=status, id="replay", mono=("module", "candidate"),
-                  numeric=("accumulated", "local (replay)", "noise bound"), wrap=("verdict",))
-    return Section("replay", title="Replay: each module fed the reference's inputs",
-                   headline="normwise relative errors: accumulated in the run vs the module's "
-                            "own (local) error", blocks=[table])
+    out = []
+    for ph in r.phases:
+        rows = ph.evidence.get("replay")
+        if ph.name not in ("forward", "backward") or not rows:
+            continue
+        status = ["fail" if o["verdict"] == "introduced" else
+                  "pass" if o["verdict"] == "reproduces" else "skipped" for o in rows]
+        table = Table(title="", columns=["module", "candidate", "accumulated",
+                                         "local (replay)", "noise bound", "verdict"],
+                      rows=[[o["module"] or "<root>", o["cand_module"] or "<root>",
+                             o["accumulated"], o["local"], o["bound"],
+                             o["verdict"] + (f": {o['reason']}" if o["reason"] else "")]
+                            for o in rows],
+                      status=status, id=f"replay-{ph.name}", mono=("module", "candidate"),
+                      numeric=("accumulated", "local (replay)", "noise bound"),
+                      wrap=("verdict",))
+        fed = "inputs" if ph.name == "forward" else "inputs and output gradients"
+        out.append(Section(f"replay-{ph.name}",
+                           title=f"Replay ({ph.name}): each module fed the reference's {fed}",
+                           headline=f"{ph.name}: normwise relative errors, accumulated in the "
+                                    "run vs the module's own (local) error", blocks=[table]))
+    return out
 
 
 @section("StepResult", "losses")
