@@ -56,10 +56,11 @@ SPEC = textwrap.dedent('''
             h = self.act(self.lin1(x)) * self.scale    # the block's own code
             return self.drop(self.lin2(h))
 
-    def build(steps, scale=1.0, p=0.0, bad_grad=False):
+    def build(steps, scale=1.0, p=0.0, bad_grad=False, adam_eps=None):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 16), Block(scale, p, bad_grad), nn.Linear(16, 3))
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        opt = (torch.optim.SGD(model.parameters(), lr=0.1) if adam_eps is None else
+               torch.optim.Adam(model.parameters(), lr=0.1, eps=float(adam_eps)))
         rng = np.random.default_rng(0)
         batches = [(rng.standard_normal((4, 8)).astype(np.float32), rng.integers(0, 3, 4))
                    for _ in range(steps)]
@@ -123,10 +124,29 @@ def test_a_wrong_custom_gradient_is_named_by_backward_replay(spec, tmp_path):
     assert row["local"] == pytest.approx(0.01, rel=0.05)  # the 1% of its backward
 
 
+def test_an_optimizer_setting_is_named_by_optimizer_replay(spec, tmp_path):
+    # Adam's eps 1e-6 instead of 1e-8 (Keras and other libraries differ): the candidate's
+    # optimizer, stepped on the reference's gradients from the same state, does not reproduce
+    # the reference's update, which the gradients' noise cannot explain
+    r = _run(spec, tmp_path, options={"adam_eps": 1e-8}, adam_eps=1e-6)
+    upd = r.phase("update")
+    assert r.first_phase == "update", [(p.name, p.status, p.summary) for p in r.phases]
+    rep = upd.evidence["optimizer_replay"]
+    assert rep["params"] == 8 and rep["largest_rel_err"] > 1e3 * rep["largest_noise"]
+
+
+def test_optimizer_replay_passes_the_same_adam(spec, tmp_path):
+    r = _run(spec, tmp_path, options={"adam_eps": 1e-8})
+    assert r, [(p.name, p.status, p.summary) for p in r.phases]
+    assert "optimizer replay" in r.phase("update").summary
+
+
 def test_a_faithful_pair_runs_no_replay_and_passes(spec, tmp_path):
     r = _run(spec, tmp_path)
     assert r, [(p.name, p.status, p.summary) for p in r.phases]
     assert "replay" not in r.phase("forward").evidence
+    # the optimizer is replayed whenever the update phase is judged
+    assert r.phase("update").evidence["optimizer_replay"]["params"] == 8
 
 
 def test_a_module_drawing_random_numbers_is_not_replayed_and_the_comparison_stands(

@@ -150,3 +150,30 @@ def refine(phase: Any, outcomes: list[ReplayOutcome]) -> None:
 
 #: the forward phase's refinement (the name the workflow and tests use)
 refine_forward = refine
+
+
+def refine_update(phase: Any, r0: CompareResult, deltas: list[dict[str, Any]],
+                  why_not: str, order: dict[str, int], lr: dict[str, Any],
+                  settings: dict[str, Any] | None) -> Any:
+    """The update phase judged from optimizer replay (both optimizers stepped on the
+    reference's gradients from the same state): a difference there is the optimizer's own,
+    free of gradient noise; agreement there means any difference of the run's updates came with
+    the gradients (judged by the backward phase). Returns the phase to use (``phase`` itself,
+    with a note, when there is no replay)."""
+    from netparity.analyzers.step import judge_update
+
+    if not deltas:
+        if why_not:
+            phase.evidence["optimizer_replay"] = why_not
+        return phase
+    new = judge_update(r0, deltas, order, lr, settings)
+    new.evidence["optimizer_replay"] = {
+        "params": len(deltas),
+        "largest_rel_err": max(d["rel_err"] for d in deltas),
+        "largest_noise": max(d["replay_noise"] for d in deltas)}
+    if phase.status == "fail" and new.status != "fail":
+        new.evidence["compare_said"] = phase.summary
+        new.summary += ("; the run's own updates differed beyond their noise estimate, but the "
+                        "candidate's optimizer reproduces the reference's update on the same "
+                        "gradients: the difference came with the gradients")
+    return new

@@ -442,11 +442,6 @@ def update_deltas(ref_before: dict[str, np.ndarray], cand_before: dict[str, np.n
         if d_ref.size != d_cand.size:
             continue
         nr = float(np.linalg.norm(d_ref))
-        dd = d_cand - d_ref
-        ndd = float(np.linalg.norm(dd))
-        pp = float(np.dot(p0, p0))
-        c = float(np.dot(dd, p0) / pp) if pp > 0 else 0.0
-        explained = 1.0 - float(np.linalg.norm(dd - c * p0)) ** 2 / ndd**2 if ndd > 0 else 0.0
         upd_noise = None
         elem_noise = _elementwise_update_noise(d_ref, ref_g.get(name), cand_g.get(cname),
                                                ref_tr, cand_tr)
@@ -459,24 +454,38 @@ def update_deltas(ref_before: dict[str, np.ndarray], cand_before: dict[str, np.n
                 # computation at its own (see compare.noise.calibrate)
                 upd_noise = float(np.linalg.norm(noisy - after)) / nr * max(
                     1.0, unit_roundoff(crec.dtype) / unit_roundoff(rec.dtype))
-        out.append({
-            "param": name, "cand_param": cname, "update_noise": upd_noise,
-            "rel_err": ndd / nr if nr > 0 else (0.0 if ndd == 0 else math.inf),
-            "ratio": float(np.dot(d_cand, d_ref) / nr**2) if nr > 0 else math.nan,
-            "decay_coef": c,  # d_cand - d_ref ~= c * param_before
-            "decay_explained": explained,
-            "decay_signal": abs(c) * math.sqrt(pp) / nr if nr > 0 else 0.0,
-            "grad_noise": noise.get(name, 0.0),
-            "elementwise_noise": elem_noise,
-            # elements the reference moved and the candidate's dtype could not: an update below
-            # half an ulp of the stored value is lost (bfloat16 weights ~1 at lr 1e-3)
-            "lost": float(np.mean((d_cand == 0) & (d_ref != 0))) if d_ref.size else 0.0,
-            "round_noise": rounding_noise(p0, coarser(rec.dtype, crec.dtype)) / nr
-            if nr > 0 else 0.0,
-            # the optimizer's own arithmetic rounds each element a few times in either dtype
-            "arith_floor": FLOOR_EPS * unit_roundoff(coarser(rec.dtype, crec.dtype)),
-        })
+        out.append({**delta_entry(name, cname, p0, d_ref, d_cand, rec.dtype, crec.dtype),
+                    "update_noise": upd_noise, "grad_noise": noise.get(name, 0.0),
+                    "elementwise_noise": elem_noise})
     return out
+
+
+def delta_entry(name: str, cname: str, p0: np.ndarray, d_ref: np.ndarray, d_cand: np.ndarray,
+                ref_dtype: str, cand_dtype: str) -> dict[str, Any]:
+    """How one parameter's candidate update ``d_cand`` differs from the reference's ``d_ref``
+    (both from the common value ``p0``): normwise relative error, ratio, the part explained by
+    a multiple of the parameter (weight decay), rounding terms. See :func:`update_deltas`."""
+    nr = float(np.linalg.norm(d_ref))
+    dd = d_cand - d_ref
+    ndd = float(np.linalg.norm(dd))
+    pp = float(np.dot(p0, p0))
+    c = float(np.dot(dd, p0) / pp) if pp > 0 else 0.0
+    explained = 1.0 - float(np.linalg.norm(dd - c * p0)) ** 2 / ndd**2 if ndd > 0 else 0.0
+    return {
+        "param": name, "cand_param": cname,
+        "rel_err": ndd / nr if nr > 0 else (0.0 if ndd == 0 else math.inf),
+        "ratio": float(np.dot(d_cand, d_ref) / nr**2) if nr > 0 else math.nan,
+        "decay_coef": c,  # d_cand - d_ref ~= c * param_before
+        "decay_explained": explained,
+        "decay_signal": abs(c) * math.sqrt(pp) / nr if nr > 0 else 0.0,
+        # elements the reference moved and the candidate's dtype could not: an update below
+        # half an ulp of the stored value is lost (bfloat16 weights ~1 at lr 1e-3)
+        "lost": float(np.mean((d_cand == 0) & (d_ref != 0))) if d_ref.size else 0.0,
+        "round_noise": rounding_noise(p0, coarser(ref_dtype, cand_dtype)) / nr
+        if nr > 0 else 0.0,
+        # the optimizer's own arithmetic rounds each element a few times in either dtype
+        "arith_floor": FLOOR_EPS * unit_roundoff(coarser(ref_dtype, cand_dtype)),
+    }
 
 
 def _elementwise_update_noise(d_ref: np.ndarray, g_rec: Any, h_rec: Any, ref_tr: Any,
@@ -591,6 +600,8 @@ def update_allowance(d: dict[str, Any]) -> float:
     The measured noise replaces the fixed floor because that floor hid real optimizer
     differences: Adam's beta2 0.98 instead of 0.999 changes step 1's update of every weight by
     ~0.5 %, ten times under 0.05 and a hundred times over the noise run's update noise."""
+    if "replay_bound" in d:  # optimizer replay: both sides stepped on the same gradients
+        return float(d["replay_bound"])
     grads = max(GRAD_NOISE_FACTOR * d.get("grad_noise", 0.0), d.get("elementwise_noise", 0.0))
     rounding = GRAD_NOISE_FACTOR * d.get("round_noise", 0.0)
     measured = d.get("update_noise")
@@ -600,6 +611,9 @@ def update_allowance(d: dict[str, Any]) -> float:
 
 def _update_basis(deltas: list[dict[str, Any]]) -> str:
     """What the updates were held to, in words."""
+    if deltas and all("replay_bound" in d for d in deltas):
+        return ("optimizer replay: the candidate's optimizer on the reference's gradients and "
+                f"state, {NOISE_K:g}x the reference's own replay noise + rounding")
     if any(d.get("update_noise") is not None for d in deltas):
         return f"{NOISE_K:g}x the noise run's update or the noise of their gradients"
     return f"{UPDATE_NOISE:g} or the noise of their gradients"

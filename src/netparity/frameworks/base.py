@@ -215,6 +215,18 @@ class FrameworkAdapter(abc.ABC):
         """
         raise self._unsupported("replaying a module's backward")
 
+    def watch_first_step(self, optimizer: Any) -> Any:
+        """Start keeping ``optimizer``'s state as it is just before its first step; the
+        returned object's ``.state`` holds it once the step ran (for :meth:`replay_step`)."""
+        raise self._unsupported("optimizer replay")
+
+    def replay_step(self, optimizer: Any, model: Any, state: Any,
+                    grads: Mapping[str, np.ndarray]) -> None:
+        """One optimizer step from ``state`` (kept by :meth:`watch_first_step`) with the
+        model's parameters given ``grads`` (by name); the parameters keep the stepped values,
+        the optimizer its own state."""
+        raise self._unsupported("optimizer replay")
+
     # ---- capture ---------------------------------------------------------------------------
     def capture(self, model: Any, path: str | os.PathLike[str], **kwargs: Any) -> Any:
         """Start a capture of ``model`` into the trace directory ``path`` (a CaptureSession)."""

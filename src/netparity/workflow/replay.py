@@ -201,3 +201,91 @@ def _cand_out_dtype(c: CallResult, direction: str, cand: _Calls, default: str) -
     call, _ = _call_index(c)
     return next((r.dtype for r in cand.recs(direction, c.cand_module, call)
                  if r.role == "output"), default)
+
+
+def replay_optimizer(ref_trace: str, ref_model: Any, cand_model: Any, ref_opt: Any,
+                     cand_opt: Any, ref_first: Any, cand_first: Any, ref_state0: Any,
+                     cand_state0: Any, ref_to_cand: dict[str, str],
+                     seed: int = 0) -> tuple[list[dict[str, Any]], str]:
+    """Optimizer replay for step 0: both optimizers take their first step again from the state
+    they had before it (``ref_first`` / ``cand_first``: ``watch_first_step`` objects), from the
+    common step-0 weights, on the *reference's* captured gradients (converted to the
+    candidate's names). Returns ``(update entries, why not)``: one
+    :func:`netparity.analyzers.step.delta_entry` per parameter with a ``replay_bound`` (the
+    reference's own replay on gradients one ulp off, ``NOISE_K`` x, plus rounding), judged by
+    the update analyzer; ``why not`` says why there are none."""
+    from netparity.analyzers.step import _values, delta_entry
+    from netparity.ckpt.mapping import state_of
+    from netparity.compare.noise import NOISE_K, perturb_last_bit
+    from netparity.frameworks.models import set_weights
+    from netparity.frameworks.registry import adapter_for
+
+    if ref_first is None or cand_first is None or ref_first.state is None \
+            or cand_first.state is None:
+        return [], "the optimizers' states before their first step were not kept"
+    tr = open_trace(ref_trace)
+    grads: dict[str, np.ndarray] = {}
+    after: dict[str, np.ndarray] = {}
+    dtypes: dict[str, str] = {}
+    for r in tr.records(step=0, kind="grad"):
+        if r.has_payload:
+            grads[r.module] = np.asarray(tr.tensor(r))
+    for r in tr.records(step=0, kind="param"):
+        if r.has_payload and r.module in grads:
+            after[r.module] = np.asarray(tr.tensor(r), np.float64).ravel()
+            dtypes[r.module] = r.dtype
+    names = [n for n in after if n in ref_to_cand and n in ref_state0]
+    if not names:
+        return [], "no parameter gradients with their values were captured"
+    rng = np.random.default_rng(seed + 15485863)
+    ra, ca = adapter_for(ref_model), adapter_for(cand_model)
+    keep_ref, keep_cand = state_of(ref_model), state_of(cand_model)
+
+    def load(model: Any, st: Any) -> None:
+        set_weights(model, st, {k: v for k, v in st.dtypes.items() if v == "bfloat16"})
+
+    def stepped(adapter: Any, model: Any, opt: Any, first: Any, st0: Any,
+                g: dict[str, np.ndarray]) -> Any:
+        load(model, st0)
+        adapter.replay_step(opt, model, first.state, g)
+        return state_of(model)
+
+    try:
+        own = stepped(ra, ref_model, ref_opt, ref_first, ref_state0, grads)
+        moved = stepped(ra, ref_model, ref_opt, ref_first, ref_state0,
+                        {k: perturb_last_bit(v, rng) for k, v in grads.items()})
+        cand = stepped(ca, cand_model, cand_opt, cand_first, cand_state0,
+                       {ref_to_cand[k]: v for k, v in grads.items() if k in ref_to_cand})
+    finally:
+        load(ref_model, keep_ref)
+        load(cand_model, keep_cand)
+    out: list[dict[str, Any]] = []
+    worst_self = ("", 0.0)
+    for n in names:
+        c = ref_to_cand[n]
+        if c not in cand or c not in cand_state0:
+            continue
+        dt, cdt = dtypes[n], cand.dtypes.get(c, "float32")
+        p0 = _values(ref_state0[n], dt)
+        d_ref = after[n] - p0
+        nr = float(np.linalg.norm(d_ref))
+        d_cand = _values(cand[c], cdt) - _values(cand_state0[c], cdt)
+        if d_cand.size != d_ref.size or nr == 0:
+            continue
+        d_own = _values(own[n], dt) - p0
+        self_err = float(np.linalg.norm(d_own - d_ref)) / nr
+        if self_err > worst_self[1]:
+            worst_self = (n, self_err)
+        noise = max(float(np.linalg.norm(_values(moved[n], dt) - p0 - d_own)) / nr, self_err)
+        e = delta_entry(n, c, p0, d_ref, d_cand, dt, cdt)
+        e["replay_noise"] = noise
+        e["replay_bound"] = (NOISE_K * noise + 3.0 * e["round_noise"] + e["arith_floor"])
+        out.append(e)
+    from netparity.analyzers.replay import SELF_TOLERANCE
+
+    if worst_self[1] > SELF_TOLERANCE:
+        return [], (f"the reference's own optimizer replay misses its captured update of "
+                    f"{worst_self[0]} by {worst_self[1]:.3g} (the training code changes the "
+                    "gradients or the step in a way the captured gradients do not show, e.g. "
+                    "clipping or loss scaling)")
+    return out, ""

@@ -353,6 +353,8 @@ def run_step_parity(
             set_weights(cand.model, arrays, bf16)
             run.cand_starts[i] = state_of(cand.model)
 
+    # the optimizers' states just before their first step, for the optimizer replay
+    firsts = [_watch_first_step(side) for side in (ref, cand)]
     say.stage(f"train and capture: reference ({ref.framework})", total=steps)
     run.losses["ref"] = _train(ref, batches, out / "ref", steps, level, payload, say,
                                after_step=keep_ref_state)
@@ -402,13 +404,17 @@ def run_step_parity(
         run.eval_skipped = "no eval in the specs" if run_eval else "not asked"
 
     def replay(result: StepResult) -> None:
-        # Culprits by replay: the candidate's diverging modules fed the reference's tensors.
-        if (payload != "tensors" or level == "op" or result.compare_step0 is None
-                or run.ref_trace is None or run.cand_trace is None):
+        # Culprits by replay: the candidate's optimizer on the reference's gradients, its
+        # diverging modules fed the reference's tensors.
+        if (payload != "tensors" or result.compare_step0 is None or run.ref_trace is None
+                or run.cand_trace is None):
             return
         from netparity.analyzers.replay import refine
         from netparity.workflow.replay import replay_step0
 
+        _replay_update(result, run, ref, cand, firsts, ref_state0, cand_state0, seed, say)
+        if level == "op":
+            return
         for direction in ("forward", "backward"):
             ph = result.phase(direction)
             if ph.status != "fail" or (direction == "backward"
@@ -420,6 +426,50 @@ def run_step_parity(
                                     cand_state0, seed))
 
     return _finish(run, t0, say, replay)
+
+
+def _watch_first_step(spec: Spec) -> Any:
+    """Keep the spec's optimizer state from just before its first step (None when the spec
+    has no optimizer or its framework cannot replay one)."""
+    from netparity.frameworks.registry import adapter_for
+
+    if spec.optimizer is None:
+        return None
+    try:
+        return adapter_for(spec.model).watch_first_step(spec.optimizer)
+    except (NetparityError, AttributeError, TypeError):
+        return None
+
+
+def _replay_update(result: StepResult, run: StepRun, ref: Spec, cand: Spec, firsts: list[Any],
+                   ref_state0: Any, cand_state0: Any, seed: int, say: Progress) -> None:
+    """Judge the update phase by optimizer replay (see :mod:`netparity.workflow.replay`)."""
+    from netparity.analyzers.replay import refine_update
+    from netparity.analyzers.step import optimizer_mismatch, param_order
+    from netparity.workflow.replay import replay_optimizer
+
+    upd = result.phase("update")
+    if upd.status == "skipped" or run.ref_trace is None or result.compare_step0 is None:
+        return
+    say.stage("replay the optimizer step on the reference's gradients")
+    ref_to_cand = run.setup.ref_to_cand()
+    try:
+        deltas, why = replay_optimizer(run.ref_trace, ref.model, cand.model, ref.optimizer,
+                                       cand.optimizer, firsts[0], firsts[1], ref_state0,
+                                       cand_state0, ref_to_cand, seed)
+    except NetparityError as e:
+        deltas, why = [], str(e)
+    except Exception as e:  # noqa: BLE001 - an optimizer the user wrote may refuse replay
+        deltas, why = [], f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+    order = param_order(result.compare_step0)
+    settings = optimizer_mismatch(*run.optimizer_settings, ref_to_cand, order)
+    new = refine_update(upd, result.compare_step0, deltas, why, order, run.lr, settings)
+    i = result.phases.index(upd)
+    first = result.first
+    if (new.status == "fail" and first is not None and first is not upd
+            and result.phases.index(first) < i):
+        new.summary += f" (may follow from the {first.name} divergence)"
+    result.phases[i] = new
 
 
 def _finish(run: StepRun, t0: float, say: Progress,

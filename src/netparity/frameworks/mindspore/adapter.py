@@ -365,6 +365,16 @@ class MindSporeAdapter(FrameworkAdapter):
 
         return replay.run_module_backward(model, path, inputs, grad_outputs, train)
 
+    def watch_first_step(self, optimizer: Any) -> Any:
+        from netparity.frameworks.mindspore import optreplay
+
+        return optreplay.FirstStepState(optimizer)
+
+    def replay_step(self, optimizer: Any, model: Any, state: Any, grads: Any) -> None:
+        from netparity.frameworks.mindspore import optreplay
+
+        optreplay.replay_step(optimizer, model, state, grads)
+
     def capture(self, model: Any, path: str | os.PathLike[str], **kwargs: Any) -> Any:
         from netparity.frameworks.mindspore.capture import capture
 

@@ -433,6 +433,16 @@ class TorchAdapter(FrameworkAdapter):
 
         return replay.run_module_backward(model, path, inputs, grad_outputs, train)
 
+    def watch_first_step(self, optimizer: Any) -> Any:
+        from netparity.frameworks.torch import optreplay
+
+        return optreplay.FirstStepState(optimizer)
+
+    def replay_step(self, optimizer: Any, model: Any, state: Any, grads: Any) -> None:
+        from netparity.frameworks.torch import optreplay
+
+        optreplay.replay_step(optimizer, model, state, grads)
+
     # ---- capture and checkpoints (their modules load on first use) --------------------------
     def capture(self, model: Any, path: str | os.PathLike[str], **kwargs: Any) -> Any:
         from netparity.frameworks.torch.capture import capture
