@@ -91,10 +91,11 @@ def replay(r: StepResult, **_: Any) -> list[Section]:
                       numeric=("accumulated", "local (replay)", "noise bound"),
                       wrap=("verdict",))
         fed = "inputs" if ph.name == "forward" else "inputs and output gradients"
+        note = Text([f"{ph.name}: normwise relative errors, accumulated in the run vs the "
+                     "module's own (local) error on the reference's tensors"], style="muted")
         out.append(Section(f"replay-{ph.name}",
                            title=f"Replay ({ph.name}): each module fed the reference's {fed}",
-                           headline=f"{ph.name}: normwise relative errors, accumulated in the "
-                                    "run vs the module's own (local) error", blocks=[table]))
+                           blocks=[note, table]))
     return out
 
 
