@@ -217,7 +217,8 @@ class FrameworkAdapter(abc.ABC):
 
     def watch_first_step(self, optimizer: Any) -> Any:
         """Start keeping ``optimizer``'s state as it is just before its first step; the
-        returned object's ``.state`` holds it once the step ran (for :meth:`replay_step`)."""
+        returned object's ``.state`` holds it once the step ran (for :meth:`replay_step`);
+        its ``close()`` removes the hook."""
         raise self._unsupported("optimizer replay")
 
     def replay_step(self, optimizer: Any, model: Any, state: Any,

@@ -376,6 +376,9 @@ def run_step_parity(
     run.losses["cand"] = _train(cand, batches, out / "cand", steps, level, payload, say,
                                 before_step=start_from_ref)
     run.ref_trace, run.cand_trace = str(out / "ref"), str(out / "cand")
+    for w in firsts:
+        if w is not None:
+            w.close()
     if free_running and steps > 1 and isinstance(ref_spec, str) and isinstance(cand_spec, str):
         # Free-running curves for the report, with the drift the reference shows against its
         # own last-bit noise run: information, not a verdict (each step is judged above).
@@ -466,7 +469,7 @@ def _replay_update(result: StepResult, run: StepRun, ref: Spec, cand: Spec, firs
     new = refine_update(upd, result.compare_step0, deltas, why, order, run.lr, settings)
     i = result.phases.index(upd)
     first = result.first
-    if (new.status == "fail" and first is not None and first is not upd
+    if (new is not upd and new.status == "fail" and first is not None and first is not upd
             and result.phases.index(first) < i):
         new.summary += f" (may follow from the {first.name} divergence)"
     result.phases[i] = new

@@ -38,6 +38,9 @@ class FirstStepState:
     def _pre(self, cell: Any, args: Any) -> None:
         if self.state is None:
             self.state = _values(_own(cell))
+
+    def close(self) -> None:
+        """Remove the hook (never from inside it: the Cell is iterating its hooks)."""
         self._handle.remove()
 
 

@@ -21,6 +21,9 @@ class FirstStepState:
     def _pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self.state is None:
             self.state = copy.deepcopy(optimizer.state_dict())
+
+    def close(self) -> None:
+        """Remove the hook (never from inside it: the optimizer is iterating its hooks)."""
         self._handle.remove()
 
 
