@@ -228,3 +228,102 @@ def test_fp16_overflow_of_a_finite_float32_value(tmp_path: Path) -> None:
     assert o is not None and o.module == "1" and o.op == "cast" and o.direction == "forward"
     assert "float16 overflow of a finite float32" in o.cause
     assert r.overflow.first_overflow is not None and r.overflow.first_overflow.op == "cast"
+
+
+# ---- live stop: capture(..., stop_on_nonfinite=True) -------------------------------------------
+def _stopped(model: torch.nn.Module, path: Path, level: str, x: torch.Tensor) -> Exception:
+    from netparity.capture.nonfinite import NonFiniteStop
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with pytest.raises(NonFiniteStop) as ei, \
+            netparity.capture(model, path, level=level, stop_on_nonfinite=True) as cap:
+        loss = model(x).pow(2).mean()
+        cap.record_loss(loss)
+        loss.backward()
+        opt.step()
+        cap.step()
+    # the capture took its dispatch modes away and closed the trace
+    assert torch._C._len_torch_dispatch_stack() == 0
+    return ei.value
+
+
+@pytest.mark.parametrize("level", ["module", "op"])
+def test_stop_at_forward_log_of_zero(tmp_path: Path, level: str) -> None:
+    from netparity.capture.nonfinite import load_origin
+    from netparity.frameworks.torch.nonfinite import replay
+
+    e = _stopped(_net(LogBlock()), tmp_path / "t", level, torch.randn(16, 8))
+    msg = str(e)
+    assert "\n" not in msg
+    assert msg.startswith("NaN/Inf introduced by log in 1 (forward, step 0, rank 0) at "
+                          "test_numerics.py:")
+    assert "log of zero or negative input" in msg
+    info, arrays = load_origin(tmp_path / "t")
+    assert info["native"] == "aten.log.default" and list(arrays) == ["0"]
+    assert arrays["0"].min() == 0.0  # relu's zeros, saved as the op saw them
+    assert not bool(torch.isfinite(replay(tmp_path / "t")).all())
+    if level == "op":  # the trace up to the stop holds the origin op, outputs included
+        o = analyze(tmp_path / "t").first_nonfinite
+        assert o is not None and (o.module, o.op, o.verdict) == ("1", "log", "introduced")
+
+
+def test_stop_at_backward_sqrt_at_zero(tmp_path: Path) -> None:
+    e = _stopped(_net(SqrtBlock()), tmp_path / "t", "module", torch.randn(16, 8))
+    assert "(backward, step 0" in str(e) and "SqrtBackward0" in str(e)
+    assert "division by zero" in str(e)
+
+
+def test_stop_on_nan_in_the_data(tmp_path: Path) -> None:
+    x = torch.randn(16, 8)
+    x[2, 1] = math.nan
+    e = _stopped(_net(), tmp_path / "t", "module", x)
+    assert "already in the inputs of" in str(e) and "(forward, step 0" in str(e)
+    assert e.origin["verdict"] == "entered"  # type: ignore[attr-defined]
+
+
+def test_no_stop_in_a_healthy_run_and_same_trace(tmp_path: Path) -> None:
+    for name, stop in (("a", False), ("b", True)):
+        model = _net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        with netparity.capture(model, tmp_path / name, level="op",
+                               stop_on_nonfinite=stop) as cap:
+            loss = model(torch.ones(4, 8)).sum()
+            loss.backward()
+            opt.step()
+            cap.step()
+    from netparity.trace import open_trace
+
+    a, b = open_trace(tmp_path / "a"), open_trace(tmp_path / "b")
+    assert [(r.op, r.role, r.stats["norm"]) for r in a.records()] == \
+        [(r.op, r.role, r.stats["norm"]) for r in b.records()]
+    assert not (tmp_path / "b" / "nonfinite").exists()
+
+
+def test_run_stop_on_nonfinite_unmodified_script(tmp_path: Path,
+                                                 capfd: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "class LogBlock(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.lin = torch.nn.Linear(8, 8)\n"
+        "    def forward(self, x):\n"
+        "        return torch.log(torch.relu(self.lin(x)))\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(8, 8), LogBlock(), torch.nn.Linear(8, 1))\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for s in range(3):\n"
+        "    loss = m(torch.randn(4, 8)).pow(2).mean()\n"
+        "    loss.backward(); opt.step(); opt.zero_grad()\n"
+        "print('finished')\n")
+    out = tmp_path / "run"
+    rc = main(["run", "-o", str(out), "--stop-on-nonfinite", "--", sys.executable, str(script)])
+    err = capfd.readouterr()
+    assert rc == 1 and "finished" not in err.out
+    stop = [ln for ln in err.err.splitlines() if ln.startswith("netparity: stopped:")]
+    assert len(stop) == 1 and "introduced by log in 1 (forward, step 0" in stop[0]
+    assert "train.py:8" in stop[0] and "Traceback" not in err.err
+    assert (out / "nonfinite" / "rank0.npz").exists()

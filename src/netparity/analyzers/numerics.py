@@ -34,25 +34,9 @@ from netparity.analyzers.health import (
     loss_explosion,
     weight_updates,
 )
+from netparity.capture.nonfinite import FORMATS, HALF, SINGULAR, classify
 from netparity.trace import Trace, open_trace
 
-#: largest finite value, smallest normal and smallest subnormal of the formats a run may move to
-FORMATS: dict[str, tuple[float, float, float]] = {
-    "float16": (65504.0, 2.0 ** -14, 2.0 ** -24),
-    "bfloat16": (3.3895313892515355e38, 2.0 ** -126, 2.0 ** -133),
-    "float32": (3.4028234663852886e38, 2.0 ** -126, 2.0 ** -149),
-    "float64": (1.7976931348623157e308, 2.0 ** -1022, 2.0 ** -1074),
-}
-HALF = ("float16", "bfloat16")
-#: ops whose result is infinite/NaN at zero or for negative inputs
-_SINGULAR = {"log": "log", "log2": "log", "log10": "log", "log1p": "log",
-             "sqrt": "sqrt", "rsqrt": "sqrt", "div": "div", "reciprocal": "div",
-             "true_divide": "div", "floor_divide": "div", "remainder": "div", "fmod": "div",
-             "pow": "pow", "tensor_scalar": "pow", "atanh": "log", "acos": "sqrt",
-             "asin": "sqrt"}
-#: ops that overflow when their input exceeds log(dtype max)
-_EXP = frozenset({"exp", "exp2", "expm1", "softmax", "log_softmax", "sinh", "cosh",
-                  "logsumexp", "sigmoid_backward"})
 _COLUMNS = ("seq", "step", "kind", "direction", "role", "arg", "event", "module", "op", "native",
             "dtype", "numel", "source", "s_min", "s_max", "s_mean", "s_std", "s_nan", "s_posinf",
             "s_neginf", "s_zeros", "s_fp16_overflow")
@@ -254,39 +238,7 @@ def _describe(rows: _Rows, ev: int, kind: str, verdict: str, rank: int,
 
 def _cause(o: Origin) -> str:
     """The classic cause the statistics of an introducing call show, or ``""``."""
-    fam = _SINGULAR.get(o.op, "")
-    ins = o.inputs
-    if not ins:
-        return ""
-    if fam in ("log", "sqrt"):
-        x = ins[0]
-        if x["min"] is not None and x["min"] <= 0:
-            what = "zero or negative" if x["min"] == 0 or x["zeros"] else "negative"
-            return (f"{o.op} of {what} input (min {x['min']:.3g}, {x['zeros']} zeros of "
-                    f"{x['numel']})")
-    if fam == "div":
-        den = ins[1] if len(ins) > 1 and o.op != "reciprocal" else ins[0]
-        if den["zeros"]:
-            return f"division by zero (the divisor holds {den['zeros']} zeros of {den['numel']})"
-    if fam == "pow" and ins[0]["min"] is not None and ins[0]["min"] <= 0:
-        return f"power of zero or negative base (min {ins[0]['min']:.3g})"
-    out_dt = o.dtype
-    big = FORMATS.get(out_dt, FORMATS["float32"])[0]
-    inf_out = any(x["posinf"] or x["neginf"] for x in o.outputs)
-    if o.op in _EXP and inf_out:
-        mx = max((x["max"] for x in ins if x["max"] is not None), default=None)
-        if mx is not None and mx > math.log(big):
-            return (f"{o.op} overflow: input max {mx:.4g} > log({out_dt} max) = "
-                    f"{math.log(big):.4g}")
-    if inf_out and out_dt == "float16":
-        wide = [x for x in ins if x["dtype"] not in HALF and x["fp16_overflow"]]
-        if wide:
-            return (f"float16 overflow of a finite {wide[0]['dtype']} value ("
-                    f"{wide[0]['fp16_overflow']} values beyond 65504)")
-        return "float16 overflow: the result exceeds 65504"
-    if inf_out and out_dt == "bfloat16":
-        return "bfloat16 overflow"
-    return ""
+    return classify(o.op, o.inputs, o.outputs, o.dtype)
 
 
 def _entered_cause(rows: _Rows, i: int) -> str:
@@ -316,10 +268,10 @@ def _backward_link(rows: _Rows, o: Origin) -> str:
             if a["kind"][i] != kind:
                 continue
             op = str(a["op"][i])
-            if kind == "op" and op not in _SINGULAR:
+            if kind == "op" and op not in SINGULAR:
                 continue
             if a["s_zeros"][i] or (not math.isnan(a["s_min"][i]) and a["s_min"][i] <= 0):
-                fam = _SINGULAR.get(op, "")
+                fam = SINGULAR.get(op, "")
                 why = {"sqrt": "its derivative 1/(2*sqrt(x)) is infinite at 0",
                        "log": "its derivative 1/x is infinite at 0",
                        "div": "its derivative 1/y^2 is infinite at y=0",
