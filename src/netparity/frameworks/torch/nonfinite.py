@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import Any, cast
@@ -27,6 +28,21 @@ from netparity.capture.nonfinite import NonFiniteStop, classify, save_origin, st
 from netparity.frameworks.torch._common import _flatten, _flatten_call, _in_backward
 from netparity.frameworks.torch.op_dispatch import _OpMode
 from netparity.trace.vocab import canonical_op
+
+#: aten ops that only move, select or compare values: finite in, finite out, so their outputs
+#: need no check (a value that arrives non-finite is caught at the next op that computes, as
+#: "already in the inputs"). Casts and copies are not here: float32 -> float16 can overflow.
+_MOVES = frozenset({
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "view_as", "t", "transpose",
+    "permute", "expand", "expand_as", "detach", "alias", "clone", "slice", "select", "squeeze",
+    "unsqueeze", "split", "split_with_sizes", "unbind", "as_strided", "contiguous", "flatten",
+    "zeros_like", "ones_like", "empty_like", "empty", "zeros", "ones", "new_empty",
+    "new_zeros", "new_ones", "empty_strided", "lift_fresh", "relu", "relu_", "threshold",
+    "threshold_backward", "max_pool2d_with_indices", "cat", "stack", "index_select", "gather",
+    "embedding", "narrow", "chunk", "zero_",
+})
+#: per op overload: True when it is one of the moves (decided once per overload)
+_SAFE: dict[Any, bool] = {}
 
 
 class _GuardMode(_OpMode):
@@ -73,12 +89,19 @@ class NonFiniteGuard:
         out = func(*args, **kwargs)
         if self._busy or self._stopped:
             return out
+        safe = _SAFE.get(func)
+        if safe is None:
+            safe = _SAFE[func] = str(func).split(".")[1] in _MOVES
+        if safe:
+            return out
         outs: list[tuple[str, torch.Tensor]] = []
-        _flatten(out, "", outs)
+        if isinstance(out, torch.Tensor):
+            outs.append(("", out))
+        else:
+            _flatten(out, "", outs)
         # (the check itself must not reach the capture's op mode below this one)
         with torch._C._DisableTorchDispatch():
-            bad = any((t.is_floating_point() or t.is_complex()) and t.numel()
-                      and not bool(torch.isfinite(t).all()) for _, t in outs)
+            bad = any(_nonfinite(t) for _, t in outs)
         if bad:
             self._nonfinite_stop(func, args, kwargs, outs)
         return out
@@ -144,6 +167,18 @@ class NonFiniteGuard:
         arrays = {a: t.detach().cpu().numpy() if t.dtype != torch.bfloat16
                   else t.detach().float().cpu().numpy() for a, t in ins}
         return origin, arrays
+
+
+def _nonfinite(t: torch.Tensor) -> bool:
+    """Does ``t`` hold NaN/Inf? One sum first -- a single reduction without a temporary, where
+    ``isfinite().all()`` costs several: a NaN or Inf makes the sum non-finite, and a finite
+    sum proves every element finite. Only a non-finite sum (or overflow of a large finite sum)
+    takes the exact test."""
+    if not (t.is_floating_point() or t.is_complex()) or not t.numel():
+        return False
+    if not t.is_complex() and math.isfinite(float(t.sum(dtype=torch.float32))):
+        return False
+    return not bool(torch.isfinite(t).all())
 
 
 def _autograd_node() -> str:
