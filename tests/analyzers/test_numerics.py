@@ -262,8 +262,10 @@ def test_stop_at_forward_log_of_zero(tmp_path: Path, level: str) -> None:
     assert info["native"] == "aten.log.default" and list(arrays) == ["0"]
     assert arrays["0"].min() == 0.0  # relu's zeros, saved as the op saw them
     assert not bool(torch.isfinite(replay(tmp_path / "t")).all())
+    r = analyze(tmp_path / "t")
+    assert not r and r.live_stop is not None and r.live_stop["op"] == "log"
     if level == "op":  # the trace up to the stop holds the origin op, outputs included
-        o = analyze(tmp_path / "t").first_nonfinite
+        o = r.first_nonfinite
         assert o is not None and (o.module, o.op, o.verdict) == ("1", "log", "introduced")
 
 

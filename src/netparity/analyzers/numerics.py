@@ -134,6 +134,7 @@ class NumericsResult:
     not_updating: list[ParamUpdate] = field(default_factory=list)
     updates: list[ParamUpdate] = field(default_factory=list)
     explosion: Explosion | None = None
+    live_stop: dict[str, Any] | None = None  # what a stop_on_nonfinite capture saved
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -143,6 +144,8 @@ class NumericsResult:
         if self.first_nonfinite is not None:
             o = self.first_nonfinite
             out.append(f"non-finite values from {o.where} ({o.direction}, step {o.step})")
+        elif self.live_stop is not None:
+            out.append(f"the run stopped at non-finite values from {self.live_stop.get('op')}")
         out += [f"parameter {p.name} is not updating ({p.reason})" for p in self.not_updating
                 if p.severity == "fail"]
         if self.explosion is not None and self.explosion.found:
@@ -532,5 +535,23 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int | None = None,
     if len(res.steps) < 2:
         res.notes.append("one captured step: weights that never change and the loss curve "
                          "need two or more")
+    res.live_stop = _live_stop(tr, r0)
+    if res.live_stop is not None and res.first_nonfinite is None:
+        res.notes.append("the run was stopped live at a non-finite output that the trace does "
+                         "not hold (module-level capture): see the live stop")
+    # (loss-scale history: not captured yet -- the key is kept so readers can rely on it)
     res.loss_scale = None
     return res
+
+
+def _live_stop(tr: Trace, rank: int) -> dict[str, Any] | None:
+    """The origin a ``stop_on_nonfinite`` capture saved next to this trace, if any."""
+    from netparity.capture.nonfinite import load_origin
+    from netparity.errors import UsageError
+
+    try:
+        info, _ = load_origin(tr.path, rank)
+    except UsageError:
+        return None
+    return {k: info.get(k) for k in ("op", "native", "module", "direction", "step", "rank",
+                                      "source", "verdict", "cause", "saved")}

@@ -22,10 +22,13 @@ import os
 from collections.abc import Callable
 from typing import Any, cast
 
+import numpy as np
 import torch
 
+from netparity import hoststats
 from netparity.capture.nonfinite import NonFiniteStop, classify, save_origin, stop_message
 from netparity.frameworks.torch._common import _flatten, _flatten_call, _in_backward
+from netparity.frameworks.torch.adapter import _HOST_READY, _kernel_view, kernel_threads
 from netparity.frameworks.torch.op_dispatch import _OpMode
 from netparity.trace.vocab import canonical_op
 
@@ -170,12 +173,19 @@ class NonFiniteGuard:
 
 
 def _nonfinite(t: torch.Tensor) -> bool:
-    """Does ``t`` hold NaN/Inf? One sum first -- a single reduction without a temporary, where
+    """Does ``t`` hold NaN/Inf? On the CPU the statistics kernel's pass (it reports NaN/Inf);
+    elsewhere one sum first -- a single reduction without a temporary, where
     ``isfinite().all()`` costs several: a NaN or Inf makes the sum non-finite, and a finite
     sum proves every element finite. Only a non-finite sum (or overflow of a large finite sum)
     takes the exact test."""
     if not (t.is_floating_point() or t.is_complex()) or not t.numel():
         return False
+    kernel = hoststats._kernel
+    if kernel is not None:  # CPU float32/64: the statistics kernel's one pass, ~5x torch.sum
+        a = _kernel_view(t.detach(), _HOST_READY)
+        if a is not None:
+            # (None for NaN/Inf -- and for finite values beyond float16's range: look again)
+            return kernel.vec(a, kernel_threads()) is None and not bool(np.isfinite(a).all())
     if not t.is_complex() and math.isfinite(float(t.sum(dtype=torch.float32))):
         return False
     return not bool(torch.isfinite(t).all())

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from netparity.analyzers.numerics import NumericsResult, Origin
+from netparity.capture.nonfinite import stop_message
 from netparity.report.format import fmt
 from netparity.report.sections import Callout, Plot, Section, Table, Text, section
 
@@ -47,7 +48,15 @@ def _origin_lines(o: Origin) -> list[str]:
 def origin(r: NumericsResult, **_: Any) -> Section:
     """Where the first NaN/Inf came from (forward or backward), and the backward one too."""
     o = r.first_nonfinite
+    live = r.live_stop
+    live_block: list[Any] = [Callout("stopped live (stop_on_nonfinite)", [stop_message(live)],
+                          name=live.get("module") or "(root)", status="fail")] if live else []
     if o is None:
+        if live:
+            return Section("origin", title="NaN/Inf origin", status="fail",
+                           headline=f"FAIL: the run stopped at a NaN/Inf from "
+                                    f"{live.get('op')} in {live.get('module') or '(root)'}",
+                           blocks=live_block)
         return Section("origin", title="NaN/Inf origin", headline="no non-finite values",
                        status="pass",
                        blocks=[Callout("NaN/Inf origin", ["no non-finite values"], found=False)])
@@ -57,6 +66,7 @@ def origin(r: NumericsResult, **_: Any) -> Section:
     if b is not None:
         blocks.append(Callout("first non-finite gradient", _origin_lines(b), name=b.where,
                               detail=b.source, verdict=b.verdict, status="fail"))
+    blocks += live_block
     return Section("origin", title="NaN/Inf origin", status="fail",
                    headline=f"FAIL: NaN/Inf {o.verdict} at {o.where} ({o.direction}, step "
                             f"{o.step}); {r.nonfinite_records} record(s) hold NaN/Inf",
