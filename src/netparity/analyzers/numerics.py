@@ -527,7 +527,10 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int | None = None,
     r0 = rank if rank is not None else (tr.ranks[0] if tr.ranks else 0)
     res = NumericsResult(path=str(tr.path), ranks=[rank] if rank is not None else tr.ranks,
                          steps=tr.steps(), first_nonfinite=first,
-                         first_backward=back if back is not first else None,
+                         # a backward origin of its own: introduced there, not the forward
+                         # NaN arriving through the loss
+                         first_backward=back if back is not None and back is not first
+                         and back.verdict == "introduced" else None,
                          nonfinite_records=n)
     res.overflow = overflow_risk(tr, rank=r0, top=top)
     res.updates, res.not_updating = weight_updates(tr, rank=r0)
