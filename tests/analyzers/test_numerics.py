@@ -329,3 +329,34 @@ def test_run_stop_on_nonfinite_unmodified_script(tmp_path: Path,
     assert len(stop) == 1 and "introduced by log in 1 (forward, step 0" in stop[0]
     assert "train.py:8" in stop[0] and "Traceback" not in err.err
     assert (out / "nonfinite" / "rank0.npz").exists()
+
+
+def test_fp16_autocast_overflow_in_one_layer(tmp_path: Path) -> None:
+    model = _net()
+    with torch.no_grad():
+        model[0].weight.mul_(3e4)  # float16-representable weights, a float16-overflowing sum
+    with netparity.capture(model, tmp_path / "t", level="op") as cap, \
+            torch.autocast("cpu", dtype=torch.float16):
+        model(torch.randn(16, 8) * 10)
+        cap.step()
+    r = analyze(tmp_path / "t")
+    o = r.first_nonfinite
+    assert o is not None and (o.module, o.direction, o.dtype) == ("0", "forward", "float16")
+    assert o.cause == "float16 overflow: the result exceeds 65504"
+    f = r.overflow.first_overflow
+    assert f is not None and (f.module, f.op, f.seq) == ("0", o.op, o.seq)
+
+
+@pytest.mark.parametrize("level", ["module", "op"])
+def test_nan_in_a_parameter_after_an_update(tmp_path: Path, level: str) -> None:
+    model = _net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    _train(model, tmp_path / "t", steps=3, level=level, opt=opt, lr={1: math.nan})
+    o = analyze(tmp_path / "t").first_nonfinite
+    assert o is not None and o.step == 1
+    if level == "module":  # the first non-finite record is a parameter after step 1's update
+        assert (o.verdict, o.kind, o.direction) == ("entered", "param", "update")
+        assert "after the update of step 1" in o.cause
+    else:  # the update op that made it
+        assert (o.verdict, o.kind, o.direction) == ("introduced", "op", "update")
+        assert "optimizer's update" in o.cause

@@ -333,6 +333,9 @@ def _origin(rows: _Rows, rank: int, direction: str | None = None) -> Origin | No
             _backward_link(rows, o)
         if not o.cause and o.kind == "module":
             o.cause = _param_cause(rows, o)
+        if not o.cause and o.direction == "update":
+            o.cause = ("made by the optimizer's update from finite parameters and gradients "
+                       "(learning rate, eps, or an optimizer state)")
     else:
         i = int(np.nonzero(bad)[0][0])
         o = _describe(rows, -1, str(a["kind"][i]), "entered", rank, first_bad)
