@@ -360,3 +360,46 @@ def test_nan_in_a_parameter_after_an_update(tmp_path: Path, level: str) -> None:
     else:  # the update op that made it
         assert (o.verdict, o.kind, o.direction) == ("introduced", "op", "update")
         assert "optimizer's update" in o.cause
+
+
+# ---- loss scale: GradScaler under float16 autocast ----------------------------------------------
+def _amp_run(path: Path, init_scale: float, steps: int) -> None:
+    model = _net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1)
+    g = torch.Generator().manual_seed(0)
+    with netparity.capture(model, path, optimizer=opt) as cap:
+        for _ in range(steps):
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = torch.nn.functional.mse_loss(model(torch.randn(16, 8, generator=g)),
+                                                    torch.randn(16, 1, generator=g))
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            cap.record("loss_scale", torch.tensor(scaler.get_scale()))
+            cap.record_loss(loss)
+            cap.step()
+
+
+def test_grad_scaler_forced_persistent_overflow(tmp_path: Path) -> None:
+    _amp_run(tmp_path / "t", 2.0 ** 24, 6)  # a scale float16 gradients cannot hold
+    r = analyze(tmp_path / "t")
+    ls = r.loss_scale
+    assert ls is not None and ls["persistent"] and ls["overflow_steps"] == 6
+    assert [x["scale"] for x in ls["steps"]] == [2.0 ** (23 - i) for i in range(6)]
+    assert all(x["skipped"] for x in ls["steps"][1:])
+    assert ls["steps"][0]["first_grad"] == "2.weight"  # backward reaches the head first
+    assert any("persistent overflow" in p for p in r.problems)
+    assert main(["numerics", str(tmp_path / "t"), "--json", str(tmp_path / "n.json")]) == 1
+
+
+def test_grad_scaler_occasional_overflow_is_handled(tmp_path: Path) -> None:
+    _amp_run(tmp_path / "t", 2.0 ** 13, 10)  # the scale grows until it overflows, then halves
+    r = analyze(tmp_path / "t")
+    ls = r.loss_scale
+    assert ls is not None and 0 < ls["overflow_steps"] < 10 and not ls["persistent"]
+    over = [x for x in ls["steps"] if x["overflow"]]
+    assert all(x["skipped"] for x in over) and ls["handled"]
+    assert r.first_nonfinite is not None  # named, but expected under loss scaling
+    assert r, r.problems

@@ -30,6 +30,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -165,7 +166,11 @@ def weight_updates(trace: Trace | str | os.PathLike[str], *, rank: int = 0,
             row.reason = ("its gradient arrives but it is never updated: left out of the "
                           "optimizer's parameter groups")
         elif len(ps) >= 2 and changed == 0:
-            if gs and gmax == 0.0:
+            if gs and all(_bad(g) for g in gs):
+                row.severity = "fail"
+                row.reason = ("its gradient is NaN/Inf at every step, so every update was "
+                              "skipped or lost (loss-scale overflow?)")
+            elif gs and gmax == 0.0:
                 row.severity, row.reason = "fail", "gradient is exactly zero at every step"
             elif gs:
                 row.severity = "fail"
@@ -378,3 +383,86 @@ def _first_layer(tr: Trace, rank: int, k: int, ex: Explosion, factor: float) -> 
             ex.layer_ratio = ratio
             ex.layer_source = srcs[i]
             return
+
+
+# ---- loss scale ------------------------------------------------------------------------------
+#: names a run records its loss scale under (``cap.record("loss_scale", scale_tensor)``)
+SCALE_NAMES = ("loss_scale", "scale", "loss_scale_value")
+
+
+def loss_scale_history(trace: Trace | str | os.PathLike[str], *, rank: int = 0,
+                       persistent: int = 3, collapse: float = 2.0 ** 8
+                       ) -> dict[str, Any] | None:
+    """Per-step loss scale, overflow and skipped updates of a mixed-precision run.
+
+    The scale comes from records named ``loss_scale`` (``cap.record("loss_scale",
+    torch.tensor(scaler.get_scale()))``; any kind); a step *overflows* when one of its
+    parameter gradients -- recorded as backward produced them, still scaled -- holds NaN/Inf,
+    and its update was *skipped* when every parameter after it equals the step before.
+
+    Args:
+        trace: the trace (path or :class:`~netparity.trace.Trace`).
+        rank: which rank.
+        persistent: this many overflowing steps in a row is persistent overflow.
+        collapse: a scale this many times below its largest value has collapsed.
+
+    Returns:
+        ``None`` when the run recorded no loss scale, else ``{"steps": [{"step", "scale",
+        "overflow", "skipped", "first_grad"}], "overflow_steps", "persistent", "collapsed",
+        "handled", "warnings"}``; ``handled``: every non-finite gradient fell in an overflowing
+        step whose update was skipped and no parameter became non-finite.
+
+    Example:
+        >>> h = loss_scale_history("runs/amp")          # doctest: +SKIP
+        >>> h["overflow_steps"], h["warnings"]          # doctest: +SKIP
+        (1, [])
+    """
+    tr = _open(trace)
+    scales: dict[int, float] = {}
+    for name in SCALE_NAMES:
+        cols = tr.scan(["step", "s_mean"], rank=rank, name=name)
+        for st, v in zip(cols["step"], cols["s_mean"]):
+            scales.setdefault(int(st), float(v))
+        if scales:
+            break
+    if not scales:
+        return None
+    grads: dict[int, list[Record]] = {}
+    for r in tr.load_records(rank=rank, kind="grad"):
+        grads.setdefault(r.step, []).append(r)
+    params: dict[int, dict[str, Record]] = {}
+    for r in tr.load_records(rank=rank, kind="param"):
+        params.setdefault(r.step, {})[r.module] = r
+    rows: list[dict[str, Any]] = []
+    run = longest = 0
+    param_bad = any(_bad(r) for ps in params.values() for r in ps.values())
+    handled = not param_bad
+    for st in sorted(set(scales) | set(grads)):
+        bad = sorted((r for r in grads.get(st, []) if _bad(r)), key=lambda r: r.seq)
+        prev, cur = params.get(st - 1), params.get(st)
+        skipped = (None if not prev or not cur else
+                   all(n in prev and _same(prev[n], r) for n, r in cur.items()))
+        rows.append({"step": st, "scale": scales.get(st), "overflow": bool(bad),
+                     "skipped": skipped, "first_grad": bad[0].module if bad else ""})
+        run = run + 1 if bad else 0
+        longest = max(longest, run)
+        if bad and skipped is False:
+            handled = False
+    vals = [v for v in scales.values() if math.isfinite(v)]
+    collapsed = bool(vals) and (min(vals) < 1.0 or max(vals) / max(min(vals), 1e-300)
+                                >= collapse)
+    warnings = []
+    n_over = sum(r["overflow"] for r in rows)
+    if longest >= persistent:
+        warnings.append(f"persistent overflow: {longest} steps in a row (first overflowing "
+                        f"gradient: {next(r['first_grad'] for r in rows if r['overflow'])}) "
+                        "-- find out why before training further")
+    if collapsed:
+        warnings.append(f"loss scale collapsed: from {max(vals):.4g} to {min(vals):.4g}")
+    return {"steps": rows, "overflow_steps": n_over, "persistent": longest >= persistent,
+            "collapsed": collapsed, "handled": handled, "warnings": warnings}
+
+
+def _bad(r: Record) -> bool:
+    s = r.stats
+    return bool((s.get("nan") or 0) or (s.get("posinf") or 0) or (s.get("neginf") or 0))

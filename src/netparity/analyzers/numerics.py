@@ -32,6 +32,7 @@ from netparity.analyzers.health import (
     Explosion,
     ParamUpdate,
     loss_explosion,
+    loss_scale_history,
     weight_updates,
 )
 from netparity.capture.nonfinite import FORMATS, HALF, SINGULAR, classify
@@ -141,7 +142,11 @@ class NumericsResult:
     def problems(self) -> list[str]:
         """One line per problem found (empty when healthy)."""
         out = []
-        if self.first_nonfinite is not None:
+        ls = self.loss_scale or {}
+        out += ls.get("warnings", [])
+        if self.first_nonfinite is not None and ls.get("handled"):
+            pass  # overflowing steps that loss scaling skipped: expected, not a problem
+        elif self.first_nonfinite is not None:
             o = self.first_nonfinite
             out.append(f"non-finite values from {o.where} ({o.direction}, step {o.step})")
         elif self.live_stop is not None:
@@ -545,8 +550,7 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int | None = None,
     if res.live_stop is not None and res.first_nonfinite is None:
         res.notes.append("the run was stopped live at a non-finite output that the trace does "
                          "not hold (module-level capture): see the live stop")
-    # (loss-scale history: not captured yet -- the key is kept so readers can rely on it)
-    res.loss_scale = None
+    res.loss_scale = loss_scale_history(tr, rank=r0)
     return res
 
 

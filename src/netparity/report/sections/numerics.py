@@ -119,10 +119,29 @@ def overflow(r: NumericsResult, top: int = 10, **_: Any) -> Section:
 
 @section("NumericsResult", "loss_scale")
 def loss_scale(r: NumericsResult, **_: Any) -> Section | None:
-    """Loss-scale history (only when the run recorded one)."""
-    if not r.loss_scale:
+    """Loss-scale history: scale, overflow, skipped update per step (only when recorded)."""
+    ls = r.loss_scale
+    if not ls:
         return None
-    return Section("loss_scale", title="Loss scale", rows=list(r.loss_scale.items()))
+    rows = [[x["step"], fmt(x["scale"], 6, none="-"), "yes" if x["overflow"] else "",
+             {True: "skipped", False: "applied", None: "-"}[x["skipped"]], x["first_grad"]]
+            for x in ls["steps"]]
+    status = "fail" if ls["warnings"] else ("warn" if ls["overflow_steps"] else "pass")
+    head = (f"{ls['overflow_steps']} overflowing step(s) of {len(rows)}"
+            + ("; handled by loss scaling (updates skipped)" if ls["overflow_steps"]
+               and ls["handled"] and not ls["warnings"] else ""))
+    xs = [float(x["step"]) for x in ls["steps"] if x["scale"] is not None]
+    ys = [float(x["scale"]) for x in ls["steps"] if x["scale"] is not None]
+    blocks: list[Any] = []
+    if ls["warnings"]:
+        blocks.append(Text(ls["warnings"]))
+    blocks += [Table("loss scale per step", ["step", "scale", "overflow", "update",
+                                             "first overflowing gradient"], rows,
+                     status=["warn" if x["overflow"] else "" for x in ls["steps"]],
+                     mono=("first overflowing gradient",)),
+               Plot("loss scale", [("scale", xs, ys)], log_y=True, x_label="step")]
+    return Section("loss_scale", title="Loss scale", headline=head, status=status,
+                   blocks=blocks)
 
 
 @section("NumericsResult", "updates")
