@@ -255,8 +255,12 @@ def _entered_cause(rows: _Rows, i: int) -> str:
     if kind == "data":
         return f"NaN/Inf already in the data batch {a['module'][i]!r}"
     if kind == "param":
-        return (f"NaN/Inf in parameter {a['module'][i]} after the update of step "
-                f"{int(a['step'][i])} (its gradient was finite: the optimizer made it)")
+        name, step = a["module"][i], a["step"][i]
+        g = (a["kind"] == "grad") & (a["module"] == name) & (a["step"] == step)
+        how = ("its gradient was NaN/Inf" if (rows.bad & g).any() else
+               "its gradient was finite: the optimizer made it" if g.any() else
+               "no gradient recorded")
+        return f"NaN/Inf in parameter {name} after the update of step {int(step)} ({how})"
     if kind == "grad":
         return f"NaN/Inf in the gradient of {a['module'][i]} (produced outside captured calls)"
     if kind == "loss":
@@ -271,25 +275,21 @@ def _backward_link(rows: _Rows, o: Origin) -> str:
     a = rows.a
     fwd = np.nonzero((a["direction"] == "forward") & (a["step"] == o.step)
                      & (a["module"] == o.module) & (a["role"] == "input"))[0]
-    for kind in ("op", "module"):
-        for i in fwd:
-            if a["kind"][i] != kind:
-                continue
-            op = str(a["op"][i])
-            if kind == "op" and op not in SINGULAR:
-                continue
-            if a["s_zeros"][i] or (not math.isnan(a["s_min"][i]) and a["s_min"][i] <= 0):
-                fam = SINGULAR.get(op, "")
-                why = {"sqrt": "its derivative 1/(2*sqrt(x)) is infinite at 0",
-                       "log": "its derivative 1/x is infinite at 0",
-                       "div": "its derivative 1/y^2 is infinite at y=0",
-                       "pow": "a fractional power's derivative is infinite at 0"}.get(fam, "")
-                if kind == "op":
-                    at = f" at {a['source'][i]}" if a["source"][i] else ""
-                    o.forward_op = f"{o.module or '(root)'} / {op}{at}"
-                    return (f"backward of {op} at an input of zero (forward input min "
-                            f"{a['s_min'][i]:.3g}, {int(a['s_zeros'][i])} zeros)"
-                            + (f": {why}" if why else ""))
+    why = {"sqrt": "its derivative 1/(2*sqrt(x)) is infinite at 0",
+           "log": "its derivative 1/x is infinite at 0",
+           "div": "its derivative 1/y^2 is infinite at y=0",
+           "pow": "a fractional power's derivative is infinite at 0"}
+    for i in fwd:
+        op = str(a["op"][i])
+        if a["kind"][i] != "op" or op not in SINGULAR:
+            continue
+        if a["s_zeros"][i] or (not math.isnan(a["s_min"][i]) and a["s_min"][i] <= 0):
+            at = f" at {a['source'][i]}" if a["source"][i] else ""
+            o.forward_op = f"{o.module or '(root)'} / {op}{at}"
+            w = why.get(SINGULAR[op], "")
+            return (f"backward of {op} at an input of zero (forward input min "
+                    f"{a['s_min'][i]:.3g}, {int(a['s_zeros'][i])} zeros)"
+                    + (f": {w}" if w else ""))
     if o.module or o.kind == "module":
         o.forward_op = o.module or "(root)"
     return ""
