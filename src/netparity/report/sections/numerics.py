@@ -7,6 +7,8 @@ Example:
     >>> from netparity.analyzers.numerics import NumericsResult
     >>> origin(NumericsResult("t", [0], [0])).headline
     'no non-finite values'
+    >>> verdict(NumericsResult("t", [0], [0])).headline
+    'HEALTHY: t (1 step(s))'
 """
 
 from __future__ import annotations
@@ -44,6 +46,17 @@ def _origin_lines(o: Origin) -> list[str]:
     return lines
 
 
+@section("NumericsResult", "verdict")
+def verdict(r: NumericsResult, **_: Any) -> Section:
+    """One line for the whole run: healthy, or its problems."""
+    probs = r.problems
+    if not probs:
+        return Section("verdict", title="Verdict", status="pass",
+                       headline=f"HEALTHY: {r.path} ({len(r.steps)} step(s))")
+    return Section("verdict", title="Verdict", status="fail",
+                   headline=f"PROBLEMS in {r.path}: " + "; ".join(probs))
+
+
 @section("NumericsResult", "origin")
 def origin(r: NumericsResult, **_: Any) -> Section:
     """Where the first NaN/Inf came from (forward or backward), and the backward one too."""
@@ -58,8 +71,7 @@ def origin(r: NumericsResult, **_: Any) -> Section:
                                     f"{live.get('op')} in {live.get('module') or '(root)'}",
                            blocks=live_block)
         return Section("origin", title="NaN/Inf origin", headline="no non-finite values",
-                       status="pass",
-                       blocks=[Callout("NaN/Inf origin", ["no non-finite values"], found=False)])
+                       status="pass")
     blocks: list[Any] = [Callout("first NaN/Inf", _origin_lines(o), name=o.where,
                                  detail=o.source, verdict=o.verdict, status="fail", main=True)]
     b = r.first_backward
