@@ -403,3 +403,47 @@ def test_grad_scaler_occasional_overflow_is_handled(tmp_path: Path) -> None:
     assert all(x["skipped"] for x in over) and ls["handled"]
     assert r.first_nonfinite is not None  # named, but expected under loss scaling
     assert r, r.problems
+
+
+# ---- cross-rank consistency: two processes under torchrun (gloo) --------------------------------
+RANKS = """
+import sys, torch, torch.distributed as dist
+from torch import nn
+dist.init_process_group("gloo")
+same = sys.argv[1] == "same"
+torch.manual_seed(0 if same else dist.get_rank())   # "diff": each rank its own initial weights
+m = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for i in range(2):
+    loss = nn.MSELoss()(m(torch.randn(3, 4) + dist.get_rank()), torch.zeros(3, 1))
+    opt.zero_grad(); loss.backward()
+    for p in m.parameters():                       # data parallel by hand: average gradients
+        dist.all_reduce(p.grad); p.grad /= dist.get_world_size()
+    opt.step()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("init", ["same", "diff"])
+def test_two_ranks_initial_weights(tmp_path: Path, init: str) -> None:
+    import shutil
+    import sys
+
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("torchrun not found next to the Python interpreter")
+    (tmp_path / "ranks.py").write_text(RANKS)
+    out = tmp_path / "trace"
+    port = "29561" if init == "same" else "29562"
+    assert main(["run", "-o", str(out), "--", torchrun, "--nproc-per-node", "2",
+                 "--master-port", port, str(tmp_path / "ranks.py"), init]) == 0
+    r = analyze(out)
+    rc = r.ranks_consistent
+    assert rc is not None and rc["ranks"] == [0, 1] and rc["compared"] == 8
+    if init == "same":
+        assert rc["first"] is None and r
+    else:
+        f = rc["first"]
+        assert f is not None and (f["step"], f["name"], f["rank"]) == (0, "0.weight", 1)
+        assert not r and any("rank 1" in p for p in r.problems)

@@ -466,3 +466,62 @@ def loss_scale_history(trace: Trace | str | os.PathLike[str], *, rank: int = 0,
 def _bad(r: Record) -> bool:
     s = r.stats
     return bool((s.get("nan") or 0) or (s.get("posinf") or 0) or (s.get("neginf") or 0))
+
+
+# ---- cross-rank consistency ------------------------------------------------------------------
+def rank_consistency(trace: Trace | str | os.PathLike[str], *, rtol: float = 0.0
+                     ) -> dict[str, Any] | None:
+    """Do all ranks hold the same parameters after each update? (001: every card starts from
+    the same weights and aggregates its gradients, so data-parallel replicas stay identical.)
+
+    Compares the statistics of each parameter after each captured update on every rank with
+    rank 0 (``rtol`` 0: bit-identical statistics). Gradients are not compared: they are
+    recorded as backward produced them, before a data-parallel all-reduce, and differ by design.
+
+    Returns:
+        ``None`` for a one-rank trace, else ``{"ranks", "compared", "first": {"step", "name",
+        "rank", "stat", "value", "rank0"} | None, "differing": n}``; ``first`` in rank 0's
+        execution order, earliest step first.
+
+    Example:
+        >>> rank_consistency("runs/ddp")["first"]        # doctest: +SKIP
+        {'step': 0, 'name': '0.weight', 'rank': 1, 'stat': 'norm', ...}
+    """
+    tr = _open(trace)
+    ranks = tr.ranks
+    if len(ranks) < 2:
+        return None
+    cols = ["step", "module", "call"] + [f"s_{k}" for k in STAT_FIELDS]
+
+    def table(rank: int) -> dict[tuple[int, str, int], np.ndarray]:
+        c = tr.scan(cols, rank=rank, kind="param")
+        names = c["module"].objects()
+        vals = np.stack([np.asarray(c[f"s_{k}"], dtype=np.float64) for k in STAT_FIELDS],
+                        axis=1) if c.n else np.zeros((0, len(STAT_FIELDS)))
+        return {(int(s), n, int(k)): vals[i] for i, (s, n, k) in
+                enumerate(zip(c["step"], names, c["call"]))}
+
+    base = table(ranks[0])
+    order = sorted(base, key=lambda key: key[0])  # steps in order; execution order within
+    first: tuple[int, dict[str, Any]] | None = None  # (position in order, what differs)
+    differing = 0
+    compared = 0
+    for r in ranks[1:]:
+        other = table(r)
+        for pos, key in enumerate(order):
+            v = other.get(key)
+            if v is None:
+                continue
+            compared += 1
+            a = base[key]
+            same = np.isclose(v, a, rtol=rtol, atol=0.0, equal_nan=True)
+            if same.all():
+                continue
+            differing += 1
+            if first is None or pos < first[0]:
+                j = int(np.argmin(same))
+                first = (pos, {"step": key[0], "name": key[1], "rank": r,
+                               "stat": STAT_FIELDS[j], "value": float(v[j]),
+                               "rank0": float(a[j])})
+    return {"ranks": ranks, "compared": compared, "first": first[1] if first else None,
+            "differing": differing}

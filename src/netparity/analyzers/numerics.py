@@ -33,6 +33,7 @@ from netparity.analyzers.health import (
     ParamUpdate,
     loss_explosion,
     loss_scale_history,
+    rank_consistency,
     weight_updates,
 )
 from netparity.capture.nonfinite import FORMATS, HALF, SINGULAR, classify
@@ -136,6 +137,7 @@ class NumericsResult:
     updates: list[ParamUpdate] = field(default_factory=list)
     explosion: Explosion | None = None
     live_stop: dict[str, Any] | None = None  # what a stop_on_nonfinite capture saved
+    ranks_consistent: dict[str, Any] | None = None  # parameters across ranks (None: one rank)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -153,6 +155,10 @@ class NumericsResult:
             out.append(f"the run stopped at non-finite values from {self.live_stop.get('op')}")
         out += [f"parameter {p.name} is not updating ({p.reason})" for p in self.not_updating
                 if p.severity == "fail"]
+        rc = (self.ranks_consistent or {}).get("first")
+        if rc:
+            out.append(f"rank {rc['rank']} holds a different {rc['name']} than rank 0 after "
+                       f"the update of step {rc['step']}")
         if self.explosion is not None and self.explosion.found:
             out.append(f"loss {self.explosion.kind} at step {self.explosion.step}")
         return out
@@ -551,6 +557,8 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int | None = None,
         res.notes.append("the run was stopped live at a non-finite output that the trace does "
                          "not hold (module-level capture): see the live stop")
     res.loss_scale = loss_scale_history(tr, rank=r0)
+    if rank is None:
+        res.ranks_consistent = rank_consistency(tr)
     return res
 
 

@@ -212,6 +212,26 @@ def explosion(r: NumericsResult, **_: Any) -> Section | None:
                    blocks=[Text([ln for ln in lines if ln]), plot])
 
 
+@section("NumericsResult", "ranks")
+def ranks(r: NumericsResult, **_: Any) -> Section | None:
+    """Parameters across ranks after each update (multi-rank traces)."""
+    rc = r.ranks_consistent
+    if not rc:
+        return None
+    f = rc["first"]
+    if f is None:
+        return Section("ranks", title="Ranks", status="pass",
+                       headline=f"ranks {rc['ranks']} hold identical parameters "
+                                f"({rc['compared']} comparisons)")
+    return Section("ranks", title="Ranks", status="fail",
+                   headline=f"FAIL: rank {f['rank']} differs from rank 0 first at {f['name']} "
+                            f"after the update of step {f['step']}",
+                   blocks=[Text([f"{f['stat']}: rank {f['rank']} {fmt(f['value'], 6)} vs rank "
+                                 f"0 {fmt(f['rank0'], 6)}; {rc['differing']} differing of "
+                                 f"{rc['compared']}; check that every rank starts from the same "
+                                 "weights and that gradients are all-reduced"])])
+
+
 @section("NumericsResult", "notes")
 def notes(r: NumericsResult, **_: Any) -> Section | None:
     """What the analysis could not look at."""
