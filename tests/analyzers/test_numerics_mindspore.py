@@ -68,3 +68,28 @@ def test_healthy_mindspore_run(tmp_path: Path) -> None:
     assert r, r.problems
     assert {p.name for p in r.updates} >= {"fc1.weight", "head.bias"}
     assert all(p.ratio and p.ratio > 0 for p in r.updates)
+
+
+def test_stop_on_nonfinite_at_a_mindspore_primitive(tmp_path: Path) -> None:
+    from netparity.capture.nonfinite import NonFiniteStop, load_origin
+
+    net = Net(LogCell())
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((16, 8), dtype=np.float32))
+    with pytest.raises(NonFiniteStop) as ei, \
+            capture(net, str(tmp_path / "t"), level="op", stop_on_nonfinite=True):
+        net(x)
+    msg = str(ei.value)
+    assert msg.startswith("NaN/Inf introduced by log in block (forward, step 0, rank 0) at "
+                          "test_numerics_mindspore.py:")
+    assert "log of zero or negative input" in msg
+    info, arrays = load_origin(tmp_path / "t")
+    assert info["native"] == "Log" and arrays["0"].min() == 0.0
+    r = analyze(tmp_path / "t")  # the trace up to the stop holds the origin primitive
+    assert r.first_nonfinite is not None and r.first_nonfinite.op == "log"
+
+
+def test_stop_on_nonfinite_needs_op_level(tmp_path: Path) -> None:
+    from netparity.errors import UsageError
+
+    with pytest.raises(UsageError, match="level='op'"):
+        capture(Net(), str(tmp_path / "t"), stop_on_nonfinite=True)
