@@ -193,6 +193,10 @@ class _Rows:
     def __getitem__(self, c: str) -> np.ndarray:
         return self.a[c]
 
+    def at(self, seq: int) -> int:
+        """Row of sequence number ``seq`` (rows are in execution order: a binary search)."""
+        return int(np.searchsorted(self.a["seq"], seq))
+
     def stats(self, i: int) -> dict[str, Any]:
         """Record ``i``'s identity and statistics, JSON-ready."""
         a = self.a
@@ -239,9 +243,9 @@ def _calls(rows: _Rows, kind: str) -> dict[int, dict[str, Any]]:
 def _describe(rows: _Rows, ev: int, kind: str, verdict: str, rank: int,
               at_seq: int) -> Origin:
     a = rows.a
+    i0 = rows.at(at_seq)
     idx = np.nonzero((a["event"] == ev) & (a["kind"] == kind))[0] if ev >= 0 else \
-        np.nonzero(a["seq"] == at_seq)[0]
-    i0 = int(np.nonzero(a["seq"] == at_seq)[0][0])
+        np.array([i0])
     ins = [rows.stats(int(i)) for i in idx if a["role"][i] == "input"]
     outs = [rows.stats(int(i)) for i in idx if a["role"][i] != "input"]
     return Origin(module=str(a["module"][i0]), op=str(a["op"][i0]), native=str(a["native"][i0]),
@@ -308,7 +312,7 @@ def _chain(rows: _Rows, calls: dict[int, dict[str, Any]], kind: str, after: int,
     for c in sorted(calls.values(), key=lambda c: c["bad_seq"]):
         if c["bad_seq"] <= after or not c["in_bad"]:
             continue
-        i = int(np.nonzero(a["seq"] == c["bad_seq"])[0][0])
+        i = rows.at(c["bad_seq"])
         name = (f"{a['module'][i] or '(root)'} / {a['op'][i]}" if kind == "op"
                 else (a["module"][i] or "(root)"))
         name = f"{name} ({a['direction'][i]})"
@@ -330,7 +334,7 @@ def _origin(rows: _Rows, rank: int, direction: str | None = None) -> Origin | No
     calls = _calls(rows, kind)
     intro = [(c["start"], c["bad_seq"], ev) for ev, c in calls.items() if not c["in_bad"]
              and (direction is None
-                  or a["direction"][np.nonzero(a["seq"] == c["bad_seq"])[0][0]] == direction)]
+                  or a["direction"][rows.at(c["bad_seq"])] == direction)]
     # calls that were running when the first bad value appeared; nested module calls all
     # qualify, and the innermost is the one that returned its bad output first
     cover = sorted((b, ev) for start, b, ev in intro if start <= first_bad)
@@ -476,7 +480,7 @@ def _overflow(rows: _Rows, rank: int, *, top: int = 15, underflow_min: float = 0
     for kind in ("op", "module"):
         calls = _calls(rows, kind)
         for ev, c in sorted(calls.items(), key=lambda kv: kv[1]["bad_seq"]):
-            i = int(np.nonzero(a["seq"] == c["bad_seq"])[0][0])
+            i = rows.at(c["bad_seq"])
             if c["in_bad"] or dt[i] not in HALF or not (a["s_posinf"][i] or a["s_neginf"][i]):
                 continue
             o = _describe(rows, ev, kind, "introduced", rank, c["bad_seq"])
