@@ -554,8 +554,8 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int | None = None,
     res.updates, res.not_updating = weight_updates(tr, rank=r0)
     res.explosion = loss_explosion(tr, rank=r0, losses=losses, factor=explosion_factor)
     if len(res.steps) < 2:
-        res.notes.append("one captured step: weights that never change and the loss curve "
-                         "need two or more")
+        res.notes.append(f"{len(res.steps)} captured step(s): weights that never change and "
+                         "the loss curve need two or more")
     res.live_stop = _live_stop(tr, r0)
     if res.live_stop is not None and res.first_nonfinite is None:
         res.notes.append("the run was stopped live at a non-finite output that the trace does "
