@@ -11,6 +11,8 @@ summary        :func:`summary.summarize` (one trace)       :class:`summary.Trace
 divergence     :func:`divergence.compare` (two traces)     :class:`~netparity.compare.results.CompareResult`
 recheck        :func:`divergence.recheck` (a saved result) :class:`~netparity.compare.results.CompareResult`
 step           :func:`step.diagnose_step` (a step run)     :class:`step.StepResult`
+numerics       :func:`numerics.analyze` (one trace)        :class:`numerics.NumericsResult`
+updates        :func:`health.weight_updates` (one trace)   ``(rows, not_updating)``
 =============  ==========================================  ======================================
 
 :class:`Analysis` is the facade over one trace or a pair of traces (Holistic Trace Analysis's

@@ -8,7 +8,7 @@ Entries are resolved lazily, so importing the registry imports no analyzer.
 
 Example:
     >>> sorted(ANALYZERS)
-    ['divergence', 'recheck', 'step', 'summary']
+    ['divergence', 'numerics', 'recheck', 'step', 'summary', 'updates']
     >>> get("summary").takes
     'trace'
 """
@@ -47,6 +47,12 @@ ANALYZERS: dict[str, AnalyzerEntry] = {e.name: e for e in (
                   "introduced/propagated calls, minimum passing tolerances"),
     AnalyzerEntry("recheck", "netparity.analyzers.divergence:recheck", "result", "CompareResult",
                   "re-judge a saved comparison at new tolerances (no tensors read), re-localise"),
+    AnalyzerEntry("numerics", "netparity.analyzers.numerics:analyze", "trace",
+                  "NumericsResult", "NaN/Inf origin (forward and backward), float16/bfloat16 "
+                  "range risk, weights not updating, loss explosion window"),
+    AnalyzerEntry("updates", "netparity.analyzers.health:weight_updates", "trace",
+                  "tuple[list[ParamUpdate], list[ParamUpdate]]",
+                  "per-parameter update ratio ||dw||/||w||, parameters that never change"),
     AnalyzerEntry("step", "netparity.analyzers.step:diagnose_step", "step run", "StepResult",
                   "the first diverging phase of one training step: setup, data, forward, loss, "
                   "backward, update, later steps, eval"),

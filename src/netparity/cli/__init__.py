@@ -30,6 +30,7 @@ COMMANDS = (
     "netparity.cli.step_cmd",
     "netparity.cli.demo_cmd",
     "netparity.cli.scan_cmd",
+    "netparity.cli.numerics_cmd",
 )
 
 

@@ -32,6 +32,9 @@ def register(subparsers: Any) -> None:
                    help="comma list of forward, backward (default: both)")
     p.add_argument("--max-bytes", type=int, help="stop storing tensors after this many bytes")
     p.add_argument("--overwrite", action="store_true", help="replace an existing trace")
+    p.add_argument("--stop-on-nonfinite", action="store_true",
+                   help="stop at the first op whose output holds NaN/Inf (one line naming it; "
+                   "its inputs saved under OUTPUT/nonfinite/)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS")
     p.set_defaults(func=run)
 
@@ -62,5 +65,6 @@ def run(args: argparse.Namespace) -> int:
         "directions": list(directions),
         "max_bytes": args.max_bytes,
         "overwrite": args.overwrite,
+        "stop_on_nonfinite": args.stop_on_nonfinite,
     }
     return run_captured(cmd, args.output, options)

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from netparity.capture.policy import CapturePolicy
 from netparity.capture.session import CaptureSession, user_source
+from netparity.errors import UsageError
 from netparity.frameworks.mindspore.adapter import MindSporeAdapter
 from netparity.trace.schema import Record
 from netparity.trace.vocab import canonical_op
@@ -123,6 +124,7 @@ class MindSporeCapture(CaptureSession):
         manifest: dict[str, Any] | None = None,
         overwrite: bool = False,
         launch_blocking: bool = False,
+        stop_on_nonfinite: bool = False,
     ):
         adapter = MindSporeAdapter()
         facts = adapter.model_facts(model)
@@ -134,6 +136,7 @@ class MindSporeCapture(CaptureSession):
         self.model = model
         self.optimizer = optimizer
         self.launch_blocking = launch_blocking
+        self.stop_on_nonfinite = stop_on_nonfinite
         self._is_tensor = adapter.is_tensor
         self._handles: list[Any] = []
         self._bwd_attr_reset: list[Any] = []
@@ -523,6 +526,10 @@ def _make_op_context(cap: MindSporeCapture) -> Any:
 
         def run_op(self, prim: Any, prim_res: Any, *args: Any) -> Any:
             cap._op(prim, prim_res, args)
+            if cap.stop_on_nonfinite:
+                from netparity.frameworks.mindspore.nonfinite import check_op
+
+                check_op(cap, prim, prim_res, args)
             return prim_res
 
         def prepare_op(self, prim_name: str, prim_res: Any, *args: Any) -> Any:
@@ -567,6 +574,7 @@ def capture(
     world_size: int | None = None,
     manifest: dict[str, Any] | None = None,
     launch_blocking: bool = False,
+    stop_on_nonfinite: bool = False,
 ) -> MindSporeCapture:
     """Capture a MindSpore network's Cells, primitives, loss, parameters and gradients.
 
@@ -592,6 +600,10 @@ def capture(
             MindSpore cannot switch it off again, so it stays on for the rest of the process;
             numbers do not change. Off by default; the parity workflow turns it on for
             MindSpore on CPU.
+        stop_on_nonfinite: stop at the first primitive whose output holds NaN/Inf
+            (:class:`~netparity.capture.nonfinite.NonFiniteStop`, its inputs saved under
+            ``path/nonfinite/``); needs ``level="op"`` or ``"both"`` (PyNative). Backward
+            primitives are not seen.
 
     Returns:
         A :class:`MindSporeCapture`; use it with ``with`` or as a decorator.
@@ -610,10 +622,14 @@ def capture(
     policy = CapturePolicy(level=level, payload=payload, steps=steps, ranks=ranks,
                            include=include, exclude=exclude, directions=tuple(directions),
                            max_bytes=max_bytes)
+    if stop_on_nonfinite and not policy.ops:
+        raise UsageError("MindSpore: stop_on_nonfinite needs level='op' or 'both' (it checks "
+                         "each primitive's outputs)")
     if rank is None:
         rank = int(os.environ.get("RANK_ID", "0") or 0)
     if world_size is None:
         world_size = int(os.environ.get("RANK_SIZE", "1") or 1)
     return MindSporeCapture(model, path, policy, optimizer=optimizer, rank=rank,
                             world_size=world_size, manifest=manifest, overwrite=overwrite,
-                            launch_blocking=launch_blocking)
+                            launch_blocking=launch_blocking,
+                            stop_on_nonfinite=stop_on_nonfinite)

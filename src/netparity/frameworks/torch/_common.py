@@ -77,6 +77,18 @@ def _flatten(obj: Any, prefix: str, out: list[tuple[str, torch.Tensor]],
         scalars[prefix] = str(obj)
 
 
+def _flatten_call(args: tuple[Any, ...], kwargs: dict[str, Any]
+                  ) -> tuple[list[tuple[str, torch.Tensor]], dict[str, Any]]:
+    """The tensors of an op call's arguments (``0``, ``1.2``, ``kw.x``) and its scalars."""
+    scalars: dict[str, Any] = {}
+    ins: list[tuple[str, torch.Tensor]] = []
+    for i, a in enumerate(args):
+        _flatten(a, str(i), ins, scalars)
+    for k, v in kwargs.items():
+        _flatten(v, f"kw.{k}", ins, scalars)
+    return ins, scalars
+
+
 class _Call:
     """One module call: forward identity and, once its backward starts, backward identity."""
 

@@ -48,13 +48,15 @@ from netparity.frameworks.torch._common import _TLS, _flatten, _Tensor
 from netparity.frameworks.torch.adapter import TorchAdapter
 from netparity.frameworks.torch.attribution import BackwardAttribution
 from netparity.frameworks.torch.module_hooks import ModuleHooks
+from netparity.frameworks.torch.nonfinite import NonFiniteGuard
 from netparity.frameworks.torch.op_dispatch import OpDispatch, _OpMode
 from netparity.frameworks.torch.optimizer_hooks import OptimizerHooks
 from netparity.frameworks.torch.stats_plan import StatsPlanner
 from netparity.trace.schema import Record
 
 
-class TorchCapture(OptimizerHooks, OpDispatch, ModuleHooks, BackwardAttribution, StatsPlanner):
+class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, BackwardAttribution,
+                   StatsPlanner):
     """A capture of a PyTorch model; use :func:`capture` to create one.
 
     Context manager (hooks installed on enter; removed and the trace closed on exit) and
@@ -76,6 +78,7 @@ class TorchCapture(OptimizerHooks, OpDispatch, ModuleHooks, BackwardAttribution,
         global_mode: bool = False,
         auto_step: bool = False,
         detect_loss: bool = False,
+        stop_on_nonfinite: bool = False,
     ):
         if model is not None and not isinstance(model, torch.nn.Module):
             raise UsageError(f"capture expects a torch.nn.Module, got {type(model).__name__}")
@@ -91,6 +94,7 @@ class TorchCapture(OptimizerHooks, OpDispatch, ModuleHooks, BackwardAttribution,
         self.global_mode = global_mode
         self.auto_step = auto_step
         self.detect_loss = detect_loss
+        self.stop_on_nonfinite = stop_on_nonfinite
         self._names = {}
         self._param_names = {}
         self._roots = 0
@@ -172,6 +176,7 @@ class TorchCapture(OptimizerHooks, OpDispatch, ModuleHooks, BackwardAttribution,
             if self.policy.ops:
                 self._mode = _OpMode(self)
                 self._mode.__enter__()
+            self._install_guard()
         except BaseException:
             self.uninstall()
             raise
@@ -179,6 +184,7 @@ class TorchCapture(OptimizerHooks, OpDispatch, ModuleHooks, BackwardAttribution,
 
     def uninstall(self) -> None:
         """Remove every hook and pop the dispatch mode. Safe to call twice."""
+        self._remove_guard()
         if self._mode is not None:
             mode, self._mode = self._mode, None
             mode.__exit__(None, None, None)
@@ -320,6 +326,7 @@ def capture(
     rank: int | None = None,
     world_size: int | None = None,
     manifest: dict[str, Any] | None = None,
+    stop_on_nonfinite: bool = False,
 ) -> TorchCapture:
     """Capture ``model`` into the trace directory ``path``.
 
@@ -338,6 +345,10 @@ def capture(
         rank, world_size: default to ``torch.distributed`` or the ``RANK``/``WORLD_SIZE``
             environment variables.
         manifest: extra facts for ``manifest.json`` (seeds, notes...).
+        stop_on_nonfinite: stop the run at the first op whose output holds NaN/Inf: its
+            inputs are saved to ``<path>/nonfinite/`` and
+            :class:`~netparity.capture.nonfinite.NonFiniteStop` is raised with one line
+            naming the op, module, direction, step, source and cause.
 
     Returns:
         A :class:`TorchCapture`: a context manager and a decorator, with ``record_loss``,
@@ -353,4 +364,5 @@ def capture(
                            include=include, exclude=exclude, directions=tuple(directions),
                            max_bytes=max_bytes)
     return TorchCapture(model, path, policy, optimizer=optimizer, rank=rank,
-                        world_size=world_size, manifest=manifest, overwrite=overwrite)
+                        world_size=world_size, manifest=manifest, overwrite=overwrite,
+                        stop_on_nonfinite=stop_on_nonfinite)

@@ -50,7 +50,7 @@ _SRC_DIR = str(Path(__file__).resolve().parents[3])  # the directory holding net
 
 #: keys of the JSON policy in ``NETPARITY_CAPTURE``
 POLICY_KEYS = ("path", "level", "payload", "steps", "ranks", "include", "exclude", "directions",
-               "max_bytes", "overwrite")
+               "max_bytes", "overwrite", "stop_on_nonfinite")
 
 _state: dict[str, Any] = {}
 
@@ -156,16 +156,35 @@ def _start() -> Any:
     pol = dict(_state["policy"])
     path = pol.pop("path")
     overwrite = bool(pol.pop("overwrite", False))
+    stop = bool(pol.pop("stop_on_nonfinite", False))
     if "directions" in pol:
         pol["directions"] = tuple(pol["directions"])
     policy = CapturePolicy(**pol)
     cap = TorchCapture(None, path, policy, overwrite=overwrite, global_mode=True,
                        auto_step=True, detect_loss=True,
-                       manifest={"launcher": "netparity run"})
+                       manifest={"launcher": "netparity run"}, stop_on_nonfinite=stop)
+    if stop:
+        _one_line_stop()
     cap.install()
     _state["cap"] = cap
     atexit.register(_finish)
     return cap
+
+
+def _one_line_stop() -> None:
+    """A :class:`NonFiniteStop` that reaches the top of the script prints its one line, not a
+    traceback through the user's training loop (the exit status stays 1)."""
+    from netparity.capture.nonfinite import NonFiniteStop
+
+    prev = sys.excepthook
+
+    def hook(tp: Any, e: Any, tb: Any) -> None:
+        if isinstance(e, NonFiniteStop):
+            print(f"netparity: stopped: {e}", file=sys.stderr)
+        else:
+            prev(tp, e, tb)
+
+    sys.excepthook = hook
 
 
 def _finish() -> None:

@@ -72,7 +72,10 @@ class ModuleHooks(TorchCaptureBase):
             return
         self._pre(self._name_of(module), module, args, {})
 
-    def _global_post(self, module: torch.nn.Module, args: Any, kwargs: Any, out: Any) -> None:
+    def _global_post(self, module: torch.nn.Module, args: Any, kwargs: Any,
+                     out: Any = None) -> None:
+        # (out defaults: when forward raises, torch calls global always-call hooks as
+        # hook(module, args, result) even if they were registered with_kwargs)
         if self._busy or os.getpid() != self._pid:
             return
         st = self._tls.stack

@@ -16,6 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from netparity.frameworks.torch._common import (
     TorchCaptureBase,
     _flatten,
+    _flatten_call,
     _in_backward,
     _in_grad_seed,
     _reuse_key,
@@ -94,12 +95,7 @@ class OpDispatch(TorchCaptureBase):
             info.bwd_nops += 1
         if not p.wants_name(module, op):
             return func(*args, **kwargs)
-        scalars: dict[str, Any] = {}
-        ins: list[tuple[str, torch.Tensor]] = []
-        for i, a in enumerate(args):
-            _flatten(a, str(i), ins, scalars)
-        for k, v in kwargs.items():
-            _flatten(v, f"kw.{k}", ins, scalars)
+        ins, scalars = _flatten_call(args, kwargs)
         event = self.next_event()
         source = info.source if (info is not None and info.source) else ""
         if not source:

@@ -29,6 +29,7 @@ SECTION_MODULES = (
     "netparity.report.sections.step",
     "netparity.report.sections.compare",
     "netparity.report.sections.summary",
+    "netparity.report.sections.numerics",
 )
 OUTPUTS = ("terminal", "json", "csv", "html")
 
