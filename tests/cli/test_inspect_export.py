@@ -42,6 +42,9 @@ def test_inspect_json_lists_first_nonfinite(tmp_path, capsys):
     assert (first["module"], first["step"], first["posinf"]) == ("layer1.0.conv1", 1, 1)
     assert [m["module"] for m in data["modules"]] == ["conv1", "fc", "layer1.0", "layer1.0.conv1"]
     assert data["losses"] == [[0, 1.0], [1, 0.5]]
+    # the numerics analyzer's verdict comes with it: the Inf entered at layer1.0.conv1, step 1
+    num = data["numerics"]["first_nonfinite"]
+    assert (num["module"], num["step"], num["direction"]) == ("layer1.0.conv1", 1, "forward")
 
 
 def test_inspect_terminal_shows_tree_and_nan(tmp_path, capsys):
@@ -49,6 +52,7 @@ def test_inspect_terminal_shows_tree_and_nan(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "t")]) == 0
     out = capsys.readouterr().out
     assert "NaN/Inf in 1 record" in out and "layer1.0.conv1" in out and "numpy" in out
+    assert "PROBLEMS in" in out  # the numerics verdict line
 
 
 def test_export_npz_and_dir(tmp_path):

@@ -1,4 +1,5 @@
-"""``netparity inspect TRACE``: run facts, steps, counts, module tree, NaN/Inf first."""
+"""``netparity inspect TRACE``: run facts, steps, counts, module tree, NaN/Inf first, and the
+numerics verdict (where the first NaN/Inf came from; ``netparity numerics`` has the full report)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
+    from netparity.analyzers.numerics import analyze
     from netparity.analyzers.summary import summarize
     from netparity.report.sections import sections_for
     from netparity.report.terminal import render_sections
@@ -27,9 +29,13 @@ def run(args: argparse.Namespace) -> int:
 
     with open_trace(args.trace) as tr:
         s = summarize(tr, step=args.step, rank=args.rank)
+        num = analyze(tr, rank=args.rank)
     if args.json:
-        write_json(s.to_json(), args.json)
+        write_json({**s.to_json(), "numerics": num.to_json()}, args.json)
         if args.json == "-":
             return 0
-    render_sections(sections_for(s, depth=args.depth, max_rows=args.max_rows), console())
+    # the numerics verdict, and on a problem where the first NaN/Inf came from
+    names = ("verdict",) if num else ("verdict", "origin")
+    render_sections(sections_for(s, depth=args.depth, max_rows=args.max_rows)
+                    + sections_for(num, names=names), console())
     return 0
