@@ -108,7 +108,8 @@ def _elementwise_cost(A: Feats, ia: np.ndarray, B: Feats, ib: np.ndarray, module
     c += STATS_WEIGHT * d
     if modules:
         c += np.where(A.leaf[ia] == B.leaf[ib], 0.0, 0.5)
-    return np.where(d > STATS_VETO, np.inf, c)
+        return np.where(d > STATS_VETO, np.inf, c)
+    return np.where((d > STATS_VETO) | (A.view[ia] != B.view[ib]), np.inf, c)
 
 
 def _anchor_keys(F: Feats) -> list[np.ndarray]:
@@ -286,6 +287,8 @@ def _groups_in_region(A: Feats, ra: list[int], B: Feats, rb: list[int],
                 members_a, members_b = ra[s : s + e + 1], rb[t : t + f + 1]
                 if not (any(x in free_a for x in members_a) or any(x in free_b for x in members_b)):
                     continue
+                if bool(A.view[members_a].all()) != bool(B.view[members_b].all()):
+                    continue  # rearranged data on one side, a computation on the other
                 key = (float(sub[e, f]), -int(e + f), int(e), int(f))
                 if best is None or key < best:
                     best = key
