@@ -14,9 +14,9 @@ The rules:
   an earlier member's output (same shape, dtype and statistics: the same tensor, as a trace
   records it twice) is internal and never compared. For a single call, its inputs.
 * **Outputs** are the last call's outputs.
-* Tensors pair **by position** when both sides hold as many and every position has the same
-  shape (up to size-1 dimensions), or when the two calls run the same native op (the same
-  signature: a shape difference there is the finding, e.g. a padding bug).
+* Tensors of two single calls pair **by position** when both sides hold as many and every
+  position has the same shape (up to size-1 dimensions), or when the two calls run the same
+  native op (the same signature: a shape difference there is the finding, e.g. a padding bug).
 * Otherwise **by shape and value**: each reference tensor, in order, takes the unused candidate
   tensor of the same shape (up to size-1 dimensions) whose statistics are closest. Tensors left
   over pair with one of the same number of elements only when both payloads are stored (then
@@ -29,6 +29,8 @@ The rules:
   ``[b, h, n, n]``, where statistics cannot tell ``k`` from its square transpose. Every such
   input is the output of an earlier call, compared there; the group's own verdict rests on
   its output.
+* **Outputs**: outside the positional case only the primary (first) output is paired, by the
+  rules above; the others are framework by-products (saved statistics, indices).
 * The **primary output** (the first) of two calls of the same canonical op always pairs: a
   convolution whose output shape differs across frameworks is reported as a shape mismatch.
 * Whatever stays unpaired is listed as unmatched, never compared.
@@ -96,7 +98,8 @@ def _distance(a: Record, b: Record) -> float:
 
 
 def pair_tensors(rs: Sequence[Record], cs: Sequence[Record], *, group: bool = False,
-                 positional: bool = False, primary: bool = False) -> list[tuple[Record, Record]]:
+                 positional: bool = False, primary: bool = False,
+                 first_only: bool = False) -> list[tuple[Record, Record]]:
     """Pairs of reference and candidate tensors that mean the same value (module docstring).
 
     Args:
@@ -104,16 +107,20 @@ def pair_tensors(rs: Sequence[Record], cs: Sequence[Record], *, group: bool = Fa
         group: the call is an N:M group on either side (only unambiguous, related pairs).
         positional: both sides run the same native op: equal counts pair by position.
         primary: the first tensors pair whatever their shapes (outputs of the same op).
+        first_only: outside the positional case only the first reference tensor is paired
+            (outputs: after the primary one, frameworks return by-products of their own --
+            batch norm's saved statistics -- that a shape match would pair wrongly).
     """
-    if len(rs) == len(cs) and (positional or all(squeezed(a.shape) == squeezed(b.shape)
-                                                 for a, b in zip(rs, cs))):
-        return list(zip(rs, cs))
+    if not group and len(rs) == len(cs) and (
+            positional or all(a.shape == b.shape or squeezed(a.shape) == squeezed(b.shape)
+                              for a, b in zip(rs, cs))):
+        return list(zip(rs, cs))  # the common case: one tuple comparison per tensor
     free = list(range(len(cs)))
     got: list[tuple[int, int]] = []
     left: list[int] = []
     shapes_r = Counter(squeezed(a.shape) for a in rs)
     shapes_c = Counter(squeezed(b.shape) for b in cs)
-    for i, a in enumerate(rs):
+    for i, a in enumerate(rs[:1] if first_only else rs):
         shape = squeezed(a.shape)
         best: tuple[float, int] | None = None
         if group and not shapes_r[shape] == shapes_c[shape] == 1:

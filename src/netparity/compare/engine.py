@@ -415,10 +415,14 @@ def compare(
                            and r0.op in AUX_OUTPUT_OPS and c0.op == r0.op)
                     tensor_pairs = pair_tensors(
                         rs, cs, group=grouped, positional=not grouped and r0.native == c0.native,
-                        primary=role == "out" and not grouped and r0.op == c0.op)
-                    for i, (a, b) in enumerate(tensor_pairs[:1] if aux else tensor_pairs):
+                        primary=role == "out" and not grouped and r0.op == c0.op,
+                        first_only=role == "out")
+                    # keyed by the reference tensor's position: the noise run's pairs (same
+                    # framework, by position) carry the same keys
+                    at = {id(r): k for k, r in enumerate(rs)}
+                    for a, b in tensor_pairs[:1] if aux else tensor_pairs:
                         tol = tols.resolve(a, b)
-                        pr = _make_pair(a, b, tol, f"{role}{i}", ck)
+                        pr = _make_pair(a, b, tol, f"{role}{at[id(a)]}", ck)
                         pr.key = f"{lv}|{pr.key}|{r0.event}"
                         jobs.append(_Job(a, b, tol, pr))
                         (call.inputs if role == "in" else call.outputs).append(pr.key)
