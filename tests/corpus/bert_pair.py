@@ -254,3 +254,47 @@ def capture_mindspore(model: Any, path: Any, *, level: str = "op",
         _, pooled = model(ms.Tensor(ids.astype(np.int32)), ms.Tensor(types.astype(np.int32)))
         cap.record("pooled", pooled)
         cap.step()
+
+
+def table(out: Any, levels: tuple[str, ...] = ("module", "op", "both")) -> list[str]:
+    """Capture the reference, its noise run and every port under ``out`` (``level="both"``),
+    compare each at every level with the tolerance table and with the noise run, and return
+    one line per comparison: what the README's corpus table quotes."""
+    from collections import Counter
+    from pathlib import Path
+
+    import netparity
+
+    root = Path(out)
+    ref = bert_model()
+    capture_torch(ref, root / "ref", level="both")
+    capture_torch(noise_copy(ref), root / "noise", level="both")
+    variants = (None, *BUGS)
+    for bug in variants:
+        cand = ms_bert(bug)
+        load_weights(ref, cand)
+        capture_mindspore(cand, root / f"cand-{bug or 'faithful'}", level="both")
+    lines = [f"{'port':10} {'level':7} {'judged by':10} {'verdict':7} {'calls':>5} "
+             f"{'pairs':>5}  pass/warn/fail   first divergence"]
+    for bug in variants:
+        for level in levels:
+            for noise in (None, root / "noise"):
+                r = netparity.compare(root / "ref", root / f"cand-{bug or 'faithful'}",
+                                      level=level, noise_run=noise)
+                n = Counter(p.status for p in r.pairs)
+                counts = f"{n['pass']:>4}/{n['warn']}/{n['fail']}"
+                fd = r.first_divergence
+                lines.append(
+                    f"{bug or 'faithful':10} {level:7} {'noise run' if noise else 'table':10} "
+                    f"{'PASS' if r else 'FAIL':7} {len(r.calls):5} {len(r.pairs):5}  "
+                    f"{counts:17}"
+                    f"{fd.module + ' (' + fd.verdict + ')' if fd else '-'}")
+    return lines
+
+
+if __name__ == "__main__":  # python -m tests.corpus.bert_pair OUT_DIR
+    import sys
+    import tempfile
+
+    for line in table(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp()):
+        print(line)
