@@ -209,7 +209,8 @@ class Gen:
                 self.op("MatMul", [normed, wt], mm)
                 self.op("BiasAdd", [mm, bias], out)
             else:
-                self.op(self.nat["linear"], [normed, wt, bias], out)
+                # aten.addmm's own argument order: the bias first, x second
+                self.op(self.nat["linear"], [bias, normed, wt], out)
             self.exit(h, out)
             x = self.new((8, 64, 28, 28))
         self.w.close()

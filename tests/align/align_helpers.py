@@ -141,8 +141,10 @@ def run_net(tb: TraceBuilder, names: dict, seed: int = 0, noise: float = 0.0,
         mm = p @ wf.T
         tb.op("MatMul", [p, wf], mm)
         tb.op("BiasAdd", [mm, bf], out)
+    elif names is TORCH:  # aten.addmm(bias, x, w^T): the bias comes first
+        tb.op("aten.addmm.default", [bf, p, wf.T], out)
     else:
-        tb.op("aten.addmm.default" if names is TORCH else "Dense", [p, wf, bf], out)
+        tb.op("Dense", [p, wf, bf], out)
     tb.exit(h, [out])
     tb.exit(root, [out])
     # parameters after the update, with each framework's names

@@ -12,7 +12,10 @@ so a pair is only worth making when ``cost < 2 * GAP = 2``. That threshold encod
 * a renamed op (``Dense`` vs ``addmm``...) with same shapes and close statistics -> matched;
 * same shapes but unrelated statistics (distance > ``STATS_VETO``)        -> not matched;
 * same op, different shapes (e.g. a padding bug) but related statistics  -> matched, so the
-  comparison can report the shape difference.
+  comparison can report the shape difference;
+* an op that only rearranges its input (a view, reshape, transpose, alias: ``vocab.VIEW_OPS``)
+  and an op that computes                                                  -> never matched
+  (whatever their statistics: a view of a layer norm's input looks like its output).
 
 Statistics distance: for each of mean, std, min, max and L2-norm-per-element, ``|a - b|`` over
 ``TAU * (max(|a|, |b|) + scale)`` clipped to 1, where ``scale`` is the larger root-mean-square
@@ -38,7 +41,7 @@ import numpy as np
 
 from netparity.align.model import Call
 from netparity.align.names import leaf
-from netparity.align.vocab import normalise
+from netparity.align.vocab import is_view_op, normalise, primary_input
 from netparity.trace.schema import Record
 
 GAP = 1.0
@@ -85,12 +88,21 @@ def _stat_row(r: Record | None) -> tuple[float, ...]:
 SigIds = tuple[int, int, int, int, int]
 
 
-def sig_ids(ids: Interner, op: str, ins: tuple[Any, ...], outs: tuple[Any, ...]) -> SigIds:
-    """Interned ids of one call signature (every feature builder interns the same keys)."""
+def sig_ids(ids: Interner, op: str, ins: tuple[Any, ...], outs: tuple[Any, ...],
+            lead: int = 0) -> SigIds:
+    """Interned ids of one call signature (every feature builder interns the same keys);
+    ``lead`` is the position of the call's primary input (:func:`primary_input`)."""
     nid = ids(op)
     sid = ids((ins, outs))
+    lead = lead if lead < len(ins) else 0
     return (nid, sid, ids((nid, sid)), ids((outs[0] if outs else None,)),
-            ids((ins[0] if ins else None,)))
+            ids((ins[lead] if ins else None,)))
+
+
+def stat_row(r: Record | None) -> tuple[float, ...]:
+    """mean, std, min, max and RMS of a record's statistics (NaN where unknown): the row
+    :func:`row_distance` and :func:`stats_distance` compare."""
+    return _stat_row(r)
 
 
 def stats_rows(rows: list[tuple[float, ...]]) -> np.ndarray:
@@ -106,12 +118,13 @@ class Feats:
     sig: np.ndarray  # (op, input shapes, output shapes) id
     shp: np.ndarray  # (input shapes, output shapes) id
     out_shape: np.ndarray  # first output shape id
-    in_shape: np.ndarray  # first input shape id
+    in_shape: np.ndarray  # primary input shape id (the first, except addmm's x...)
     stats: np.ndarray  # (n, 5) first output: mean, std, min, max, rms
     bucket: np.ndarray  # quantised log-rms of the first output (anchor keys)
     leaf: np.ndarray  # normalised last path token id (modules)
     names: np.ndarray  # canonical op names (object array)
     natives: np.ndarray  # normalised native names (object array)
+    view: np.ndarray  # bool: the op only rearranges its input (vocab.is_view_op)
     #: first-input statistics of calls ``idx`` (``(k, 5)``): only N:M detection needs them, so
     #: a trace-backed builder fetches them on demand instead of reading every input record
     first_inputs: Callable[[np.ndarray], np.ndarray]
@@ -134,7 +147,8 @@ class Feats:
         """The features of calls ``idx`` (in that order), as a new :class:`Feats`."""
         return Feats(self.name[idx], self.sig[idx], self.shp[idx], self.out_shape[idx],
                      self.in_shape[idx], self.stats[idx], self.bucket[idx], self.leaf[idx],
-                     self.names[idx], self.natives[idx], _Subset(self.first_inputs, idx))
+                     self.names[idx], self.natives[idx], self.view[idx],
+                     _Subset(self.first_inputs, idx))
 
 
 class _Subset:
@@ -161,8 +175,9 @@ def make_feats(sigs: list[SigIds] | np.ndarray, leaf_ids: np.ndarray, stats: np.
     with np.errstate(divide="ignore", invalid="ignore"):
         lr = np.log2(np.abs(stats[:, 4]) + 1e-30)
     bucket = np.where(np.isfinite(lr), np.floor(lr * 2.0), -999).astype(np.int64)
+    view = np.array([is_view_op(op) for op in names.tolist()], dtype=bool).reshape(n)
     return Feats(s[:, 0].copy(), s[:, 2].copy(), s[:, 1].copy(), s[:, 3].copy(), s[:, 4].copy(),
-                 stats, bucket, np.asarray(leaf_ids, dtype=np.int64), names, natives,
+                 stats, bucket, np.asarray(leaf_ids, dtype=np.int64), names, natives, view,
                  first_inputs)
 
 
@@ -183,7 +198,7 @@ def build_feats(calls: list[Call], ids: Interner) -> Feats:
     # Large traces repeat a few dozen (op, shapes) signatures and module names thousands of
     # times: intern each distinct one once (in first-seen order, so ids are the same as
     # interning every call) instead of hashing nested shape tuples five times per call.
-    sig_cache: dict[tuple[str, tuple[Any, ...], tuple[Any, ...]], SigIds] = {}
+    sig_cache: dict[tuple[str, int, tuple[Any, ...], tuple[Any, ...]], SigIds] = {}
     leaf_cache: dict[str, int] = {}
     root: dict[tuple[int, ...], float] = {}
     sqrt = math.sqrt
@@ -194,10 +209,11 @@ def build_feats(calls: list[Call], ids: Interner) -> Feats:
         ins = tuple([r.shape for r in cins])
         outs = tuple([r.shape for r in couts])
         op = c.op
-        key = (op, ins, outs)
+        lead = primary_input(c.native)
+        key = (op, lead, ins, outs)
         f = sig_cache.get(key)
         if f is None:
-            f = sig_cache[key] = sig_ids(ids, op, ins, outs)
+            f = sig_cache[key] = sig_ids(ids, op, ins, outs, lead)
         sigs.append(f)
         if couts:
             r = couts[0]
@@ -221,12 +237,20 @@ def build_feats(calls: list[Call], ids: Interner) -> Feats:
         names.append(op)
 
     def first_inputs(idx: np.ndarray) -> np.ndarray:
-        return stats_rows([_stat_row(calls[i].inputs[0] if calls[i].inputs else None)
-                           for i in idx.tolist()])
+        return stats_rows([_stat_row(lead_input(calls[i])) for i in idx.tolist()])
 
     natives = native_names([c.native for c in calls], names)
     return make_feats(sigs, np.array(lf, dtype=np.int64), stats_rows(st), object_array(names),
                       object_array(natives), first_inputs)
+
+
+def lead_input(call: Call) -> Record | None:
+    """A call's primary input record (:func:`~netparity.trace.vocab.primary_input`), or None."""
+    ins = call.inputs
+    if not ins:
+        return None
+    k = primary_input(call.native)
+    return ins[k] if k < len(ins) else ins[0]
 
 
 def native_names(natives: list[str], ops: list[str]) -> list[str]:
@@ -292,4 +316,6 @@ def cost_matrix(A: Feats, ia: np.ndarray, B: Feats, ib: np.ndarray, modules: boo
     c += STATS_WEIGHT * d
     if modules:
         c += np.where(A.leaf[ia][:, None] == B.leaf[ib][None, :], 0.0, 0.5)
-    return np.where(d > STATS_VETO, np.inf, c)
+        return np.where(d > STATS_VETO, np.inf, c)
+    veto = (d > STATS_VETO) | (A.view[ia][:, None] != B.view[ib][None, :])
+    return np.where(veto, np.inf, c)

@@ -108,7 +108,8 @@ def _elementwise_cost(A: Feats, ia: np.ndarray, B: Feats, ib: np.ndarray, module
     c += STATS_WEIGHT * d
     if modules:
         c += np.where(A.leaf[ia] == B.leaf[ib], 0.0, 0.5)
-    return np.where(d > STATS_VETO, np.inf, c)
+        return np.where(d > STATS_VETO, np.inf, c)
+    return np.where((d > STATS_VETO) | (A.view[ia] != B.view[ib]), np.inf, c)
 
 
 def _anchor_keys(F: Feats) -> list[np.ndarray]:
@@ -286,6 +287,8 @@ def _groups_in_region(A: Feats, ra: list[int], B: Feats, rb: list[int],
                 members_a, members_b = ra[s : s + e + 1], rb[t : t + f + 1]
                 if not (any(x in free_a for x in members_a) or any(x in free_b for x in members_b)):
                     continue
+                if bool(A.view[members_a].all()) != bool(B.view[members_b].all()):
+                    continue  # rearranged data on one side, a computation on the other
                 key = (float(sub[e, f]), -int(e + f), int(e), int(f))
                 if best is None or key < best:
                     best = key
@@ -444,7 +447,9 @@ def _grow_pairs(A: Feats, ia: list[int], B: Feats, ib: list[int], pairs: list[Pa
     A pair grows into ``[a] <-> [b, b+1, ...]`` (or the mirror) when the calls after ``b`` are
     free, contiguous in execution order, and the last one's output matches ``a``'s output
     clearly better than ``b``'s own (at most half the statistics distance, below the group
-    limit); a pair whose outputs already agree (distance < ``GROW_MIN``) is left alone.
+    limit); a pair whose outputs already agree (distance < ``GROW_MIN``) is left alone, unless
+    their shapes differ: ``addmm`` on the flattened activation against ``Dense`` on the 3-D
+    one grows over the ``view`` after ``addmm``, so the two outputs compared have one shape.
     """
     free_a = set(ia) - matched_a
     free_b = set(ib) - matched_b
@@ -459,7 +464,10 @@ def _grow_pairs(A: Feats, ia: list[int], B: Feats, ib: list[int], pairs: list[Pa
             continue
         a, b = p.a[0], p.b[0]
         best: tuple[float, list[int], list[int]] | None = None
-        if d_cur >= GROW_MIN:
+        # outputs of different shapes (addmm's [32, 64] against Dense's [2, 16, 64]): the
+        # view after the shorter side's call completes the computation whatever the gain
+        reshaped = A.out_shape[a] != B.out_shape[b]
+        if d_cur >= GROW_MIN or reshaped:
             for side in ("b", "a"):
                 seq, pos, free = (ib, pos_b, free_b) if side == "b" else (ia, pos_a, free_a)
                 start = pos[b if side == "b" else a]
@@ -477,7 +485,7 @@ def _grow_pairs(A: Feats, ia: list[int], B: Feats, ib: list[int], pairs: list[Pa
                     same = A.out_shape[run] == B.out_shape[b]
                     ds = stats_distance(A.stats[run], B.stats[[b]])[:, 0]
                 for k, (sm, d) in enumerate(zip(same.tolist(), ds.tolist())):
-                    if (sm and d < GROUP_TENSOR_LIMIT and d <= GROW_GAIN * d_cur
+                    if (sm and d < GROUP_TENSOR_LIMIT and (reshaped or d <= GROW_GAIN * d_cur)
                             and (best is None or d < best[0])):
                         members = run[: k + 1]
                         best = (d, [a, *members] if side == "a" else [a],

@@ -40,6 +40,7 @@ from netparity.align.model import Call, _arg_key
 from netparity.align.passes import lookup_last
 from netparity.align.reading import LazyCall, RecordSource, check_rank
 from netparity.align.table import CallTable, Pools, StringPool
+from netparity.align.vocab import primary_input
 from netparity.trace.reader import Trace
 from netparity.trace.scan import Columns
 from netparity.trace.schema import ROLES
@@ -293,11 +294,16 @@ def read_table(
     stats = _Stats(ix, rec, root)
     fi, fo = rec.opening(outputs=False), rec.opening(outputs=True)
     ops = info.op
-    sigs, shapes = _signatures(rec, info, ops, shape_tuples, pools)
+    lead = np.array([primary_input(n) for n in info.native], dtype=np.int64).reshape(-1)
+    # the primary input of ops taking it later (addmm's x): N:M detection compares it
+    late = np.nonzero((lead > 0) & (lead < rec.n_in))[0]
+    primary = fi.copy()
+    primary[late] = rec.order[rec.start[late] + lead[late]]
+    sigs, shapes = _signatures(rec, info, ops, shape_tuples, pools, lead)
     leaves = _leaves(info, pools)
     natives = object_array(native_names(info.native, ops))
     feats = make_feats(sigs, leaves, stats.openings(fo), object_array(ops), natives,
-                       _FirstInputs(stats, fi))
+                       _FirstInputs(stats, primary))
     seq_at = np.where(fi >= 0, fi, fo)
     seq = np.where(seq_at >= 0, rec.seq[np.maximum(seq_at, 0)], -1) if len(seq_at) else seq_at
     source = RecordSource(trace, rank, step, direction, kinds)
@@ -326,7 +332,7 @@ def _leaves(info: _CallInfo, pools: Pools) -> np.ndarray:
 
 
 def _signatures(rec: _Records, info: _CallInfo, ops: list[str],
-                shape_tuples: list[tuple[int, ...]], pools: Pools,
+                shape_tuples: list[tuple[int, ...]], pools: Pools, lead: np.ndarray,
                 ) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
     """Signature ids and (input shapes, output shapes) of every call.
 
@@ -335,7 +341,8 @@ def _signatures(rec: _Records, info: _CallInfo, ops: list[str],
     n = len(rec.first)
     if not n:
         return np.zeros((0, 5), dtype=np.int64), []
-    op_ids = StringPool().many(ops)
+    # the primary input's position is part of the key: it decides the signature's input id
+    op_ids = StringPool().many(ops) * 8 + np.minimum(lead, 7)
     sid = rec.shape_id[rec.order]
     size = rec.n_in + rec.n_out
     key, rep = _run_keys(sid, rec.start, size, op_ids, rec.n_in)
@@ -344,7 +351,7 @@ def _signatures(rec: _Records, info: _CallInfo, ops: list[str],
         s, ni, e = int(rec.start[c]), int(rec.n_in[c]), int(rec.start[c] + size[c])
         run = [shape_tuples[k] for k in sid[s:e].tolist()]
         ins, outs = tuple(run[:ni]), tuple(run[ni:])
-        table.append((sig_ids(pools.ids, ops[c], ins, outs), (ins, outs)))
+        table.append((sig_ids(pools.ids, ops[c], ins, outs, int(lead[c])), (ins, outs)))
     sigs = np.array([t[0] for t in table], dtype=np.int64).reshape(len(table), 5)[key]
     io = [t[1] for t in table]
     return sigs, [io[k] for k in key.tolist()]

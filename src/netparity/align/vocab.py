@@ -2,6 +2,13 @@
 ``trace`` so that ``frameworks``, below ``align``, can use it). Kept for the imports in
 ``align``, ``ckpt.mapping``, tests and benchmarks that still name this module."""
 
-from netparity.trace.vocab import ALIASES, canonical_op, normalise
+from netparity.trace.vocab import (
+    ALIASES,
+    VIEW_OPS,
+    canonical_op,
+    is_view_op,
+    normalise,
+    primary_input,
+)
 
-__all__ = ["ALIASES", "canonical_op", "normalise"]
+__all__ = ["ALIASES", "VIEW_OPS", "canonical_op", "is_view_op", "normalise", "primary_input"]

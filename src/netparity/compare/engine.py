@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from netparity.compare.argpairs import group_inputs, pair_tensors
 from netparity.compare.metrics import (
     record_rms,
     stats_metrics,
@@ -48,26 +49,6 @@ _EPS = {
 AUX_OUTPUT_OPS = frozenset({"batch_norm", "layer_norm", "group_norm", "instance_norm",
                             "rms_norm"})
 
-
-def _positional(rs: list[Any], cs: list[Any]) -> list[tuple[Any, Any]]:
-    """Tensor pairs of a matched call: by position when both sides have as many tensors.
-
-    When the counts differ, positions after the first have no known correspondence: PyTorch's
-    ``native_batch_norm`` returns (out, save_mean, save_invstd), MindSpore's ``BatchNorm`` five
-    tensors of other meanings; ``addmm(bias, x, w)`` takes the bias first where ``BiasAdd(mm,
-    bias)`` takes it last. Pairing them by position compares unrelated tensors and reports false
-    divergences, so only the primary tensor is paired, and only when the shapes agree (up to
-    size-1 dims); the count difference is listed under ``unmatched``.
-    """
-    if len(rs) == len(cs):
-        return list(zip(rs, cs))
-    if rs and cs and _squeezed(rs[0].shape) == _squeezed(cs[0].shape):
-        return [(rs[0], cs[0])]
-    return []
-
-
-def _squeezed(shape: Any) -> tuple[int, ...]:
-    return tuple(int(d) for d in (shape or ()) if d != 1)
 
 def _open(t: Any, what: str) -> Trace:
     if isinstance(t, Trace):
@@ -408,6 +389,9 @@ def compare(
                 rl, cl = m.ref[-1], m.cand[-1]
                 ck = f"{lv}|{r0.step}|{r0.rank}|{r0.direction}|{r0.module}|{r0.op}|{r0.call}|{r0.event}"
                 outs_r, outs_c = rl.outputs, cl.outputs
+                # tensors pair by meaning, not position (compare.argpairs)
+                ins_r, ins_c = group_inputs(m.ref), group_inputs(m.cand)
+                grouped = len(m.ref) > 1 or len(m.cand) > 1
                 order = min((o.seq for o in outs_r), default=r0.seq)
                 call = CallResult(
                     key=ck,
@@ -426,17 +410,23 @@ def compare(
                     method=m.method,
                     confidence=float(m.confidence),
                 )
-                for role, rs, cs in (("in", r0.inputs, c0.inputs), ("out", outs_r, outs_c)):
+                for role, rs, cs in (("in", ins_r, ins_c), ("out", outs_r, outs_c)):
                     aux = (role == "out" and cross_fw and len(m.ref) == 1 and len(m.cand) == 1
                            and r0.op in AUX_OUTPUT_OPS and c0.op == r0.op)
-                    for i, (a, b) in enumerate(_positional(rs, cs)[:1] if aux else
-                                               _positional(rs, cs)):
+                    tensor_pairs = pair_tensors(
+                        rs, cs, group=grouped, positional=not grouped and r0.native == c0.native,
+                        primary=role == "out" and not grouped and r0.op == c0.op,
+                        first_only=role == "out")
+                    # keyed by the reference tensor's position: the noise run's pairs (same
+                    # framework, by position) carry the same keys
+                    at = {id(r): k for k, r in enumerate(rs)}
+                    for a, b in tensor_pairs[:1] if aux else tensor_pairs:
                         tol = tols.resolve(a, b)
-                        pr = _make_pair(a, b, tol, f"{role}{i}", ck)
+                        pr = _make_pair(a, b, tol, f"{role}{at[id(a)]}", ck)
                         pr.key = f"{lv}|{pr.key}|{r0.event}"
                         jobs.append(_Job(a, b, tol, pr))
                         (call.inputs if role == "in" else call.outputs).append(pr.key)
-                    if len(rs) != len(cs) or (aux and len(rs) > 1):
+                    if len(tensor_pairs) < max(len(rs), len(cs)) or (aux and len(rs) > 1):
                         unmatched["tensors"].append(
                             {"call": call.name, "role": role + "puts", "ref": len(rs),
                              "cand": len(cs), "direction": call.direction, "step": call.step}

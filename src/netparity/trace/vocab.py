@@ -73,6 +73,14 @@ ALIASES: dict[str, str] = {
     "split": "split", "slice": "slice", "strided_slice": "slice", "squeeze": "squeeze",
     "unsqueeze": "expand_dims", "expand_dims": "expand_dims", "clone": "identity",
     "contiguous": "identity", "identity": "identity", "detach": "identity", "copy_": "copy",
+    "alias": "identity", "lift_fresh": "identity", "lift_fresh_copy": "identity",
+    "_reshape_alias": "reshape", "view_as": "reshape", "unflatten": "reshape",
+    "as_strided": "reshape", "narrow": "slice", "unbind": "split", "chunk": "split",
+    "split_with_sizes": "split", "movedim": "transpose", "swapaxes": "transpose",
+    "swapdims": "transpose", "expand_as": "broadcast", "numpy_t": "transpose",
+    # MindSpore's *Ext primitives (mint) are the same ops
+    "mat_mul_ext": "matmul", "batch_mat_mul_ext": "matmul", "sum_ext": "sum",
+    "mean_ext": "mean", "transpose_ext": "transpose", "softmax_ext": "softmax",
     # containers
     "sequential_cell": "sequential", "cell_list": "module_list",
     # embedding / attention / dropout
@@ -84,6 +92,19 @@ ALIASES: dict[str, str] = {
     "_foreach_add": "add", "_foreach_mul": "mul", "_foreach_add_": "add", "_foreach_mul_": "mul",
     "apply_momentum": "momentum_update", "sgd": "sgd_update", "adam": "adam_update",
 }
+
+#: Canonical ops whose output is the input's elements rearranged (views, copies, reshapes): an
+#: output of one of these carries no computation of its own, so alignment never pairs one with
+#: a computing op (a layer norm with an ``aten.alias`` of the same data), only with another
+#: such op or inside an N:M group.
+VIEW_OPS = frozenset({"reshape", "transpose", "broadcast", "expand_dims", "squeeze", "slice",
+                      "identity", "split", "flatten"})
+
+#: Ops whose data input is not their first argument (normalised native name -> argument
+#: position): ``addmm(bias, x, w)`` and its relatives take the added term first. Alignment
+#: matches a call's *primary* input against the other side's (``addmm``'s ``x`` against
+#: ``MatMul``'s ``x``), which is what lets ``addmm`` pair with ``MatMul + BiasAdd``.
+PRIMARY_INPUT = {"addmm": 1, "addmv": 1, "addbmm": 1, "baddbmm": 1, "addr": 1}
 
 _PREFIX = re.compile(r"^(aten|prims|torch\.nn\.modules\.[a-z_]+|torch\.nn|torch|mindspore\.nn|"
                      r"mindspore\.ops|mindspore|nn|ops|P|F)\.")
@@ -114,10 +135,17 @@ def normalise(native: str) -> str:
     return s
 
 
+#: PyTorch ops whose normalised name means something else in MindSpore: ``aten.select`` picks
+#: one index along a dimension (a view), MindSpore's ``Select`` is ``where``
+_ATEN_ALIASES = {"select": "slice"}
+
+
 @lru_cache(maxsize=8192)
 def canonical_op(framework: str, native: str) -> str:
     """Canonical op name for a framework's native op or module class name."""
     n = normalise(native)
+    if native.startswith("aten.") and n in _ATEN_ALIASES:
+        return _ATEN_ALIASES[n]
     if n in ALIASES:
         return ALIASES[n]
     base = n.rstrip("_")
@@ -128,3 +156,25 @@ def canonical_op(framework: str, native: str) -> str:
         if k.replace("_", "") == compact:
             return v
     return base
+
+
+def is_view_op(op: str) -> bool:
+    """Whether a canonical op only rearranges its input's elements (see :data:`VIEW_OPS`);
+    MindSpore's view kernels (``TransposeView``, ``SliceExtView``...) count too.
+
+    Example:
+        >>> is_view_op(canonical_op("torch", "aten.alias.default")), is_view_op("layer_norm")
+        (True, False)
+    """
+    return op in VIEW_OPS or op.endswith("_view")
+
+
+@lru_cache(maxsize=8192)
+def primary_input(native: str) -> int:
+    """Position of a native op's data input among its inputs (see :data:`PRIMARY_INPUT`).
+
+    Example:
+        >>> primary_input("aten.addmm.default"), primary_input("MatMul")
+        (1, 0)
+    """
+    return PRIMARY_INPUT.get(normalise(native).rstrip("_"), 0) if native else 0

@@ -9,6 +9,8 @@ them: the moment MindSpore's ``Parameter.register_hook`` sees.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -64,6 +66,34 @@ class OptimizerHooks(TorchCaptureBase):
             return r
 
         self._emit_all(make, [("", prm.grad)])
+
+    def record_grads(self, grads: Iterable[Any], params: Iterable[Any]) -> int:
+        """Record parameter gradients by hand: gradients that never reach ``.grad``
+        (``torch.autograd.grad(loss, params)``, ``torch.func.grad``), as MindSpore's
+        ``cap.record_grads(grads, params)`` takes them from ``value_and_grad``.
+
+        Parameters are named by identity from the model (``named_parameters``); nothing is
+        read from or set on the parameter objects themselves. A parameter already recorded in
+        this step (by backward's hook, or an earlier call) is not recorded twice; ``None``
+        gradients and parameters of other models are skipped. Returns the number recorded.
+
+        Example:
+            >>> # grads = torch.autograd.grad(loss, params); cap.record_grads(grads, params)
+        """
+        pol = self.policy
+        if not self._on or not pol.wants_direction("backward"):
+            return 0
+        items: list[tuple[str, torch.Tensor]] = []
+        for g, prm in zip(grads, params):
+            name = self._param_names.get(id(prm))
+            if (g is None or name is None or name in self._grads_seen
+                    or not pol.wants_name(name, name.rpartition(".")[0])):
+                continue
+            self._grads_seen[name] = 1
+            items.append((name, g))
+        for name, g in items:
+            self._emit_all(functools.partial(_param_record, "grad", name, "backward"), [("", g)])
+        return len(items)
 
     def _record_params(self, opt: torch.optim.Optimizer | None, *, grads: bool,
                        params: bool) -> None:
