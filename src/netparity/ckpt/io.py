@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from netparity.ckpt import msproto
-from netparity.ckpt.safetensors_io import read_safetensors, write_safetensors
+from netparity.ckpt.safetensors_io import read_safetensors, write_safetensors_file
 from netparity.dtypes import DTYPES, storage_dtype
 from netparity.errors import CheckpointError, FrameworkError
 
@@ -299,8 +299,13 @@ def save_checkpoint(
     *,
     dtypes: Mapping[str, str] | None = None,
     use_mindspore: bool | None = None,
+    overwrite: bool = True,
 ) -> Path:
     """Write ``{name: array}`` to ``path`` in the format its suffix names (or ``fmt``).
+
+    The file is written atomically (:func:`netparity.outputs.atomic_output`): into a temporary
+    file in the same directory, fsynced, then renamed over ``path``. A failure (disk full, a
+    tensor the format cannot hold) leaves an existing ``path`` as it was and no temporary file.
 
     Args:
         tensors: numpy arrays (a :class:`CheckpointDict` keeps bf16/fp8 dtypes).
@@ -309,9 +314,15 @@ def save_checkpoint(
         dtypes: canonical dtype per name for arrays whose numpy dtype is only storage (bf16).
         use_mindspore: for ``.ckpt``: True = ``mindspore.save_checkpoint``, False = netparity's
             encoder, None = MindSpore when it is installed.
+        overwrite: replace an existing ``path`` (False: refuse it, like ``ckpt convert``
+            without ``--force``).
 
     Returns:
         The path written.
+
+    Raises:
+        CheckpointError: the tensors do not fit the format, ``path`` exists and ``overwrite``
+            is False, or the file cannot be written.
 
     Example:
         >>> import numpy as np, tempfile, os
@@ -320,49 +331,55 @@ def save_checkpoint(
         >>> load_checkpoint(p)["w"].tolist()
         [0.0, 0.0]
     """
+    from netparity.outputs import atomic_output, write_npz_file
+
     ck = as_checkpoint(tensors, dtypes)
     p = Path(path)
     fmt = format_for_path(p, fmt)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        if fmt == "torch":
-            _framework("torch").write_checkpoint(p, [(k, ck.dtype(k), v) for k, v in ck.items()])
-        elif fmt == "safetensors":
-            write_safetensors(p, {k: (ck.dtype(k), v) for k, v in ck.items()})
-        elif fmt == "mindspore":
-            _save_mindspore(ck, p, use_mindspore)
-        else:
-            arrays = dict(ck)
-            special = {k: ck.dtype(k) for k in ck if ck.dtype(k) != dtype_name(ck[k])}
-            if _NPZ_DTYPES_KEY in arrays:
-                raise CheckpointError(f"{_NPZ_DTYPES_KEY!r} is a reserved name")
-            if special:
-                arrays[_NPZ_DTYPES_KEY] = np.array(json.dumps(special))
-            tmp = p.with_name(p.name + ".tmp.npz")
-            np.savez(tmp, **arrays)
-            os.replace(tmp, p)
-    except OSError as e:
-        raise CheckpointError(f"cannot write {p}: {_one_line(e)}") from None
+    arrays: dict[str, Any] = {}
+    if fmt == "mindspore":
+        _check_mindspore(ck)
+    elif fmt == "npz":  # checked before any file is touched
+        arrays = dict(ck)
+        special = {k: ck.dtype(k) for k in ck if ck.dtype(k) != dtype_name(ck[k])}
+        if _NPZ_DTYPES_KEY in arrays:
+            raise CheckpointError(f"{_NPZ_DTYPES_KEY!r} is a reserved name")
+        if special:
+            arrays[_NPZ_DTYPES_KEY] = np.array(json.dumps(special))
+    items = [(k, ck.dtype(k), v) for k, v in ck.items()]
+    with atomic_output(p, overwrite=overwrite, what="checkpoint", error=CheckpointError) as tmp:
+        try:
+            if fmt == "torch":
+                _framework("torch").write_checkpoint(tmp, items)
+            elif fmt == "safetensors":
+                write_safetensors_file(tmp, {k: (d, v) for k, d, v in items})
+            elif fmt == "mindspore":
+                _save_mindspore(items, tmp, use_mindspore)
+            else:
+                write_npz_file(tmp, arrays)
+        except (OSError, RuntimeError) as e:  # torch.save reports a full disk as RuntimeError
+            raise CheckpointError(f"cannot write {p}: {_one_line(e)}") from None
     return p
 
 
-def _save_mindspore(ck: CheckpointDict, p: Path, use_mindspore: bool | None) -> None:
+def _check_mindspore(ck: CheckpointDict) -> None:
     empty = [k for k, v in ck.items() if v.size == 0]
     if empty:  # MindSpore silently drops them; refuse instead of losing data
         raise CheckpointError(f"MindSpore checkpoints cannot hold empty tensors: {empty[:5]}")
     bad = [k for k in ck if ck.dtype(k) not in msproto.DTYPE_TO_MS_TYPE]
     if bad:
         raise CheckpointError(f"MindSpore checkpoints cannot hold {ck.dtype(bad[0])} ({bad[0]!r})")
+
+
+def _save_mindspore(items: list[tuple[str, str, np.ndarray]], p: Path,
+                    use_mindspore: bool | None) -> None:
     if use_mindspore is None:
         use_mindspore = importlib.util.find_spec("mindspore") is not None
     if not use_mindspore:
-        blob = msproto.encode_checkpoint([(k, ck.dtype(k), v) for k, v in ck.items()])
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_bytes(blob)
-        os.replace(tmp, p)
+        p.write_bytes(msproto.encode_checkpoint(items))
         return
     try:
         ms = _framework("mindspore")
     except FrameworkError:
         raise FrameworkError("use_mindspore=True but MindSpore is not installed") from None
-    ms.write_checkpoint(p, [(k, ck.dtype(k), v) for k, v in ck.items()])
+    ms.write_checkpoint(p, items)

@@ -14,6 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--kind", action="append", help="module, op, param, grad, loss, custom, data")
     p.add_argument("--direction", action="append", help="forward, backward, update")
     p.add_argument("--name", help="glob on module path or op name, e.g. 'layer1.*'")
+    p.add_argument("-f", "--force", action="store_true",
+                   help="replace an existing OUT.npz or write into a non-empty folder")
     p.set_defaults(func=run)
 
 
@@ -29,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     with open_trace(args.trace) as tr:
         recs = tr.iter_records(step=sorted(steps) if steps is not None else None, rank=args.rank,
                                kind=args.kind, direction=args.direction, name=args.name)
-        n = tr.export(recs, args.out)
+        n = tr.export(recs, args.out, overwrite=args.force)
     if n == 0:
         raise UsageError("no captured tensor payloads match (capture with payload='tensors')")
     print(f"exported {n} tensor(s) to {args.out}")

@@ -228,12 +228,21 @@ class Trace:
         """The payload with real values (bf16/fp8 decoded to float32); lazily memory-mapped."""
         return decode(self.raw_tensor(rec), rec.dtype)
 
-    def export(self, records: Iterable[Record], out: str | os.PathLike[str]) -> int:
+    def export(self, records: Iterable[Record], out: str | os.PathLike[str], *,
+               overwrite: bool = True) -> int:
         """Write the payloads of ``records`` to an ``.npz`` file or a folder of ``.npy`` files.
 
-        Names are the records' keys made file-safe. Returns how many tensors were written.
+        Names are the records' keys made file-safe. Every file is written atomically
+        (:func:`netparity.outputs.atomic_output`); with ``overwrite=False`` an existing
+        ``.npz`` or a non-empty folder is refused before anything is read. Returns how many
+        tensors were written.
         """
+        from netparity.errors import UsageError
+        from netparity.outputs import atomic_output, write_npz_file
+
         out = Path(out)
+        if not overwrite and (out.is_file() or out.is_dir() and any(out.iterdir())):
+            raise UsageError(f"{out}: exists; pass --force to replace it")
         arrays: dict[str, np.ndarray] = {}
         for rec in records:
             if not rec.has_payload:
@@ -241,13 +250,19 @@ class Trace:
             name = f"{rec.step}.{rec.seq}.{rec.kind}.{rec.module or rec.op}.{rec.direction}.{rec.role}{('.' + rec.arg) if rec.arg else ''}"
             name = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
             arrays[name] = np.asarray(self.tensor(rec))
+        if not arrays:
+            return 0
         if out.suffix == ".npz":
-            out.parent.mkdir(parents=True, exist_ok=True)
-            np.savez(out, **arrays)
+            with atomic_output(out, overwrite=overwrite, what="export") as tmp:
+                write_npz_file(tmp, arrays)
         else:
-            out.mkdir(parents=True, exist_ok=True)
+            try:
+                out.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise UsageError(f"{out}: cannot create the export folder ({e.strerror})") from None
             for name, a in arrays.items():
-                np.save(out / f"{name}.npy", a)
+                with atomic_output(out / f"{name}.npy", what="export") as tmp:
+                    np.save(tmp, a)
         return len(arrays)
 
     def close(self) -> None:
