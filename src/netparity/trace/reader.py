@@ -79,6 +79,7 @@ class Trace:
         self._maps: dict[tuple[int, str], np.ndarray] = {}
         for r in self.ranks:
             self._conn(r)  # validate every index up front: fail early, one line
+            self._check_run_id(r)
 
     @property
     def framework(self) -> str:
@@ -102,6 +103,17 @@ class Trace:
             raise TraceError(f"{p}: corrupt trace index ({e})") from None
         self._db[rank] = db
         return db
+
+    def _check_run_id(self, rank: int) -> None:
+        """A ``rank<N>/`` left by an older run never mixes in: its index must carry the run id
+        of ``manifest.json`` (traces from before run ids carry none and are not checked)."""
+        want = self.manifest.get("run_id")
+        rows = self._query("SELECT value FROM meta WHERE key = 'run_id'", (), rank)
+        have = rows[0][0] if rows else None
+        if want is not None and have is not None and have != want:
+            raise TraceError(
+                f"{self.path}/rank{rank} belongs to another run (run id {have}, manifest.json "
+                f"says {want}): a stale rank from an older capture; remove it or recapture")
 
     def _query(self, sql: str, params: Sequence[Any], rank: int) -> list[tuple[Any, ...]]:
         try:
