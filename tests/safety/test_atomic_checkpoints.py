@@ -11,6 +11,7 @@ import stat
 import numpy as np
 import pytest
 
+from netparity import outputs
 from netparity.ckpt import io as ckpt_io
 from netparity.ckpt import load_checkpoint, save_checkpoint
 from netparity.errors import CheckpointError
@@ -54,8 +55,9 @@ def test_a_writer_failing_midway_leaves_the_old_file_and_no_temporary(tmp_path, 
             f.write(b"\x80partial" * 100)
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    for name in ("write_safetensors_file", "_save_mindspore", "_write_npz"):
+    for name in ("write_safetensors_file", "_save_mindspore"):
         monkeypatch.setattr(ckpt_io, name, half_then_enospc)
+    monkeypatch.setattr(outputs, "write_npz_file", half_then_enospc)
     monkeypatch.setattr(ckpt_io, "_framework", lambda n: type(
         "W", (), {"write_checkpoint": staticmethod(half_then_enospc)}))
     with pytest.raises(CheckpointError, match="No space left"):

@@ -27,6 +27,7 @@ import numpy as np
 
 from netparity.ckpt.io import CheckpointDict, save_checkpoint
 from netparity.ckpt.mapping import (
+    _check_modules_exist,
     _mapping_obj,
     is_model,
     map_names,
@@ -204,6 +205,7 @@ def _convert_with_rules(src_ck: CheckpointDict, src_model: Any, mapping: Any, tg
     um = _mapping_obj(mapping)
     user: dict[str, str] = {}
     if um is not None:
+        _check_modules_exist(um, shapes)
         for k in shapes:
             if k in um.params:
                 user[k] = um.params[k]

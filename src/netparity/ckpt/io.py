@@ -35,6 +35,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import stat
 import struct
 import zipfile
 from collections.abc import Mapping
@@ -46,7 +47,7 @@ import numpy as np
 from netparity.ckpt import msproto
 from netparity.ckpt.safetensors_io import read_safetensors, write_safetensors_file
 from netparity.dtypes import DTYPES, storage_dtype
-from netparity.errors import CheckpointError, FrameworkError
+from netparity.errors import CheckpointError, FrameworkError, NetparityError
 
 FORMATS = ("torch", "safetensors", "mindspore", "npz")
 _SUFFIX = {
@@ -115,13 +116,26 @@ def as_checkpoint(tensors: Mapping[str, Any], dtypes: Mapping[str, str] | None =
 # --- format detection ------------------------------------------------------------------------
 
 
+def check_readable_file(p: Path) -> None:
+    """Refuse what is not a regular file before reading it: a ``.ckpt`` symlinked to
+    ``/dev/zero`` would be read until memory runs out, a FIFO would hang."""
+    try:
+        st = p.stat()  # (follows symlinks: what would be read)
+    except FileNotFoundError:
+        raise CheckpointError(f"no such file: {p}") from None
+    except OSError as e:
+        raise CheckpointError(f"{p}: cannot read ({e.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise CheckpointError(f"{p} is a directory, not a checkpoint file")
+    if not stat.S_ISREG(st.st_mode):
+        raise CheckpointError(f"{p} is not a regular file (a device, FIFO or socket); refusing "
+                              "to read it")
+
+
 def detect_format(path: str | os.PathLike) -> str:
     """The checkpoint format of ``path`` from its first bytes, falling back to its suffix."""
     p = Path(path)
-    if not p.exists():
-        raise CheckpointError(f"no such file: {p}")
-    if p.is_dir():
-        raise CheckpointError(f"{p} is a directory, not a checkpoint file")
+    check_readable_file(p)
     with open(p, "rb") as f:
         head = f.read(16)
     by_suffix = _SUFFIX.get(p.suffix.lower())
@@ -140,11 +154,28 @@ def detect_format(path: str | os.PathLike) -> str:
         (n,) = struct.unpack("<Q", head[:8])
         if head[8:9] == b"{" and n < 100 * 1024 * 1024:
             return "safetensors"
+    if by_suffix == "torch" and head[:1] != b"\x80":  # torch.save: a zip (above) or a pickle
+        raise CheckpointError(f"{p} is not a PyTorch checkpoint (neither a zip archive nor a "
+                              "pickle)" if not _looks_like_text(p, head) else
+                              f"{p} is a {_looks_like_text(p, head)} file, not a checkpoint "
+                              "(whatever its suffix says)")
+    text = _looks_like_text(p, head)
+    if text:
+        raise CheckpointError(f"{p} is a {text} file, not a checkpoint (whatever its suffix "
+                              "says)")
     if by_suffix:
         return by_suffix
     if head[:1] == b"\x0a":
         return "mindspore"
     raise CheckpointError(f"cannot tell the checkpoint format of {p} (suffix {p.suffix!r})")
+
+
+def _looks_like_text(p: Path, head: bytes) -> str:
+    """``"JSON"`` or ``"text"`` when a file's first bytes are printable text (no checkpoint
+    format starts so: zip, pickle, safetensors and protobuf all start with a binary byte)."""
+    if not head or not all(32 <= b < 127 or b in b"\t\r\n" for b in head):
+        return ""
+    return "JSON" if head.lstrip()[:1] in (b"{", b"[") else "text"
 
 
 def format_for_path(path: str | os.PathLike, fmt: str | None = None) -> str:
@@ -185,6 +216,7 @@ def load_checkpoint(path: str | os.PathLike, fmt: str | None = None) -> Checkpoi
         [0, 1, 2]
     """
     p = Path(path)
+    check_readable_file(p)
     fmt = format_for_path(p, fmt) if fmt else detect_format(p)
     try:
         if fmt == "torch":
@@ -199,6 +231,13 @@ def load_checkpoint(path: str | os.PathLike, fmt: str | None = None) -> Checkpoi
         raise CheckpointError(f"{p}: {e}") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, struct.error) as e:
         raise CheckpointError(f"{p}: cannot read {fmt} checkpoint: {_one_line(e)}") from None
+    except (NetparityError, MemoryError):
+        raise
+    except Exception as e:  # noqa: BLE001 - the bytes are input: any parser failure means
+        # "not a readable checkpoint" (torch.load on random bytes raises KeyError, IndexError,
+        # AttributeError...); the exception's type stays in the message for a bug report
+        raise CheckpointError(f"{p}: cannot read {fmt} checkpoint ({type(e).__name__}: "
+                              f"{_one_line(e)})") from None
     out.format = fmt
     out.path = str(p)
     return out
@@ -221,7 +260,10 @@ def _load_safetensors(p: Path) -> CheckpointDict:
 
 
 def _load_mindspore(p: Path) -> CheckpointDict:
-    entries = msproto.decode_checkpoint(p.read_bytes())
+    try:
+        entries = msproto.decode_checkpoint(p.read_bytes())
+    except CheckpointError as err:
+        raise CheckpointError(f"not a valid MindSpore checkpoint ({err})") from None
     out = CheckpointDict()
     for e in entries:
         if e.dtype == "str":

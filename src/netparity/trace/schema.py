@@ -167,7 +167,12 @@ CREATE_SQL = (
     + ");\n"
     "CREATE INDEX IF NOT EXISTS idx_step ON records(step, direction, kind);\n"
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);\n"
+    # CRC-32 of each stored payload, checked on read. A table of its own, not a column of
+    # ``records``: traces written before it stay readable as they are (no crc: not checked),
+    # and older readers ignore it, so the schema version did not change.
+    "CREATE TABLE IF NOT EXISTS payload_crc (seq INTEGER PRIMARY KEY, crc32 INTEGER NOT NULL);\n"
 )
+INSERT_CRC_SQL = "INSERT INTO payload_crc (seq, crc32) VALUES (?, ?)"
 INSERT_SQL = (
     "INSERT INTO records ("
     + ", ".join(f'"{c}"' for c in COLUMN_NAMES)
@@ -219,6 +224,15 @@ _NB = len(BASE_COLUMNS)
 _NS = len(STAT_COLUMNS)
 
 
+def _shape(text: str) -> tuple[int, ...]:
+    """A shape column's JSON list, checked: non-negative integers only (a corrupt index row is
+    a ``ValueError`` here, not a ``math domain error`` deep in a comparison)."""
+    dims = json.loads(text)
+    if not isinstance(dims, list) or not all(type(d) is int and d >= 0 for d in dims):
+        raise ValueError(f"shape {text!r:.40} is not a list of non-negative integers")
+    return tuple(dims)
+
+
 def row_to_record(row: tuple[Any, ...]) -> Record:
     stats: dict[str, float | int | None] = {}
     for name, v in zip(STAT_FIELDS, row[_NB : _NB + _NS]):
@@ -241,7 +255,7 @@ def row_to_record(row: tuple[Any, ...]) -> Record:
         arg=row[11],
         event=row[12],
         dtype=row[13],
-        shape=tuple(json.loads(row[14])),
+        shape=_shape(row[14]),
         stats=stats,
         shard=shard,
         offset=offset,

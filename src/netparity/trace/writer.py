@@ -45,6 +45,7 @@ import sqlite3
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,14 @@ from netparity.dtypes import DTYPES, storage_dtype
 from netparity.errors import TraceError
 from netparity.stats import content_hash
 from netparity.trace.claim import claim
-from netparity.trace.schema import CREATE_SQL, INSERT_SQL, SCHEMA_VERSION, Record, record_to_row
+from netparity.trace.schema import (
+    CREATE_SQL,
+    INSERT_CRC_SQL,
+    INSERT_SQL,
+    SCHEMA_VERSION,
+    Record,
+    record_to_row,
+)
 
 HEADER_RESERVE = 1 << 20  # bytes reserved for each shard's JSON header
 _STOP = object()
@@ -233,6 +241,7 @@ class TraceWriter:
             raise TraceError(f"{self.rank_dir}: cannot create the trace index ({e})") from None
         self._shard: _Shard | None = None
         self._shard_no = 0
+        self._crcs: list[tuple[int, int]] = []  # (seq, CRC-32) of payloads not yet inserted
         self._thread = threading.Thread(target=self._run, name="netparity-writer", daemon=True)
         self._thread.start()
 
@@ -404,6 +413,8 @@ class TraceWriter:
             self._shard = _Shard(self.rank_dir / f"tensors-{self._shard_no:05d}.safetensors")
             self._shard_no += 1
         buf = arr.reshape(-1).data.cast("B") if arr.size else memoryview(b"")
+        # (zlib releases the GIL for buffers this size: the training thread keeps running)
+        self._crcs.append((rec.seq, zlib.crc32(buf)))
         rec.offset = self._shard.append(key, tag, tuple(arr.shape), buf)
         rec.shard = self._shard.path.name
         rec.nbytes = arr.nbytes
@@ -414,6 +425,9 @@ class TraceWriter:
     def _insert(self, recs: list[Record]) -> None:
         """Insert rows into the open transaction (visible to readers once committed)."""
         self._db.executemany(INSERT_SQL, [record_to_row(r) for r in recs])
+        if self._crcs:  # (same transaction as the rows: committed, or lost, together)
+            self._db.executemany(INSERT_CRC_SQL, self._crcs)
+            self._crcs.clear()
 
     def _commit(self, count: int) -> None:
         """Commit the ``count`` rows inserted since the last commit."""
