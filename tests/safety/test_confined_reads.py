@@ -102,14 +102,21 @@ def _corrupt_message(tr, rec) -> list[str]:  # type: ignore[no-untyped-def]
     return msgs
 
 
-def test_a_swapped_or_random_shard_is_corruption_naming_the_path(tmp_path):
+@pytest.mark.parametrize("algo", ["xxh3_64", "crc32"])
+def test_a_swapped_or_random_shard_is_corruption_naming_the_path(tmp_path, monkeypatch, algo):
+    from netparity.trace import checksum
+
+    if not checksum.available(algo):
+        pytest.skip(f"{algo} needs the xxhash package")
+    monkeypatch.setattr(checksum, "default_algorithm", lambda: algo)
     a = make_trace(tmp_path / "a", value=1.0)
     b = make_trace(tmp_path / "b", value=2.0)  # same layout, other values: a "swapped" shard
     shard = a / "rank0" / "tensors-00000.safetensors"
     shutil.copyfile(b / "rank0" / "tensors-00000.safetensors", shard)
     with open_trace(a) as tr:
+        assert tr.payload_checksum(tr.records()[0])[0] == algo  # type: ignore[index]
         for m in _corrupt_message(tr, tr.records()[1]):
-            assert str(shard) in m and "checksum" in m
+            assert str(shard) in m and "checksum differs" in m
     data = bytearray(shard.read_bytes())
     data[-64 * 4:] = np.random.default_rng(0).bytes(64 * 4)  # the last payload: random bytes
     shard.write_bytes(bytes(data))
@@ -121,7 +128,7 @@ def test_a_swapped_or_random_shard_is_corruption_naming_the_path(tmp_path):
 
 def test_traces_without_checksums_stay_readable(tmp_path):
     out = make_trace(tmp_path / "t")
-    set_rows(out, "DROP TABLE payload_crc")  # what a trace written before checksums holds
+    set_rows(out, "DROP TABLE payload_checksum")  # what a trace written before checksums holds
     with open_trace(out) as tr:
         assert tr.tensor(tr.records()[0])[0] == 1.0
 

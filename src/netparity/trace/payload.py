@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import os
 import stat
-import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +22,7 @@ import numpy as np
 
 from netparity.dtypes import DTYPES, decode, storage_dtype
 from netparity.errors import TraceError
+from netparity.trace.checksum import Running, digest
 from netparity.trace.schema import Record
 
 if TYPE_CHECKING:
@@ -99,20 +99,22 @@ def open_shard(root: Path, rec: Record) -> tuple[int, Path]:
     return fd, p
 
 
-def verify_crc(data: np.ndarray, want: int | None, where: Path, rec: Record) -> None:
-    """Compare a payload's CRC-32 with the one stored at capture (None: traces from before
-    checksums, not checked). A mismatch is corruption, never a numerical difference."""
+def verify_checksum(data: np.ndarray, want: tuple[str, int] | None, where: Path,
+                    rec: Record) -> None:
+    """Compare a payload's checksum with the ``(algorithm, value)`` stored at capture (None:
+    a trace from before checksums, not checked). A mismatch is corruption, never a numerical
+    difference."""
     if want is None:
         return
-    got = zlib.crc32(np.ascontiguousarray(data).data)
-    if got != want:
-        raise _crc_error(where, rec, got, want)
+    got = digest(want[0], np.ascontiguousarray(data).data)
+    if got != want[1]:
+        raise _checksum_error(where, rec, want[0])
 
 
-def _crc_error(where: Path, rec: Record, got: int, want: int | None) -> TraceError:
-    return TraceError(f"{where}: corrupt payload of record {rec.seq} (rank {rec.rank}): "
-                      f"checksum {got:08x}, stored {want or 0:08x}; the shard was damaged or "
-                      "swapped")
+def _checksum_error(where: Path, rec: Record, algo: str) -> TraceError:
+    return TraceError(f"{where}: corrupt payload of record {rec.seq} (rank {rec.rank}): its "
+                      f"{algo} checksum differs from the one stored at capture; the shard was "
+                      "damaged or swapped")
 
 
 class PayloadReader:
@@ -129,10 +131,12 @@ class PayloadReader:
         self.item = self.st.itemsize
         self._buf = np.empty(0, np.uint8)
         # the checksum is verified when the payload is read front to back (the streaming
-        # comparison's way); reads out of order skip it
-        self._want_crc = trace.payload_crc(rec)
-        self._crc = 0
-        self._crc_pos = 0 if self._want_crc is not None else -1
+        # comparison's way), once per record and open trace; reads out of order skip it
+        self._verified = trace._verified
+        key = (rec.rank, rec.seq)
+        self._want = None if key in self._verified else trace.payload_checksum(rec)
+        self._sum = Running(self._want[0]) if self._want is not None else None
+        self._sum_pos = 0 if self._want is not None else -1
 
     @property
     def count(self) -> int:
@@ -158,24 +162,25 @@ class PayloadReader:
                 raise TraceError(f"{self.rec.shard}: truncated payload shard")
             got += k
         raw = self._buf[:nbytes]
-        if self._crc_pos >= 0:
-            self._check_crc(pos - self.rec.offset, raw)
+        if self._sum_pos >= 0:
+            self._check_sum(pos - self.rec.offset, raw)
         if self.complex:
             return raw.view(np.float32 if self.item == 8 else np.float64)
         if self.st == np.bool_:
             return raw.view(np.uint8)
         return decode(raw.view(self.st), self.dtype)
 
-    def _check_crc(self, at: int, raw: np.ndarray) -> None:
-        if at != self._crc_pos:  # not the next bytes in order: cannot check incrementally
-            self._crc_pos = -1
+    def _check_sum(self, at: int, raw: np.ndarray) -> None:
+        if at != self._sum_pos or self._sum is None or self._want is None:
+            self._sum_pos = -1  # not the next bytes in order: cannot check incrementally
             return
-        self._crc = zlib.crc32(raw.data, self._crc)
-        self._crc_pos += raw.nbytes
-        if self._crc_pos == self.rec.nbytes:
-            self._crc_pos = -1
-            if self._crc != self._want_crc:
-                raise _crc_error(self.path, self.rec, self._crc, self._want_crc)
+        self._sum.update(raw.data)
+        self._sum_pos += raw.nbytes
+        if self._sum_pos == self.rec.nbytes:
+            self._sum_pos = -1
+            if self._sum.value() != self._want[1]:
+                raise _checksum_error(self.path, self.rec, self._want[0])
+            self._verified.add((self.rec.rank, self.rec.seq))  # (set.add: atomic, any thread)
 
     def close(self) -> None:
         if self.fd is not None:

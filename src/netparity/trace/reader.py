@@ -23,13 +23,14 @@ import numpy as np
 
 from netparity.dtypes import decode, storage_dtype
 from netparity.errors import TraceError
+from netparity.trace import checksum
 from netparity.trace.fastrows import SELECT_LIST, rows_to_records
 from netparity.trace.payload import (
     PayloadReader,
     check_location,
     open_shard,
     shard_path,
-    verify_crc,
+    verify_checksum,
 )
 from netparity.trace.scan import Columns, _where, count, scan
 from netparity.trace.schema import (
@@ -102,7 +103,7 @@ class Trace:
             raise TraceError(f"{self.path}: trace has no rank index (rank*/index.sqlite)")
         self._db: dict[int, sqlite3.Connection] = {}
         self._maps: dict[tuple[int, str], np.ndarray] = {}
-        self._has_crc: dict[int, bool] = {}
+        self._checksum_algo: dict[int, str | None] = {}
         self._verified: set[tuple[int, int]] = set()
         self._scratch: list[str] = []  # temporary copies of indexes on read-only media
         for r in self.ranks:
@@ -133,19 +134,27 @@ class Trace:
         self._db[rank] = db
         return db
 
-    def payload_crc(self, rec: Record) -> int | None:
-        """The CRC-32 stored for ``rec``'s payload at capture (None: a trace from before
-        checksums, or a record without payload)."""
-        has = self._has_crc.get(rec.rank)
-        if has is None:
-            has = bool(self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
-                                   "name = 'payload_crc'", (), rec.rank))
-            self._has_crc[rec.rank] = has
-        if not has:
+    def payload_checksum(self, rec: Record) -> tuple[str, int] | None:
+        """``(algorithm, value)`` of the checksum stored for ``rec``'s payload at capture, or
+        None: a trace from before checksums, a record without payload, or an algorithm this
+        installation cannot compute (an xxh3 trace without the ``xxhash`` package)."""
+        if rec.rank not in self._checksum_algo:
+            algo: str | None = None
+            if self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                           "name = 'payload_checksum'", (), rec.rank):
+                rows = self._query("SELECT value FROM meta WHERE key = ?",
+                                   (checksum.META_KEY,), rec.rank)
+                algo = str(rows[0][0]) if rows else None
+                if algo is not None and not checksum.available(algo):
+                    algo = None
+            self._checksum_algo[rec.rank] = algo
+        algo = self._checksum_algo[rec.rank]
+        if algo is None:
             return None
-        rows = self._query("SELECT crc32 FROM payload_crc WHERE seq = ?", (rec.seq,), rec.rank)
-        crc = rows[0][0] if rows else None
-        return crc if type(crc) is int else None
+        rows = self._query("SELECT value FROM payload_checksum WHERE seq = ?", (rec.seq,),
+                           rec.rank)
+        value = rows[0][0] if rows else None
+        return (algo, value) if type(value) is int else None
 
     def _check_schema(self, rank: int) -> None:
         """The index's own schema version: a newer one is refused like a newer manifest."""
@@ -326,7 +335,7 @@ class Trace:
             raise TraceError(f"{rec.shard}: truncated payload shard (need byte {end})")
         raw = mm[off:end]
         if (rec.rank, rec.seq) not in self._verified:
-            verify_crc(raw, self.payload_crc(rec), shard_path(self.path, rec), rec)
+            verify_checksum(raw, self.payload_checksum(rec), shard_path(self.path, rec), rec)
             self._verified.add((rec.rank, rec.seq))
         return raw.view(storage_dtype(rec.dtype)).reshape(rec.shape)
 

@@ -167,12 +167,13 @@ CREATE_SQL = (
     + ");\n"
     "CREATE INDEX IF NOT EXISTS idx_step ON records(step, direction, kind);\n"
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);\n"
-    # CRC-32 of each stored payload, checked on read. A table of its own, not a column of
-    # ``records``: traces written before it stay readable as they are (no crc: not checked),
-    # and older readers ignore it, so the schema version did not change.
-    "CREATE TABLE IF NOT EXISTS payload_crc (seq INTEGER PRIMARY KEY, crc32 INTEGER NOT NULL);\n"
+    # a checksum of each stored payload (algorithm in meta, see trace/checksum.py), checked on
+    # read. A table of its own, not a column of ``records``: traces written before it stay
+    # readable as they are (not checked), older readers ignore it, so the schema version did
+    # not change.
+    "CREATE TABLE IF NOT EXISTS payload_checksum (seq INTEGER PRIMARY KEY, value INTEGER NOT NULL);\n"
 )
-INSERT_CRC_SQL = "INSERT INTO payload_crc (seq, crc32) VALUES (?, ?)"
+INSERT_CHECKSUM_SQL = "INSERT INTO payload_checksum (seq, value) VALUES (?, ?)"
 INSERT_SQL = (
     "INSERT INTO records ("
     + ", ".join(f'"{c}"' for c in COLUMN_NAMES)

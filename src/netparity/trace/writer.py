@@ -45,7 +45,6 @@ import sqlite3
 import sys
 import threading
 import time
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -55,10 +54,11 @@ import numpy as np
 from netparity.dtypes import DTYPES, storage_dtype
 from netparity.errors import TraceError
 from netparity.stats import content_hash
+from netparity.trace import checksum
 from netparity.trace.claim import claim
 from netparity.trace.schema import (
     CREATE_SQL,
-    INSERT_CRC_SQL,
+    INSERT_CHECKSUM_SQL,
     INSERT_SQL,
     SCHEMA_VERSION,
     Record,
@@ -227,6 +227,7 @@ class TraceWriter:
         self.records_written = 0
         self.bytes_written = 0
         self._flush_done = threading.Event()
+        self._checksum = checksum.default_algorithm()
         try:
             self._db = sqlite3.connect(self.rank_dir / "index.sqlite", check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -234,14 +235,15 @@ class TraceWriter:
             self._db.executescript(CREATE_SQL)
             self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                                  [("schema_version", str(SCHEMA_VERSION)),
-                                  ("run_id", self.run_id)])
+                                  ("run_id", self.run_id),
+                                  (checksum.META_KEY, self._checksum)])
             self._db.commit()
         except sqlite3.Error as e:
             self._claim.release(clean=False)
             raise TraceError(f"{self.rank_dir}: cannot create the trace index ({e})") from None
         self._shard: _Shard | None = None
         self._shard_no = 0
-        self._crcs: list[tuple[int, int]] = []  # (seq, CRC-32) of payloads not yet inserted
+        self._sums: list[tuple[int, int]] = []  # (seq, checksum) of payloads not yet inserted
         self._thread = threading.Thread(target=self._run, name="netparity-writer", daemon=True)
         self._thread.start()
 
@@ -413,8 +415,8 @@ class TraceWriter:
             self._shard = _Shard(self.rank_dir / f"tensors-{self._shard_no:05d}.safetensors")
             self._shard_no += 1
         buf = arr.reshape(-1).data.cast("B") if arr.size else memoryview(b"")
-        # (zlib releases the GIL for buffers this size: the training thread keeps running)
-        self._crcs.append((rec.seq, zlib.crc32(buf)))
+        # (xxhash and zlib release the GIL for large buffers: the training thread keeps going)
+        self._sums.append((rec.seq, checksum.digest(self._checksum, buf)))
         rec.offset = self._shard.append(key, tag, tuple(arr.shape), buf)
         rec.shard = self._shard.path.name
         rec.nbytes = arr.nbytes
@@ -425,9 +427,9 @@ class TraceWriter:
     def _insert(self, recs: list[Record]) -> None:
         """Insert rows into the open transaction (visible to readers once committed)."""
         self._db.executemany(INSERT_SQL, [record_to_row(r) for r in recs])
-        if self._crcs:  # (same transaction as the rows: committed, or lost, together)
-            self._db.executemany(INSERT_CRC_SQL, self._crcs)
-            self._crcs.clear()
+        if self._sums:  # (same transaction as the rows: committed, or lost, together)
+            self._db.executemany(INSERT_CHECKSUM_SQL, self._sums)
+            self._sums.clear()
 
     def _commit(self, count: int) -> None:
         """Commit the ``count`` rows inserted since the last commit."""
