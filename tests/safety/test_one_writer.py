@@ -187,3 +187,15 @@ def test_ranks_of_one_run_share_its_run_id(tmp_path):
     tr = open_trace(out)
     assert tr.ranks == [0, 1] and w0.run_id == w1.run_id == tr.manifest["run_id"]
     assert json.loads((out / "rank1" / "rank.json").read_text())["run_id"] == w0.run_id
+
+
+def test_a_named_run_takes_a_late_rank(tmp_path, monkeypatch):
+    out = tmp_path / "t"
+    monkeypatch.setenv("NETPARITY_RUN_ID", "job-42")
+    _write(out, 1.0, rank=0)  # rank 0 finished before rank 1 started
+    _write(out, 2.0, rank=1)
+    tr = open_trace(out)
+    assert tr.ranks == [0, 1] and tr.manifest["run_id"] == "job-42"
+    monkeypatch.setenv("NETPARITY_RUN_ID", "job-43")  # another run: refused, not mixed in
+    with pytest.raises(TraceError, match="already holds a trace"):
+        TraceWriter(out, rank=2)

@@ -10,7 +10,8 @@ own files were taken over):
   ``DIR/.netparity.lock``, so two processes can never both pass "no trace here yet".
 * **Ranks of one run share a run id.** The first writer of a run (no live rank lock in the
   directory) draws a run id (``NETPARITY_RUN_ID`` when set) and writes it to ``manifest.json``;
-  writers of other ranks that arrive while it is live join that run and adopt its id. Each
+  writers of other ranks that arrive while it is live join that run and adopt its id (so does
+  a later rank whose ``NETPARITY_RUN_ID`` equals the manifest's run id). Each
   rank's index stores the id, so a reader can tell a stale ``rank<N>/`` from an older run.
 * **Never take over what netparity did not write.** A directory holding anything but a trace's
   own entries (``manifest.json`` that is a netparity manifest, ``rank<N>/`` folders of index,
@@ -206,6 +207,9 @@ def _decide(run_dir: Path, rank: int, overwrite: bool, fd: int) -> Claim:
                                  "directory or pass overwrite=True (--overwrite)")
             aside = _set_aside(run_dir, [own_dir])
         return Claim(fd, run_id, first=False, aside=aside)
+    if wanted is not None and wanted == _manifest_run_id(run_dir) and not own_dir.exists():
+        # a rank of a run named by NETPARITY_RUN_ID that starts after its other ranks ended
+        return Claim(fd, wanted, first=False)
     old = _trace_entries(run_dir)
     aside = None
     if old:
