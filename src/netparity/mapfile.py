@@ -201,7 +201,6 @@ def save_mapping(mapping: dict[str, Any] | Mapping, path: str | os.PathLike[str]
         text = yaml.safe_dump(d, sort_keys=False, default_flow_style=False)
     else:
         text = json.dumps(d, indent=2) + "\n"
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, p)
+    from netparity.outputs import write_text_atomic
+
+    write_text_atomic(p, text, what="mapping")  # (fsync, rename; no temporary left on failure)

@@ -119,3 +119,16 @@ def test_an_output_under_a_regular_file_is_one_line(tmp_path):
     p = run_cli("ckpt", "convert", str(src), str(f / "out.npz"))
     assert_one_line_error(p, "out.npz")
     assert f.read_text() == "x"
+
+
+def test_a_mapping_file_on_a_full_disk_keeps_the_old_one():
+    from netparity.errors import UsageError
+    from netparity.mapfile import save_mapping
+
+    with small_tmpfs("64k") as disk:
+        dest = disk / "map.json"
+        save_mapping({"params": {"a": "b"}}, dest)
+        old = dest.read_bytes()
+        with pytest.raises(UsageError, match="cannot write mapping"):
+            save_mapping({"params": {f"layer{i}.weight": f"l{i}.w" for i in range(20000)}}, dest)
+        assert dest.read_bytes() == old and os.listdir(disk) == ["map.json"]

@@ -128,9 +128,11 @@ class NameMap:
         return d
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the mapping file (JSON ``{"params": {...}}``)."""
+        """Write the mapping file (JSON ``{"params": {...}}``), atomically."""
+        from netparity.outputs import write_text_atomic
+
         p = Path(path)
-        p.write_text(json.dumps(self.to_mapping(), indent=1) + "\n")
+        write_text_atomic(p, json.dumps(self.to_mapping(), indent=1) + "\n", what="mapping")
         return p
 
     @classmethod
