@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from typing import Any
 from netparity.errors import MappingError
 
 SECTIONS = ("modules", "rules", "ops", "params")
+_MAX_MAPPING = 64 << 20  # a mapping file of a huge model is a few MiB
 
 
 @dataclass
@@ -60,6 +62,8 @@ class Mapping:
         m = cls(source=source)
         m.modules = _str_map(d.get("modules"), "modules", source)
         m.params = _str_map(d.get("params"), "params", source)
+        for name in ("modules", "params"):
+            _no_shared_targets(getattr(m, name), name, source)
         rules = d.get("rules") or []
         if not isinstance(rules, list):
             raise MappingError(f"{source}: 'rules' must be a list of {{ref: REGEX, cand: REPLACEMENT}}")
@@ -123,6 +127,19 @@ class Mapping:
         return bool(self.modules or self.rules or self.ops or self.params)
 
 
+def _no_shared_targets(m: dict[str, str], name: str, source: str) -> None:
+    """Two reference names sent to one candidate name: one of them would silently win (three
+    sources mapped to ``1.gamma`` used to write a checkpoint with the wrong values)."""
+    seen: dict[str, list[str]] = {}
+    for ref, cand in m.items():
+        seen.setdefault(cand, []).append(ref)
+    dup = next(((c, rs) for c, rs in seen.items() if len(rs) > 1), None)
+    if dup is not None:
+        c, rs = dup
+        raise MappingError(f"{source}: '{name}' maps {len(rs)} names to {c!r} "
+                           f"({', '.join(map(repr, rs[:5]))}); each target may appear once")
+
+
 def _str_map(v: Any, name: str, source: str) -> dict[str, str]:
     if v is None:
         return {}
@@ -148,6 +165,11 @@ def load_mapping(path: str | os.PathLike[str]) -> Mapping:
     """
     p = Path(path)
     try:
+        st = p.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would hang, a device never end
+            raise MappingError(f"{p}: not a regular file (a directory, device, FIFO or socket)")
+        if st.st_size > _MAX_MAPPING:
+            raise MappingError(f"{p}: {st.st_size} bytes is not a mapping file")
         text = p.read_text()
     except FileNotFoundError:
         raise MappingError(f"{p}: no such mapping file") from None
@@ -179,7 +201,6 @@ def save_mapping(mapping: dict[str, Any] | Mapping, path: str | os.PathLike[str]
         text = yaml.safe_dump(d, sort_keys=False, default_flow_style=False)
     else:
         text = json.dumps(d, indent=2) + "\n"
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, p)
+    from netparity.outputs import write_text_atomic
+
+    write_text_atomic(p, text, what="mapping")  # (fsync, rename; no temporary left on failure)

@@ -27,6 +27,7 @@ import numpy as np
 
 from netparity.ckpt.io import CheckpointDict, save_checkpoint
 from netparity.ckpt.mapping import (
+    _check_modules_exist,
     _mapping_obj,
     is_model,
     map_names,
@@ -40,7 +41,7 @@ from netparity.ckpt.rules import (
     split_name,
     torch_to_mindspore_names,
 )
-from netparity.errors import MappingError, UsageError
+from netparity.errors import CheckpointError, MappingError, UsageError
 
 _TARGET_BY_SUFFIX = {".ckpt": "mindspore", ".pt": "torch", ".pth": "torch", ".bin": "torch"}
 
@@ -89,6 +90,7 @@ def convert(
     template: Any = None,
     src_model: Any = None,
     fmt: str | None = None,
+    overwrite: bool = True,
 ) -> ConvertReport:
     """Convert checkpoint ``src`` into ``dst`` with the target framework's names.
 
@@ -101,13 +103,16 @@ def convert(
         template: checkpoint (path/dict) or model of the target side to map names against.
         src_model: optional source model (layer types help the rules and the matcher).
         fmt: force the output format.
+        overwrite: replace an existing ``dst`` (the CLI passes False unless ``--force``); the
+            file is written atomically either way, so a failure leaves the old one intact.
 
     Returns:
         A :class:`ConvertReport`.
 
     Raises:
         MappingError: a mapped pair's shapes do not fit, or a match is ambiguous.
-        CheckpointError: unreadable source or template, unwritable destination.
+        CheckpointError: unreadable source or template, unwritable destination, or an
+            existing ``dst`` with ``overwrite=False`` (refused before any work).
 
     Example:
         >>> import numpy as np, tempfile, os
@@ -116,6 +121,8 @@ def convert(
         >>> rep.names
         {'emb.weight': 'emb.embedding_table'}
     """
+    if not overwrite and os.path.lexists(dst):  # say so before reading anything
+        raise CheckpointError(f"{dst}: exists; pass --force (overwrite=True) to replace it")
     src_ck = state_of(src)
     if src_model is None and is_model(src):
         src_model = src
@@ -127,7 +134,7 @@ def convert(
         _convert_with_template(src_ck, src_model, template, mapping, out, rep)
     else:
         _convert_with_rules(src_ck, src_model, mapping, tgt, out, rep)
-    save_checkpoint(out, dst, fmt)
+    save_checkpoint(out, dst, fmt, overwrite=overwrite)
     rep.written = len(out)
     return rep
 
@@ -198,6 +205,7 @@ def _convert_with_rules(src_ck: CheckpointDict, src_model: Any, mapping: Any, tg
     um = _mapping_obj(mapping)
     user: dict[str, str] = {}
     if um is not None:
+        _check_modules_exist(um, shapes)
         for k in shapes:
             if k in um.params:
                 user[k] = um.params[k]

@@ -35,6 +35,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import stat
 import struct
 import zipfile
 from collections.abc import Mapping
@@ -44,9 +45,9 @@ from typing import Any
 import numpy as np
 
 from netparity.ckpt import msproto
-from netparity.ckpt.safetensors_io import read_safetensors, write_safetensors
+from netparity.ckpt.safetensors_io import read_safetensors, write_safetensors_file
 from netparity.dtypes import DTYPES, storage_dtype
-from netparity.errors import CheckpointError, FrameworkError
+from netparity.errors import CheckpointError, FrameworkError, NetparityError
 
 FORMATS = ("torch", "safetensors", "mindspore", "npz")
 _SUFFIX = {
@@ -115,13 +116,26 @@ def as_checkpoint(tensors: Mapping[str, Any], dtypes: Mapping[str, str] | None =
 # --- format detection ------------------------------------------------------------------------
 
 
+def check_readable_file(p: Path) -> None:
+    """Refuse what is not a regular file before reading it: a ``.ckpt`` symlinked to
+    ``/dev/zero`` would be read until memory runs out, a FIFO would hang."""
+    try:
+        st = p.stat()  # (follows symlinks: what would be read)
+    except FileNotFoundError:
+        raise CheckpointError(f"no such file: {p}") from None
+    except OSError as e:
+        raise CheckpointError(f"{p}: cannot read ({e.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise CheckpointError(f"{p} is a directory, not a checkpoint file")
+    if not stat.S_ISREG(st.st_mode):
+        raise CheckpointError(f"{p} is not a regular file (a device, FIFO or socket); refusing "
+                              "to read it")
+
+
 def detect_format(path: str | os.PathLike) -> str:
     """The checkpoint format of ``path`` from its first bytes, falling back to its suffix."""
     p = Path(path)
-    if not p.exists():
-        raise CheckpointError(f"no such file: {p}")
-    if p.is_dir():
-        raise CheckpointError(f"{p} is a directory, not a checkpoint file")
+    check_readable_file(p)
     with open(p, "rb") as f:
         head = f.read(16)
     by_suffix = _SUFFIX.get(p.suffix.lower())
@@ -140,11 +154,28 @@ def detect_format(path: str | os.PathLike) -> str:
         (n,) = struct.unpack("<Q", head[:8])
         if head[8:9] == b"{" and n < 100 * 1024 * 1024:
             return "safetensors"
+    if by_suffix == "torch" and head[:1] != b"\x80":  # torch.save: a zip (above) or a pickle
+        raise CheckpointError(f"{p} is not a PyTorch checkpoint (neither a zip archive nor a "
+                              "pickle)" if not _looks_like_text(p, head) else
+                              f"{p} is a {_looks_like_text(p, head)} file, not a checkpoint "
+                              "(whatever its suffix says)")
+    text = _looks_like_text(p, head)
+    if text:
+        raise CheckpointError(f"{p} is a {text} file, not a checkpoint (whatever its suffix "
+                              "says)")
     if by_suffix:
         return by_suffix
     if head[:1] == b"\x0a":
         return "mindspore"
     raise CheckpointError(f"cannot tell the checkpoint format of {p} (suffix {p.suffix!r})")
+
+
+def _looks_like_text(p: Path, head: bytes) -> str:
+    """``"JSON"`` or ``"text"`` when a file's first bytes are printable text (no checkpoint
+    format starts so: zip, pickle, safetensors and protobuf all start with a binary byte)."""
+    if not head or not all(32 <= b < 127 or b in b"\t\r\n" for b in head):
+        return ""
+    return "JSON" if head.lstrip()[:1] in (b"{", b"[") else "text"
 
 
 def format_for_path(path: str | os.PathLike, fmt: str | None = None) -> str:
@@ -185,6 +216,7 @@ def load_checkpoint(path: str | os.PathLike, fmt: str | None = None) -> Checkpoi
         [0, 1, 2]
     """
     p = Path(path)
+    check_readable_file(p)
     fmt = format_for_path(p, fmt) if fmt else detect_format(p)
     try:
         if fmt == "torch":
@@ -199,6 +231,13 @@ def load_checkpoint(path: str | os.PathLike, fmt: str | None = None) -> Checkpoi
         raise CheckpointError(f"{p}: {e}") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, struct.error) as e:
         raise CheckpointError(f"{p}: cannot read {fmt} checkpoint: {_one_line(e)}") from None
+    except (NetparityError, MemoryError):
+        raise
+    except Exception as e:  # noqa: BLE001 - the bytes are input: any parser failure means
+        # "not a readable checkpoint" (torch.load on random bytes raises KeyError, IndexError,
+        # AttributeError...); the exception's type stays in the message for a bug report
+        raise CheckpointError(f"{p}: cannot read {fmt} checkpoint ({type(e).__name__}: "
+                              f"{_one_line(e)})") from None
     out.format = fmt
     out.path = str(p)
     return out
@@ -221,7 +260,10 @@ def _load_safetensors(p: Path) -> CheckpointDict:
 
 
 def _load_mindspore(p: Path) -> CheckpointDict:
-    entries = msproto.decode_checkpoint(p.read_bytes())
+    try:
+        entries = msproto.decode_checkpoint(p.read_bytes())
+    except CheckpointError as err:
+        raise CheckpointError(f"not a valid MindSpore checkpoint ({err})") from None
     out = CheckpointDict()
     for e in entries:
         if e.dtype == "str":
@@ -299,8 +341,13 @@ def save_checkpoint(
     *,
     dtypes: Mapping[str, str] | None = None,
     use_mindspore: bool | None = None,
+    overwrite: bool = True,
 ) -> Path:
     """Write ``{name: array}`` to ``path`` in the format its suffix names (or ``fmt``).
+
+    The file is written atomically (:func:`netparity.outputs.atomic_output`): into a temporary
+    file in the same directory, fsynced, then renamed over ``path``. A failure (disk full, a
+    tensor the format cannot hold) leaves an existing ``path`` as it was and no temporary file.
 
     Args:
         tensors: numpy arrays (a :class:`CheckpointDict` keeps bf16/fp8 dtypes).
@@ -309,9 +356,15 @@ def save_checkpoint(
         dtypes: canonical dtype per name for arrays whose numpy dtype is only storage (bf16).
         use_mindspore: for ``.ckpt``: True = ``mindspore.save_checkpoint``, False = netparity's
             encoder, None = MindSpore when it is installed.
+        overwrite: replace an existing ``path`` (False: refuse it, like ``ckpt convert``
+            without ``--force``).
 
     Returns:
         The path written.
+
+    Raises:
+        CheckpointError: the tensors do not fit the format, ``path`` exists and ``overwrite``
+            is False, or the file cannot be written.
 
     Example:
         >>> import numpy as np, tempfile, os
@@ -320,49 +373,55 @@ def save_checkpoint(
         >>> load_checkpoint(p)["w"].tolist()
         [0.0, 0.0]
     """
+    from netparity.outputs import atomic_output, write_npz_file
+
     ck = as_checkpoint(tensors, dtypes)
     p = Path(path)
     fmt = format_for_path(p, fmt)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        if fmt == "torch":
-            _framework("torch").write_checkpoint(p, [(k, ck.dtype(k), v) for k, v in ck.items()])
-        elif fmt == "safetensors":
-            write_safetensors(p, {k: (ck.dtype(k), v) for k, v in ck.items()})
-        elif fmt == "mindspore":
-            _save_mindspore(ck, p, use_mindspore)
-        else:
-            arrays = dict(ck)
-            special = {k: ck.dtype(k) for k in ck if ck.dtype(k) != dtype_name(ck[k])}
-            if _NPZ_DTYPES_KEY in arrays:
-                raise CheckpointError(f"{_NPZ_DTYPES_KEY!r} is a reserved name")
-            if special:
-                arrays[_NPZ_DTYPES_KEY] = np.array(json.dumps(special))
-            tmp = p.with_name(p.name + ".tmp.npz")
-            np.savez(tmp, **arrays)
-            os.replace(tmp, p)
-    except OSError as e:
-        raise CheckpointError(f"cannot write {p}: {_one_line(e)}") from None
+    arrays: dict[str, Any] = {}
+    if fmt == "mindspore":
+        _check_mindspore(ck)
+    elif fmt == "npz":  # checked before any file is touched
+        arrays = dict(ck)
+        special = {k: ck.dtype(k) for k in ck if ck.dtype(k) != dtype_name(ck[k])}
+        if _NPZ_DTYPES_KEY in arrays:
+            raise CheckpointError(f"{_NPZ_DTYPES_KEY!r} is a reserved name")
+        if special:
+            arrays[_NPZ_DTYPES_KEY] = np.array(json.dumps(special))
+    items = [(k, ck.dtype(k), v) for k, v in ck.items()]
+    with atomic_output(p, overwrite=overwrite, what="checkpoint", error=CheckpointError) as tmp:
+        try:
+            if fmt == "torch":
+                _framework("torch").write_checkpoint(tmp, items)
+            elif fmt == "safetensors":
+                write_safetensors_file(tmp, {k: (d, v) for k, d, v in items})
+            elif fmt == "mindspore":
+                _save_mindspore(items, tmp, use_mindspore)
+            else:
+                write_npz_file(tmp, arrays)
+        except (OSError, RuntimeError) as e:  # torch.save reports a full disk as RuntimeError
+            raise CheckpointError(f"cannot write {p}: {_one_line(e)}") from None
     return p
 
 
-def _save_mindspore(ck: CheckpointDict, p: Path, use_mindspore: bool | None) -> None:
+def _check_mindspore(ck: CheckpointDict) -> None:
     empty = [k for k, v in ck.items() if v.size == 0]
     if empty:  # MindSpore silently drops them; refuse instead of losing data
         raise CheckpointError(f"MindSpore checkpoints cannot hold empty tensors: {empty[:5]}")
     bad = [k for k in ck if ck.dtype(k) not in msproto.DTYPE_TO_MS_TYPE]
     if bad:
         raise CheckpointError(f"MindSpore checkpoints cannot hold {ck.dtype(bad[0])} ({bad[0]!r})")
+
+
+def _save_mindspore(items: list[tuple[str, str, np.ndarray]], p: Path,
+                    use_mindspore: bool | None) -> None:
     if use_mindspore is None:
         use_mindspore = importlib.util.find_spec("mindspore") is not None
     if not use_mindspore:
-        blob = msproto.encode_checkpoint([(k, ck.dtype(k), v) for k, v in ck.items()])
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_bytes(blob)
-        os.replace(tmp, p)
+        p.write_bytes(msproto.encode_checkpoint(items))
         return
     try:
         ms = _framework("mindspore")
     except FrameworkError:
         raise FrameworkError("use_mindspore=True but MindSpore is not installed") from None
-    ms.write_checkpoint(p, [(k, ck.dtype(k), v) for k, v in ck.items()])
+    ms.write_checkpoint(p, items)

@@ -128,9 +128,11 @@ class NameMap:
         return d
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the mapping file (JSON ``{"params": {...}}``)."""
+        """Write the mapping file (JSON ``{"params": {...}}``), atomically."""
+        from netparity.outputs import write_text_atomic
+
         p = Path(path)
-        p.write_text(json.dumps(self.to_mapping(), indent=1) + "\n")
+        write_text_atomic(p, json.dumps(self.to_mapping(), indent=1) + "\n", what="mapping")
         return p
 
     @classmethod
@@ -272,6 +274,16 @@ def _sim(a: str, b: str) -> float:
     return difflib.SequenceMatcher(None, _norm(a), _norm(b), autojunk=False).ratio()
 
 
+def _check_modules_exist(um: Any, names: Any) -> None:
+    """Every module a mapping names must hold a reference parameter (itself or below it): a
+    misspelt name used to be ignored silently, leaving the pairs it meant to fix unmatched."""
+    mods = {split_name(n)[0] for n in names}
+    for m in um.modules:
+        if m not in mods and not any(x.startswith(m + ".") for x in mods):
+            raise MappingError(f"{um.source}: mapping names module {m!r}, which holds no "
+                               "reference parameter")
+
+
 def map_names(
     ref: Any,
     cand: Any,
@@ -338,6 +350,7 @@ def map_names(
                     f"shape mismatch in mapping: {r} {R.shapes[r]} vs {c} {C.shapes[c]}"
                 )
             pair(r, c, "user")
+        _check_modules_exist(um, R.shapes)
         if um.modules or um.rules:
             cand_by_canon = {C.canon[n]: n for n in C.shapes}
             for r in sorted(R.free, key=R.order.__getitem__):

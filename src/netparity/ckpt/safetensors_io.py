@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-from pathlib import Path
 
 import numpy as np
 
@@ -89,8 +88,23 @@ def write_safetensors(
     path: str | os.PathLike,
     tensors: dict[str, tuple[str, np.ndarray]],
     metadata: dict[str, str] | None = None,
+    *,
+    overwrite: bool = True,
 ) -> None:
-    """Write {name: (canonical dtype, storage array)} as a safetensors file (8-byte aligned)."""
+    """Write {name: (canonical dtype, storage array)} as a safetensors file (8-byte aligned),
+    atomically (:func:`netparity.outputs.atomic_output`)."""
+    from netparity.outputs import atomic_output
+
+    with atomic_output(path, overwrite=overwrite, what="checkpoint", error=CheckpointError) as tmp:
+        write_safetensors_file(tmp, tensors, metadata)
+
+
+def write_safetensors_file(
+    path: str | os.PathLike,
+    tensors: dict[str, tuple[str, np.ndarray]],
+    metadata: dict[str, str] | None = None,
+) -> None:
+    """Write a safetensors file straight to ``path`` (no temporary: the caller's job)."""
     header: dict[str, object] = {}
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
@@ -107,10 +121,8 @@ def write_safetensors(
         offset += len(b)
     hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
     hj += b" " * (-len(hj) % 8)  # data must start 8-byte aligned
-    tmp = Path(str(path) + ".tmp")
-    with open(tmp, "wb") as f:
+    with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(hj)))
         f.write(hj)
         for b in blobs:
             f.write(b)
-    os.replace(tmp, path)

@@ -57,11 +57,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(e: BaseException) -> str:
+    """An error message as one line: characters that are not printable (newlines, and the
+    record separators ``str.splitlines`` also breaks at) are shown escaped, so a name read from
+    a file can neither split the message nor write control sequences to the terminal.
+
+    Example:
+        >>> one_line(ValueError("bad key '\\x1e' in\\nmap.json"))
+        "bad key '\\\\x1e' in\\\\nmap.json"
+    """
+    text = str(e)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
     except NetparityError as e:
-        print(f"netparity: error: {e}", file=sys.stderr)
+        print(f"netparity: error: {one_line(e)}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
     if args.version:
@@ -75,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except NetparityError as e:
-        print(f"netparity: error: {e}", file=sys.stderr)
+        print(f"netparity: error: {one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("netparity: interrupted", file=sys.stderr)

@@ -47,3 +47,74 @@ def guard_outputs(args: argparse.Namespace, inputs: tuple[str, ...],
         if dest and dest != "-":
             check_output(dest, ins, what=f"--{name.replace('_', '-')}" if name not in
                          ("dst", "out") else "output")
+
+
+#: the most steps a range on the command line may name (a run of 10^6 steps is already far more
+#: than any trace holds; ``0-99999999999`` used to build a list until memory ran out)
+MAX_STEPS = 1_000_000
+
+
+def parse_steps(text: str | None, flag: str = "--steps") -> list[int] | None:
+    """``"0,2-4"`` -> ``[0, 2, 3, 4]`` (None stays None), validated: integers, non-negative,
+    ``low-high`` with ``low <= high``, at most :data:`MAX_STEPS` steps in all.
+
+    Example:
+        >>> parse_steps("3,0-1")
+        [0, 1, 3]
+        >>> parse_steps("0-99999999999")
+        Traceback (most recent call last):
+        ...
+        netparity.errors.UsageError: --steps '0-99999999999': 100000000000 steps is more than any trace holds (at most 1000000)
+    """
+    from netparity.errors import UsageError
+
+    if text is None:
+        return None
+    total = 0
+    for part in (x.strip() for x in text.split(",")):
+        lo, _, hi = part.partition("-")
+        try:
+            a, b = int(lo), int(hi or lo)
+        except ValueError:
+            raise UsageError(f"{flag} {text!r}: expected steps like 0 or 0,2-4") from None
+        if a < 0:
+            raise UsageError(f"{flag} {text!r}: steps are non-negative")
+        if b < a:
+            raise UsageError(f"{flag} {text!r}: empty range {part!r} (write low-high)")
+        total += b - a + 1
+        if total > MAX_STEPS:
+            raise UsageError(f"{flag} {text!r}: {total} steps is more than any trace holds "
+                             f"(at most {MAX_STEPS})")
+    from netparity.capture.policy import parse_int_set
+
+    return sorted(parse_int_set(text) or ())
+
+
+def check_tolerance(value: float | None, flag: str) -> None:
+    """A tolerance must be a finite non-negative number: NaN would make every comparison false
+    (and so every pair "differ"), infinity would pass anything."""
+    import math
+
+    from netparity.errors import UsageError
+
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise UsageError(f"{flag} {value!r}: a tolerance must be a finite number >= 0")
+
+
+def span(steps: list[int]) -> str:
+    """Sorted steps as a short range for messages: ``0-9``, ``3`` or ``none``."""
+    if not steps:
+        return "none"
+    return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
+
+
+def check_traces(*paths: str | None) -> None:
+    """Open each trace and check every index row (:meth:`Trace.check_rows
+    <netparity.trace.reader.Trace.check_rows>`) before a command reads it: a corrupt row is
+    one line naming it, never a traceback from deep inside a comparison."""
+    from netparity.trace import open_trace
+
+    for p in paths:
+        if p:
+            with open_trace(p) as tr:
+                tr.check_rows()

@@ -31,18 +31,20 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape as esc
 
     from netparity.align import align_traces, load_mapping, save_mapping
-    from netparity.capture.policy import parse_int_set
+    from netparity.cli._common import parse_steps, span
     from netparity.errors import UsageError
     from netparity.trace import open_trace
 
-    steps = None
-    if args.steps:
-        try:
-            steps = sorted(parse_int_set(args.steps) or ())
-        except (ValueError, TypeError) as e:
-            raise UsageError(f"--steps: {e}") from None
+    steps = parse_steps(args.steps) if args.steps else None
     mapping = load_mapping(args.mapping) if args.mapping else None
     with open_trace(args.ref) as ref, open_trace(args.cand) as cand:
+        ref.check_rows()
+        cand.check_rows()
+        if steps is not None:  # naming steps neither trace holds would align nothing
+            have = set(ref.steps()) & set(cand.steps())
+            if not have.intersection(steps):
+                raise UsageError(f"--steps {args.steps}: no such step in both traces (they "
+                                 f"share steps {span(sorted(have))})")
         al = align_traces(ref, cand, level=args.level, step=steps, rank=args.rank,
                           direction=args.direction, mapping=mapping)
         fws = (ref.framework, cand.framework)

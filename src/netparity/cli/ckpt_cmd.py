@@ -39,6 +39,9 @@ def register(subparsers: Any) -> None:
     c.add_argument("--template", help="checkpoint of the target side to map names against")
     c.add_argument("--target", choices=("mindspore", "torch"), help="naming to convert to")
     c.add_argument("--json", help="write the report as JSON")
+    c.add_argument("-f", "--force", action="store_true",
+                   help="replace an existing DST (without it an existing file is refused); "
+                        "the file is written atomically either way")
     c.set_defaults(func=run_convert)
 
     d = sub.add_parser("diff", help="compare two checkpoints parameter by parameter")
@@ -147,7 +150,7 @@ def run_convert(args: argparse.Namespace) -> int:
     from netparity.ckpt import convert
 
     rep = convert(args.src, args.dst, mapping=args.mapping, template=args.template,
-                  target=args.target)
+                  target=args.target, overwrite=args.force)
     con = _console()
     renamed = {k: v for k, v in rep.names.items() if k != v}
     if renamed:

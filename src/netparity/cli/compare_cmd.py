@@ -89,16 +89,17 @@ def emit(result: Any, args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     guard_outputs(args, ("ref", "cand", "fp64_ref", "noise", "mapping"), ("json", "csv", "html"))
     from netparity.analyzers.divergence import compare
-    from netparity.capture.policy import parse_int_set
+    from netparity.cli._common import check_tolerance, check_traces, parse_steps
     from netparity.compare.tolerances import parse_tol_arg
 
-    steps = None
-    if args.steps:
-        try:
-            steps = sorted(parse_int_set(args.steps) or ())
-        except ValueError as e:
-            raise UsageError(f"--steps {args.steps!r}: {e}") from None
+    steps = parse_steps(args.steps) if args.steps else None
+    check_tolerance(args.rtol, "--rtol")
+    check_tolerance(args.atol, "--atol")
     overrides = dict(parse_tol_arg(t) for t in args.tol)
+    for t, (r, a) in zip(args.tol, overrides.values()):
+        check_tolerance(r, f"--tol {t!r}: rtol")
+        check_tolerance(a, f"--tol {t!r}: atol")
+    check_traces(args.ref, args.cand, args.fp64_ref, args.noise)
     result = compare(
         args.ref, args.cand, mapping=args.mapping, level=args.level, steps=steps,
         rank=args.rank, rtol=args.rtol, atol=args.atol, tolerances=overrides,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from netparity.trace.schema import DIRECTIONS, KINDS
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("export", help="export captured tensors to .npz or a folder of .npy")
@@ -11,25 +13,31 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("-o", "--out", required=True, help="OUT.npz or a directory")
     p.add_argument("--step", help="steps, e.g. 0 or 0,2-4")
     p.add_argument("--rank", type=int)
-    p.add_argument("--kind", action="append", help="module, op, param, grad, loss, custom, data")
-    p.add_argument("--direction", action="append", help="forward, backward, update")
+    p.add_argument("--kind", action="append", choices=KINDS,
+                   help="module, op, param, grad, loss, custom, data")
+    p.add_argument("--direction", action="append", choices=DIRECTIONS,
+                   help="forward, backward, update")
     p.add_argument("--name", help="glob on module path or op name, e.g. 'layer1.*'")
+    p.add_argument("-f", "--force", action="store_true",
+                   help="replace an existing OUT.npz or write into a non-empty folder")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from netparity.cli._common import guard_outputs
+    from netparity.cli._common import guard_outputs, parse_steps
 
     guard_outputs(args, ("trace",), ("out",))
-    from netparity.capture.policy import parse_int_set
     from netparity.errors import UsageError
     from netparity.trace import open_trace
 
-    steps = parse_int_set(args.step)
+    steps = parse_steps(args.step, "--step")
     with open_trace(args.trace) as tr:
-        recs = tr.iter_records(step=sorted(steps) if steps is not None else None, rank=args.rank,
+        tr.check_rows()
+        if args.rank is not None and args.rank not in tr.ranks:
+            raise UsageError(f"--rank {args.rank}: {args.trace} has ranks {tr.ranks}")
+        recs = tr.iter_records(step=steps, rank=args.rank,
                                kind=args.kind, direction=args.direction, name=args.name)
-        n = tr.export(recs, args.out)
+        n = tr.export(recs, args.out, overwrite=args.force)
     if n == 0:
         raise UsageError("no captured tensor payloads match (capture with payload='tensors')")
     print(f"exported {n} tensor(s) to {args.out}")

@@ -23,11 +23,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     from netparity.analyzers.numerics import analyze
     from netparity.analyzers.summary import summarize
+    from netparity.cli._common import span
+    from netparity.errors import UsageError
     from netparity.report.sections import sections_for
     from netparity.report.terminal import render_sections
     from netparity.trace import open_trace
 
     with open_trace(args.trace) as tr:
+        tr.check_rows()
+        if args.rank is not None and args.rank not in tr.ranks:  # (was: rank 0's counts)
+            raise UsageError(f"--rank {args.rank}: {args.trace} has ranks {tr.ranks}")
+        if args.step is not None and args.step not in tr.steps():
+            raise UsageError(f"--step {args.step}: {args.trace} has steps "
+                             f"{span(tr.steps())}")
         s = summarize(tr, step=args.step, rank=args.rank)
         num = analyze(tr, rank=args.rank)
     if args.json:

@@ -40,8 +40,17 @@ def run(args: argparse.Namespace) -> int:
 
     guard_outputs(args, ("result",), ("json", "csv", "html"))
     from netparity.analyzers.divergence import recheck
+    from netparity.cli._common import check_tolerance
     from netparity.cli.compare_cmd import emit
+    from netparity.errors import UsageError
     from netparity.report.json_report import read_json
 
-    result = recheck(read_json(args.result), rtol=args.rtol, atol=args.atol)
+    check_tolerance(args.rtol, "--rtol")
+    check_tolerance(args.atol, "--atol")
+    data = read_json(args.result)
+    try:
+        result = recheck(data, rtol=args.rtol, atol=args.atol)
+    except (KeyError, TypeError, ValueError) as e:  # a saved result is input like any other
+        raise UsageError(f"{args.result}: not a valid saved compare result "
+                         f"({type(e).__name__}: {str(e)[:200]})") from None
     return emit(result, args)

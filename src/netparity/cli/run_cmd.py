@@ -8,6 +8,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from netparity.errors import UsageError
@@ -40,7 +41,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from netparity.capture.policy import CapturePolicy, parse_int_set
+    from netparity.capture.policy import CapturePolicy
+    from netparity.cli._common import parse_steps
     from netparity.frameworks.torch.launcher import run_captured
 
     cmd = list(args.command)
@@ -49,8 +51,9 @@ def run(args: argparse.Namespace) -> int:
     if not cmd:
         raise UsageError("no command given (use: netparity run -o DIR -- python train.py ...)")
     directions = tuple(d.strip() for d in args.directions.split(",") if d.strip())
-    steps = parse_int_set(args.steps)
-    ranks = parse_int_set(args.ranks)
+    step_list, rank_list = parse_steps(args.steps), parse_steps(args.ranks, "--ranks")
+    steps = set(step_list) if step_list is not None else None
+    ranks = set(rank_list) if rank_list is not None else None
     # validate here so a bad flag fails before the script starts
     CapturePolicy(level=args.level, payload=args.payload, steps=steps, ranks=ranks,
                   include=args.include, exclude=args.exclude, directions=directions,
@@ -67,4 +70,19 @@ def run(args: argparse.Namespace) -> int:
         "overwrite": args.overwrite,
         "stop_on_nonfinite": args.stop_on_nonfinite,
     }
+    _check_writable(Path(args.output))
     return run_captured(cmd, args.output, options)
+
+
+def _check_writable(out: Path) -> None:
+    """Fail before the script starts when the trace cannot be written (an ``-o`` under a
+    regular file, on a read-only disk): inside the captured process such an error could only
+    disable the capture."""
+    import tempfile
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as e:
+        raise UsageError(f"{out}: cannot write the trace here ({e.strerror or e})") from None

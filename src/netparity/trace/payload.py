@@ -12,14 +12,17 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from netparity.dtypes import decode, storage_dtype
+from netparity.dtypes import DTYPES, decode, storage_dtype
 from netparity.errors import TraceError
+from netparity.trace.checksum import Running, digest
 from netparity.trace.schema import Record
 
 if TYPE_CHECKING:
@@ -34,28 +37,106 @@ def shard_path(root: Path, rec: Record) -> Path:
     return root / f"rank{rec.rank}" / str(rec.shard)
 
 
+def check_location(rec: Record) -> tuple[int, int]:
+    """The record's payload ``(offset, nbytes)``, validated against what the row declares.
+
+    An index row is input like any other: its shard must be a plain file name (no ``/``, no
+    ``..``: ``/etc/passwd`` or ``../../x`` would read outside the trace), and offset, length,
+    dtype and shape must be integers that agree (``nbytes == numel * itemsize``).
+
+    Raises:
+        TraceError: no payload, or a location that is malformed or out of range.
+    """
+    if rec.shard is None or rec.offset is None or rec.nbytes is None:
+        raise TraceError(f"{rec.key()}: no tensor payload was captured for this record")
+    name = rec.shard
+    where = f"rank{rec.rank} record {rec.seq}"
+    if (not isinstance(name, str) or not name.endswith(".safetensors") or name.startswith(".")
+            or "/" in name or "\\" in name or "\0" in name):
+        raise TraceError(f"{where}: payload shard {name!r} is not a shard file name of this "
+                         "trace (corrupt or tampered index)")
+    off, n = rec.offset, rec.nbytes
+    if type(off) is not int or type(n) is not int or off < 0 or n < 0:
+        raise TraceError(f"{where}: invalid payload offset/length {off!r}/{n!r} (corrupt index)")
+    if rec.dtype not in DTYPES:
+        raise TraceError(f"{where}: unknown dtype {rec.dtype!r} (corrupt index)")
+    if not all(type(d) is int and d >= 0 for d in rec.shape):
+        raise TraceError(f"{where}: invalid shape {rec.shape!r} (corrupt index)")
+    want = math.prod(rec.shape) * storage_dtype(rec.dtype).itemsize
+    if n != want:
+        raise TraceError(f"{where}: payload length {n} does not match shape {list(rec.shape)} "
+                         f"{rec.dtype} ({want} bytes; corrupt index)")
+    return off, n
+
+
+def open_shard(root: Path, rec: Record) -> tuple[int, Path]:
+    """Open the shard holding ``rec``'s payload: ``(file descriptor, path)``.
+
+    The shard must resolve inside the trace directory and be a regular file (a FIFO would hang
+    a read, a device would never end); it must hold the bytes the row points at. Opened with
+    ``O_NONBLOCK`` so that a FIFO is refused instead of waiting for a writer.
+
+    Raises:
+        TraceError: a bad location (see :func:`check_location`), a shard outside the trace, a
+            special file, a missing or truncated shard.
+    """
+    off, n = check_location(rec)
+    p = shard_path(root, rec)
+    try:
+        real = p.resolve()
+        if not real.is_relative_to(root.resolve()):
+            raise TraceError(f"{p}: payload shard resolves outside the trace ({real})")
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise TraceError(f"{p}: payload shard is missing or unreadable ({e.strerror})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise TraceError(f"{p}: payload shard is not a regular file (a device, FIFO or socket)")
+    if st.st_size < off + n:
+        os.close(fd)
+        raise TraceError(f"{p}: truncated payload shard (need byte {off + n}, has {st.st_size})")
+    return fd, p
+
+
+def verify_checksum(data: np.ndarray, want: tuple[str, int] | None, where: Path,
+                    rec: Record) -> None:
+    """Compare a payload's checksum with the ``(algorithm, value)`` stored at capture (None:
+    a trace from before checksums, not checked). A mismatch is corruption, never a numerical
+    difference."""
+    if want is None:
+        return
+    got = digest(want[0], np.ascontiguousarray(data).data)
+    if got != want[1]:
+        raise _checksum_error(where, rec, want[0])
+
+
+def _checksum_error(where: Path, rec: Record, algo: str) -> TraceError:
+    return TraceError(f"{where}: corrupt payload of record {rec.seq} (rank {rec.rank}): its "
+                      f"{algo} checksum differs from the one stored at capture; the shard was "
+                      "damaged or swapped")
+
+
 class PayloadReader:
     """Chunks of one record's payload as real values (bf16/fp8 decoded to float32; complex
     tensors as interleaved real/imaginary parts; bool as uint8)."""
 
     def __init__(self, trace: Trace, rec: Record):
-        if rec.shard is None or rec.offset is None or rec.nbytes is None:
-            raise TraceError(f"{rec.key()}: no tensor payload was captured for this record")
+        fd, self.path = open_shard(trace.path, rec)
+        self.fd: int | None = fd
         self.rec = rec
         self.dtype = rec.dtype
         self.st = storage_dtype(rec.dtype)
         self.complex = self.st.kind == "c"
         self.item = self.st.itemsize
-        p = shard_path(trace.path, rec)
-        try:
-            self.fd: int | None = os.open(p, os.O_RDONLY)
-        except OSError as e:
-            raise TraceError(f"{p}: payload shard is missing or unreadable ({e.strerror})") from None
-        if os.fstat(self.fd).st_size < rec.offset + rec.nbytes:
-            os.close(self.fd)
-            self.fd = None
-            raise TraceError(f"{p}: truncated payload shard (need byte {rec.offset + rec.nbytes})")
         self._buf = np.empty(0, np.uint8)
+        # the checksum is verified when the payload is read front to back (the streaming
+        # comparison's way), once per record and open trace; reads out of order skip it
+        self._verified = trace._verified
+        key = (rec.rank, rec.seq)
+        self._want = None if key in self._verified else trace.payload_checksum(rec)
+        self._sum = Running(self._want[0]) if self._want is not None else None
+        self._sum_pos = 0 if self._want is not None else -1
 
     @property
     def count(self) -> int:
@@ -81,11 +162,25 @@ class PayloadReader:
                 raise TraceError(f"{self.rec.shard}: truncated payload shard")
             got += k
         raw = self._buf[:nbytes]
+        if self._sum_pos >= 0:
+            self._check_sum(pos - self.rec.offset, raw)
         if self.complex:
             return raw.view(np.float32 if self.item == 8 else np.float64)
         if self.st == np.bool_:
             return raw.view(np.uint8)
         return decode(raw.view(self.st), self.dtype)
+
+    def _check_sum(self, at: int, raw: np.ndarray) -> None:
+        if at != self._sum_pos or self._sum is None or self._want is None:
+            self._sum_pos = -1  # not the next bytes in order: cannot check incrementally
+            return
+        self._sum.update(raw.data)
+        self._sum_pos += raw.nbytes
+        if self._sum_pos == self.rec.nbytes:
+            self._sum_pos = -1
+            if self._sum.value() != self._want[1]:
+                raise _checksum_error(self.path, self.rec, self._want[0])
+            self._verified.add((self.rec.rank, self.rec.seq))  # (set.add: atomic, any thread)
 
     def close(self) -> None:
         if self.fd is not None:

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import mmap
 import os
+import shutil
 import sqlite3
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,13 +23,30 @@ import numpy as np
 
 from netparity.dtypes import decode, storage_dtype
 from netparity.errors import TraceError
+from netparity.trace import checksum
 from netparity.trace.fastrows import SELECT_LIST, rows_to_records
-from netparity.trace.payload import PayloadReader, shard_path
+from netparity.trace.payload import (
+    PayloadReader,
+    check_location,
+    open_shard,
+    shard_path,
+    verify_checksum,
+)
 from netparity.trace.scan import Columns, _where, count, scan
-from netparity.trace.schema import COLUMN_NAMES, SCHEMA_VERSION, Record, row_to_record
+from netparity.trace.schema import (
+    COLUMN_NAMES,
+    COUNT_STATS,
+    SCHEMA_VERSION,
+    STAT_FIELDS,
+    Record,
+    row_to_record,
+)
 
 INDEX_FILE = "index.sqlite"
 """File name of a rank's crash-safe SQLite index, inside ``rank<N>/``."""
+
+#: a manifest is a few KiB; anything this big is not one (and is not read into memory)
+_MAX_MANIFEST = 64 << 20
 
 _SELECT = "SELECT " + ", ".join(f'"{c}"' for c in COLUMN_NAMES) + " FROM records"
 
@@ -51,6 +71,8 @@ class Trace:
         mpath = self.path / "manifest.json"
         if not mpath.is_file():
             raise TraceError(f"{self.path}: not a netparity trace (no manifest.json)")
+        if mpath.stat().st_size > _MAX_MANIFEST:
+            raise TraceError(f"{mpath}: corrupt manifest ({mpath.stat().st_size} bytes)")
         try:
             self.manifest: dict[str, Any] = json.loads(mpath.read_text())
             if not isinstance(self.manifest, dict):
@@ -58,8 +80,12 @@ class Trace:
         except (ValueError, UnicodeDecodeError) as e:
             raise TraceError(f"{mpath}: corrupt manifest ({e})") from None
         version = self.manifest.get("schema_version")
-        if not isinstance(version, int):
+        if version is None:
             raise TraceError(f"{mpath}: corrupt manifest (no schema_version)")
+        if type(version) is not int:
+            raise TraceError(f"{mpath}: corrupt manifest (schema_version is a "
+                             f"{type(version).__name__}, not an integer: {version!r:.40})")
+        _check_manifest_types(mpath, self.manifest)
         if version > SCHEMA_VERSION:
             from netparity.errors import SchemaError
 
@@ -77,8 +103,13 @@ class Trace:
             raise TraceError(f"{self.path}: trace has no rank index (rank*/index.sqlite)")
         self._db: dict[int, sqlite3.Connection] = {}
         self._maps: dict[tuple[int, str], np.ndarray] = {}
+        self._checksum_algo: dict[int, str | None] = {}
+        self._verified: set[tuple[int, int]] = set()
+        self._scratch: list[str] = []  # temporary copies of indexes on read-only media
         for r in self.ranks:
             self._conn(r)  # validate every index up front: fail early, one line
+            self._check_schema(r)
+            self._check_run_id(r)
 
     @property
     def framework(self) -> str:
@@ -96,12 +127,81 @@ class Trace:
             return self._db[rank]
         p = self.path / f"rank{rank}" / "index.sqlite"
         try:
-            db = sqlite3.connect(f"file:{p}?mode=ro", uri=True, check_same_thread=False)
+            db = _open_index(p, self._scratch)
             db.execute("SELECT count(*) FROM records").fetchone()
         except sqlite3.DatabaseError as e:
             raise TraceError(f"{p}: corrupt trace index ({e})") from None
         self._db[rank] = db
         return db
+
+    def payload_checksum(self, rec: Record) -> tuple[str, int] | None:
+        """``(algorithm, value)`` of the checksum stored for ``rec``'s payload at capture, or
+        None: a trace from before checksums, a record without payload, or an algorithm this
+        installation cannot compute (an xxh3 trace without the ``xxhash`` package)."""
+        if rec.rank not in self._checksum_algo:
+            algo: str | None = None
+            if self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                           "name = 'payload_checksum'", (), rec.rank):
+                rows = self._query("SELECT value FROM meta WHERE key = ?",
+                                   (checksum.META_KEY,), rec.rank)
+                algo = str(rows[0][0]) if rows else None
+                if algo is not None and not checksum.available(algo):
+                    algo = None
+            self._checksum_algo[rec.rank] = algo
+        algo = self._checksum_algo[rec.rank]
+        if algo is None:
+            return None
+        rows = self._query("SELECT value FROM payload_checksum WHERE seq = ?", (rec.seq,),
+                           rec.rank)
+        value = rows[0][0] if rows else None
+        return (algo, value) if type(value) is int else None
+
+    def _check_schema(self, rank: int) -> None:
+        """The index's own schema version: a newer one is refused like a newer manifest."""
+        from netparity.errors import SchemaError
+
+        p = f"{self.path}/rank{rank}/{INDEX_FILE}"
+        rows = self._query("SELECT value FROM meta WHERE key = 'schema_version'", (), rank)
+        if rows:
+            try:
+                v = int(rows[0][0])
+            except (TypeError, ValueError):
+                raise TraceError(f"{p}: corrupt trace index (schema_version "
+                                 f"{rows[0][0]!r:.40})") from None
+            if v > SCHEMA_VERSION:
+                raise SchemaError(f"{p}: index schema version {v} is newer than this netparity "
+                                  f"supports ({SCHEMA_VERSION}); upgrade netparity")
+
+    def check_rows(self) -> None:
+        """One pass of SQL over every index for values no writer produces (NULLs, text in
+        integer columns, shapes that are not flat lists of non-negative integers, negative
+        offsets, text statistics): such rows would surface much later as a ``TypeError`` or a
+        ``math domain error`` deep in a comparison.
+
+        Not run by :func:`open_trace`: it reads every row (about a second per 100k rows, as
+        much as a comparison's own column scan), so the commands that read whole traces run it
+        (``compare``, ``align``, ``inspect``, ``export``, ``recheck``).
+
+        Raises:
+            TraceError: the first bad row, with its ``seq`` and column.
+        """
+        for rank in self.ranks:
+            bad = self._query(_BAD_ROW_SQL, (), rank)
+            if bad:
+                seq, col = bad[0]
+                raise TraceError(f"{self.path}/rank{rank}/{INDEX_FILE}: corrupt trace index "
+                                 f"(record {seq!r:.40}: bad {col})")
+
+    def _check_run_id(self, rank: int) -> None:
+        """A ``rank<N>/`` left by an older run never mixes in: its index must carry the run id
+        of ``manifest.json`` (traces from before run ids carry none and are not checked)."""
+        want = self.manifest.get("run_id")
+        rows = self._query("SELECT value FROM meta WHERE key = 'run_id'", (), rank)
+        have = rows[0][0] if rows else None
+        if want is not None and have is not None and have != want:
+            raise TraceError(
+                f"{self.path}/rank{rank} belongs to another run (run id {have}, manifest.json "
+                f"says {want}): a stale rank from an older capture; remove it or recapture")
 
     def _query(self, sql: str, params: Sequence[Any], rank: int) -> list[tuple[Any, ...]]:
         try:
@@ -140,7 +240,11 @@ class Trace:
             if r not in self.ranks:
                 continue
             for row in self._query(sql, params, r):
-                rec = row_to_record(row)
+                try:
+                    rec = row_to_record(row)
+                except (TypeError, ValueError) as e:  # (json.JSONDecodeError is a ValueError)
+                    raise TraceError(f"{self.path}/rank{r}: corrupt trace index (record "
+                                     f"{row[0]!r:.40}: {e})") from None
                 if module is not None and not fnmatch.fnmatchcase(rec.module, module):
                     continue
                 if op is not None and not (
@@ -179,7 +283,10 @@ class Trace:
     # ---- column scans ------------------------------------------------------------------------
     def scan(self, columns: Iterable[str], *, rank: int = 0, **filters: Any) -> Columns:
         """Columns of one rank's selected records as NumPy arrays; see :func:`~netparity.trace.scan.scan`."""
-        return scan(self, columns, rank=rank, **filters)
+        try:
+            return scan(self, columns, rank=rank, **filters)
+        except (TypeError, ValueError) as e:  # NULLs or text where the schema has numbers
+            raise TraceError(f"{self.path}/rank{rank}: corrupt trace index ({e})") from None
 
     def count(self, *, rank: int = 0, **filters: Any) -> int:
         """How many records of one rank the exact-match filters select (no rows are read)."""
@@ -197,28 +304,40 @@ class Trace:
 
             raise UsageError(f"{self.path}: no rank {rank} (ranks: {self.ranks})")
         cond, params = _where(filters)
-        return rows_to_records(self._query(
-            f"SELECT {SELECT_LIST} FROM records{cond} ORDER BY seq", params, rank))
+        rows = self._query(f"SELECT {SELECT_LIST} FROM records{cond} ORDER BY seq", params, rank)
+        try:
+            return rows_to_records(rows)
+        except (TypeError, ValueError) as e:  # bad JSON in shape/extra
+            raise TraceError(f"{self.path}/rank{rank}: corrupt trace index ({e})") from None
 
     # ---- payloads --------------------------------------------------------------------------
     def raw_tensor(self, rec: Record) -> np.ndarray:
-        """The stored bits of a record's payload as a read-only memory map (no copy)."""
-        if rec.shard is None or rec.offset is None or rec.nbytes is None:
-            raise TraceError(f"{rec.key()}: no tensor payload was captured for this record")
-        key = (rec.rank, rec.shard)
+        """The stored bits of a record's payload as a read-only memory map (no copy).
+
+        The location is validated (inside the trace, a regular file, sizes that agree with the
+        row and the file) and the payload's checksum verified on its first read."""
+        off, n = check_location(rec)
+        key = (rec.rank, str(rec.shard))
         mm: np.ndarray | None = self._maps.get(key)
         if mm is None:
-            p = shard_path(self.path, rec)
-            if not p.is_file():
-                raise TraceError(f"{p}: payload shard is missing")
-            mm = (np.memmap(p, dtype=np.uint8, mode="r") if p.stat().st_size
-                  else np.zeros(0, np.uint8))
+            fd, p = open_shard(self.path, rec)
+            try:
+                size = os.fstat(fd).st_size
+                mm = (np.frombuffer(mmap.mmap(fd, size, access=mmap.ACCESS_READ), np.uint8)
+                      if size else np.zeros(0, np.uint8))
+            except OSError as e:
+                raise TraceError(f"{p}: cannot map payload shard ({e.strerror})") from None
+            finally:
+                os.close(fd)
             self._maps[key] = mm
-        end = rec.offset + rec.nbytes
+        end = off + n
         if end > mm.shape[0]:
             raise TraceError(f"{rec.shard}: truncated payload shard (need byte {end})")
-        st = storage_dtype(rec.dtype)
-        return mm[rec.offset : end].view(st).reshape(rec.shape)
+        raw = mm[off:end]
+        if (rec.rank, rec.seq) not in self._verified:
+            verify_checksum(raw, self.payload_checksum(rec), shard_path(self.path, rec), rec)
+            self._verified.add((rec.rank, rec.seq))
+        return raw.view(storage_dtype(rec.dtype)).reshape(rec.shape)
 
     def payload_reader(self, rec: Record) -> PayloadReader:
         """A chunked ``pread`` reader of a record's payload (flat memory for huge tensors)."""
@@ -228,12 +347,21 @@ class Trace:
         """The payload with real values (bf16/fp8 decoded to float32); lazily memory-mapped."""
         return decode(self.raw_tensor(rec), rec.dtype)
 
-    def export(self, records: Iterable[Record], out: str | os.PathLike[str]) -> int:
+    def export(self, records: Iterable[Record], out: str | os.PathLike[str], *,
+               overwrite: bool = True) -> int:
         """Write the payloads of ``records`` to an ``.npz`` file or a folder of ``.npy`` files.
 
-        Names are the records' keys made file-safe. Returns how many tensors were written.
+        Names are the records' keys made file-safe. Every file is written atomically
+        (:func:`netparity.outputs.atomic_output`); with ``overwrite=False`` an existing
+        ``.npz`` or a non-empty folder is refused before anything is read. Returns how many
+        tensors were written.
         """
+        from netparity.errors import UsageError
+        from netparity.outputs import atomic_output, write_npz_file
+
         out = Path(out)
+        if not overwrite and (out.is_file() or out.is_dir() and any(out.iterdir())):
+            raise UsageError(f"{out}: exists; pass --force to replace it")
         arrays: dict[str, np.ndarray] = {}
         for rec in records:
             if not rec.has_payload:
@@ -241,13 +369,19 @@ class Trace:
             name = f"{rec.step}.{rec.seq}.{rec.kind}.{rec.module or rec.op}.{rec.direction}.{rec.role}{('.' + rec.arg) if rec.arg else ''}"
             name = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
             arrays[name] = np.asarray(self.tensor(rec))
+        if not arrays:
+            return 0
         if out.suffix == ".npz":
-            out.parent.mkdir(parents=True, exist_ok=True)
-            np.savez(out, **arrays)
+            with atomic_output(out, overwrite=overwrite, what="export") as tmp:
+                write_npz_file(tmp, arrays)
         else:
-            out.mkdir(parents=True, exist_ok=True)
+            try:
+                out.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise UsageError(f"{out}: cannot create the export folder ({e.strerror})") from None
             for name, a in arrays.items():
-                np.save(out / f"{name}.npy", a)
+                with atomic_output(out / f"{name}.npy", what="export") as tmp:
+                    np.save(tmp, a)
         return len(arrays)
 
     def close(self) -> None:
@@ -255,12 +389,86 @@ class Trace:
             db.close()
         self._db.clear()
         self._maps.clear()
+        for d in self._scratch:
+            shutil.rmtree(d, ignore_errors=True)
+        self._scratch.clear()
 
     def __enter__(self) -> Trace:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_INT_COLUMNS = ("seq", "step", "rank", "call", "module_call", "event", "numel")
+_TEXT_COLUMNS = ("kind", "op", "native", "module", "direction", "role", "arg", "dtype", "source")
+#: the first row holding a value no writer produces, and which column (one scan of the table)
+_BAD_ROW_SQL = (
+    "SELECT seq, CASE "
+    + " ".join(f"WHEN typeof(\"{c}\") != 'integer' THEN '{c}'" for c in _INT_COLUMNS)
+    + " " + " ".join(f"WHEN typeof(\"{c}\") != 'text' THEN '{c}'" for c in _TEXT_COLUMNS)
+    # a flat list of non-negative integers: only digits, commas, spaces, one '[' and ']' (GLOB
+    # is cheaper than json_valid on every row; a malformed list that passes it, e.g. "[1,,2]",
+    # fails the JSON parse of the row and is reported there)
+    + " WHEN typeof(shape) != 'text' OR shape NOT GLOB '[[]*[]]'"
+    " OR shape GLOB '*[^]0-9, []*' OR shape GLOB '?*[[]*' THEN 'shape'"
+    " WHEN extra IS NOT NULL AND (typeof(extra) != 'text' OR NOT json_valid(extra)"
+    " OR json_type(extra) != 'object') THEN 'extra'"
+    " WHEN \"offset\" IS NOT NULL AND (typeof(\"offset\") != 'integer' OR \"offset\" < 0)"
+    " THEN 'offset'"
+    " WHEN nbytes IS NOT NULL AND (typeof(nbytes) != 'integer' OR nbytes < 0) THEN 'nbytes'"
+    " WHEN shard IS NOT NULL AND typeof(shard) != 'text' THEN 'shard' "
+    # statistics: numbers or NULL; a float statistic may be the text 'nan' (how NaN is stored)
+    + " ".join(f"WHEN typeof(\"s_{k}\") NOT IN ('integer', 'real', 'null')"
+               + ("" if k in COUNT_STATS else f" AND \"s_{k}\" != 'nan'") + f" THEN 's_{k}'"
+               for k in STAT_FIELDS)
+    + " END AS col FROM records WHERE col IS NOT NULL LIMIT 1"
+)
+
+
+def _check_manifest_types(mpath: Path, m: dict[str, Any]) -> None:
+    """The manifest's well-known keys have the types netparity writes (``"precision": [1, 2]``
+    used to end in an ``AttributeError`` when a report listed the flags)."""
+    kinds: dict[str, tuple[type, ...]] = {
+        "framework": (str,), "framework_version": (str,), "device": (str,),
+        "run_id": (str,), "world_size": (int,), "precision": (dict,), "capture": (dict,),
+        "seeds": (dict, list, int), "argv": (list,), "host": (str,),
+    }
+    for key, types in kinds.items():
+        v = m.get(key)
+        if v is not None and (type(v) not in types):
+            want = " or ".join({dict: "an object", list: "a list", str: "a string",
+                                int: "an integer"}[t] for t in types)
+            raise TraceError(f"{mpath}: corrupt manifest ({key!r} should be {want}, not "
+                             f"{type(v).__name__} {v!r:.40})")
+
+
+def _open_index(p: Path, scratch: list[str]) -> sqlite3.Connection:
+    """Open a rank's index for reading without creating any file inside the trace.
+
+    A cleanly closed index has no ``-wal`` file: it is opened ``immutable`` (SQLite then takes
+    no locks and creates no ``-wal``/``-shm``; works on read-only media). A ``-wal`` next to it
+    means a live writer or a killed one whose last commits live only in the WAL: opened
+    read-only through the WAL. Where that fails (read-only media, no ``-shm``) the index and its
+    WAL are copied to a temporary directory (in ``scratch``, removed on close) and read there.
+    """
+    if not p.is_file():
+        raise sqlite3.DatabaseError("missing or not a regular file")
+    if not os.path.lexists(f"{p}-wal"):
+        return sqlite3.connect(f"{p.resolve().as_uri()}?immutable=1", uri=True,
+                               check_same_thread=False)
+    try:
+        db = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True,
+                             check_same_thread=False)
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return db
+    except sqlite3.OperationalError:
+        pass
+    d = tempfile.mkdtemp(prefix="netparity-index-")
+    scratch.append(d)
+    for suffix in ("", "-wal"):
+        shutil.copyfile(f"{p}{suffix}", os.path.join(d, f"index.sqlite{suffix}"))
+    return sqlite3.connect(os.path.join(d, "index.sqlite"), check_same_thread=False)
 
 
 def holds_trace(path: str | os.PathLike[str]) -> bool:

@@ -167,7 +167,13 @@ CREATE_SQL = (
     + ");\n"
     "CREATE INDEX IF NOT EXISTS idx_step ON records(step, direction, kind);\n"
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);\n"
+    # a checksum of each stored payload (algorithm in meta, see trace/checksum.py), checked on
+    # read. A table of its own, not a column of ``records``: traces written before it stay
+    # readable as they are (not checked), older readers ignore it, so the schema version did
+    # not change.
+    "CREATE TABLE IF NOT EXISTS payload_checksum (seq INTEGER PRIMARY KEY, value INTEGER NOT NULL);\n"
 )
+INSERT_CHECKSUM_SQL = "INSERT INTO payload_checksum (seq, value) VALUES (?, ?)"
 INSERT_SQL = (
     "INSERT INTO records ("
     + ", ".join(f'"{c}"' for c in COLUMN_NAMES)
@@ -219,6 +225,15 @@ _NB = len(BASE_COLUMNS)
 _NS = len(STAT_COLUMNS)
 
 
+def _shape(text: str) -> tuple[int, ...]:
+    """A shape column's JSON list, checked: non-negative integers only (a corrupt index row is
+    a ``ValueError`` here, not a ``math domain error`` deep in a comparison)."""
+    dims = json.loads(text)
+    if not isinstance(dims, list) or not all(type(d) is int and d >= 0 for d in dims):
+        raise ValueError(f"shape {text!r:.40} is not a list of non-negative integers")
+    return tuple(dims)
+
+
 def row_to_record(row: tuple[Any, ...]) -> Record:
     stats: dict[str, float | int | None] = {}
     for name, v in zip(STAT_FIELDS, row[_NB : _NB + _NS]):
@@ -241,7 +256,7 @@ def row_to_record(row: tuple[Any, ...]) -> Record:
         arg=row[11],
         event=row[12],
         dtype=row[13],
-        shape=tuple(json.loads(row[14])),
+        shape=_shape(row[14]),
         stats=stats,
         shard=shard,
         offset=offset,

@@ -40,7 +40,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import shutil
 import socket
 import sqlite3
 import sys
@@ -55,7 +54,16 @@ import numpy as np
 from netparity.dtypes import DTYPES, storage_dtype
 from netparity.errors import TraceError
 from netparity.stats import content_hash
-from netparity.trace.schema import CREATE_SQL, INSERT_SQL, SCHEMA_VERSION, Record, record_to_row
+from netparity.trace import checksum
+from netparity.trace.claim import claim
+from netparity.trace.schema import (
+    CREATE_SQL,
+    INSERT_CHECKSUM_SQL,
+    INSERT_SQL,
+    SCHEMA_VERSION,
+    Record,
+    record_to_row,
+)
 
 HEADER_RESERVE = 1 << 20  # bytes reserved for each shard's JSON header
 _STOP = object()
@@ -162,7 +170,8 @@ class TraceWriter:
         shard_bytes: roll payload shards past this size.
         batch_records: commit the index every this many records (also every ``commit_seconds``).
         max_queue_bytes: pending payload bytes above which ``add`` blocks.
-        overwrite: replace an existing trace of this rank instead of refusing.
+        overwrite: replace an existing trace in ``run_dir`` instead of refusing; the old one is
+            moved aside and deleted only when this writer closes cleanly (:mod:`.claim`).
         rank_info: per-process facts saved in ``rank.json``.
     """
 
@@ -182,23 +191,26 @@ class TraceWriter:
         self.run_dir = Path(run_dir)
         self.rank = rank
         self.rank_dir = self.run_dir / f"rank{rank}"
-        if self.run_dir.exists() and not self.run_dir.is_dir():
-            raise TraceError(f"{self.run_dir} exists and is not a directory")
-        if (self.rank_dir / "index.sqlite").exists():
-            if not overwrite:
-                raise TraceError(
-                    f"{self.rank_dir} already holds a trace; choose another directory "
-                    "or pass overwrite=True (--overwrite)"
-                )
-            shutil.rmtree(self.rank_dir)
-        self.rank_dir.mkdir(parents=True, exist_ok=True)
-        self.manifest = build_manifest(**(manifest or {}))
-        mpath = self.run_dir / "manifest.json"
-        if rank == 0 or not mpath.exists():
-            _atomic_write_json(mpath, self.manifest)
-        info = {"rank": rank, "pid": os.getpid(), "host": socket.gethostname()}
-        info.update(rank_info or {})
-        _atomic_write_json(self.rank_dir / "rank.json", info)
+        # one writer per trace: lock, refuse foreign files, set an old trace aside (claim.py)
+        self._claim = claim(self.run_dir, rank, overwrite=overwrite)
+        try:
+            self.run_id = self._claim.run_id
+            self.rank_dir.mkdir()
+            self.manifest = build_manifest(**(manifest or {}))
+            self.manifest["run_id"] = self.run_id
+            mpath = self.run_dir / "manifest.json"
+            if rank == 0 or self._claim.first:
+                _atomic_write_json(mpath, self.manifest)
+            info = {"rank": rank, "pid": os.getpid(), "host": socket.gethostname(),
+                    "run_id": self.run_id}
+            info.update(rank_info or {})
+            _atomic_write_json(self.rank_dir / "rank.json", info)
+        except OSError as e:
+            self._claim.release(clean=False)
+            raise TraceError(f"{self.run_dir}: cannot write the trace ({e.strerror})") from None
+        except BaseException:
+            self._claim.release(clean=False)
+            raise
 
         self.shard_bytes = shard_bytes
         self.batch_records = batch_records
@@ -215,16 +227,23 @@ class TraceWriter:
         self.records_written = 0
         self.bytes_written = 0
         self._flush_done = threading.Event()
-        self._db = sqlite3.connect(self.rank_dir / "index.sqlite", check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(CREATE_SQL)
-        self._db.execute(
-            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-        )
-        self._db.commit()
+        self._checksum = checksum.default_algorithm()
+        try:
+            self._db = sqlite3.connect(self.rank_dir / "index.sqlite", check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(CREATE_SQL)
+            self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                 [("schema_version", str(SCHEMA_VERSION)),
+                                  ("run_id", self.run_id),
+                                  (checksum.META_KEY, self._checksum)])
+            self._db.commit()
+        except sqlite3.Error as e:
+            self._claim.release(clean=False)
+            raise TraceError(f"{self.rank_dir}: cannot create the trace index ({e})") from None
         self._shard: _Shard | None = None
         self._shard_no = 0
+        self._sums: list[tuple[int, int]] = []  # (seq, checksum) of payloads not yet inserted
         self._thread = threading.Thread(target=self._run, name="netparity-writer", daemon=True)
         self._thread.start()
 
@@ -300,6 +319,8 @@ class TraceWriter:
         self._q.put(_STOP)
         self._thread.join()
         self._db.close()
+        # the old trace (if overwritten) goes only once this one is complete
+        self._claim.release(clean=self._error is None)
         if self._error is not None:
             raise TraceError(f"trace writer failed: {self._error}") from self._error
 
@@ -394,6 +415,8 @@ class TraceWriter:
             self._shard = _Shard(self.rank_dir / f"tensors-{self._shard_no:05d}.safetensors")
             self._shard_no += 1
         buf = arr.reshape(-1).data.cast("B") if arr.size else memoryview(b"")
+        # (xxhash and zlib release the GIL for large buffers: the training thread keeps going)
+        self._sums.append((rec.seq, checksum.digest(self._checksum, buf)))
         rec.offset = self._shard.append(key, tag, tuple(arr.shape), buf)
         rec.shard = self._shard.path.name
         rec.nbytes = arr.nbytes
@@ -404,6 +427,9 @@ class TraceWriter:
     def _insert(self, recs: list[Record]) -> None:
         """Insert rows into the open transaction (visible to readers once committed)."""
         self._db.executemany(INSERT_SQL, [record_to_row(r) for r in recs])
+        if self._sums:  # (same transaction as the rows: committed, or lost, together)
+            self._db.executemany(INSERT_CHECKSUM_SQL, self._sums)
+            self._sums.clear()
 
     def _commit(self, count: int) -> None:
         """Commit the ``count`` rows inserted since the last commit."""

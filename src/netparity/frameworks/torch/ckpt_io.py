@@ -46,7 +46,10 @@ def read(p: Path) -> CheckpointData:
     try:
         with warnings.catch_warnings():  # torch warns about pickle protocols; errors say enough
             warnings.simplefilter("ignore")
-            obj = torch.load(p, weights_only=True, map_location="cpu")
+            # (a file object, not the path: torch.load sends a path named .safetensors to the
+            # safetensors reader, whatever the bytes are)
+            with open(p, "rb") as f:
+                obj = torch.load(f, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as e:
         msg = str(e)
         detail = next((ln.strip() for ln in msg.splitlines()

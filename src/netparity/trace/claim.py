@@ -1,0 +1,230 @@
+"""One writer per trace: claiming a trace directory before anything is written into it.
+
+Rules (issue 17: two captures into one directory silently corrupted each other, and a user's
+own files were taken over):
+
+* **A lock per rank.** A writer holds an exclusive ``fcntl.flock`` on ``DIR/.rank<N>.lock`` for
+  its whole life; a second writer of the same rank fails at once, naming the holder's pid. The
+  kernel drops the lock when the process dies (SIGKILL included), so no stale lock survives.
+* **Claims are serialised.** The checks below run under a short exclusive lock on
+  ``DIR/.netparity.lock``, so two processes can never both pass "no trace here yet".
+* **Ranks of one run share a run id.** The first writer of a run (no live rank lock in the
+  directory) draws a run id (``NETPARITY_RUN_ID`` when set) and writes it to ``manifest.json``;
+  writers of other ranks that arrive while it is live join that run and adopt its id (so does
+  a later rank whose ``NETPARITY_RUN_ID`` equals the manifest's run id). Each
+  rank's index stores the id, so a reader can tell a stale ``rank<N>/`` from an older run.
+* **Never take over what netparity did not write.** A directory holding anything but a trace's
+  own entries (``manifest.json`` that is a netparity manifest, ``rank<N>/`` folders of index,
+  shards and ``rank.json``, netparity's lock and aside entries) is refused.
+* **Overwrite never leaves neither.** With ``overwrite=True`` the old trace (manifest and every
+  ``rank<N>/``) is *moved* into ``DIR/.netparity-replaced-<id>/`` (renames: atomic, instant),
+  and deleted only when the new trace's writer closes cleanly. A capture that dies midway
+  leaves the old trace there, intact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from netparity.errors import TraceError
+
+DIR_LOCK = ".netparity.lock"
+ASIDE_PREFIX = ".netparity-replaced-"
+RUN_ID_ENV = "NETPARITY_RUN_ID"
+_RANK_DIR = re.compile(r"rank\d+")
+_RANK_LOCK = re.compile(r"\.rank(\d+)\.lock")
+#: files a writer puts in ``rank<N>/`` (SQLite's journal files included)
+_RANK_FILE = re.compile(r"index\.sqlite(-wal|-shm|-journal)?|rank\.json|tensors-\d+\.safetensors"
+                        r"|\.rank\.json\.\d+\.tmp")
+_TOP_FILE = re.compile(r"manifest\.json|\.manifest\.json\.\d+\.tmp|\.netparity\.lock"
+                       r"|\.rank\d+\.lock")
+
+
+def rank_lock_name(rank: int) -> str:
+    """The lock file of one rank's writer, inside the trace directory."""
+    return f".rank{rank}.lock"
+
+
+@dataclass
+class Claim:
+    """What :func:`claim` decided: the lock held, the run joined or started, the old trace set
+    aside (deleted by :meth:`release` after a clean close)."""
+
+    lock_fd: int
+    run_id: str
+    first: bool  # this writer started the run (writes the manifest)
+    aside: Path | None = None
+
+    def release(self, *, clean: bool) -> None:
+        """Drop the lock; with ``clean`` (the new trace is complete) delete the old trace."""
+        if self.aside is not None and clean:
+            import shutil
+
+            shutil.rmtree(self.aside, ignore_errors=True)
+            self.aside = None
+        if self.lock_fd >= 0:
+            os.close(self.lock_fd)  # closing the descriptor drops the flock
+            self.lock_fd = -1
+
+
+def _foreign(run_dir: Path) -> str | None:
+    """The first entry of ``run_dir`` that netparity did not write, or None."""
+    for p in sorted(run_dir.iterdir()):
+        name = p.name
+        if name.startswith(ASIDE_PREFIX) and p.is_dir() and not p.is_symlink():
+            continue
+        if _TOP_FILE.fullmatch(name) and p.is_file() and not p.is_symlink():
+            if name == "manifest.json" and not _is_manifest(p):
+                return f"{name} (not a netparity manifest)"
+            continue
+        if _RANK_DIR.fullmatch(name) and p.is_dir() and not p.is_symlink():
+            for q in p.iterdir():
+                if not (_RANK_FILE.fullmatch(q.name) and q.is_file() and not q.is_symlink()):
+                    return f"{name}/{q.name}"
+            continue
+        return name
+    return None
+
+
+def _is_manifest(p: Path) -> bool:
+    try:
+        m = json.loads(p.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(m, dict) and type(m.get("schema_version")) is int
+
+
+def _trace_entries(run_dir: Path) -> list[Path]:
+    return [p for p in run_dir.iterdir()
+            if p.name == "manifest.json" or _RANK_DIR.fullmatch(p.name)]
+
+
+def _live_ranks(run_dir: Path, own: int) -> list[int]:
+    """Ranks whose writer holds its lock right now (another process, or this one)."""
+    live = []
+    for p in run_dir.iterdir():
+        m = _RANK_LOCK.fullmatch(p.name)
+        if m is None or int(m.group(1)) == own:
+            continue
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            live.append(int(m.group(1)))
+        finally:
+            os.close(fd)
+    return live
+
+
+def _holder(path: Path) -> str:
+    with contextlib.suppress(OSError, ValueError):
+        return f" (pid {int(path.read_text().split()[0])})"
+    return ""
+
+
+def _manifest_run_id(run_dir: Path) -> str | None:
+    with contextlib.suppress(OSError, ValueError, UnicodeDecodeError, AttributeError):
+        rid = json.loads((run_dir / "manifest.json").read_text()).get("run_id")
+        return rid if isinstance(rid, str) else None
+    return None
+
+
+def claim(run_dir: Path, rank: int, *, overwrite: bool) -> Claim:
+    """Claim ``run_dir`` for the writer of ``rank`` (see the module docstring).
+
+    Raises:
+        TraceError: another process writes this rank; the directory holds files netparity did
+            not write; it holds a finished trace and ``overwrite`` is False; or it cannot be
+            created or locked.
+    """
+    try:
+        if run_dir.exists() or run_dir.is_symlink():
+            if not run_dir.is_dir():
+                raise TraceError(f"{run_dir} exists and is not a directory")
+            bad = _foreign(run_dir)  # checked before netparity writes a single byte here
+            if bad is not None:
+                raise TraceError(
+                    f"{run_dir} holds files netparity did not write ({bad}); capture into an "
+                    "empty or new directory")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        dfd = os.open(run_dir / DIR_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise TraceError(f"{run_dir}: cannot create the trace directory ({e.strerror})") from None
+    try:
+        fcntl.flock(dfd, fcntl.LOCK_EX)  # held for the checks below only (milliseconds)
+        return _claim_locked(run_dir, rank, overwrite)
+    except OSError as e:
+        raise TraceError(f"{run_dir}: cannot claim the trace directory ({e.strerror})") from None
+    finally:
+        os.close(dfd)
+
+
+def _claim_locked(run_dir: Path, rank: int, overwrite: bool) -> Claim:
+    bad = _foreign(run_dir)  # again, now that no other claim can run
+    if bad is not None:
+        raise TraceError(f"{run_dir} holds files netparity did not write ({bad}); capture into "
+                         "an empty or new directory")
+    lock_path = run_dir / rank_lock_name(rank)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise TraceError(f"{run_dir}: rank {rank} is being written by another capture"
+                         f"{_holder(lock_path)}; one writer per trace: wait for it or choose "
+                         "another directory") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        return _decide(run_dir, rank, overwrite, fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _decide(run_dir: Path, rank: int, overwrite: bool, fd: int) -> Claim:
+    wanted = os.environ.get(RUN_ID_ENV) or None
+    own_dir = run_dir / f"rank{rank}"
+    if _live_ranks(run_dir, rank):  # another rank of a running capture: join its run
+        run_id = _manifest_run_id(run_dir)
+        if run_id is None or (wanted is not None and wanted != run_id):
+            raise TraceError(f"{run_dir}: another capture (run {run_id or 'unknown'}) is "
+                             "writing into this directory; choose another directory")
+        aside = None
+        if own_dir.exists():  # a stale rank<N>/ of an older run never mixes into this one
+            if not overwrite:
+                raise TraceError(f"{own_dir} holds a trace of an older run; choose another "
+                                 "directory or pass overwrite=True (--overwrite)")
+            aside = _set_aside(run_dir, [own_dir])
+        return Claim(fd, run_id, first=False, aside=aside)
+    if wanted is not None and wanted == _manifest_run_id(run_dir) and not own_dir.exists():
+        # a rank of a run named by NETPARITY_RUN_ID that starts after its other ranks ended
+        return Claim(fd, wanted, first=False)
+    old = _trace_entries(run_dir)
+    aside = None
+    if old:
+        if not overwrite:
+            raise TraceError(f"{run_dir} already holds a trace; choose another directory or "
+                             "pass overwrite=True (--overwrite)")
+        aside = _set_aside(run_dir, old)
+    return Claim(fd, wanted or uuid.uuid4().hex, first=True, aside=aside)
+
+
+def _set_aside(run_dir: Path, entries: list[Path]) -> Path:
+    """Move ``entries`` into a fresh ``.netparity-replaced-*`` folder (renames in one
+    filesystem: nothing is copied, nothing is lost if the process dies now)."""
+    aside = run_dir / f"{ASIDE_PREFIX}{uuid.uuid4().hex[:12]}"
+    aside.mkdir()
+    for p in entries:
+        os.rename(p, aside / p.name)
+    return aside
