@@ -14,11 +14,15 @@ from collections.abc import Iterable
 from dataclasses import fields
 from typing import Any
 
-from netparity.align.model import Call, calls_from_records
+import numpy as np
+
+from netparity.align.model import Call, _arg_key, calls_from_records
 from netparity.errors import UsageError
 from netparity.gcpause import paused_gc
+from netparity.trace import fastrows
 from netparity.trace.reader import Trace
-from netparity.trace.schema import Record
+from netparity.trace.scan import Columns
+from netparity.trace.schema import COLUMN_NAMES, Record
 
 
 def load_records(
@@ -63,20 +67,83 @@ class RecordSource:
         self.trace, self.rank, self.step, self.direction = trace, rank, step, direction
         self.kinds = tuple(kinds)
         self.lock = threading.Lock()
-        self.calls: dict[tuple[int, int, int], Call] | None = None
+        self.calls: dict[tuple[int, int, int], tuple[list[Record], list[Record]]] | None = None
 
     def get(self, key: tuple[int, int, int]) -> tuple[list[Record], list[Record]]:
         with self.lock:
             if self.calls is None:
                 self.calls = self._read()
-        c = self.calls.get(key)
-        return (c.inputs, c.outputs) if c is not None else ([], [])
+        return self.calls.get(key) or ([], [])
 
-    def _read(self) -> dict[tuple[int, int, int], Call]:
+    def _read(self) -> dict[tuple[int, int, int], tuple[list[Record], list[Record]]]:
         with paused_gc():  # hundreds of thousands of objects and no garbage
-            recs = load_records(self.trace, rank=self.rank, step=self.step,
-                                direction=self.direction, kinds=self.kinds)
-            return {(c.rank, c.step, c.event): c for c in calls_from_records(recs)}
+            check_rank(self.trace, self.rank)
+            if not fastrows.FAST_OK:
+                recs = load_records(self.trace, rank=self.rank, step=self.step,
+                                    direction=self.direction, kinds=self.kinds)
+                return {(c.rank, c.step, c.event): (c.inputs, c.outputs)
+                        for c in calls_from_records(recs)}
+            cols = self.trace.scan(COLUMN_NAMES, rank=self.rank, step=self.step,
+                                   direction=self.direction, kind=list(self.kinds))
+            return group_calls(cols, fastrows.columns_to_records(cols, lazy_stats=True))
+
+
+def group_calls(cols: Columns, recs: list[Record]) -> dict[tuple[int, int, int],
+                                                           tuple[list[Record], list[Record]]]:
+    """The records of a scan (every column, call kinds only) grouped by ``(rank, step,
+    event)`` into (inputs, outputs), each run ordered as
+    :func:`~netparity.align.model.calls_from_records` orders it: execution order, unless the
+    arguments are not single characters in ascending order -- then sorted by argument path.
+
+    The grouping and ordering run in NumPy; Python touches each call once (two list slices).
+    """
+    n = cols.n
+    if not n:
+        return {}
+    rank, step, event = cols["rank"], cols["step"], cols["event"]
+    is_out = (cols["role"] != "input").astype(np.int64)
+    arg = cols["arg"]
+    argc = arg.map(lambda a: ord(a) if len(a) == 1 else -1, dtype=np.int64)
+    pos = np.arange(n)
+    g = np.lexsort((pos, is_out, event, step, rank))
+    run_keys = (rank[g], step[g], event[g], is_out[g])
+    new_run = np.zeros(n, dtype=bool)
+    new_run[0] = True
+    for k in run_keys:
+        new_run[1:] |= k[1:] != k[:-1]
+    run = np.cumsum(new_run) - 1
+    a = argc[g]
+    bad = ~new_run[1:] & ((a[1:] < a[:-1]) | (a[1:] < 0) | (a[:-1] < 0))
+    if bad.any():  # runs out of order: by argument path (stable: ties keep execution order)
+        values = arg.values
+        by_key = sorted(range(len(values)), key=lambda i: _arg_key(values[i]))
+        arg_rank = np.zeros(len(values), dtype=np.int64)
+        r = 0
+        for j, i in enumerate(by_key):
+            if j and _arg_key(values[i]) != _arg_key(values[by_key[j - 1]]):
+                r += 1
+            arg_rank[i] = r
+        sort_run = np.zeros(int(run[-1]) + 1, dtype=bool)
+        sort_run[run[1:][bad]] = True
+        key2 = np.zeros(n, dtype=np.int64)
+        sel = sort_run[run]  # positions (in g order) of runs to sort
+        key2[g[sel]] = arg_rank[arg.codes[g[sel]]]
+        g = np.lexsort((pos, key2, is_out, event, step, rank))
+    new_call = new_run.copy()
+    new_call[1:] = False
+    for k in run_keys[:3]:
+        new_call[1:] |= k[1:] != k[:-1]
+    starts = np.nonzero(new_call)[0]
+    ends = np.append(starts[1:], n)
+    n_out = np.add.reduceat(is_out[g], starts)
+    mids = ends - n_out
+    ordered = [recs[i] for i in g.tolist()]
+    out: dict[tuple[int, int, int], tuple[list[Record], list[Record]]] = {}
+    for rk, st, ev, s, m, e in zip(rank[g][starts].tolist(), step[g][starts].tolist(),
+                                   event[g][starts].tolist(), starts.tolist(), mids.tolist(),
+                                   ends.tolist()):
+        out[(rk, st, ev)] = (ordered[s:m], ordered[m:e])
+    return out
 
 
 class _RecordsField:
