@@ -110,6 +110,11 @@ class Tol:
     norm: float | None = None
 
 
+def scale_atol(tol: Tol, rms: float) -> Tol:
+    """``tol`` with its ``atol`` factor multiplied by a pair's RMS (cross profile)."""
+    return Tol(tol.rtol, tol.atol * rms, tol.source, tol.norm)
+
+
 def lower_precision(a: str, b: str) -> str:
     """The dtype of lower precision (non-float dtypes count as exact)."""
     ia = PRECISION_ORDER.index(a) if a in PRECISION_ORDER else len(PRECISION_ORDER)
@@ -147,6 +152,16 @@ class Tolerances:
 
     def resolve(self, ref: Record, cand: Record | None = None) -> Tol:
         """The tolerance of the pair ``(ref, cand)``."""
+        tol, scaled = self.resolve_unscaled(ref, cand)
+        if not scaled:
+            return tol
+        rms = record_rms(ref) or (record_rms(cand) if cand is not None else None) or 0.0
+        return scale_atol(tol, rms)
+
+    def resolve_unscaled(self, ref: Record, cand: Record | None = None) -> tuple[Tol, bool]:
+        """The tolerance of a pair before its RMS scaling, and whether ``atol`` is still to be
+        multiplied by the pair's RMS (``record_rms(ref) or record_rms(cand) or 0.0``; see
+        :func:`scale_atol`). For callers that compute many RMS values at once."""
         # everything but the RMS scaling depends on a few fields only: resolved once per
         # distinct combination (a 100k-op comparison resolves ~300k pairs)
         key: tuple[object, ...] = (ref.dtype, cand.dtype if cand is not None else None,
@@ -157,11 +172,7 @@ class Tolerances:
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cache[key] = self._resolve(ref, cand)
-        tol, scaled = hit
-        if not scaled:
-            return tol
-        rms = record_rms(ref) or (record_rms(cand) if cand is not None else None) or 0.0
-        return Tol(tol.rtol, tol.atol * rms, tol.source, tol.norm)
+        return hit
 
     def _resolve(self, ref: Record, cand: Record | None) -> tuple[Tol, bool]:
         """The tolerance of a pair and whether its ``atol`` is still to be multiplied by the

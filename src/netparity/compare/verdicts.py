@@ -71,9 +71,11 @@ def judge(m: dict[str, Any], rtol: float, atol: float) -> tuple[str, str]:
         bound = atol + rtol * _g(m, "ref_maxabs")
         if lb <= bound:
             return "pass", ""
-        worst_stat = max(m.get("stat_diff", {}).items(), key=lambda kv: kv[1], default=("", 0))
+        diffs = m.get("stat_diff") or {}
+        # the first statistic with the largest difference (max over the items keeps the first)
+        worst_stat = max(diffs, key=diffs.__getitem__) if diffs else ""
         msg = (
-            f"statistics differ: |d{worst_stat[0]}| = {_fmt(lb)} > atol + rtol*max|ref| "
+            f"statistics differ: |d{worst_stat}| = {_fmt(lb)} > atol + rtol*max|ref| "
             f"= {_fmt(bound)}"
         )
         if lb <= WARN_FACTOR * bound:
