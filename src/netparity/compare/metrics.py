@@ -692,9 +692,10 @@ def records_rms(recs: list[Record]) -> list[float | None]:
 def stats_ready(rec: Record) -> bool:
     """``bool(rec.stats) and rec.stats.get("norm") is not None``, without making a scanned
     record's dict (a scanned record always holds every statistic key)."""
-    tr = _pristine(rec)
-    if tr is not None:
-        return not bool(tr[0].null[tr[1], _NORM_AT])
+    d = rec.__dict__
+    t = d.get("_table")
+    if t is not None and "_stats" not in d:
+        return t.norm_ok[d["_row"]]  # type: ignore[no-any-return]
     return bool(rec.stats) and rec.stats.get("norm") is not None
 
 

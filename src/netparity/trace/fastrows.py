@@ -85,10 +85,10 @@ class StatTable:
 
     ``floats[:, k]`` is ``s_<STAT_FIELDS[k]>`` as float64 (counts converted exactly), ``null``
     marks NULL statistics (``floats`` holds NaN or -1 there), ``numel`` the index's element
-    counts.
+    counts, ``norm_ok`` whether a row's norm is not NULL.
     """
 
-    __slots__ = ("floats", "null", "numel", "_ints")
+    __slots__ = ("floats", "null", "numel", "norm_ok", "_ints")
 
     def __init__(self, cols: Any):
         k = len(_STATS)
@@ -99,6 +99,8 @@ class StatTable:
         for j, name in enumerate(_STATS):
             self.floats[:, j] = cols[f"s_{name}"]
             self.null[:, j] = cols.null(f"s_{name}")
+        #: per row, whether the norm is there (a list: asked once per row, from Python)
+        self.norm_ok: list[bool] = (~self.null[:, _STATS.index("norm")]).tolist()
 
     def row_stats(self, i: int) -> dict[str, float | int | None]:
         """Row ``i``'s statistics as ``row_to_record`` makes them (ints for counts, None for
