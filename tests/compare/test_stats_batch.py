@@ -75,7 +75,8 @@ def _scanned(tmp_path, pairs: list[tuple[Record, Record]]) -> list[tuple[Record,
                              dtype=r.dtype, shape=r.shape, stats=r.stats))
     src = RecordSource(open_trace(tmp_path / "t"), 0, None, None, ("module",))
     src.get((0, 0, 0))
-    calls = sorted(src.calls.values(), key=lambda io: io[0][0].seq)  # type: ignore[union-attr]
+    assert src.calls is not None
+    calls = sorted((src.get(k) for k in src.calls), key=lambda io: io[0][0].seq)
     return [(ins[0], outs[0]) for ins, outs in calls]
 
 

@@ -3,8 +3,10 @@ the records of calls read on first access (:class:`LazyCall`).
 
 :func:`~netparity.align.core.align_traces` reads only what alignment looks at
 (:mod:`netparity.align.tableread`); the comparison engine then asks for the records of the calls
-it compares, and :class:`RecordSource` reads them all at once with :func:`load_records`, so a
-caller that never looks at records (``netparity align``) never pays for them.
+it compares, and :class:`RecordSource` reads one side's index once (one scan of every
+column) and makes the records of a kind of call (module or op) when a call of that kind is
+first asked for, so a caller that never looks at records (``netparity align``) never pays for
+them, and a comparison only for the level it compares.
 """
 
 from __future__ import annotations
@@ -60,46 +62,80 @@ def check_rank(trace: Trace, rank: int) -> None:
 # ---- calls whose records are read on first access ----------------------------------------------
 
 class RecordSource:
-    """Reads the records of one side's calls, all at once, when the first of them is asked for
-    (the comparison engine asks for nearly all; ``netparity align`` for none)."""
+    """Reads the records of one side's calls: the index once, when the first call is asked for
+    (the comparison engine asks for nearly all; ``netparity align`` for none), then each call's
+    records, all calls of one kind at once, when a call of that kind is first asked for (at op
+    level the module calls' records are never made)."""
 
     def __init__(self, trace: Trace, rank: int, step: Any, direction: Any, kinds: Any):
         self.trace, self.rank, self.step, self.direction = trace, rank, step, direction
         self.kinds = tuple(kinds)
         self.lock = threading.Lock()
-        self.calls: dict[tuple[int, int, int], tuple[list[Record], list[Record]]] | None = None
+        #: (rank, step, event) -> the call's span in ``order``: (start, first output, end)
+        self.calls: dict[tuple[int, int, int], tuple[int, int, int]] | None = None
+        self._made: dict[tuple[int, int, int], tuple[list[Record], list[Record]]] = {}
+        self._rows: fastrows.ScannedRows | None = None
+        self._order: list[int] = []
+        self._kind: dict[tuple[int, int, int], str] = {}  # a call's kind (module, op)
 
     def get(self, key: tuple[int, int, int]) -> tuple[list[Record], list[Record]]:
         with self.lock:
             if self.calls is None:
-                self.calls = self._read()
-        return self.calls.get(key) or ([], [])
+                self._read()
+            got = self._made.get(key)
+            if got is None:
+                kind = self._kind.get(key)
+                if kind is None or self._rows is None:
+                    return [], []
+                self._make_kind(kind)
+                got = self._made[key]
+            return got
 
-    def _read(self) -> dict[tuple[int, int, int], tuple[list[Record], list[Record]]]:
+    def _make_kind(self, kind: str) -> None:
+        """Make the records of every call of ``kind`` at once (one pass; a comparison asks
+        for the calls of its level, nearly all of them) and hand each call its slices."""
+        assert self.calls is not None and self._rows is not None
+        keys = [k for k, kd in self._kind.items() if kd == kind]
+        spans = [self.calls[k] for k in keys]
+        order = self._order
+        recs = self._rows.records([i for s, _, e in spans for i in order[s:e]])
+        at = 0
+        made = self._made
+        for k, (s, m, e) in zip(keys, spans):
+            made[k] = (recs[at : at + m - s], recs[at + m - s : at + e - s])
+            at += e - s
+
+    def _read(self) -> None:
         with paused_gc():  # hundreds of thousands of objects and no garbage
             check_rank(self.trace, self.rank)
             if not fastrows.FAST_OK:
                 recs = load_records(self.trace, rank=self.rank, step=self.step,
                                     direction=self.direction, kinds=self.kinds)
-                return {(c.rank, c.step, c.event): (c.inputs, c.outputs)
-                        for c in calls_from_records(recs)}
+                self._made = {(c.rank, c.step, c.event): (c.inputs, c.outputs)
+                              for c in calls_from_records(recs)}
+                self.calls = {k: (0, 0, 0) for k in self._made}
+                return
             cols = self.trace.scan(COLUMN_NAMES, rank=self.rank, step=self.step,
                                    direction=self.direction, kind=list(self.kinds))
-            return group_calls(cols, fastrows.columns_to_records(cols, lazy_stats=True))
+            self._rows = fastrows.ScannedRows(cols)
+            self._order, self.calls = group_calls(cols)
+            kinds = cols["kind"].tolist()
+            self._kind = {k: kinds[self._order[s]] for k, (s, _, _) in self.calls.items()}
 
 
-def group_calls(cols: Columns, recs: list[Record]) -> dict[tuple[int, int, int],
-                                                           tuple[list[Record], list[Record]]]:
-    """The records of a scan (every column, call kinds only) grouped by ``(rank, step,
-    event)`` into (inputs, outputs), each run ordered as
+def group_calls(cols: Columns) -> tuple[list[int], dict[tuple[int, int, int],
+                                                         tuple[int, int, int]]]:
+    """The rows of a scan (call kinds only; ``rank``, ``step``, ``event``, ``role``, ``arg``)
+    grouped by ``(rank, step, event)``: an order of the rows and each call's span in it
+    ``(start, first output, end)``. Inputs come before outputs, each run ordered as
     :func:`~netparity.align.model.calls_from_records` orders it: execution order, unless the
     arguments are not single characters in ascending order -- then sorted by argument path.
 
-    The grouping and ordering run in NumPy; Python touches each call once (two list slices).
+    The grouping and ordering run in NumPy; Python touches each call once.
     """
     n = cols.n
     if not n:
-        return {}
+        return [], {}
     rank, step, event = cols["rank"], cols["step"], cols["event"]
     is_out = (cols["role"] != "input").astype(np.int64)
     arg = cols["arg"]
@@ -137,13 +173,12 @@ def group_calls(cols: Columns, recs: list[Record]) -> dict[tuple[int, int, int],
     ends = np.append(starts[1:], n)
     n_out = np.add.reduceat(is_out[g], starts)
     mids = ends - n_out
-    ordered = [recs[i] for i in g.tolist()]
-    out: dict[tuple[int, int, int], tuple[list[Record], list[Record]]] = {}
+    out: dict[tuple[int, int, int], tuple[int, int, int]] = {}
     for rk, st, ev, s, m, e in zip(rank[g][starts].tolist(), step[g][starts].tolist(),
                                    event[g][starts].tolist(), starts.tolist(), mids.tolist(),
                                    ends.tolist()):
-        out[(rk, st, ev)] = (ordered[s:m], ordered[m:e])
-    return out
+        out[(rk, st, ev)] = (s, m, e)
+    return g.tolist(), out
 
 
 class _RecordsField:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -160,6 +162,76 @@ class ScannedRecord(Record):
 _FIELD_ORDER = tuple(f.name for f in dataclasses.fields(Record))
 
 
+class ScannedRows:
+    """Every row of a scan of every index column, made into :class:`ScannedRecord`\\ s a few
+    at a time: a comparison asks for the records of the calls it compares, and at op level
+    the module calls' records (a third of the rows) are never made."""
+
+    def __init__(self, cols: Any):
+        if not FAST_OK:
+            raise NotImplementedError("the schema has columns the fast loader does not know")
+        self.table = StatTable(cols)
+        ex = cols["extra"]
+        self._extra = [ex.values[k] if ex.values[k] else None for k in range(len(ex.values))]
+        self._lists = [*_base_lists(cols), cols["numel"].tolist()]
+
+    def __len__(self) -> int:
+        return len(self._lists[0])
+
+    def records(self, rows: Iterable[int]) -> list[Record]:
+        """The records of rows ``rows`` (positions in the scan), in that order."""
+        rows = list(rows)
+        if not rows:
+            return []
+        # the rows' values column by column, picked in C (no tuple per row of the whole scan)
+        if len(rows) == 1:
+            vals = [(lst[rows[0]],) for lst in self._lists]
+        else:
+            pick = operator.itemgetter(*rows)
+            vals = [pick(lst) for lst in self._lists]
+        new = object.__new__
+        loads = json.loads
+        st, extra = self.table, self._extra
+        out: list[Record] = []
+        append = out.append
+        for i, (seq, step, rank, kind, op, native, module, call, module_call, direction, role,
+                arg, event, dtype, shp, shard, offset, nbytes, hsh, source, ec,
+                numel) in zip(rows, zip(*vals)):
+            r = new(ScannedRecord)
+            x = extra[ec]
+            r.__dict__ = {
+                "kind": kind, "op": op, "native": native, "module": module, "call": call,
+                "module_call": module_call, "direction": direction, "role": role, "arg": arg,
+                "dtype": dtype, "shape": shp, "step": step, "rank": rank, "seq": seq,
+                "event": event, "shard": shard, "offset": offset, "nbytes": nbytes,
+                "hash": hsh, "source": source, "extra": loads(x) if x is not None else {},
+                "_table": st, "_row": i, "_numel": numel,
+            }
+            append(r)
+        return out
+
+
+def _base_lists(cols: Any) -> list[list[Any]]:
+    """The non-statistics columns of a full scan as Python lists in :class:`Record` field
+    order (shapes as tuples, NULLs as None; ``extra`` as codes into its value table)."""
+    shapes = [tuple(json.loads(s)) for s in cols["shape"].values]
+    table = np.empty(len(shapes) + 1, dtype=object)
+    table[:-1] = shapes
+    shape_l = table[cols["shape"].codes].tolist() if cols.n else []
+    tail = []
+    for c in ("shard", "offset", "nbytes", "hash"):
+        lst = cols[c].tolist()
+        for i in np.nonzero(cols.null(c))[0].tolist():
+            lst[i] = None
+        tail.append(lst)
+    return [cols["seq"].tolist(), cols["step"].tolist(), cols["rank"].tolist(),
+            cols["kind"].tolist(), cols["op"].tolist(), cols["native"].tolist(),
+            cols["module"].tolist(), cols["call"].tolist(), cols["module_call"].tolist(),
+            cols["direction"].tolist(), cols["role"].tolist(), cols["arg"].tolist(),
+            cols["event"].tolist(), cols["dtype"].tolist(), shape_l, *tail,
+            cols["source"].tolist(), cols["extra"].codes.tolist()]
+
+
 def columns_to_records(cols: Any, *, lazy_stats: bool = False) -> list[Record]:
     """A scan of every index column (:data:`COLUMN_NAMES`, a
     :class:`~netparity.trace.scan.Columns`) as records, equal to ``row_to_record`` of the same
@@ -171,50 +243,19 @@ def columns_to_records(cols: Any, *, lazy_stats: bool = False) -> list[Record]:
     """
     if not FAST_OK:
         raise NotImplementedError("the schema has columns the fast loader does not know")
-    n = cols.n
-    shapes = [tuple(json.loads(s)) for s in cols["shape"].values]
-    table = np.empty(len(shapes) + 1, dtype=object)
-    table[:-1] = shapes
-    shape_l = table[cols["shape"].codes].tolist() if n else []
-    tail = []
-    for c in ("shard", "offset", "nbytes", "hash"):
-        lst = cols[c].tolist()
-        for i in np.nonzero(cols.null(c))[0].tolist():
-            lst[i] = None
-        tail.append(lst)
+    if lazy_stats:
+        return ScannedRows(cols).records(range(cols.n))
     extra_v = cols["extra"]
     has_extra = [bool(x) for x in extra_v.values] or [False]
     loads = json.loads
     new = object.__new__
     out: list[Record] = []
     append = out.append
-    base = (cols["seq"].tolist(), cols["step"].tolist(), cols["rank"].tolist(),
-            cols["kind"].tolist(), cols["op"].tolist(), cols["native"].tolist(),
-            cols["module"].tolist(), cols["call"].tolist(), cols["module_call"].tolist(),
-            cols["direction"].tolist(), cols["role"].tolist(), cols["arg"].tolist(),
-            cols["event"].tolist(), cols["dtype"].tolist(), shape_l, *tail,
-            cols["source"].tolist(), extra_v.codes.tolist())
-    if lazy_stats:
-        st = StatTable(cols)
-        for i, (seq, step, rank, kind, op, native, module, call, module_call, direction, role,
-                arg, event, dtype, shp, shard, offset, nbytes, hsh, source, ec, numel) in \
-                enumerate(zip(*base, cols["numel"].tolist())):
-            r = new(ScannedRecord)
-            r.__dict__ = {
-                "kind": kind, "op": op, "native": native, "module": module, "call": call,
-                "module_call": module_call, "direction": direction, "role": role, "arg": arg,
-                "dtype": dtype, "shape": shp, "step": step, "rank": rank, "seq": seq,
-                "event": event, "shard": shard, "offset": offset, "nbytes": nbytes,
-                "hash": hsh, "source": source,
-                "extra": loads(extra_v.values[ec]) if has_extra[ec] else {},
-                "_table": st, "_row": i, "_numel": numel,
-            }
-            append(r)
-        return out
     stat_l = [cols[f"s_{k}"].tolist() for k in _STATS]
     keys = _STATS
     for (seq, step, rank, kind, op, native, module, call, module_call, direction, role, arg,
-         event, dtype, shp, shard, offset, nbytes, hsh, source, ec, *stv) in zip(*base, *stat_l):
+         event, dtype, shp, shard, offset, nbytes, hsh, source, ec, *stv) in zip(
+            *_base_lists(cols), *stat_l):
         rec = new(Record)
         rec.__dict__ = {
             "kind": kind, "op": op, "native": native, "module": module, "call": call,
