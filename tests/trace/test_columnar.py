@@ -113,6 +113,10 @@ def test_compact_refuses_what_is_not_a_trace(tmp_path):
 
     with pytest.raises(TraceError):
         compact(tmp_path)
+    _write(tmp_path / "a")
+    with pytest.raises(TraceError, match="no rank 3"):
+        compact(tmp_path / "a", ranks=[3])
+    assert compact(tmp_path / "a", ranks=[0]) == 1
 
 
 def test_scanned_arrays_are_the_callers_own(tmp_path, monkeypatch):

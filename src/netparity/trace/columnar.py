@@ -34,6 +34,7 @@ import os
 import tempfile
 import weakref
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -137,12 +138,12 @@ def _extent(trace: Trace, rank: int) -> tuple[int, int]:
     return int(n), int(mx)
 
 
-def compact(path: str | os.PathLike[str]) -> int:
-    """Write the columnar copy of every rank's index of the complete trace at ``path``
-    (replacing an older copy atomically). Returns the number of ranks written.
+def compact(path: str | os.PathLike[str], ranks: Iterable[int] | None = None) -> int:
+    """Write the columnar copy of the index of every rank (or of ``ranks``) of the complete
+    trace at ``path``, replacing an older copy atomically. Returns the number of ranks written.
 
-    Call it when a capture is closed: a copy of an index that is still growing is simply not
-    used once the index has more rows.
+    Call it when a capture is closed (a rank's writer: ``ranks=[rank]``): a copy of an index
+    that is still growing is simply not used once the index has more rows.
 
     Raises:
         TraceError: not a trace, or a corrupt index. An unwritable directory is an OSError.
@@ -151,8 +152,11 @@ def compact(path: str | os.PathLike[str]) -> int:
     from netparity.trace.scan import Strings, _scan_sql
 
     tr = open_trace(path)
+    todo = tr.ranks if ranks is None else [int(r) for r in ranks]
     try:
-        for rank in tr.ranks:
+        for rank in todo:
+            if rank not in tr.ranks:
+                raise TraceError(f"{tr.path}: no rank {rank} index to compact")
             n, max_seq = _extent(tr, rank)
             cols = _scan_sql(tr, rank, list(COLUMN_NAMES), {})
             if cols.n != n:
@@ -172,7 +176,7 @@ def compact(path: str | os.PathLike[str]) -> int:
                                           "columns": list(COLUMN_NAMES), "n": n,
                                           "max_seq": max_seq})
             _save_atomic(tr.path / f"rank{rank}" / COLUMNS_FILE, arrays)
-        return len(tr.ranks)
+        return len(todo)
     finally:
         tr.close()
 
