@@ -87,7 +87,8 @@ class RecordSource:
                 kind = self._kind.get(key)
                 if kind is None or self._rows is None:
                     return [], []
-                self._make_kind(kind)
+                with paused_gc():  # ~10^5 records and no garbage (as in _read)
+                    self._make_kind(kind)
                 got = self._made[key]
             return got
 
