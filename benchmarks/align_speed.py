@@ -13,11 +13,17 @@ its two halves again: reading both call tables from the indexes (``read``) and a
 the traces the first time any of them is asked for, which the last column times (``records``:
 what the comparison engine pays on top, not part of the budget).
 
+After writing, each trace gets its columnar index copy (``netparity.trace.columnar.compact``,
+what a capture does when it closes; timed in the ``compact s`` column, not part of any other);
+``--sqlite`` leaves it out, so every read goes through SQLite (traces of older netparity).
+
 Run:  PYTHONPATH=src python benchmarks/align_speed.py [--sizes 1000,10000,100000] [--flat]
-      [--compare] [--cli]
+      [--compare] [--cli] [--sqlite]
 (``--flat`` also times traces without module records: one 100k-op sequence; ``--compare`` also
 times the whole ``netparity.compare(level="op")`` a user runs on the same traces; ``--cli`` the
-end-to-end ``netparity compare --level op -q`` command in a fresh process, report included.)
+end-to-end ``netparity compare --level op -q`` command in a fresh process, report included:
+wall time, CPU time (user + system, steadier than wall time on a shared machine) and the
+command's peak resident memory.)
 The 1M-ops-per-side case: ``--sizes 1000000`` (writing the two traces takes ~8 minutes here).
 The ``peak MiB`` column is this process's peak resident memory so far, writing the traces
 included (sizes run in ascending order, so it is the peak of the largest size up to that row).
@@ -45,6 +51,7 @@ from netparity.align.table import Pools
 from netparity.align.tableread import read_table
 from netparity.align.vocab import canonical_op
 from netparity.trace import Record, TraceWriter, open_trace
+from netparity.trace.columnar import compact
 
 BUDGET_S = 5.0
 OPS_PER_STAGE = 61  # reference ops of one stage below: 8 blocks of 7, a downsample, a head of 3
@@ -217,7 +224,7 @@ class Gen:
 
 
 def bench(size: int, flat: bool, tmp: Path, compare_too: bool = False,
-          cli_too: bool = False) -> dict:
+          cli_too: bool = False, columnar: bool = True) -> dict:
     ref, cand = tmp / f"ref{size}{flat}", tmp / f"cand{size}{flat}"
     t0 = time.perf_counter()
     g1 = Gen(ref, "torch", size, flat)
@@ -225,6 +232,12 @@ def bench(size: int, flat: bool, tmp: Path, compare_too: bool = False,
     g2 = Gen(cand, "mindspore", size, flat)
     g2.run()
     t_write = time.perf_counter() - t0
+    t_compact = None
+    if columnar:  # what a capture does when it closes (netparity.trace.columnar)
+        t0 = time.perf_counter()
+        compact(ref)
+        compact(cand)
+        t_compact = time.perf_counter() - t0
     tr, tc = open_trace(ref), open_trace(cand)
     t0 = time.perf_counter()
     al = align_traces(tr, tc, level="op")
@@ -244,20 +257,24 @@ def bench(size: int, flat: bool, tmp: Path, compare_too: bool = False,
     t_align = time.perf_counter() - t0
     gc.enable()
     s = al.summary()
-    t_cli = None
+    t_cli = cli_cpu = cli_rss = None
     if cli_too:  # what a user runs: a fresh process, terminal report included
         t0 = time.perf_counter()
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         subprocess.run([sys.executable, "-m", "netparity", "compare", str(ref), str(cand),
                         "--level", "op", "-q"], check=False, env=dict(os.environ),
                        stdout=subprocess.DEVNULL)
         t_cli = time.perf_counter() - t0
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cli_cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+        cli_rss = r1.ru_maxrss / 1024  # the largest child so far (the CLI runs are the children)
     t_compare = None
     if compare_too:  # the whole comparison a user runs on these traces (statistics basis)
         t0 = time.perf_counter()
         netparity.compare(str(ref), str(cand), level="op")
         t_compare = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"cli_s": t_cli, "peak_mib": peak, "compare_s": t_compare, "size": size, "ref_ops": g1.nops, "cand_ops": g2.nops, "write_s": t_write,
+    return {"compact_s": t_compact, "cli_s": t_cli, "cli_cpu_s": cli_cpu, "cli_rss_mib": cli_rss, "peak_mib": peak, "compare_s": t_compare, "size": size, "ref_ops": g1.nops, "cand_ops": g2.nops, "write_s": t_write,
             "total_s": t_total, "load_s": t_load, "align_s": t_align, "records_s": t_records,
             "records": rt.n_records, **s}
 
@@ -270,23 +287,29 @@ def main() -> int:
                     help="also time netparity.compare(level='op') on the traces (last column)")
     ap.add_argument("--cli", action="store_true",
                     help="also time the netparity compare command (--level op) end to end")
+    ap.add_argument("--sqlite", action="store_true",
+                    help="do not write the columnar index copies (time the SQLite read path; "
+                         "what traces of netparity before the copies, or open captures, get)")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"{'ops/side':>9} {'modules':>8} {'records':>8} {'total s':>8} {'= read':>7} "
           f"{'+ align':>8} {'matched':>8} {'groups':>7} {'unm ref':>8} {'unm cand':>8} "
           f"{'records s':>9} {'peak MiB':>8}" + (f" {'compare s':>9}" if args.compare else "")
-          + (f" {'cli s':>7}" if args.cli else ""))
+          + (f" {'cli s':>7} {'cli cpu':>7} {'cli MiB':>7}" if args.cli else "")
+          + ("" if args.sqlite else f" {'compact s':>9}"))
     last = None
     with tempfile.TemporaryDirectory() as d:
         for flat in [False, True] if args.flat else [False]:
             for size in sizes:
-                r = bench(size, flat, Path(d), args.compare, args.cli)
+                r = bench(size, flat, Path(d), args.compare, args.cli, not args.sqlite)
                 print(f"{r['ref_ops']:>9} {'no' if flat else 'yes':>8} {r['records']:>8} "
                       f"{r['total_s']:>8.2f} {r['load_s']:>7.2f} {r['align_s']:>8.2f} "
                       f"{r['matched']:>8} {r['groups']:>7} {r['unmatched_ref']:>8} "
                       f"{r['unmatched_cand']:>8} {r['records_s']:>9.2f} {r['peak_mib']:>8.0f}"
                       + (f" {r['compare_s']:>9.2f}" if args.compare else "")
-                      + (f" {r['cli_s']:>7.2f}" if args.cli else ""), flush=True)
+                      + (f" {r['cli_s']:>7.2f} {r['cli_cpu_s']:>7.2f} {r['cli_rss_mib']:>7.0f}"
+                         if args.cli else "")
+                      + ("" if args.sqlite else f" {r['compact_s']:>9.2f}"), flush=True)
                 if not flat:
                     last = r
     if last is not None:

@@ -59,3 +59,54 @@ def test_batch_equals_scalar_metrics_and_verdicts():
     assert handled >= len(pairs) - 3
     statuses = {judge(m, rt, at)[0] for m, rt, at in zip(got, rtol, atol) if m is not None}
     assert {"pass", "fail"} <= statuses
+
+
+def _scanned(tmp_path, pairs: list[tuple[Record, Record]]) -> list[tuple[Record, Record]]:
+    """The same pairs written to a trace (one call per pair) and read back as the comparison
+    engine reads them: ScannedRecords whose statistics live in shared arrays."""
+    from netparity.align.reading import RecordSource
+    from netparity.trace import TraceWriter, open_trace
+
+    with TraceWriter(tmp_path / "t", manifest={"framework": "numpy"}) as w:
+        for a, b in pairs:
+            ev = w.next_event()
+            for role, r in (("input", a), ("output", b)):
+                w.add(Record(kind="module", module="m", op="op", event=ev, role=role,
+                             dtype=r.dtype, shape=r.shape, stats=r.stats))
+    src = RecordSource(open_trace(tmp_path / "t"), 0, None, None, ("module",))
+    src.get((0, 0, 0))
+    assert src.calls is not None
+    calls = sorted((src.get(k) for k in src.calls), key=lambda io: io[0][0].seq)
+    return [(ins[0], outs[0]) for ins, outs in calls]
+
+
+def test_scanned_records_batch_equals_scalar(tmp_path):
+    """Records read from a trace: the array paths (statistics, RMS, 'has a norm') give what
+    the per-record functions give on the same records, and never make their stats dicts."""
+    from netparity.compare.metrics import record_rms, records_rms, stats_present, stats_ready
+    from netparity.trace.fastrows import ScannedRecord
+
+    pairs = _scanned(tmp_path, _pairs())
+    assert all(type(a) is ScannedRecord for a, _ in pairs)
+    rtol = [1e-4] * len(pairs)
+    atol = [1e-5] * len(pairs)
+    got = stats_metrics_many(pairs, rtol, atol)
+    refs = [a for a, _ in pairs]
+    rms = records_rms(refs)
+    ready = [stats_ready(a) for a in refs]
+    assert all(stats_present(a) for a in refs)
+    assert all("_stats" not in a.__dict__ for a in refs)  # nothing above made a dict
+    for (a, b), m, r, ok in zip(pairs, got, rms, ready):
+        assert json.dumps(r) == json.dumps(record_rms(a))
+        assert ok == (bool(a.stats) and a.stats.get("norm") is not None)
+        if m is not None:
+            assert json.dumps(m) == json.dumps(stats_metrics(a, b, rtol=1e-4, atol=1e-5))
+    assert sum(m is not None for m in got) >= len(pairs) - 3
+    # a scanned record equals, pickles and copies as the plain record it stands for
+    import copy
+    import pickle
+
+    plain = refs[0].plain()
+    assert refs[0] == plain and plain == refs[0]
+    assert type(pickle.loads(pickle.dumps(refs[0]))) is Record
+    assert copy.copy(refs[0]) == plain

@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 from collections.abc import Iterable
@@ -21,20 +22,25 @@ import numpy as np
 from netparity.compare.argpairs import group_inputs, pair_tensors
 from netparity.compare.metrics import (
     record_rms,
+    records_rms,
     stats_metrics,
     stats_metrics_many,
+    stats_present,
+    stats_ready,
     stream_arrays,
     tensor_metrics,
 )
 from netparity.compare.noise import NOISE_K, calibrate
 from netparity.compare.results import CallResult, CompareResult, PairResult
 from netparity.compare.tolerances import Tol, Tolerances, lower_precision
-from netparity.compare.verdicts import AMPLIFICATION, judge, judge_fp64
+from netparity.compare.verdicts import AMPLIFICATION, judge, judge_fp64, judge_stats
 from netparity.errors import UsageError
 from netparity.gcpause import paused_gc
 from netparity.trace import Record, Trace, open_trace
 
 LEVELS = ("module", "op", "both")
+#: pairs from which a comparison freezes its objects for the garbage collector (see compare)
+_FREEZE_PAIRS = 50_000
 #: unit roundoff per dtype: the fp64 mode's floor is eps * rms(fp64 reference)
 _EPS = {
     "float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8,
@@ -106,21 +112,20 @@ def _treat_rounding_noise(jobs: list[_Job]) -> int:
     other, the pair passes with a reason saying why. A bug that makes a real gradient vanish on
     one side still fails: the other side is not noise. Returns the number of pairs changed.
     """
+    # only tensors of a noise class take part (forward activations never do): pick them once
+    classed = [(j, c) for j, c in zip(jobs, map(_noise_class, [j.ref for j in jobs]))
+               if c is not None]
+    rms = records_rms([j.ref for j, _ in classed])
     scale: dict[tuple[int, str], list[float]] = {}
-    for j in jobs:
-        c = _noise_class(j.ref)
-        if c is None:
-            continue
-        r = record_rms(j.ref)
+    for (j, c), r in zip(classed, rms):
         if r:
             scale.setdefault((j.ref.step, c), []).append(r)
     med = {k: median(v) for k, v in scale.items()}
     changed = 0
-    for j in jobs:
+    for j, c in classed:
         pr = j.result
-        c = _noise_class(j.ref)
         floor = NOISE_FLOOR.get(lower_precision(j.ref.dtype, j.cand.dtype))
-        if pr.status in ("pass", "unknown") or c is None or floor is None or pr.fp64 \
+        if pr.status in ("pass", "unknown") or floor is None or pr.fp64 \
                 or pr.metrics.get("nan_mismatch") or pr.metrics.get("inf_mismatch"):
             continue
         m = med.get((j.ref.step, c), 0.0)
@@ -204,15 +209,17 @@ def _stats_only(j: _Job) -> bool:
     """Whether :func:`_evidence` would judge this pair from statistics (and nothing else of
     :func:`compare`'s per-pair work -- fp64 mode, the normwise rule -- applies to it)."""
     ref, cand = j.ref, j.cand
-    if ref.has_payload and cand.has_payload:
+    if ref.shard is not None and cand.shard is not None:  # both have a payload
         return False
-    if ref.numel != cand.numel or (
-        tuple(ref.shape) != tuple(cand.shape) and _squeeze(ref.shape) != _squeeze(cand.shape)
-    ):
+    # _evidence's shape test, with the common case (equal shapes, hence equal counts) first
+    if tuple(ref.shape) != tuple(cand.shape) and (
+            ref.numel != cand.numel or _squeeze(ref.shape) != _squeeze(cand.shape)):
         return False
     if ref.hash and cand.hash and ref.hash == cand.hash and ref.dtype == cand.dtype:
         return False
-    return bool(ref.stats and cand.stats and ref.stats.get("norm") is not None)
+    # bool(ref.stats and cand.stats and ref.stats.get("norm") is not None), without making
+    # the dicts of scanned records
+    return stats_ready(ref) and stats_present(cand)
 
 
 def _judge_stats_batch(jobs: list[_Job]) -> list[_Job]:
@@ -235,9 +242,9 @@ def _judge_stats_batch(jobs: list[_Job]) -> list[_Job]:
         pr = j.result
         pr.metrics = m
         rt, at = j.tol.rtol, j.tol.atol
-        if (not m["nan_mismatch"] and not m["inf_mismatch"]
-                and m["max_abs_lb"] <= at + rt * m["ref_maxabs"]):
-            pr.status, pr.reason = "pass", ""
+        if not m["nan_mismatch"] and not m["inf_mismatch"]:
+            # judge's stats rule (the batch's numbers are floats: no _g conversion needed)
+            pr.status, pr.reason = judge_stats(m, m["max_abs_lb"], at + rt * m["ref_maxabs"])
         else:
             pr.status, pr.reason = judge(m, rt, at)
         done.add(id(j))
@@ -245,29 +252,39 @@ def _judge_stats_batch(jobs: list[_Job]) -> list[_Job]:
 
 
 def _make_pair(ref: Record, cand: Record, tol: Tol, idx: str, call_key: str) -> PairResult:
-    return PairResult(
-        key=_pair_key(ref, idx),
-        kind=ref.kind,
-        direction=ref.direction,
-        step=ref.step,
-        rank=ref.rank,
-        role=ref.role,
-        arg=ref.arg,
-        module=ref.module,
-        op=ref.op,
-        cand_module=cand.module,
-        cand_op=cand.op,
-        ref_dtype=ref.dtype,
-        cand_dtype=cand.dtype,
-        ref_shape=list(ref.shape),
-        cand_shape=list(cand.shape),
-        rtol=tol.rtol,
-        atol=tol.atol,
-        tol_source=tol.source,
-        call=call_key,
-        order=ref.seq,
-        source=ref.source,
-    )
+    # the dataclass __init__ is skipped (a 100k-op comparison makes ~300k of these): the
+    # attributes are exactly the ones it sets, defaults included
+    pr = _new(PairResult)
+    pr.__dict__ = {
+        "key": _pair_key(ref, idx), "kind": ref.kind, "direction": ref.direction,
+        "step": ref.step, "rank": ref.rank, "role": ref.role, "arg": ref.arg,
+        "module": ref.module, "op": ref.op, "cand_module": cand.module, "cand_op": cand.op,
+        "ref_dtype": ref.dtype, "cand_dtype": cand.dtype, "ref_shape": list(ref.shape),
+        "cand_shape": list(cand.shape), "rtol": tol.rtol, "atol": tol.atol,
+        "tol_source": tol.source, "status": "pass", "reason": "", "metrics": {},
+        "call": call_key, "order": ref.seq, "source": ref.source, "fp64": None,
+    }
+    return pr
+
+
+_new = object.__new__
+
+
+def _scale_tolerances(jobs: list[_Job]) -> None:
+    """Multiply the ``atol`` of these jobs by their pair's RMS, as
+    :meth:`Tolerances.resolve <netparity.compare.tolerances.Tolerances.resolve>` does, with
+    the RMS values computed for all of them at once."""
+    if not jobs:
+        return
+    rr = records_rms([j.ref for j in jobs])
+    rc = records_rms([j.cand for j in jobs])
+    for j, a, b in zip(jobs, rr, rc):
+        t = j.tol
+        # scale_atol without the frozen dataclass's __init__ (one object.__setattr__ per field)
+        j.tol = s = _new(Tol)
+        s.__dict__.update(rtol=t.rtol, atol=t.atol * (a or b or 0.0), source=t.source,
+                          norm=t.norm)
+        j.result.atol = s.atol
 
 
 def _same_setup(ref: Trace, cand: Trace) -> bool:
@@ -374,6 +391,7 @@ def compare(
 
     result = CompareResult()
     jobs: list[_Job] = []
+    unscaled: list[_Job] = []  # jobs whose atol still has to be multiplied by their RMS
     levels = ["module", "op"] if level == "both" else [level]
     unmatched: dict[str, list[dict[str, Any]]] = {
         "calls_ref": [], "calls_cand": [], "params_ref": [], "params_cand": [], "tensors": [],
@@ -421,10 +439,12 @@ def compare(
                     # framework, by position) carry the same keys
                     at = {id(r): k for k, r in enumerate(rs)}
                     for a, b in tensor_pairs[:1] if aux else tensor_pairs:
-                        tol = tols.resolve(a, b)
+                        tol, scaled = tols.resolve_unscaled(a, b)
                         pr = _make_pair(a, b, tol, f"{role}{at[id(a)]}", ck)
                         pr.key = f"{lv}|{pr.key}|{r0.event}"
                         jobs.append(_Job(a, b, tol, pr))
+                        if scaled:
+                            unscaled.append(jobs[-1])
                         (call.inputs if role == "in" else call.outputs).append(pr.key)
                     if len(tensor_pairs) < max(len(rs), len(cs)) or (aux and len(rs) > 1):
                         unmatched["tensors"].append(
@@ -442,6 +462,7 @@ def compare(
                     jobs.append(_Job(pp.ref, pp.cand, tol, pr))
                 params_done = True
 
+    _scale_tolerances(unscaled)
     fp64_tr = _open(fp64_ref, "fp64_ref") if fp64_ref is not None else None
     if fp64_tr is not None:
         idx: dict[tuple[int, str], Record] = {}
@@ -547,6 +568,13 @@ def compare(
         calibrate(result, compare(ref_tr, noise_tr, level=level, steps=steps, rank=rank,
                                   profile="same", workers=workers), noise_k)
         result.settings["noise_run"] = str(noise_tr.path)
+    if len(jobs) >= _FREEZE_PAIRS:
+        # The collector was paused while ~10^6 objects were made; once it runs again, its
+        # young-generation passes would walk all of them two or three times over (seconds, in
+        # whatever code allocates next: localisation). Freezing hands them to the permanent
+        # generation instead. They are still freed by reference counting when released; only
+        # reference cycles among them would outlive that, and a result holds none.
+        gc.freeze()
     return result  # calls are classified and localised by netparity.analyzers.divergence
 
 

@@ -47,12 +47,15 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from netparity.dtypes import decode, storage_dtype
-from netparity.trace.schema import Record
+from netparity.trace.schema import STAT_FIELDS, Record
+
+if TYPE_CHECKING:
+    from netparity.trace.fastrows import StatTable
 
 #: elements per chunk: large enough to amortise Python overhead, small enough that the chunk's
 #: working set (three float64 arrays plus histogram scratch) stays in a core's L2 cache; measured
@@ -610,6 +613,97 @@ def _clean_stats(rec: Record) -> tuple[float, ...] | None:
     return None
 
 
+def _pristine(rec: Record) -> tuple[StatTable, int] | None:
+    """(table, row) of a :class:`ScannedRecord` whose statistics are still only in its table."""
+    d = rec.__dict__
+    t = d.get("_table")
+    return None if t is None or "_stats" in d else (t, d["_row"])
+
+
+def _by_table(recs: list[Record]) -> tuple[dict[int, tuple[StatTable, list[int], list[int]]],
+                                            list[int]]:
+    """Positions of pristine scanned records grouped by their table (with their rows), and
+    the positions of the other records. (List comprehensions, not a loop calling
+    :func:`_pristine`: this runs over every pair of a large comparison.)"""
+    ds = [r.__dict__ for r in recs]
+    tabs = [None if "_stats" in d else d.get("_table") for d in ds]
+    groups: dict[int, tuple[StatTable, list[int], list[int]]] = {}
+    for t in {id(t): t for t in tabs if t is not None}.values():
+        pos = [i for i, x in enumerate(tabs) if x is t]
+        groups[id(t)] = (t, pos, [ds[i]["_row"] for i in pos])  # type: ignore[arg-type]
+    others = [i for i, x in enumerate(tabs) if x is None]
+    return groups, others
+
+
+_ALL_AT = [STAT_FIELDS.index(k) for k in ("min", "max", "mean", "std", "norm", "nan", "posinf",
+                                          "neginf")]
+_NORM_AT, _BAD_AT = STAT_FIELDS.index("norm"), [STAT_FIELDS.index(k)
+                                                 for k in ("nan", "posinf", "neginf")]
+
+
+def _stat_rows(recs: list[Record]) -> tuple[np.ndarray, np.ndarray]:
+    """The statistics :func:`_clean_stats` reads, as a ``(len(recs), 8)`` float matrix, and
+    which rows are clean (all present, finite sum) -- from the stat tables of scanned records
+    without making their dicts, record by record for the others. Same values and mask as
+    :func:`_clean_stats` (the sum is taken in the same order)."""
+    n = len(recs)
+    vals = np.zeros((n, len(_ALL_AT)), dtype=np.float64)
+    ok = np.zeros(n, dtype=bool)
+    groups, others = _by_table(recs)
+    for table, pos, rows in groups.values():
+        sub = table.floats[np.asarray(rows)][:, _ALL_AT]
+        total = np.zeros(len(rows), dtype=np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            for k in range(sub.shape[1]):  # left to right, as Python's sum adds them
+                total = total + sub[:, k]
+        good = ~table.null[np.asarray(rows)][:, _ALL_AT].any(axis=1) & np.isfinite(total)
+        vals[pos] = sub
+        ok[pos] = good
+    for i in others:
+        x = _clean_stats(recs[i])
+        if x is not None:
+            vals[i] = x
+            ok[i] = True
+    return vals, ok
+
+
+def records_rms(recs: list[Record]) -> list[float | None]:
+    """:func:`record_rms` of many records (bit-identical), vectorised over scanned records."""
+    out: list[float | None] = [None] * len(recs)
+    groups, others = _by_table(recs)
+    for table, pos, rows in groups.values():
+        r = np.asarray(rows)
+        norm = table.floats[r, _NORM_AT]
+        bad_null = table.null[r][:, _BAD_AT]
+        bad = np.where(bad_null, 0, table.floats[r][:, _BAD_AT]).astype(np.int64).sum(axis=1)
+        cnt = table.numel[r] - bad
+        cplx = np.array([recs[i].dtype.startswith("complex") for i in pos], dtype=bool)
+        cnt = np.where(cplx, 2 * cnt, cnt)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rms = np.where(cnt > 0, norm / np.sqrt(np.maximum(cnt, 1).astype(np.float64)), 0.0)
+        missing = table.null[r, _NORM_AT]
+        for i, v, miss in zip(pos, rms.tolist(), missing.tolist()):
+            out[i] = None if miss else v
+    for i in others:
+        out[i] = record_rms(recs[i])
+    return out
+
+
+def stats_ready(rec: Record) -> bool:
+    """``bool(rec.stats) and rec.stats.get("norm") is not None``, without making a scanned
+    record's dict (a scanned record always holds every statistic key)."""
+    d = rec.__dict__
+    t = d.get("_table")
+    if t is not None and "_stats" not in d:
+        return t.norm_ok[d["_row"]]  # type: ignore[no-any-return]
+    return bool(rec.stats) and rec.stats.get("norm") is not None
+
+
+def stats_present(rec: Record) -> bool:
+    """``bool(rec.stats)``, without making a scanned record's dict (it holds every key)."""
+    return _pristine(rec) is not None or bool(rec.stats)
+
+
 def stats_metrics_many(pairs: list[tuple[Record, Record]], rtol: list[float],
                        atol: list[float]) -> list[dict[str, Any] | None]:
     """:func:`stats_metrics` of many pairs at once, vectorised over the pairs.
@@ -622,20 +716,18 @@ def stats_metrics_many(pairs: list[tuple[Record, Record]], rtol: list[float],
     """
     n = len(pairs)
     out: list[dict[str, Any] | None] = [None] * n
-    ok: list[int] = []
-    rows: list[tuple[float, ...]] = []
-    for i, (a, b) in enumerate(pairs):
-        x, y = _clean_stats(a), _clean_stats(b)
-        if x is not None and y is not None:
-            ok.append(i)
-            rows.append(x + y)
+    xr, okr = _stat_rows([a for a, _ in pairs])
+    xc, okc = _stat_rows([b for _, b in pairs])
+    both = okr & okc
+    ok: list[int] = np.nonzero(both)[0].tolist()
     if not ok:
         return out
-    m = np.array(rows, dtype=np.float64)
+    m = np.concatenate([xr[both], xc[both]], axis=1)
     k = len(_STAT_ALL)
     r, c = m[:, :k], m[:, k:]
     refs = [pairs[i][0] for i in ok]
-    numel = np.array([p.numel for p in refs], dtype=np.float64)
+    numels = [p.numel for p in refs]
+    numel = np.array(numels, dtype=np.float64)
     cplx = np.array([p.dtype.startswith("complex") for p in refs], dtype=bool)
     rt = np.array([rtol[i] for i in ok], dtype=np.float64)
     at = np.array([atol[i] for i in ok], dtype=np.float64)
@@ -668,7 +760,7 @@ def stats_metrics_many(pairs: list[tuple[Record, Record]], rtol: list[float],
         dj = dl[j]
         out[i] = {
             "basis": "stats",
-            "numel": refs[j].numel,
+            "numel": numels[j],
             "rtol": rtol[i],
             "atol": atol[i],
             "stat_diff": {"min": dj[0], "max": dj[1], "mean": dj[2], "std": dj[3],

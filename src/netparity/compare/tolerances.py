@@ -110,6 +110,11 @@ class Tol:
     norm: float | None = None
 
 
+def scale_atol(tol: Tol, rms: float) -> Tol:
+    """``tol`` with its ``atol`` factor multiplied by a pair's RMS (cross profile)."""
+    return Tol(tol.rtol, tol.atol * rms, tol.source, tol.norm)
+
+
 def lower_precision(a: str, b: str) -> str:
     """The dtype of lower precision (non-float dtypes count as exact)."""
     ia = PRECISION_ORDER.index(a) if a in PRECISION_ORDER else len(PRECISION_ORDER)
@@ -142,15 +147,42 @@ class Tolerances:
                 raise UsageError(f"tolerance override {k!r} must be non-negative")
             clean[str(k)] = (r, a)
         self.overrides = clean
+        self._named = any(self.overrides)  # a per-name pattern: names enter the cache key
+        self._cache: dict[tuple[object, ...], tuple[Tol, bool]] = {}
 
     def resolve(self, ref: Record, cand: Record | None = None) -> Tol:
         """The tolerance of the pair ``(ref, cand)``."""
+        tol, scaled = self.resolve_unscaled(ref, cand)
+        if not scaled:
+            return tol
+        rms = record_rms(ref) or (record_rms(cand) if cand is not None else None) or 0.0
+        return scale_atol(tol, rms)
+
+    def resolve_unscaled(self, ref: Record, cand: Record | None = None) -> tuple[Tol, bool]:
+        """The tolerance of a pair before its RMS scaling, and whether ``atol`` is still to be
+        multiplied by the pair's RMS (``record_rms(ref) or record_rms(cand) or 0.0``; see
+        :func:`scale_atol`). For callers that compute many RMS values at once."""
+        # everything but the RMS scaling depends on a few fields only: resolved once per
+        # distinct combination (a 100k-op comparison resolves ~300k pairs)
+        key: tuple[object, ...] = (ref.dtype, cand.dtype if cand is not None else None,
+               ref.direction == "backward" or ref.kind in ("grad", "param"))
+        if self._named:
+            key += (ref.module, ref.op, ref.native) + (
+                (cand.module, cand.native) if cand is not None else ())
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = self._resolve(ref, cand)
+        return hit
+
+    def _resolve(self, ref: Record, cand: Record | None) -> tuple[Tol, bool]:
+        """The tolerance of a pair and whether its ``atol`` is still to be multiplied by the
+        pair's RMS (``atol`` then holds the factor)."""
         names = [ref.module, ref.op, ref.native, f"{ref.module}/{ref.op}"]
         if cand is not None:
             names += [cand.module, cand.native]
         for pat, (r, a) in self.overrides.items():
             if pat and any(fnmatch.fnmatchcase(n, pat) for n in names if n):
-                return Tol(r, a, f"override:{pat}")
+                return Tol(r, a, f"override:{pat}"), False
         dt = lower_precision(ref.dtype, cand.dtype if cand is not None else ref.dtype)
         table = PROFILES[self.profile]
         if dt in table:
@@ -162,9 +194,8 @@ class Tolerances:
         if "" in self.overrides:
             dr, da = self.overrides[""]
             src = "override:''"
-        if self.profile == "cross" and not src.startswith(("override", "exact")):
-            rms = record_rms(ref) or (record_rms(cand) if cand is not None else None) or 0.0
-            da *= rms
+        scaled = self.profile == "cross" and not src.startswith(("override", "exact"))
+        if scaled:
             src += "(atol x rms)"
         norm = None
         if self.profile == "cross" and not src.startswith(("override", "exact")) \
@@ -173,10 +204,13 @@ class Tolerances:
             backward = ref.direction == "backward" or ref.kind in ("grad", "param")
             norm = CROSS_NORM[dt][1 if backward else 0]
         r = self.rtol if self.rtol is not None else dr
-        a = self.atol if self.atol is not None else da
+        if self.atol is not None:
+            a, scaled = self.atol, False
+        else:
+            a = da
         if self.rtol is not None or self.atol is not None:
             src = "global" if (self.rtol is not None and self.atol is not None) else src + "+global"
-        return Tol(r, a, src, norm)
+        return Tol(r, a, src, norm), scaled
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -67,18 +67,7 @@ def judge(m: dict[str, Any], rtol: float, atol: float) -> tuple[str, str]:
     if nf:
         return "fail", nf
     if basis == "stats":
-        lb = _g(m, "max_abs_lb")
-        bound = atol + rtol * _g(m, "ref_maxabs")
-        if lb <= bound:
-            return "pass", ""
-        worst_stat = max(m.get("stat_diff", {}).items(), key=lambda kv: kv[1], default=("", 0))
-        msg = (
-            f"statistics differ: |d{worst_stat[0]}| = {_fmt(lb)} > atol + rtol*max|ref| "
-            f"= {_fmt(bound)}"
-        )
-        if lb <= WARN_FACTOR * bound:
-            return "warn", msg
-        return "fail", msg
+        return judge_stats(m, _g(m, "max_abs_lb"), atol + rtol * _g(m, "ref_maxabs"))
     min_atol, min_rtol = _g(m, "min_atol"), _g(m, "min_rtol")
     norm_tol = m.get("norm_tol")
     if norm_tol is not None:
@@ -91,6 +80,23 @@ def judge(m: dict[str, Any], rtol: float, atol: float) -> tuple[str, str]:
         f"atol={_fmt(atol)}; would pass with atol>={_fmt(min_atol)} or rtol>={_fmt(min_rtol)}"
     )
     if min_atol <= WARN_FACTOR * atol or min_rtol <= WARN_FACTOR * rtol:
+        return "warn", msg
+    return "fail", msg
+
+
+def judge_stats(m: dict[str, Any], lb: float, bound: float) -> tuple[str, str]:
+    """The stats-basis rule of :func:`judge` for metrics without a NaN/Inf mismatch, given
+    ``lb = max_abs_lb`` and ``bound = atol + rtol * ref_maxabs`` (batch callers have them)."""
+    if lb <= bound:
+        return "pass", ""
+    diffs = m.get("stat_diff") or {}
+    # the first statistic with the largest difference (max over the items keeps the first)
+    worst_stat = max(diffs, key=diffs.__getitem__) if diffs else ""
+    msg = (
+        f"statistics differ: |d{worst_stat}| = {_fmt(lb)} > atol + rtol*max|ref| "
+        f"= {_fmt(bound)}"
+    )
+    if lb <= WARN_FACTOR * bound:
         return "warn", msg
     return "fail", msg
 

@@ -14,9 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
+from collections.abc import Iterable
 from typing import Any
 
-from netparity.trace.schema import COLUMN_NAMES, STAT_FIELDS, Record, row_to_record
+import numpy as np
+
+from netparity.trace.schema import (
+    COLUMN_NAMES,
+    COUNT_STATS,
+    STAT_FIELDS,
+    Record,
+    row_to_record,
+)
 
 _STATS = ("min", "max", "mean", "std", "norm", "abs_sum", "nan", "posinf", "neginf", "zeros",
           "fp16_overflow")
@@ -68,4 +78,197 @@ def rows_to_records(rows: list[tuple[Any, ...]]) -> list[Record]:
             "extra": loads(extra) if extra else {},
         }
         append(r)
+    return out
+
+
+class StatTable:
+    """The statistics of one scan's rows, as arrays: what :class:`ScannedRecord`\\ s read their
+    ``stats`` from, and what batch code reads many rows of at once.
+
+    ``floats[:, k]`` is ``s_<STAT_FIELDS[k]>`` as float64 (counts converted exactly), ``null``
+    marks NULL statistics (``floats`` holds NaN or -1 there), ``numel`` the index's element
+    counts, ``norm_ok`` whether a row's norm is not NULL.
+    """
+
+    __slots__ = ("floats", "null", "numel", "norm_ok", "_ints")
+
+    def __init__(self, cols: Any):
+        k = len(_STATS)
+        self.numel = cols["numel"]
+        self.floats = np.empty((cols.n, k), dtype=np.float64)
+        self.null = np.zeros((cols.n, k), dtype=bool)
+        self._ints = [name in COUNT_STATS for name in _STATS]
+        for j, name in enumerate(_STATS):
+            self.floats[:, j] = cols[f"s_{name}"]
+            self.null[:, j] = cols.null(f"s_{name}")
+        #: per row, whether the norm is there (a list: asked once per row, from Python)
+        self.norm_ok: list[bool] = (~self.null[:, _STATS.index("norm")]).tolist()
+
+    def row_stats(self, i: int) -> dict[str, float | int | None]:
+        """Row ``i``'s statistics as ``row_to_record`` makes them (ints for counts, None for
+        NULL, NaN for a NaN statistic)."""
+        vals = self.floats[i].tolist()
+        nulls = self.null[i].tolist()
+        return {name: (None if nul else int(v) if is_int else v)
+                for name, v, nul, is_int in zip(_STATS, vals, nulls, self._ints)}
+
+
+class ScannedRecord(Record):
+    """A :class:`Record` read by a column scan whose ``stats`` dict is made on first access
+    (from its :class:`StatTable`): a comparison that judges statistics as whole arrays never
+    makes the ~10^6 dicts and floats. ``numel`` is the index's count. It equals, pickles and
+    copies as the plain :class:`Record` it stands for."""
+
+    @property  # type: ignore[override]
+    def stats(self) -> dict[str, float | int | None]:
+        d = self.__dict__
+        st = d.get("_stats")
+        if st is None:
+            st = d["_stats"] = d["_table"].row_stats(d["_row"])
+        return st  # type: ignore[no-any-return]
+
+    @stats.setter
+    def stats(self, value: dict[str, float | int | None]) -> None:
+        self.__dict__["_stats"] = value
+
+    @property
+    def numel(self) -> int:
+        n = self.__dict__.get("_numel")  # absent after dataclasses.replace: from the shape
+        return int(n) if n is not None else Record.numel.fget(self)  # type: ignore[attr-defined]
+
+    def pristine_row(self) -> tuple[StatTable, int] | None:
+        """(table, row) while ``stats`` was never made (so the table's row is what it holds)."""
+        d = self.__dict__
+        return None if "_stats" in d else (d["_table"], d["_row"])
+
+    def plain(self) -> Record:
+        """The same record as a plain :class:`Record`."""
+        return Record(*(getattr(self, n) for n in _FIELD_ORDER))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Record):
+            return all(getattr(self, n) == getattr(other, n) for n in _FIELD_ORDER)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Record, tuple(getattr(self, n) for n in _FIELD_ORDER))
+
+    def __copy__(self) -> Record:
+        return self.plain()
+
+
+_FIELD_ORDER = tuple(f.name for f in dataclasses.fields(Record))
+
+
+class ScannedRows:
+    """Every row of a scan of every index column, made into :class:`ScannedRecord`\\ s a few
+    at a time: a comparison asks for the records of the calls it compares, and at op level
+    the module calls' records (a third of the rows) are never made."""
+
+    def __init__(self, cols: Any):
+        if not FAST_OK:
+            raise NotImplementedError("the schema has columns the fast loader does not know")
+        self.table = StatTable(cols)
+        ex = cols["extra"]
+        self._extra = [ex.values[k] if ex.values[k] else None for k in range(len(ex.values))]
+        self._lists = [*_base_lists(cols), cols["numel"].tolist()]
+
+    def __len__(self) -> int:
+        return len(self._lists[0])
+
+    def records(self, rows: Iterable[int]) -> list[Record]:
+        """The records of rows ``rows`` (positions in the scan), in that order."""
+        rows = list(rows)
+        if not rows:
+            return []
+        # the rows' values column by column, picked in C (no tuple per row of the whole scan)
+        if len(rows) == 1:
+            vals = [(lst[rows[0]],) for lst in self._lists]
+        else:
+            pick = operator.itemgetter(*rows)
+            vals = [pick(lst) for lst in self._lists]
+        new = object.__new__
+        loads = json.loads
+        st, extra = self.table, self._extra
+        out: list[Record] = []
+        append = out.append
+        for i, (seq, step, rank, kind, op, native, module, call, module_call, direction, role,
+                arg, event, dtype, shp, shard, offset, nbytes, hsh, source, ec,
+                numel) in zip(rows, zip(*vals)):
+            r = new(ScannedRecord)
+            x = extra[ec]
+            r.__dict__ = {
+                "kind": kind, "op": op, "native": native, "module": module, "call": call,
+                "module_call": module_call, "direction": direction, "role": role, "arg": arg,
+                "dtype": dtype, "shape": shp, "step": step, "rank": rank, "seq": seq,
+                "event": event, "shard": shard, "offset": offset, "nbytes": nbytes,
+                "hash": hsh, "source": source, "extra": loads(x) if x is not None else {},
+                "_table": st, "_row": i, "_numel": numel,
+            }
+            append(r)
+        return out
+
+
+def _base_lists(cols: Any) -> list[list[Any]]:
+    """The non-statistics columns of a full scan as Python lists in :class:`Record` field
+    order (shapes as tuples, NULLs as None; ``extra`` as codes into its value table)."""
+    shapes = [tuple(json.loads(s)) for s in cols["shape"].values]
+    table = np.empty(len(shapes) + 1, dtype=object)
+    table[:-1] = shapes
+    shape_l = table[cols["shape"].codes].tolist() if cols.n else []
+    tail = []
+    for c in ("shard", "offset", "nbytes", "hash"):
+        lst = cols[c].tolist()
+        for i in np.nonzero(cols.null(c))[0].tolist():
+            lst[i] = None
+        tail.append(lst)
+    return [cols["seq"].tolist(), cols["step"].tolist(), cols["rank"].tolist(),
+            cols["kind"].tolist(), cols["op"].tolist(), cols["native"].tolist(),
+            cols["module"].tolist(), cols["call"].tolist(), cols["module_call"].tolist(),
+            cols["direction"].tolist(), cols["role"].tolist(), cols["arg"].tolist(),
+            cols["event"].tolist(), cols["dtype"].tolist(), shape_l, *tail,
+            cols["source"].tolist(), cols["extra"].codes.tolist()]
+
+
+def columns_to_records(cols: Any, *, lazy_stats: bool = False) -> list[Record]:
+    """A scan of every index column (:data:`COLUMN_NAMES`, a
+    :class:`~netparity.trace.scan.Columns`) as records, equal to ``row_to_record`` of the same
+    rows: NULL statistics are ``None``, a NaN statistic is ``nan``, count statistics are ints.
+    With ``lazy_stats``, :class:`ScannedRecord`\\ s sharing one :class:`StatTable`.
+
+    The per-row work is one ``zip`` over column lists and one or two dicts; every distinct text
+    value and shape exists once, and rows with a NULL statistic (rare) are patched afterwards.
+    """
+    if not FAST_OK:
+        raise NotImplementedError("the schema has columns the fast loader does not know")
+    if lazy_stats:
+        return ScannedRows(cols).records(range(cols.n))
+    extra_v = cols["extra"]
+    has_extra = [bool(x) for x in extra_v.values] or [False]
+    loads = json.loads
+    new = object.__new__
+    out: list[Record] = []
+    append = out.append
+    stat_l = [cols[f"s_{k}"].tolist() for k in _STATS]
+    keys = _STATS
+    for (seq, step, rank, kind, op, native, module, call, module_call, direction, role, arg,
+         event, dtype, shp, shard, offset, nbytes, hsh, source, ec, *stv) in zip(
+            *_base_lists(cols), *stat_l):
+        rec = new(Record)
+        rec.__dict__ = {
+            "kind": kind, "op": op, "native": native, "module": module, "call": call,
+            "module_call": module_call, "direction": direction, "role": role, "arg": arg,
+            "dtype": dtype, "shape": shp, "step": step, "rank": rank, "seq": seq,
+            "event": event, "stats": dict(zip(keys, stv)), "shard": shard, "offset": offset,
+            "nbytes": nbytes, "hash": hsh, "source": source,
+            # a fresh dict per record, as row_to_record makes (callers may add to it)
+            "extra": loads(extra_v.values[ec]) if has_extra[ec] else {},
+        }
+        append(rec)
+    # NULL statistics: None (the arrays hold NaN or -1 there)
+    for k in _STATS:
+        for i in np.nonzero(cols.null(f"s_{k}"))[0].tolist():
+            out[i].stats[k] = None
     return out

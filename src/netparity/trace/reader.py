@@ -23,8 +23,8 @@ import numpy as np
 
 from netparity.dtypes import decode, storage_dtype
 from netparity.errors import TraceError
-from netparity.trace import checksum
-from netparity.trace.fastrows import SELECT_LIST, rows_to_records
+from netparity.trace import checksum, fastrows
+from netparity.trace.fastrows import SELECT_LIST, columns_to_records, rows_to_records
 from netparity.trace.payload import (
     PayloadReader,
     check_location,
@@ -303,6 +303,8 @@ class Trace:
             from netparity.errors import UsageError
 
             raise UsageError(f"{self.path}: no rank {rank} (ranks: {self.ranks})")
+        if fastrows.FAST_OK:  # one scan of every column (the columnar copy when there is one)
+            return columns_to_records(scan(self, COLUMN_NAMES, rank=rank, **filters))
         cond, params = _where(filters)
         rows = self._query(f"SELECT {SELECT_LIST} FROM records{cond} ORDER BY seq", params, rank)
         try:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from netparity.errors import TraceError, UsageError
+from netparity.trace import columnar
 from netparity.trace.schema import COLUMNS
 
 if TYPE_CHECKING:
@@ -151,24 +152,35 @@ class Columns(Mapping[str, Any]):
         return m if m is not None else np.zeros(self.n, dtype=bool)
 
 
-def _where(filters: Mapping[str, Any]) -> tuple[str, list[Any]]:
-    """A ``WHERE`` clause (never empty) and its values for exact-match filters."""
-    where: list[str] = ["1"]
-    params: list[Any] = []
+def _filter_values(filters: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
+    """Exact-match filters as ``(column, values)``, checked against the schema (``None``
+    filters dropped; ``nonempty`` kept as ``("nonempty", columns)``)."""
+    out: list[tuple[str, list[Any]]] = []
     for col, val in filters.items():
         if val is None:
             continue
         if col == "nonempty":  # text columns that must hold something (not '' nor NULL)
-            for c in check_columns([val] if isinstance(val, str) else val):
-                where.append(f'"{c}" <> \'\'')
+            out.append((col, check_columns([val] if isinstance(val, str) else val)))
             continue
         if col not in FILTER_COLUMNS:
             raise UsageError(f"cannot filter a trace scan on {col!r} "
                              f"(filters: {', '.join(FILTER_COLUMNS)}, nonempty, module, op, "
                              "name)")
         vals = [val] if isinstance(val, (str, int, np.integer)) else list(val)
+        out.append((col, [int(v) if isinstance(v, np.integer) else v for v in vals]))
+    return out
+
+
+def _where(filters: Mapping[str, Any]) -> tuple[str, list[Any]]:
+    """A ``WHERE`` clause (never empty) and its values for exact-match filters."""
+    where: list[str] = ["1"]
+    params: list[Any] = []
+    for col, vals in _filter_values(filters):
+        if col == "nonempty":
+            where += [f'"{c}" <> \'\'' for c in vals]
+            continue
         where.append(f'"{col}" IN ({",".join("?" for _ in vals)})')
-        params.extend(int(v) if isinstance(v, np.integer) else v for v in vals)
+        params.extend(vals)
     return " WHERE " + " AND ".join(where), params
 
 
@@ -235,8 +247,11 @@ def scan(
     globs = {"module": module, "op": op, "name": name}
     need = list(dict.fromkeys([*cols, "seq"] + (
         ["module", "op", "native"] if any(v is not None for v in globs.values()) else [])))
+    st = columnar.store(trace, rank)
     seqs = filters.pop("seq", None)
-    if seqs is not None:
+    if st is not None:  # the columnar copy of a complete trace: no SQLite, no chunks
+        out = columnar.scan_store(st, need, {**filters, "seq": seqs})
+    elif seqs is not None:
         seq_list = sorted({int(s) for s in ([seqs] if isinstance(seqs, (int, np.integer))
                                             else list(seqs))})
         parts = [_scan_sql(trace, rank, need, {**filters, "seq": seq_list[k : k + _CHUNK]})

@@ -1,0 +1,239 @@
+"""A columnar copy of a rank's index, written when a trace is complete, read by column scans.
+
+The SQLite index (``index.sqlite``) is what capture streams into: crash-safe, committed in
+batches. Reading it back is the slow part of every large comparison -- at 100,000 ops per side
+(~560k rows) SQLite's own row fetch takes seconds, whatever the caller does with the rows. So a
+complete trace also gets ``index.columns.npz`` next to each rank's index: one NumPy array per
+column, in sequence order, which :func:`netparity.trace.scan.scan` reads instead of SQLite
+(loading a column is a copy of its bytes; only the columns a scan names are read).
+
+Layout of the ``.npz`` (a zip of ``.npy`` members, stored uncompressed):
+
+* ``meta``: UTF-8 JSON ``{"format", "schema_version", "columns", "n", "max_seq"}``;
+* ``i.<col>`` int64 (integer columns; NULL as -1), ``f.<col>`` float64 (real columns; NULL and
+  the text ``'nan'`` as NaN), ``c.<col>`` int32 codes and ``v.<col>`` the UTF-8 JSON list of
+  distinct values (text columns; NULL as ``''``), ``n.<col>`` bool NULL mask (only for nullable
+  columns that hold a NULL).
+
+Why NumPy and not Parquet: the core depends on NumPy only, loading is a ``memcpy`` per column,
+and ``Trace.scan`` already hands out exactly these arrays (``pandas.DataFrame(dict(cols))`` is
+one line from there). The file is a cache of the SQLite index, never the only copy: it is used
+only when its row count and last sequence number equal the index's and its column list equals
+this schema's, so an index that grew after compaction, a newer schema or a damaged file fall
+back to SQLite (which stays the source of truth and what older traces have).
+
+Example:
+    >>> compact("runs/ref")                                  # doctest: +SKIP
+    1
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import weakref
+import zipfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from netparity.errors import TraceError
+from netparity.trace.schema import COLUMN_NAMES, COLUMNS, SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from netparity.trace.reader import Trace
+    from netparity.trace.scan import Columns
+
+COLUMNS_FILE = "index.columns.npz"
+"""File name of a rank's columnar index copy, inside ``rank<N>/``."""
+FORMAT = 1
+#: set to 1 to ignore columnar copies (read SQLite only), e.g. to time the SQLite path
+DISABLE_ENV = "NETPARITY_NO_COLUMNAR"
+
+_TYPES = {c: t.split()[0] for c, t in COLUMNS}
+
+
+class Store:
+    """The columnar copy of one rank's index, opened lazily: each column is read from the
+    file the first time a scan asks for it, then kept."""
+
+    def __init__(self, path: Path, meta: dict[str, Any], npz: Any):
+        self.path, self.n, self.max_seq = path, int(meta["n"]), int(meta["max_seq"])
+        self._npz = npz
+        self._cols: dict[str, Any] = {}
+        self._nulls: dict[str, np.ndarray | None] = {}
+
+    def column(self, name: str) -> Any:
+        """Column ``name`` for every row: an array, or a ``Strings`` for text."""
+        from netparity.trace.scan import Strings
+
+        got = self._cols.get(name)
+        if got is None:
+            t = _TYPES[name]
+            try:
+                if t == "TEXT":
+                    values = json.loads(bytes(self._npz[f"v.{name}"]).decode("utf-8"))
+                    got = Strings(self._npz[f"c.{name}"], values)
+                else:
+                    got = self._npz[f"{'f' if t == 'REAL' else 'i'}.{name}"]
+                nm = f"n.{name}"
+                self._nulls[name] = self._npz[nm] if nm in self._npz.files else None
+            except (KeyError, ValueError, OSError, zipfile.BadZipFile) as e:
+                raise TraceError(f"{self.path}: corrupt columnar index ({e}); delete it to "
+                                 "read the SQLite index") from None
+            if len(got) != self.n:
+                raise TraceError(f"{self.path}: corrupt columnar index (column {name!r} has "
+                                 f"{len(got)} rows, not {self.n}); delete it to read the "
+                                 "SQLite index")
+            self._cols[name] = got
+        return got
+
+    def null(self, name: str) -> np.ndarray | None:
+        """NULL mask of column ``name`` (None: no row is NULL)."""
+        self.column(name)
+        return self._nulls[name]
+
+
+#: open stores per trace object and rank (dropped with the trace)
+_OPEN: weakref.WeakKeyDictionary[Trace, dict[int, Store | None]] = weakref.WeakKeyDictionary()
+
+
+def store(trace: Trace, rank: int) -> Store | None:
+    """The columnar copy of ``rank``'s index when there is a current one, else None (read
+    SQLite). Checked against the index once per trace object and rank."""
+    if os.environ.get(DISABLE_ENV) == "1":
+        return None
+    per = _OPEN.setdefault(trace, {})
+    if rank in per:
+        return per[rank]
+    per[rank] = s = _open(trace, rank)
+    return s
+
+
+def _open(trace: Trace, rank: int) -> Store | None:
+    path = trace.path / f"rank{rank}" / COLUMNS_FILE
+    if not path.is_file():
+        return None
+    try:
+        npz = np.load(path, allow_pickle=False)
+        meta = json.loads(bytes(npz["meta"]).decode("utf-8"))
+        fresh = (meta.get("format") == FORMAT and meta.get("columns") == list(COLUMN_NAMES)
+                 and meta.get("schema_version") == SCHEMA_VERSION)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        return None  # unreadable copy: SQLite still has everything
+    if not fresh:
+        return None
+    n, max_seq = _extent(trace, rank)
+    if (meta.get("n"), meta.get("max_seq")) != (n, max_seq):
+        return None  # the index changed after compaction (or the copy is of another index)
+    return Store(path, meta, npz)
+
+
+def _extent(trace: Trace, rank: int) -> tuple[int, int]:
+    """Row count and last sequence number of ``rank``'s SQLite index."""
+    n, mx = trace._query("SELECT count(*), ifnull(max(seq), -1) FROM records", (), rank)[0]
+    return int(n), int(mx)
+
+
+def compact(path: str | os.PathLike[str], ranks: Iterable[int] | None = None) -> int:
+    """Write the columnar copy of the index of every rank (or of ``ranks``) of the complete
+    trace at ``path``, replacing an older copy atomically. Returns the number of ranks written.
+
+    Call it when a capture is closed (a rank's writer: ``ranks=[rank]``): a copy of an index
+    that is still growing is simply not used once the index has more rows.
+
+    Raises:
+        TraceError: not a trace, or a corrupt index. An unwritable directory is an OSError.
+    """
+    from netparity.trace.reader import open_trace
+    from netparity.trace.scan import Strings, _scan_sql
+
+    tr = open_trace(path)
+    todo = tr.ranks if ranks is None else [int(r) for r in ranks]
+    try:
+        for rank in todo:
+            if rank not in tr.ranks:
+                raise TraceError(f"{tr.path}: no rank {rank} index to compact")
+            n, max_seq = _extent(tr, rank)
+            cols = _scan_sql(tr, rank, list(COLUMN_NAMES), {})
+            if cols.n != n:
+                raise TraceError(f"{tr.path}/rank{rank}: the index changed while being read")
+            arrays: dict[str, np.ndarray] = {}
+            for c in COLUMN_NAMES:
+                v = cols.data[c]
+                if isinstance(v, Strings):
+                    arrays[f"c.{c}"] = v.codes.astype(np.int32)
+                    arrays[f"v.{c}"] = _json_bytes(v.values)
+                else:
+                    arrays[f"{'f' if _TYPES[c] == 'REAL' else 'i'}.{c}"] = v
+                null = cols.nulls.get(c)
+                if null is not None and null.any():
+                    arrays[f"n.{c}"] = null
+            arrays["meta"] = _json_bytes({"format": FORMAT, "schema_version": SCHEMA_VERSION,
+                                          "columns": list(COLUMN_NAMES), "n": n,
+                                          "max_seq": max_seq})
+            _save_atomic(tr.path / f"rank{rank}" / COLUMNS_FILE, arrays)
+        return len(todo)
+    finally:
+        tr.close()
+
+
+def _json_bytes(obj: Any) -> np.ndarray:
+    return np.frombuffer(json.dumps(obj).encode("utf-8"), dtype=np.uint8)
+
+
+def _save_atomic(dest: Path, arrays: dict[str, np.ndarray]) -> None:
+    """``np.savez`` into a temporary file beside ``dest``, then ``os.replace``: a reader sees
+    the old copy or the new one, never half of one."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as readable as the index (mkstemp makes it 0600)
+        os.replace(tmp, dest)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def scan_store(st: Store, cols: list[str], filters: dict[str, Any]) -> Columns:
+    """Columns ``cols`` of the rows the exact-match ``filters`` select (see
+    :func:`netparity.trace.scan.scan`), from a columnar copy, in sequence order."""
+    from netparity.trace.scan import Columns, Strings, _filter_values, check_columns
+
+    keep: np.ndarray | None = None
+
+    def narrow(mask: np.ndarray) -> None:
+        nonlocal keep
+        keep = mask if keep is None else keep & mask
+
+    for col, vals in _filter_values(filters):
+        if col == "nonempty":
+            for c in check_columns(vals):
+                v = st.column(c)
+                m = (v.codes != v.code("")) if isinstance(v, Strings) else np.ones(st.n, bool)
+                null = st.null(c)
+                narrow(m if null is None else m & ~null)
+            continue
+        v = st.column(col)
+        if isinstance(v, Strings):
+            narrow(v.isin([x for x in vals if isinstance(x, str)]))
+        else:
+            narrow(np.isin(v, np.array([x for x in vals if not isinstance(x, str)],
+                                       dtype=np.int64)))
+    # every row or the selected ones: a copy either way, so a caller may modify its arrays
+    idx = np.arange(st.n) if keep is None else np.nonzero(keep)[0]
+    data: dict[str, Any] = {}
+    nulls: dict[str, np.ndarray] = {}
+    for c in cols:
+        v = st.column(c)
+        data[c] = v.take(idx) if isinstance(v, Strings) else v[idx]
+        null = st.null(c)
+        if null is not None:
+            nulls[c] = null[idx]
+    return Columns(data, nulls, len(idx))

@@ -1,0 +1,130 @@
+"""The columnar copy of a trace index (netparity.trace.columnar): scans and records read from
+it equal those read from SQLite, and a copy that does not match its index is never used."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "align"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_align_table_read import _Odd, _snapshot  # noqa: E402
+from test_scan import _write  # noqa: E402
+
+from netparity.align import align_traces  # noqa: E402
+from netparity.trace import Record, TraceWriter, open_trace  # noqa: E402
+from netparity.trace.columnar import COLUMNS_FILE, DISABLE_ENV, compact, store  # noqa: E402
+from netparity.trace.scan import Strings  # noqa: E402
+from netparity.trace.schema import COLUMN_NAMES  # noqa: E402
+
+FILTERS = [
+    {},
+    {"kind": "module"},
+    {"kind": ["op", "module"], "role": "input", "arg": ["", "0"]},
+    {"step": 1, "direction": "backward"},
+    {"nonempty": "source"},
+    {"seq": [0, 3, 5, 999]},
+    {"module": "net*"},
+    {"op": "Add"},
+    {"role": "nothing-has-this"},
+]
+
+
+def _plain(cols):
+    out = {}
+    for c in cols:
+        v = cols[c]
+        out[c] = v.tolist() if isinstance(v, Strings) else v.tolist()
+        out[c + "/null"] = cols.null(c).tolist()
+    return json.dumps(out, sort_keys=True)  # NaN prints as NaN: comparable text
+
+
+def _scans(path: Path, monkeypatch, disabled: bool) -> list[str]:
+    monkeypatch.setenv(DISABLE_ENV, "1" if disabled else "0")
+    tr = open_trace(path)
+    got = [_plain(tr.scan(COLUMN_NAMES, **f)) for f in FILTERS]
+    got.append(json.dumps([r.to_dict() for r in tr.load_records()], sort_keys=True))
+    got.append(json.dumps([r.to_dict() for r in tr.load_records(kind="op", step=0)],
+                          sort_keys=True))
+    return got
+
+
+@pytest.mark.parametrize("writer", ["odd", "payloads"])
+def test_scans_and_records_equal_sqlite(tmp_path, monkeypatch, writer):
+    t = tmp_path / "t"
+    if writer == "odd":  # NULL and NaN statistics, odd arguments, a separator in a path
+        _Odd(t, "torch", 1.0).write()
+    else:  # payload locations (NULL where there is none), an empty tensor
+        _write(t)
+    sqlite = _scans(t, monkeypatch, disabled=True)
+    assert compact(t) == 1
+    monkeypatch.setenv(DISABLE_ENV, "0")
+    assert store(open_trace(t), 0) is not None  # the copy is current: scans read it
+    assert _scans(t, monkeypatch, disabled=False) == sqlite
+
+
+def test_alignment_from_columns_equals_sqlite(tmp_path, monkeypatch):
+    for name, scale in (("a", 1.0), ("b", 1.0001)):
+        _Odd(tmp_path / name, "torch" if name == "a" else "mindspore", scale).write()
+    monkeypatch.setenv(DISABLE_ENV, "1")
+    before = _snapshot(align_traces(open_trace(tmp_path / "a"), open_trace(tmp_path / "b"),
+                                    level="both"))
+    compact(tmp_path / "a")
+    compact(tmp_path / "b")
+    monkeypatch.setenv(DISABLE_ENV, "0")
+    after = _snapshot(align_traces(open_trace(tmp_path / "a"), open_trace(tmp_path / "b"),
+                                   level="both"))
+    assert after == before
+
+
+def test_a_copy_of_another_index_is_not_used(tmp_path, monkeypatch):
+    """A copy whose row count or last sequence number differs from the index (the index grew
+    after compaction, or the file came from elsewhere) is ignored: SQLite is read."""
+    monkeypatch.delenv(DISABLE_ENV, raising=False)
+    _write(tmp_path / "a")
+    with TraceWriter(tmp_path / "b", manifest={"framework": "numpy"}) as w:
+        w.add(Record(kind="loss", op="loss", dtype="float32", shape=(), stats={"mean": 1.0}))
+    compact(tmp_path / "a")
+    shutil.copy(tmp_path / "a" / "rank0" / COLUMNS_FILE, tmp_path / "b" / "rank0" / COLUMNS_FILE)
+    tb = open_trace(tmp_path / "b")
+    assert store(tb, 0) is None
+    assert [r.op for r in tb.load_records()] == ["loss"]
+
+
+def test_a_damaged_copy_falls_back_or_says_so(tmp_path, monkeypatch):
+    monkeypatch.delenv(DISABLE_ENV, raising=False)
+    _write(tmp_path / "a")
+    want = [r.to_dict() for r in open_trace(tmp_path / "a").load_records()]
+    compact(tmp_path / "a")
+    p = tmp_path / "a" / "rank0" / COLUMNS_FILE
+    p.write_bytes(b"not a zip file")
+    assert store(open_trace(tmp_path / "a"), 0) is None  # unreadable: SQLite
+    assert json.dumps([r.to_dict() for r in open_trace(tmp_path / "a").load_records()],
+                      sort_keys=True) == json.dumps(want, sort_keys=True)
+
+
+def test_compact_refuses_what_is_not_a_trace(tmp_path):
+    from netparity.errors import TraceError
+
+    with pytest.raises(TraceError):
+        compact(tmp_path)
+    _write(tmp_path / "a")
+    with pytest.raises(TraceError, match="no rank 3"):
+        compact(tmp_path / "a", ranks=[3])
+    assert compact(tmp_path / "a", ranks=[0]) == 1
+
+
+def test_scanned_arrays_are_the_callers_own(tmp_path, monkeypatch):
+    """Scans hand out copies: a caller writing into one does not change the next scan."""
+    monkeypatch.delenv(DISABLE_ENV, raising=False)
+    _write(tmp_path / "a")
+    compact(tmp_path / "a")
+    tr = open_trace(tmp_path / "a")
+    a = tr.scan(["seq"])["seq"]
+    a[:] = -5
+    assert np.all(tr.scan(["seq"])["seq"] >= 0)
