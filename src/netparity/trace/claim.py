@@ -42,7 +42,9 @@ _RANK_DIR = re.compile(r"rank\d+")
 _RANK_LOCK = re.compile(r"\.rank(\d+)\.lock")
 #: files a writer puts in ``rank<N>/`` (SQLite's journal files included)
 _RANK_FILE = re.compile(r"index\.sqlite(-wal|-shm|-journal)?|rank\.json|tensors-\d+\.safetensors"
-                        r"|\.rank\.json\.\d+\.tmp")
+                        r"|\.rank\.json\.\d+\.tmp"
+                        # the columnar index copy (trace.columnar) and its temporary
+                        r"|index\.columns\.npz|\.index\.columns\.npz\.\w+\.tmp")
 _TOP_FILE = re.compile(r"manifest\.json|\.manifest\.json\.\d+\.tmp|\.netparity\.lock"
                        r"|\.rank\d+\.lock")
 
