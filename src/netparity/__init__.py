@@ -43,6 +43,7 @@ __all__ = [
     "capture",
     "compare",
     "open_trace",
+    "profile",
     "seed_everything",
 ]
 
@@ -75,6 +76,21 @@ _capture_pkg = importlib.import_module("netparity.capture")  # light: no framewo
 _capture_pkg.__class__ = _CallablePackage
 #: ``netparity.capture(model, path, ...)``: the callable package (see :func:`_capture`)
 capture: _CallablePackage = cast(_CallablePackage, _capture_pkg)
+
+
+def profile(model: Any, path: str, **kwargs: Any) -> Any:
+    """Time each training step of ``model`` (data wait, forward, backward, optimizer, modules)
+    into the trace directory ``path``: the light timing mode read by ``netparity perf``.
+
+    PyTorch only for now; arguments: :func:`netparity.frameworks.torch.timing.profile`.
+    """
+    from netparity.frameworks.registry import framework_of
+
+    if framework_of(model) != "torch":
+        raise UsageError("netparity.profile supports PyTorch models only for now")
+    from netparity.frameworks.torch.timing import profile as _profile
+
+    return _profile(model, path, **kwargs)
 
 
 def seed_everything(seed: int, **kwargs: Any) -> dict[str, Any]:
