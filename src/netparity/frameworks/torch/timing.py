@@ -128,7 +128,12 @@ class TorchTiming:
 
     # -- installation ---------------------------------------------------------------------------
     def install(self) -> TorchTiming:
-        """Register the hooks (and wrap the loader's iterator); returns ``self``."""
+        """Register the hooks (and wrap the loader's iterator); returns ``self``. A step begun
+        before :meth:`uninstall` is dropped: its marks are incomplete."""
+        if self._closed:
+            raise UsageError("this profile is closed")
+        if self._handles:
+            return self
         root = self.model
         h = self._handles
         if self._modules:
@@ -146,9 +151,23 @@ class TorchTiming:
             h.append(self.optimizer.register_step_post_hook(self._opt_post))
         if self.loader is not None:
             self._wrap_loader(self.loader)
-        self._t0 = _clock()
-        self._cur = _StepMarks(0.0)
+        self._cur = _StepMarks(_clock() - self._t0)
+        self._stack.clear()
         return self
+
+    def uninstall(self) -> None:
+        """Remove every hook and give the loader its class back (the trace stays open:
+        :meth:`install` resumes timing, e.g. to pair timed and untimed steps in a benchmark)."""
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        if self._loader_cls is not None:
+            self.loader.__class__ = self._loader_cls  # type: ignore[union-attr]
+            self._loader_cls = None
+
+    def flush(self) -> None:
+        """Commit the records written so far (readers see them)."""
+        self._writer.flush()
 
     def _wrap_loader(self, loader: Any) -> None:
         # ``for batch in loader`` looks ``__iter__`` up on the type, so the instance's class is
@@ -300,12 +319,7 @@ class TorchTiming:
             if self._cur.active and self._cur.fwd_last is not None:
                 self._end_step(_clock() - self._t0)
         finally:
-            for h in self._handles:
-                h.remove()
-            self._handles.clear()
-            if self._loader_cls is not None:
-                self.loader.__class__ = self._loader_cls  # type: ignore[union-attr]
-                self._loader_cls = None
+            self.uninstall()
             self._writer.close()
 
     def __enter__(self) -> TorchTiming:
