@@ -51,9 +51,12 @@ def main() -> None:
     ap.add_argument("--no-modules", action="store_true", help="phases only, no module hooks")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--size", type=int, default=None,
+                    help="image side; --batch 1 --size 32 isolates the hooks' fixed cost per "
+                         "step (same modules and parameters, little compute)")
     args = ap.parse_args()
     batch, size = (2, 64) if args.quick else (8, 224)
-    batch = args.batch or batch
+    batch, size = args.batch or batch, args.size or size
     dev = torch.device(args.device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 
@@ -91,6 +94,8 @@ def main() -> None:
     q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
     print(f"uninstrumented step: median {statistics.median(base) * 1e3:.1f} ms; timed: "
           f"{statistics.median(timed) * 1e3:.1f} ms ({steps} steps recorded)")
+    print(f"difference of the medians: {(statistics.median(timed) - statistics.median(base)) * 1e3:+.1f} "
+          f"ms per step")
     print(f"light timing overhead: {statistics.median(ratios):.3f}x "
           f"(quartiles {q[0]:.3f}-{q[2]:.3f}, {len(ratios)} pairs; budget <= 1.05x)")
 
