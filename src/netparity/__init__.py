@@ -82,14 +82,18 @@ def profile(model: Any, path: str, **kwargs: Any) -> Any:
     """Time each training step of ``model`` (data wait, forward, backward, optimizer, modules)
     into the trace directory ``path``: the light timing mode read by ``netparity perf``.
 
-    PyTorch only for now; arguments: :func:`netparity.frameworks.torch.timing.profile`.
+    PyTorch (:func:`netparity.frameworks.torch.timing.profile`) and MindSpore PyNative
+    (:func:`netparity.frameworks.mindspore.timing.profile`), same arguments.
     """
     from netparity.frameworks.registry import framework_of
 
-    if framework_of(model) != "torch":
-        raise UsageError("netparity.profile supports PyTorch models only for now")
-    from netparity.frameworks.torch.timing import profile as _profile
-
+    fw = framework_of(model)
+    if fw == "torch":
+        from netparity.frameworks.torch.timing import profile as _profile
+    elif fw == "mindspore":
+        from netparity.frameworks.mindspore.timing import profile as _profile  # type: ignore[assignment]
+    else:
+        raise UsageError(f"netparity.profile supports PyTorch and MindSpore models, not {fw}")
     return _profile(model, path, **kwargs)
 
 

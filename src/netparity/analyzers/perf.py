@@ -186,7 +186,7 @@ def _loader_advice(framework: str, loader: dict[str, Any]) -> str:
 
 def _findings(framework: str, steps: list[dict[str, float]], steady_rows: list[dict[str, float]],
               breakdown: dict[str, float], modules: list[ModuleTime],
-              loader: dict[str, Any]) -> list[Finding]:
+              loader: dict[str, Any], mode: str = "") -> list[Finding]:
     out: list[Finding] = []
     med = {k: float(np.median([r[k] for r in steady_rows])) for k in ("step", *PHASES)}
     data_share = breakdown.get("data", 0.0)
@@ -209,6 +209,9 @@ def _findings(framework: str, steps: list[dict[str, float]], steady_rows: list[d
         if first > FIRST_STEP_FACTOR * med["step"]:
             adv = ("graph compilation (GRAPH_MODE) dominates the first step: compare steady "
                    "steps only, and cut compile time (fewer graph breaks, static shapes)"
+                   if framework == "mindspore" and mode == "graph" else
+                   "first-call operator compilation and warm-up (PyNative builds each kernel "
+                   "on first use; the optimizer's too): compare steady steps only"
                    if framework == "mindspore" else
                    "warm-up (allocator, kernel selection, lazy init, torch.compile) dominates the "
                    "first step: leave it out of throughput figures; with torch.compile, avoid "
@@ -262,7 +265,8 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int = 0) -> PerfResu
     modules = _modules(mods, steady)
     loader = dict(tr.manifest.get("loader") or {})
     framework = str(tr.manifest.get("framework", ""))
-    findings = _findings(framework, rows, steady_rows, breakdown, modules, loader)
+    findings = _findings(framework, rows, steady_rows, breakdown, modules, loader,
+                         str(tr.manifest.get("mode", "")))
     med = float(np.median([r["step"] for r in steady_rows]))
     first = {"seconds": rows[0]["step"], "steady_median": med,
              "ratio": rows[0]["step"] / med if med > 0 else None,
