@@ -147,8 +147,10 @@ def test_cli_json_and_chrome_outputs(runs: dict[str, Path], tmp_path: Path) -> N
     assert {e["cat"] for e in xs} == {"phase", "module"}
     assert {"step 0", "data", "forward", "fc1"} <= {e["name"] for e in xs}
     assert all(e["dur"] > 0 and e["ts"] >= 0 for e in xs)
-    js2 = tmp_path / "side.json"
-    assert main(["perf", str(runs["fast"]), str(runs["slowmod"]), "--json", str(js2)]) == 0
+    js2, html = tmp_path / "side.json", tmp_path / "side.html"
+    assert main(["perf", str(runs["fast"]), str(runs["slowmod"]), "--json", str(js2),
+                 "--html", str(html)]) == 0
+    assert "Modules side by side" in html.read_text()
     assert json.loads(js2.read_text())["modules"][0]["name"] == "extra"
 
 

@@ -27,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="module mapping (YAML/JSON 'modules'/'rules') for the side by side")
     p.add_argument("--top", type=int, default=10, help="rows of the module tables (default 10)")
     add_json_out(p)
+    p.add_argument("--html", metavar="FILE", help="also write an HTML report")
     p.add_argument("--chrome", metavar="FILE",
                    help="also write a Chrome trace-event JSON (opens in Perfetto)")
     p.set_defaults(func=run)
@@ -34,13 +35,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     from netparity.analyzers.perf import analyze, chrome_trace, compare
+    from netparity.report.html import write_html
     from netparity.report.json_report import write_json
     from netparity.report.sections import sections_for
     from netparity.report.terminal import render_sections
 
-    guard_outputs(args, ("trace", "cand"), ("json", "chrome"))
+    guard_outputs(args, ("trace", "cand"), ("json", "html", "chrome"))
     r = analyze(args.trace, rank=args.rank) if args.cand is None else \
         compare(args.trace, args.cand, rank=args.rank, mapping=args.mapping)
+    if args.html:
+        write_html(r, args.html, title=f"netparity perf: {args.trace}"
+                   + (f" vs {args.cand}" if args.cand else ""))
     if args.chrome:
         write_json(chrome_trace(r), args.chrome, indent=0)
     if args.json:

@@ -17,7 +17,7 @@ from typing import Any
 
 from netparity.analyzers.perf import PHASES, PerfComparison, PerfResult
 from netparity.report.format import fmt
-from netparity.report.sections import Section, Table, section
+from netparity.report.sections import Plot, Section, Table, section
 
 
 def _ms(x: float | None) -> str:
@@ -54,7 +54,12 @@ def breakdown(r: PerfResult, **_: Any) -> Section:
                             + (f" ({fmt(ratio, 2)}x)" if ratio is not None else ""),
                    blocks=[Table("phases (steady = all steps but the first)",
                                  ["phase", "steady median", "share", "first step"], rows,
-                                 numeric=("steady median", "share", "first step"))])
+                                 numeric=("steady median", "share", "first step")),
+                           Plot("seconds per phase, each step",
+                                [(k, [float(x["step"]) for x in r.steps],
+                                  [float(x[k if k != "step" else "seconds"]) for x in r.steps])
+                                 for k in ("step", *PHASES)], x_label="step",
+                                y_label="seconds")])
 
 
 @section("PerfResult", "findings")
