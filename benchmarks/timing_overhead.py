@@ -50,6 +50,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--no-modules", action="store_true", help="phases only, no module hooks")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads (1 steadies the figures on a shared machine)")
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--size", type=int, default=None,
                     help="image side; --batch 1 --size 32 isolates the hooks' fixed cost per "
@@ -58,6 +60,8 @@ def main() -> None:
     batch, size = (2, 64) if args.quick else (8, 224)
     batch, size = args.batch or batch, args.size or size
     dev = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 
     torch.manual_seed(0)
