@@ -84,6 +84,14 @@ def profile(model: Any, path: str, **kwargs: Any) -> Any:
 
     PyTorch (:func:`netparity.frameworks.torch.timing.profile`) and MindSpore PyNative
     (:func:`netparity.frameworks.mindspore.timing.profile`), same arguments.
+
+    Example:
+        >>> import tempfile, torch, netparity
+        >>> m = torch.nn.Linear(2, 2); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        >>> with netparity.profile(m, tempfile.mkdtemp(), optimizer=opt) as prof:
+        ...     m(torch.ones(1, 2)).sum().backward(); opt.step()
+        >>> prof.steps
+        1
     """
     from netparity.frameworks.registry import framework_of
 

@@ -166,3 +166,20 @@ def test_bad_input_exits_2(runs: dict[str, Path], tmp_path: Path) -> None:
         cap.step()
     assert main(["perf", str(plain)]) == 2
     assert main(["perf", str(runs["fast"]), str(plain)]) == 2
+
+
+def test_a_loader_that_cannot_be_timed_in_place_is_refused_and_leaves_no_hook(
+        tmp_path: Path) -> None:
+    m = torch.nn.Linear(2, 2)
+    with pytest.raises(netparity.UsageError, match="prof.timed"):
+        netparity.profile(m, str(tmp_path / "t"), loader=[torch.ones(1, 2)])
+    assert not m._forward_hooks and not m._forward_pre_hooks
+    # the same list through prof.timed(): its waits are the data phase
+    with netparity.profile(m, str(tmp_path / "u")) as prof:
+        for x in prof.timed([torch.ones(1, 2)] * 3):
+            time.sleep(0.02)  # loop work before the forward: not the loader's wait
+            m(x)
+            prof.step()
+    r = analyze(tmp_path / "u")
+    # with the loader timed, the gap before the forward is "other", only next() is "data"
+    assert len(r.steps) == 3 and all(s["other"] > 5 * s["data"] for s in r.steps[1:])

@@ -127,7 +127,11 @@ class StepTimer:
             return self
         self._handles = self._register()
         if self.loader is not None:
-            self._wrap_loader(self.loader)
+            try:
+                self._wrap_loader(self.loader)
+            except UsageError:
+                self.close()  # no hook left behind, the trace closed
+                raise
         self._cur = _StepMarks(_clock() - self._t0)
         self._stack.clear()
         return self
