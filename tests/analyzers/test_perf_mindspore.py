@@ -33,10 +33,10 @@ def _ms_run(path: Path) -> None:
             self.fc1 = nn.Dense(16, 32)
             self.act = nn.ReLU()
             self.extra = Sleepy()  # what the PyTorch reference does not have
-            self.fc2 = nn.Dense(32, 4)
+            self.head = nn.Dense(32, 4)  # PyTorch's fc2: paired by the parameters it owns
 
         def construct(self, x: Any) -> Any:
-            return self.fc2(self.extra(self.act(self.fc1(x))))
+            return self.head(self.extra(self.act(self.fc1(x))))
 
     ms.set_context(mode=ms.PYNATIVE_MODE)
     net, loss_fn = Net(), nn.MSELoss()
@@ -77,4 +77,4 @@ def test_mindspore_pynative_timing_and_side_by_side_with_torch(tmp_path: Path) -
     worst = [m for m in c.slower if m["what"] == "module"][0]
     assert worst["name"] == "extra" and worst["only"] == "cand"
     paired = {m["name"]: m["cand_name"] for m in c.modules if not m["only"]}
-    assert paired["fc1"] == "fc1" and paired["fc2"] == "fc2"  # Linear <-> Dense by path
+    assert paired["fc1"] == "fc1" and paired["fc2"] == "head"  # Linear <-> Dense

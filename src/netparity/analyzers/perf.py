@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from netparity.align.names import norm_path
-from netparity.errors import UsageError
+from netparity.align.ownership import modules_by_ownership
+from netparity.errors import MappingError, UsageError
 from netparity.mapfile import Mapping, load_mapping
 from netparity.trace import Trace, open_trace
 from netparity.trace.schema import TIMING_PHASES
@@ -96,6 +97,7 @@ class PerfResult:
     modules: list[ModuleTime]
     findings: list[Finding]
     loader: dict[str, Any] = field(default_factory=dict)
+    params: list[tuple[str, tuple[int, ...]]] = field(default_factory=list, repr=False)
     spans: list[tuple[int, str, str, str, float, float]] = field(default_factory=list, repr=False)
 
     def __bool__(self) -> bool:
@@ -276,8 +278,10 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int = 0) -> PerfResu
     spans = [(int(r["index"]), "phase", k, "", r[f"t_{k}"], r[k])
              for r in rows for k in ("step", *PHASES) if f"t_{k}" in r and k != "other"]
     spans += [(s, "module", path or "(root)", cls, t, d) for s, _, path, cls, t, d, _ in mods]
+    params = [(str(n), tuple(int(d) for d in shape))
+              for n, shape in tr.manifest.get("params") or []]
     return PerfResult(str(tr.path), framework, steps, breakdown, first, modules, findings,
-                      loader, spans)
+                      loader, params, spans)
 
 
 # -- side by side ---------------------------------------------------------------------------------
@@ -310,13 +314,25 @@ class PerfComparison:
                 "phases": self.phases, "modules": self.modules, "slower": self.slower}
 
 
-def _map_module(path: str, mapping: Mapping) -> str | None:
+def _map_module(path: str, mapping: Mapping, owned: dict[str, str]) -> str | None:
     if path in mapping.modules:
         return mapping.modules[path]
     for pat, rep in mapping.rules:
         if pat.fullmatch(path):
             return pat.sub(rep, path)
-    return None
+    return owned.get(path)
+
+
+def _by_ownership(r: PerfResult, c: PerfResult, mp: Mapping) -> dict[str, str]:
+    """Reference module -> candidate module from the parameters each owns (the alignment's
+    own pass: ``fc`` <-> ``end_point`` across PyTorch and MindSpore); ``{}`` without them."""
+    if not r.params or not c.params:
+        return {}
+    try:
+        return modules_by_ownership(r.params, c.params,
+                                    mapping=mp if (mp.params or mp.modules or mp.rules) else None)
+    except MappingError:  # the user's params name something these runs lack
+        return modules_by_ownership(r.params, c.params)
 
 
 def compare(ref: Trace | str | os.PathLike[str] | PerfResult,
@@ -324,9 +340,10 @@ def compare(ref: Trace | str | os.PathLike[str] | PerfResult,
             mapping: Mapping | str | os.PathLike[str] | None = None) -> PerfComparison:
     """Side by side of two runs' timings: per phase and per module, costliest extra first.
 
-    Modules pair by path through the mapping file's ``modules``/``rules`` when given, then by
-    exact path, then by :func:`netparity.align.names.norm_path` (framework spelling removed, so
-    ``layer1.0.downsample`` meets ``layer1.0.down_sample``).
+    Modules pair through the mapping file's ``modules``/``rules`` when given, then by the
+    parameters they own (:func:`netparity.align.ownership.modules_by_ownership`, from the
+    manifests' ``params``), then by exact path, then by
+    :func:`netparity.align.names.norm_path` (framework spelling removed).
 
     Example:
         >>> # c = compare("runs/ref-prof", "runs/cand-prof"); c.slower[0]
@@ -340,12 +357,13 @@ def compare(ref: Trace | str | os.PathLike[str] | PerfResult,
         {"name": k, "ref": rs[k], "cand": cs[k], "extra": cs[k] - rs[k],
          "ratio": cs[k] / rs[k] if rs[k] > 0 else None} for k in PHASES]
     phases.sort(key=lambda p: -float(p["extra"]))
+    owned = _by_ownership(r, c, mp)
     cmods = {m.module: m for m in c.modules}
     by_norm = {norm_path(m.module): m for m in c.modules}
     used: set[str] = set()
     modules: list[dict[str, Any]] = []
     for m in r.modules:
-        target = _map_module(m.module, mp)
+        target = _map_module(m.module, mp, owned)
         cm = cmods.get(target) if target is not None else None
         if cm is None:
             cm = cmods.get(m.module) or by_norm.get(norm_path(m.module))

@@ -46,6 +46,7 @@ class MindSporeTiming(StepTimer):
         mode = "pynative" if ms.get_context("mode") == ms.PYNATIVE_MODE else "graph"
         facts = {"framework": "mindspore", "framework_version": ms.__version__,
                  "device": str(ms.get_context("device_target")).lower(), "mode": mode,
+                 "params": [[p.name, list(p.shape)] for p in model.get_parameters()],
                  **(manifest or {})}
         super().__init__(path, facts, loader=loader, modules=modules, overwrite=overwrite)
 

@@ -47,7 +47,11 @@ class TorchTiming(StepTimer):
         self.model = model
         self.optimizer = optimizer
         facts = {"framework": "torch", "framework_version": torch.__version__,
-                 "device": _device_of(model), **(manifest or {})}
+                 "device": _device_of(model),
+                 # (name, shape) in creation order: the side by side pairs modules by the
+                 # parameters they own (netparity.align.ownership), across frameworks too
+                 "params": [[n, list(p.shape)] for n, p in model.named_parameters()],
+                 **(manifest or {})}
         super().__init__(path, facts, loader=loader, modules=modules, overwrite=overwrite)
 
     def _register(self) -> list[Any]:
