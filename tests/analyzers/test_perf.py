@@ -183,3 +183,25 @@ def test_a_loader_that_cannot_be_timed_in_place_is_refused_and_leaves_no_hook(
     r = analyze(tmp_path / "u")
     # with the loader timed, the gap before the forward is "other", only next() is "data"
     assert len(r.steps) == 3 and all(s["other"] > 5 * s["data"] for s in r.steps[1:])
+
+
+def test_zero_code_profile_of_an_unmodified_script(tmp_path: Path) -> None:
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import time, torch\n"
+        "class Slow(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        f"        time.sleep({SLEEP}); return x\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(8, 8), Slow(), torch.nn.ReLU())\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(3):\n"
+        "    m(torch.ones(2, 8)).sum().backward(); opt.step(); opt.zero_grad()\n")
+    out = tmp_path / "prof"
+    assert main(["run", "--profile", "-o", str(out), "--", sys.executable, str(script)]) == 0
+    r = analyze(out)
+    assert len(r.steps) == 3  # one per optimizer step, found without the optimizer object
+    assert r.modules[0].module == "1" and r.modules[0].cls == "Slow"
+    assert all(s["optimizer"] > 0 and s["forward"] >= r.modules[0].total * 0.9
+               for s in r.steps)

@@ -36,7 +36,8 @@ class TorchTiming(StepTimer):
 
     def __init__(self, model: Any, path: str | os.PathLike[str], *, optimizer: Any = None,
                  loader: Iterable[Any] | None = None, modules: bool = True,
-                 overwrite: bool = False, manifest: dict[str, Any] | None = None):
+                 overwrite: bool = False, manifest: dict[str, Any] | None = None,
+                 global_optimizer: bool = False):
         import torch
 
         if not isinstance(model, torch.nn.Module):
@@ -46,6 +47,8 @@ class TorchTiming(StepTimer):
                              f"{type(optimizer).__name__}")
         self.model = model
         self.optimizer = optimizer
+        # without an optimizer object (``netparity run --profile``): every optimizer's step
+        self._global_optimizer = global_optimizer and optimizer is None
         facts = {"framework": "torch", "framework_version": torch.__version__,
                  "device": _device_of(model),
                  # (name, shape) in creation order: the side by side pairs modules by the
@@ -67,6 +70,14 @@ class TorchTiming(StepTimer):
         if self.optimizer is not None:
             h.append(self.optimizer.register_step_pre_hook(self._opt_pre))
             h.append(self.optimizer.register_step_post_hook(self._opt_post))
+        elif self._global_optimizer:
+            from torch.optim.optimizer import (
+                register_optimizer_step_post_hook,
+                register_optimizer_step_pre_hook,
+            )
+
+            h.append(register_optimizer_step_pre_hook(self._opt_pre))
+            h.append(register_optimizer_step_post_hook(self._opt_post))
         return h
 
 
