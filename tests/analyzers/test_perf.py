@@ -151,9 +151,14 @@ def test_cli_json_and_chrome_outputs(runs: dict[str, Path], tmp_path: Path) -> N
     assert {"step 0", "data", "forward", "fc1"} <= {e["name"] for e in xs}
     assert all(e["dur"] > 0 and e["ts"] >= 0 for e in xs)
     js2, html = tmp_path / "side.json", tmp_path / "side.html"
+    ch2 = tmp_path / "side-trace.json"
     assert main(["perf", str(runs["fast"]), str(runs["slowmod"]), "--json", str(js2),
-                 "--html", str(html)]) == 0
+                 "--html", str(html), "--chrome", str(ch2)]) == 0
     assert "Modules side by side" in html.read_text()
+    with ch2.open() as f:
+        both = json.load(f)["traceEvents"]
+    assert {e["pid"] for e in both if e["ph"] == "X"} == {1, 2}  # one process per run
+    assert any(e["name"] == "extra" and e["pid"] == 2 for e in both)
     assert json.loads(js2.read_text())["modules"][0]["name"] == "extra"
 
 
