@@ -279,14 +279,14 @@ class StepTimer:
         spans["other"] = (c.start, max(total - data - c.fwd_total - backward - c.opt_total, 0.0))
         step = self.steps
         recs = [Record(kind="timing", op=phase, step=step, direction="forward", role="output",
-                       dtype="float64", extra={"t": t, "d": d})
+                       extra={"t": t, "d": d})
                 for phase, (t, d) in ((p, spans[p]) for p in TIMING_PHASES)]
         calls: dict[str, int] = {}
         for path, cls, t, d, s in c.modules:
             n = calls.get(path, 0)
             calls[path] = n + 1
             recs.append(Record(kind="timing", op="module", native=cls, module=path, call=n,
-                               step=step, direction="forward", role="output", dtype="float64",
+                               step=step, direction="forward", role="output",
                                extra={"t": t, "d": d, "self": s}))
         self._writer.add_many(recs)
 
