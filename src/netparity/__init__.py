@@ -43,6 +43,7 @@ __all__ = [
     "capture",
     "compare",
     "open_trace",
+    "profile",
     "seed_everything",
 ]
 
@@ -75,6 +76,33 @@ _capture_pkg = importlib.import_module("netparity.capture")  # light: no framewo
 _capture_pkg.__class__ = _CallablePackage
 #: ``netparity.capture(model, path, ...)``: the callable package (see :func:`_capture`)
 capture: _CallablePackage = cast(_CallablePackage, _capture_pkg)
+
+
+def profile(model: Any, path: str, **kwargs: Any) -> Any:
+    """Time each training step of ``model`` (data wait, forward, backward, optimizer, modules)
+    into the trace directory ``path``: the light timing mode read by ``netparity perf``.
+
+    PyTorch (:func:`netparity.frameworks.torch.timing.profile`) and MindSpore PyNative
+    (:func:`netparity.frameworks.mindspore.timing.profile`), same arguments.
+
+    Example:
+        >>> import tempfile, torch, netparity
+        >>> m = torch.nn.Linear(2, 2); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        >>> with netparity.profile(m, tempfile.mkdtemp(), optimizer=opt) as prof:
+        ...     m(torch.ones(1, 2)).sum().backward(); opt.step()
+        >>> prof.steps
+        1
+    """
+    from netparity.frameworks.registry import framework_of
+
+    fw = framework_of(model)
+    if fw == "torch":
+        from netparity.frameworks.torch.timing import profile as _profile
+    elif fw == "mindspore":
+        from netparity.frameworks.mindspore.timing import profile as _profile  # type: ignore[assignment]
+    else:
+        raise UsageError(f"netparity.profile supports PyTorch and MindSpore models, not {fw}")
+    return _profile(model, path, **kwargs)
 
 
 def seed_everything(seed: int, **kwargs: Any) -> dict[str, Any]:

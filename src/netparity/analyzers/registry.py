@@ -8,7 +8,7 @@ Entries are resolved lazily, so importing the registry imports no analyzer.
 
 Example:
     >>> sorted(ANALYZERS)
-    ['divergence', 'numerics', 'recheck', 'step', 'summary', 'updates']
+    ['divergence', 'numerics', 'perf', 'recheck', 'step', 'summary', 'updates']
     >>> get("summary").takes
     'trace'
 """
@@ -50,6 +50,7 @@ ANALYZERS: dict[str, AnalyzerEntry] = {e.name: e for e in (
     AnalyzerEntry("numerics", "netparity.analyzers.numerics:analyze", "trace",
                   "NumericsResult", "NaN/Inf origin (forward and backward), float16/bfloat16 "
                   "range risk, weights not updating, loss explosion window"),
+    AnalyzerEntry("perf", "netparity.analyzers.perf:analyze", "trace", "PerfResult", "step breakdown, first step, data starvation, hot modules (timing records)"),  # noqa: E501
     AnalyzerEntry("updates", "netparity.analyzers.health:weight_updates", "trace",
                   "tuple[list[ParamUpdate], list[ParamUpdate]]",
                   "per-parameter update ratio ||dw||/||w||, parameters that never change"),

@@ -31,6 +31,7 @@ COMMANDS = (
     "netparity.cli.demo_cmd",
     "netparity.cli.scan_cmd",
     "netparity.cli.numerics_cmd",
+    "netparity.cli.perf_cmd",
 )
 
 

@@ -36,6 +36,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--stop-on-nonfinite", action="store_true",
                    help="stop at the first op whose output holds NaN/Inf (one line naming it; "
                    "its inputs saved under OUTPUT/nonfinite/)")
+    p.add_argument("--profile", action="store_true",
+                   help="light step timing instead of a capture (read it with netparity perf)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS")
     p.set_defaults(func=run)
 
@@ -69,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         "max_bytes": args.max_bytes,
         "overwrite": args.overwrite,
         "stop_on_nonfinite": args.stop_on_nonfinite,
+        "profile": args.profile or None,
     }
     _check_writable(Path(args.output))
     return run_captured(cmd, args.output, options)

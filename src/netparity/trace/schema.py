@@ -9,7 +9,9 @@ Conventions (documented in README "Trace format"):
 * ``kind``: ``module`` (a module/Cell call), ``op`` (one framework primitive, e.g. an aten op),
   ``param`` (a parameter's value after the optimizer step), ``grad`` (a parameter's gradient),
   ``loss`` (the loss the user handed over), ``custom`` (anything recorded by hand), ``data``
-  (a batch from the data pipeline).
+  (a batch from the data pipeline), ``timing`` (light timing, ``netparity.profile``: ``op`` is
+  a phase of :data:`TIMING_PHASES` or ``module``, ``extra`` holds ``t`` (start, seconds since
+  the run began), ``d`` (duration) and, for modules, ``self``; docs/perf.md).
 * ``direction``: ``forward``, ``backward`` or ``update`` (optimizer step: its ops and the
   parameters after it).
 * ``role``: ``input`` / ``output`` for calls. In the backward direction a module or op *takes* the
@@ -42,7 +44,9 @@ from typing import Any
 #: Bump when the index layout or record semantics change. Readers refuse newer versions.
 SCHEMA_VERSION = 1
 
-KINDS = ("module", "op", "param", "grad", "loss", "custom", "data")
+KINDS = ("module", "op", "param", "grad", "loss", "custom", "data", "timing")
+#: phases of a step in ``timing`` records (``step`` is the whole step; ``other`` the rest)
+TIMING_PHASES = ("step", "data", "forward", "backward", "optimizer", "other")
 DIRECTIONS = ("forward", "backward", "update")
 ROLES = ("input", "output", "param", "grad")
 

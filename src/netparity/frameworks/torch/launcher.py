@@ -50,7 +50,7 @@ _SRC_DIR = str(Path(__file__).resolve().parents[3])  # the directory holding net
 
 #: keys of the JSON policy in ``NETPARITY_CAPTURE``
 POLICY_KEYS = ("path", "level", "payload", "steps", "ranks", "include", "exclude", "directions",
-               "max_bytes", "overwrite", "stop_on_nonfinite")
+               "max_bytes", "overwrite", "stop_on_nonfinite", "profile")
 
 _state: dict[str, Any] = {}
 
@@ -143,6 +143,9 @@ def _on_torch() -> None:
         if os.getpid() != _state.get("pid") or "cap" in _state:
             return
         handle.remove()
+        if _state["policy"].get("profile"):
+            _start_profile(module, args)
+            return
         cap = _start()
         cap._global_pre(module, args)
 
@@ -169,6 +172,21 @@ def _start() -> Any:
     _state["cap"] = cap
     atexit.register(_finish)
     return cap
+
+
+def _start_profile(module: Any, args: Any) -> None:
+    """``netparity run --profile``: light step timing of the first root module called (its
+    steps end at any optimizer's step) instead of a capture; docs/perf.md."""
+    from netparity.frameworks.torch.timing import TorchTiming
+
+    pol = _state["policy"]
+    timer = TorchTiming(module, pol["path"], overwrite=bool(pol.get("overwrite", False)),
+                        manifest={"launcher": "netparity run --profile"},
+                        global_optimizer=True).install()
+    # this call's own pre-hooks were collected before ours existed: enter the root by hand
+    timer._pre_hook("", type(module).__name__)(module, args)
+    _state["cap"] = timer
+    atexit.register(_finish)
 
 
 def _one_line_stop() -> None:

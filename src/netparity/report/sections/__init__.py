@@ -30,6 +30,7 @@ SECTION_MODULES = (
     "netparity.report.sections.compare",
     "netparity.report.sections.summary",
     "netparity.report.sections.numerics",
+    "netparity.report.sections.perf",
 )
 OUTPUTS = ("terminal", "json", "csv", "html")
 

@@ -1,0 +1,414 @@
+"""Performance of a run from its ``timing`` records: step breakdown, findings, side by side.
+
+The method is the reference's performance chapter: split each step into its phases -- data wait
+(the iteration gap), forward, backward, optimizer, the rest (host overhead, idle) -- separate
+the first step (warm-up, graph compilation) from the steady state, and fix the phase that
+dominates. :func:`analyze` reads one trace written by ``netparity.profile`` and returns a
+:class:`PerfResult`; :func:`compare` puts two side by side (:class:`PerfComparison`) and lists
+where the candidate spends more time than the reference, per phase and per module, costliest
+first. :func:`chrome_trace` turns a result into Chrome trace-event JSON (Perfetto).
+
+Findings (:class:`Finding`: ``kind``, ``where``, ``seconds`` per steady step, ``advice``):
+``data-starvation`` (data wait > 10 % of the step; jitter correlated with the waits is quoted
+as evidence, as the reference pairs the two), ``first-step`` (the first step > 2x the steady
+median), ``hot-module`` (the module with the most self time), ``host-overhead`` (the unattributed
+rest > 25 %), ``optimizer`` (> 30 %).
+
+Example:
+    >>> f = Finding("data-starvation", "data loader", 0.05, "raise num_workers")
+    >>> f.to_json()["kind"]
+    'data-starvation'
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from netparity.align.names import norm_path
+from netparity.align.ownership import modules_by_ownership
+from netparity.errors import MappingError, UsageError
+from netparity.mapfile import Mapping, load_mapping
+from netparity.trace import Trace, open_trace
+from netparity.trace.schema import TIMING_PHASES
+
+__all__ = ["PHASES", "Finding", "ModuleTime", "PerfComparison", "PerfResult", "analyze",
+           "chrome_trace", "compare"]
+
+#: the phases a step is split into (they add up to the step)
+PHASES = tuple(p for p in TIMING_PHASES if p != "step")
+DATA_SHARE = 0.10  # the data-wait share above which the pipeline is starving the model
+FIRST_STEP_FACTOR = 2.0
+OTHER_SHARE = 0.25
+OPTIMIZER_SHARE = 0.30
+
+
+@dataclass
+class Finding:
+    """One performance problem: what, where, how many seconds per steady step, what to do."""
+
+    kind: str
+    where: str
+    seconds: float
+    advice: str
+    share: float | None = None  # of the steady step
+    evidence: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ModuleTime:
+    """A module's forward time per steady step (median over steps): total, self, calls."""
+
+    module: str
+    cls: str
+    total: float
+    self_time: float
+    calls: float
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["self"] = d.pop("self_time")
+        return d
+
+
+@dataclass
+class PerfResult:
+    """The step breakdown of one run (truthy when no finding).
+
+    ``steps``: one dict per step with seconds per phase and ``step`` (its total);
+    ``breakdown``: each phase's share of the steady-state steps (all steps but the first, or
+    the only one); ``first_step``: the first step against the steady median; ``modules``:
+    forward time per module, most self time first; ``spans``: the timeline (for Chrome traces).
+    """
+
+    path: str
+    framework: str
+    steps: list[dict[str, float]]
+    breakdown: dict[str, float]
+    first_step: dict[str, Any]
+    modules: list[ModuleTime]
+    findings: list[Finding]
+    loader: dict[str, Any] = field(default_factory=dict)
+    params: list[tuple[str, tuple[int, ...]]] = field(default_factory=list, repr=False)
+    spans: list[tuple[int, str, str, str, float, float]] = field(default_factory=list, repr=False)
+
+    def __bool__(self) -> bool:
+        return not self.findings
+
+    @property
+    def steady(self) -> dict[str, float]:
+        """Median seconds per phase over the steady steps."""
+        rows = self.steps[1:] if len(self.steps) > 1 else self.steps
+        if not rows:
+            return dict.fromkeys(("step", *PHASES), 0.0)
+        out = {"step": float(np.median([r["seconds"] for r in rows]))}
+        out.update({k: float(np.median([r[k] for r in rows])) for k in PHASES})
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"trace": self.path, "framework": self.framework, "steps": self.steps,
+                "breakdown": self.breakdown, "steady": self.steady,
+                "first_step": self.first_step,
+                "findings": [f.to_json() for f in self.findings],
+                "modules": [m.to_json() for m in self.modules], "loader": self.loader}
+
+
+def _read(tr: Trace, rank: int) -> tuple[list[dict[str, float]],
+                                          list[tuple[int, str, str, str, float, float, float]]]:
+    if tr.count(rank=rank, kind="timing") == 0:
+        raise UsageError(f"{tr.path}: no timing records (record them with netparity.profile)")
+    c = tr.scan(["step", "op", "module", "native", "extra"], rank=rank, kind="timing")
+    steps: dict[int, dict[str, float]] = {}
+    mods: list[tuple[int, str, str, str, float, float, float]] = []
+    for s, op, mod, cls, ex in zip(c["step"].tolist(), c["op"].objects(), c["module"].objects(),
+                                   c["native"].objects(), c["extra"].objects()):
+        e = json.loads(ex) if ex else {}
+        if op == "module":
+            mods.append((s, "module", mod, cls, float(e.get("t", 0.0)), float(e.get("d", 0.0)),
+                         float(e.get("self", 0.0))))
+        else:
+            row = steps.setdefault(s, {"index": float(s)})
+            row[op] = float(e.get("d", 0.0))
+            row[f"t_{op}"] = float(e.get("t", 0.0))
+    rows = []
+    for s in sorted(steps):
+        r = steps[s]
+        rows.append(r)
+        for k in ("step", *PHASES):
+            r.setdefault(k, 0.0)
+    return rows, mods
+
+
+def _modules(mods: list[tuple[int, str, str, str, float, float, float]],
+             steady: set[int]) -> list[ModuleTime]:
+    per: dict[str, dict[int, list[float]]] = {}
+    cls: dict[str, str] = {}
+    for s, _, path, c, _t, d, sf in mods:
+        if s not in steady:
+            continue
+        acc = per.setdefault(path, {}).setdefault(s, [0.0, 0.0, 0.0])
+        acc[0] += d
+        acc[1] += sf
+        acc[2] += 1
+        cls[path] = c
+    n = len(steady)
+    out = []
+    for path, by in per.items():
+        vals = list(by.values()) + [[0.0, 0.0, 0.0]] * (n - len(by))  # steps it did not run
+        arr = np.array(vals)
+        out.append(ModuleTime(path, cls[path], float(np.median(arr[:, 0])),
+                              float(np.median(arr[:, 1])), float(np.median(arr[:, 2]))))
+    out.sort(key=lambda m: -m.self_time)
+    return out
+
+
+def _loader_advice(framework: str, loader: dict[str, Any]) -> str:
+    if framework == "mindspore":
+        return ("raise the dataset's num_parallel_workers (map and batch), convert the data to "
+                "MindRecord, and train with dataset_sink_mode=True so the pipeline overlaps "
+                "the device")
+    now = ""
+    if loader:
+        now = (f" (now: num_workers={loader.get('num_workers')}, prefetch_factor="
+               f"{loader.get('prefetch_factor')}, pin_memory={loader.get('pin_memory')})")
+    cores = os.cpu_count() or 1
+    return (f"DataLoader: raise num_workers (up to the {cores} CPU cores), keep "
+            f"persistent_workers=True, raise prefetch_factor (default 2), and pin_memory=True "
+            f"with .to(device, non_blocking=True) on accelerators{now}; move heavy per-sample "
+            f"work out of __getitem__/collate_fn or precompute it")
+
+
+def _findings(framework: str, steps: list[dict[str, float]], steady_rows: list[dict[str, float]],
+              breakdown: dict[str, float], modules: list[ModuleTime],
+              loader: dict[str, Any], mode: str = "") -> list[Finding]:
+    out: list[Finding] = []
+    med = {k: float(np.median([r[k] for r in steady_rows])) for k in ("step", *PHASES)}
+    data_share = breakdown.get("data", 0.0)
+    if data_share > DATA_SHARE:
+        ev = f"data wait {data_share:.0%} of the step"
+        if len(steady_rows) >= 3:
+            tot = np.array([r["step"] for r in steady_rows])
+            dat = np.array([r["data"] for r in steady_rows])
+            cv = float(tot.std() / tot.mean()) if tot.mean() > 0 else 0.0
+            ev += f"; step time varies by {cv:.0%}"
+            if tot.std() > 0 and dat.std() > 0:
+                corr = float(np.corrcoef(tot, dat)[0, 1])
+                ev += f", correlation with the wait {corr:+.2f}"
+                if corr > 0.5:
+                    ev += " (the pipeline cannot keep up: jitter follows the waits)"
+        out.append(Finding("data-starvation", "data loader", med["data"],
+                           _loader_advice(framework, loader), data_share, ev))
+    if len(steps) > 1 and med["step"] > 0:
+        first = steps[0]["step"]
+        if first > FIRST_STEP_FACTOR * med["step"]:
+            adv = ("graph compilation (GRAPH_MODE) dominates the first step: compare steady "
+                   "steps only, and cut compile time (fewer graph breaks, static shapes)"
+                   if framework == "mindspore" and mode == "graph" else
+                   "first-call operator compilation and warm-up (PyNative builds each kernel "
+                   "on first use; the optimizer's too): compare steady steps only"
+                   if framework == "mindspore" else
+                   "warm-up (allocator, kernel selection, lazy init, torch.compile) dominates the "
+                   "first step: leave it out of throughput figures; with torch.compile, avoid "
+                   "recompiles (static shapes, mark_dynamic)")
+            out.append(Finding("first-step", "step 0", first - med["step"], adv, None,
+                               f"first step {first:.3g} s, {first / med['step']:.1f}x the steady "
+                               f"median {med['step']:.3g} s"))
+    fwd = med["forward"]
+    if modules and fwd > 0:
+        top = modules[0]
+        share = top.self_time / med["step"] if med["step"] > 0 else None
+        out.append(Finding(
+            "hot-module", top.module or "(root)", top.self_time,
+            "look at its ops (netparity run --level op) and their dtypes and shapes: use "
+            "bf16/fp16 autocast where precision allows, align dimensions to 8 (tensor cores) "
+            "or 16 (Ascend), and avoid host work or synchronisation (.item(), prints) inside "
+            "forward",
+            share, f"{top.cls}: self {top.self_time:.3g} s per step, "
+                   f"{top.self_time / fwd:.0%} of the forward"))
+    if breakdown.get("other", 0.0) > OTHER_SHARE:
+        out.append(Finding("host-overhead", "outside forward/backward/optimizer",
+                           med["other"], "time between the phases: loss and metric code, "
+                           ".item()/print synchronisation, zero_grad, logging; move them out of "
+                           "the step or do them every N steps", breakdown["other"]))
+    if breakdown.get("optimizer", 0.0) > OPTIMIZER_SHARE:
+        out.append(Finding("optimizer", "optimizer.step", med["optimizer"],
+                           "use the optimizer's foreach=True or fused=True implementation",
+                           breakdown["optimizer"]))
+    # hot-module is a pointer for the forward, not a problem on its own: rank it by seconds
+    # with the rest, but keep it only when it is worth a look (>= 10 % of the forward)
+    out = [f for f in out if f.kind != "hot-module" or f.seconds >= 0.1 * fwd]
+    out.sort(key=lambda f: -f.seconds)
+    return out
+
+
+def analyze(trace: Trace | str | os.PathLike[str], *, rank: int = 0) -> PerfResult:
+    """The step breakdown, hot modules and findings of one run's ``timing`` records.
+
+    Raises :class:`~netparity.errors.UsageError` when the trace has no timing records.
+
+    Example:
+        >>> # r = analyze("runs/prof"); r.breakdown["data"], r.findings[0].advice
+    """
+    tr = trace if isinstance(trace, Trace) else open_trace(trace)
+    rows, mods = _read(tr, rank)
+    steady_rows = rows[1:] if len(rows) > 1 else rows
+    steady = {int(r["index"]) for r in steady_rows}
+    total = sum(r["step"] for r in steady_rows)
+    breakdown = {k: (sum(r[k] for r in steady_rows) / total if total > 0 else 0.0)
+                 for k in PHASES}
+    modules = _modules(mods, steady)
+    loader = dict(tr.manifest.get("loader") or {})
+    framework = str(tr.manifest.get("framework", ""))
+    findings = _findings(framework, rows, steady_rows, breakdown, modules, loader,
+                         str(tr.manifest.get("mode", "")))
+    med = float(np.median([r["step"] for r in steady_rows]))
+    first = {"seconds": rows[0]["step"], "steady_median": med,
+             "ratio": rows[0]["step"] / med if med > 0 else None,
+             **{k: rows[0][k] for k in PHASES}}
+    steps = [{"step": int(r["index"]), "seconds": r["step"], **{k: r[k] for k in PHASES}}
+             for r in rows]
+    spans = [(int(r["index"]), "phase", k, "", r[f"t_{k}"], r[k])
+             for r in rows for k in ("step", *PHASES) if f"t_{k}" in r and k != "other"]
+    spans += [(s, "module", path or "(root)", cls, t, d) for s, _, path, cls, t, d, _ in mods]
+    params = [(str(n), tuple(int(d) for d in shape))
+              for n, shape in tr.manifest.get("params") or []]
+    return PerfResult(str(tr.path), framework, steps, breakdown, first, modules, findings,
+                      loader, params, spans)
+
+
+# -- side by side ---------------------------------------------------------------------------------
+@dataclass
+class PerfComparison:
+    """Where the candidate spends more time than the reference (truthy when nowhere).
+
+    ``phases``: per phase, steady medians and the extra seconds; ``modules``: per aligned module
+    (self time), then candidate-only and reference-only modules; both sorted by extra seconds.
+    """
+
+    ref: PerfResult
+    cand: PerfResult
+    phases: list[dict[str, Any]]
+    modules: list[dict[str, Any]]
+    slowdown: float | None
+
+    def __bool__(self) -> bool:
+        return not self.slower
+
+    @property
+    def slower(self) -> list[dict[str, Any]]:
+        """Rows (phases, then modules) where the candidate costs more, costliest first."""
+        rows = [dict(r, what="phase") for r in self.phases if r["extra"] > 0] + \
+               [dict(r, what="module") for r in self.modules if r["extra"] > 0]
+        return sorted(rows, key=lambda r: -r["extra"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ref": self.ref.to_json(), "cand": self.cand.to_json(), "slowdown": self.slowdown,
+                "phases": self.phases, "modules": self.modules, "slower": self.slower}
+
+
+def _map_module(path: str, mapping: Mapping, owned: dict[str, str]) -> str | None:
+    if path in mapping.modules:
+        return mapping.modules[path]
+    for pat, rep in mapping.rules:
+        if pat.fullmatch(path):
+            return pat.sub(rep, path)
+    return owned.get(path)
+
+
+def _by_ownership(r: PerfResult, c: PerfResult, mp: Mapping) -> dict[str, str]:
+    """Reference module -> candidate module from the parameters each owns (the alignment's
+    own pass: ``fc`` <-> ``end_point`` across PyTorch and MindSpore); ``{}`` without them."""
+    if not r.params or not c.params:
+        return {}
+    try:
+        return modules_by_ownership(r.params, c.params,
+                                    mapping=mp if (mp.params or mp.modules or mp.rules) else None)
+    except MappingError:  # the user's params name something these runs lack
+        return modules_by_ownership(r.params, c.params)
+
+
+def compare(ref: Trace | str | os.PathLike[str] | PerfResult,
+            cand: Trace | str | os.PathLike[str] | PerfResult, *, rank: int = 0,
+            mapping: Mapping | str | os.PathLike[str] | None = None) -> PerfComparison:
+    """Side by side of two runs' timings: per phase and per module, costliest extra first.
+
+    Modules pair through the mapping file's ``modules``/``rules`` when given, then by the
+    parameters they own (:func:`netparity.align.ownership.modules_by_ownership`, from the
+    manifests' ``params``), then by exact path, then by
+    :func:`netparity.align.names.norm_path` (framework spelling removed).
+
+    Example:
+        >>> # c = compare("runs/ref-prof", "runs/cand-prof"); c.slower[0]
+    """
+    r = ref if isinstance(ref, PerfResult) else analyze(ref, rank=rank)
+    c = cand if isinstance(cand, PerfResult) else analyze(cand, rank=rank)
+    mp = mapping if isinstance(mapping, Mapping) else (
+        load_mapping(mapping) if mapping is not None else Mapping())
+    rs, cs = r.steady, c.steady
+    phases: list[dict[str, Any]] = [
+        {"name": k, "ref": rs[k], "cand": cs[k], "extra": cs[k] - rs[k],
+         "ratio": cs[k] / rs[k] if rs[k] > 0 else None} for k in PHASES]
+    phases.sort(key=lambda p: -float(p["extra"]))
+    owned = _by_ownership(r, c, mp)
+    cmods = {m.module: m for m in c.modules}
+    by_norm = {norm_path(m.module): m for m in c.modules}
+    used: set[str] = set()
+    modules: list[dict[str, Any]] = []
+    for m in r.modules:
+        target = _map_module(m.module, mp, owned)
+        cm = cmods.get(target) if target is not None else None
+        if cm is None:
+            cm = cmods.get(m.module) or by_norm.get(norm_path(m.module))
+        if cm is not None and cm.module not in used:
+            used.add(cm.module)
+            modules.append({"name": m.module, "cand_name": cm.module, "cls": cm.cls,
+                            "ref": m.self_time, "cand": cm.self_time,
+                            "extra": cm.self_time - m.self_time, "only": ""})
+        else:
+            modules.append({"name": m.module, "cand_name": "", "cls": m.cls, "ref": m.self_time,
+                            "cand": 0.0, "extra": -m.self_time, "only": "ref"})
+    for cm in c.modules:
+        if cm.module not in used:
+            modules.append({"name": cm.module, "cand_name": cm.module, "cls": cm.cls, "ref": 0.0,
+                            "cand": cm.self_time, "extra": cm.self_time, "only": "cand"})
+    modules.sort(key=lambda x: -x["extra"])
+    slowdown = cs["step"] / rs["step"] if rs["step"] > 0 else None
+    return PerfComparison(r, c, phases, modules, slowdown)
+
+
+# -- Chrome trace ---------------------------------------------------------------------------------
+def chrome_trace(result: PerfResult | PerfComparison) -> dict[str, Any]:
+    """Chrome trace-event JSON (opens in Perfetto / chrome://tracing): complete events
+    (``"ph": "X"``, microseconds) for steps, phases and module calls; one process per run.
+
+    Example:
+        >>> r = PerfResult("t", "torch", [], {}, {}, [], [], spans=[(0, "phase", "step", "", 0.0,
+        ...                1.0)])
+        >>> chrome_trace(r)["traceEvents"][-1]["dur"]
+        1000000.0
+    """
+    runs = [result] if isinstance(result, PerfResult) else [result.ref, result.cand]
+    events: list[dict[str, Any]] = []
+    for pid, run in enumerate(runs, start=1):
+        events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+                       "args": {"name": f"{run.framework} {run.path}"}})
+        for tid, label in ((1, "steps"), (2, "phases"), (3, "modules")):
+            events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                           "args": {"name": label}})
+        for step, what, name, cls, t, d in run.spans:
+            if not (math.isfinite(t) and math.isfinite(d)) or d <= 0:
+                continue
+            tid = 1 if name == "step" and what == "phase" else (2 if what == "phase" else 3)
+            ev = {"name": f"step {step}" if tid == 1 else name, "cat": what, "ph": "X",
+                  "pid": pid, "tid": tid, "ts": round(t * 1e6, 3), "dur": round(d * 1e6, 3),
+                  "args": {"step": step, **({"class": cls} if cls else {})}}
+            events.append(ev)
+    return {"traceEvents": events, "displayTimeUnit": "ms"}

@@ -1,0 +1,326 @@
+"""Light timing of training steps, framework-independent: the step timeline and its records.
+
+The framework units (:mod:`netparity.frameworks.torch.timing`,
+:mod:`netparity.frameworks.mindspore.timing`) register hooks that call into a
+:class:`StepTimer`; it keeps the marks of the current step (``time.perf_counter()`` only, no
+device synchronisation) and, when the step ends, writes them as records of kind ``timing``
+(docs/perf.md):
+
+* **forward**: the root module's forward pre-hook to its forward hook (summed when the model is
+  called several times in one step); every submodule's calls too (total and self time).
+* **backward**: from the end of the last forward to the last parameter gradient accumulated
+  (where the framework has such a hook), or to the optimizer's start.
+* **optimizer**: the optimizer step's start to its end, which closes the step (or
+  :meth:`StepTimer.step` does, for a run without an optimizer).
+* **data**: time inside the loader's ``__next__`` when the loader is handed over; otherwise the
+  gap from the end of the previous step to the start of the forward.
+* **other**: the rest of the step (loss, ``zero_grad``, logging, Python overhead, idle).
+
+Timing is host wall clock: on an asynchronous device a phase's kernels may still run after its
+hook returned, so device work shows up where the host waits for it.
+
+Example:
+    >>> import tempfile
+    >>> class Fake(StepTimer):
+    ...     def _register(self): return []
+    >>> t = Fake(tempfile.mkdtemp(), {"framework": "none"}).install()
+    >>> t._pre_hook("", "Net")(None, ()); t._post_hook("")(None, (), None); t.step(); t.close()
+    >>> t.steps
+    1
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Iterator
+from types import TracebackType
+from typing import Any, TypeVar
+
+from netparity.errors import UsageError
+from netparity.trace import Record, TraceWriter, build_manifest
+from netparity.trace.schema import TIMING_PHASES
+
+__all__ = ["StepTimer", "loader_facts"]
+
+_clock = time.perf_counter
+_T = TypeVar("_T", bound="StepTimer")
+
+
+class _TimedIterator:
+    """The loader's iterator, timing each ``next()`` (the training thread waits there)."""
+
+    def __init__(self, it: Iterator[Any], owner: StepTimer):
+        self._it = it
+        self._owner = owner
+
+    def __iter__(self) -> _TimedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        t = _clock()
+        try:
+            return next(self._it)
+        finally:
+            self._owner._data_wait(t, _clock())
+
+    def __len__(self) -> int:
+        return len(self._it)  # type: ignore[arg-type]
+
+
+class _StepMarks:
+    """What the hooks saw during one step (seconds since the profile started)."""
+
+    def __init__(self, start: float):
+        self.start = start
+        self.fwd_first: float | None = None
+        self.fwd_last: float | None = None
+        self.fwd_total = 0.0
+        self.grad_first: float | None = None
+        self.grad_last: float | None = None
+        self.opt_start: float | None = None
+        self.opt_total = 0.0
+        self.data_total = 0.0
+        self.data_first: float | None = None
+        self.modules: list[tuple[str, str, float, float, float]] = []  # path, cls, t, dur, self
+
+    @property
+    def active(self) -> bool:
+        return self.fwd_first is not None or self.opt_start is not None
+
+
+class StepTimer:
+    """The timeline of the current step and the trace it is written into.
+
+    Subclasses register the framework's hooks in :meth:`_register` (returning handles with a
+    ``remove()``) and route them to :meth:`_pre_hook`, :meth:`_post_hook`, :meth:`_grad_hook`,
+    :meth:`_opt_pre` and :meth:`_opt_post`. ``modules=False`` times only the phases.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], facts: dict[str, Any], *,
+                 loader: Iterable[Any] | None = None, modules: bool = True,
+                 overwrite: bool = False):
+        self.loader = loader
+        self._modules = modules
+        facts = {"timing": "light", "loader": loader_facts(loader), **facts}
+        self._writer = TraceWriter(path, manifest=build_manifest(**facts), overwrite=overwrite)
+        self._handles: list[Any] = []
+        self._loader_cls: type | None = None
+        self._t0 = _clock()
+        self._cur = _StepMarks(0.0)
+        self._stack: list[list[Any]] = []  # [path, cls, start, child seconds]
+        self.steps = 0
+        self._closed = False
+        self._data_seen = False  # a loader's next() was timed: the data phase is its waits
+
+    def _register(self) -> list[Any]:
+        """The framework's hooks (handles with ``remove()``)."""
+        raise NotImplementedError
+
+    # -- installation ---------------------------------------------------------------------------
+    def install(self: _T) -> _T:
+        """Register the hooks (and wrap the loader's iterator); returns ``self``. A step begun
+        before :meth:`uninstall` is dropped: its marks are incomplete."""
+        if self._closed:
+            raise UsageError("this profile is closed")
+        if self._handles:
+            return self
+        self._handles = self._register()
+        if self.loader is not None:
+            try:
+                self._wrap_loader(self.loader)
+            except UsageError:
+                self.close()  # no hook left behind, the trace closed
+                raise
+        self._cur = _StepMarks(_clock() - self._t0)
+        self._stack.clear()
+        return self
+
+    def uninstall(self) -> None:
+        """Remove every hook and give the loader its class back (the trace stays open:
+        :meth:`install` resumes timing, e.g. to pair timed and untimed steps in a benchmark)."""
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        if self._loader_cls is not None:
+            self.loader.__class__ = self._loader_cls  # type: ignore[union-attr]
+            self._loader_cls = None
+
+    def flush(self) -> None:
+        """Commit the records written so far (readers see them)."""
+        self._writer.flush()
+
+    def _wrap_loader(self, loader: Any) -> None:
+        # ``for batch in loader`` looks ``__iter__`` up on the type, so the instance's class is
+        # swapped for a subclass whose iterator times ``next()``; close() swaps it back. The
+        # user's loop stays unchanged (zero code), and the loader object is the same one.
+        cls = type(loader)
+        owner = self
+
+        def __iter__(inner: Any) -> Iterator[Any]:  # noqa: N807 - the dunder being overridden
+            return _TimedIterator(cls.__iter__(inner), owner)
+
+        try:
+            loader.__class__ = type(f"Timed{cls.__name__}", (cls,), {"__iter__": __iter__})
+        except TypeError as e:  # builtins (a list) cannot change class
+            raise UsageError(f"cannot time this loader ({cls.__name__}: {e}); pass a "
+                             f"DataLoader or another class instance, or iterate "
+                             f"prof.timed(loader)") from None
+        self._loader_cls = cls
+
+    def timed(self, loader: Iterable[Any]) -> Iterator[Any]:
+        """Iterate ``loader`` with its waits timed (for loaders whose class cannot be swapped).
+
+        Example:
+            >>> # for x, y in prof.timed([(1, 2)]): ...
+        """
+        return _TimedIterator(iter(loader), self)
+
+    # -- hooks (hot: plain attribute work only) -------------------------------------------------
+    def _pre_hook(self, path: str, cls: str) -> Any:
+        stack = self._stack
+
+        def pre(mod: Any, args: Any) -> None:
+            t = _clock() - self._t0
+            if not stack:
+                self._forward_begins(t)
+            stack.append([path, cls, t, 0.0])
+
+        return pre
+
+    def _post_hook(self, path: str) -> Any:
+        stack = self._stack
+
+        def post(mod: Any, args: Any, out: Any) -> None:
+            t = _clock() - self._t0
+            # an exception inside a child's forward skips its post-hook: unwind to our frame
+            while stack and stack[-1][0] != path:
+                stack.pop()
+            if not stack:
+                return
+            _, cls, start, child = stack.pop()
+            dur = t - start
+            self._cur.modules.append((path, cls, start, dur, dur - child))
+            if stack:
+                stack[-1][3] += dur
+            else:
+                c = self._cur
+                c.fwd_last = t
+                c.fwd_total += dur
+
+        return post
+
+    def _forward_begins(self, t: float) -> None:
+        c = self._cur
+        if c.fwd_first is None:
+            c.fwd_first = t
+
+    def _grad_hook(self, *_: Any) -> None:
+        t = _clock() - self._t0
+        c = self._cur
+        if c.grad_first is None:
+            c.grad_first = t
+        c.grad_last = t
+
+    def _opt_pre(self, *_: Any) -> None:
+        self._cur.opt_start = _clock() - self._t0
+
+    def _opt_post(self, *_: Any) -> None:
+        t = _clock() - self._t0
+        c = self._cur
+        if c.opt_start is not None:
+            c.opt_total += t - c.opt_start
+        self._end_step(t)
+
+    def _data_wait(self, start: float, end: float) -> None:
+        c = self._cur
+        s = start - self._t0
+        self._data_seen = True
+        if c.data_first is None:
+            c.data_first = s
+        c.data_total += end - start
+
+    # -- steps ------------------------------------------------------------------------------------
+    def step(self) -> None:
+        """Close the current step (needed only without an optimizer: its ``step()`` closes it).
+
+        A step with neither a forward nor an optimizer step is not counted, so calling this
+        after ``optimizer.step()`` does no harm.
+        """
+        self._end_step(_clock() - self._t0)
+
+    def _end_step(self, end: float) -> None:
+        c = self._cur
+        if not c.active:
+            return
+        self._write_step(c, end)
+        self.steps += 1
+        self._cur = _StepMarks(end)
+        self._stack.clear()
+
+    def _write_step(self, c: _StepMarks, end: float) -> None:
+        fwd_first = c.fwd_first if c.fwd_first is not None else end
+        fwd_last = c.fwd_last if c.fwd_last is not None else fwd_first
+        if self._data_seen:
+            data, data_t = c.data_total, (c.data_first if c.data_first is not None else c.start)
+        else:
+            data, data_t = max(fwd_first - c.start, 0.0), c.start
+        back_end = c.grad_last if c.grad_last is not None and c.grad_last > fwd_last else \
+            c.opt_start
+        backward = max(back_end - fwd_last, 0.0) if back_end is not None else 0.0
+        total = end - c.start
+        spans = {
+            "step": (c.start, total),
+            "data": (data_t, data),
+            "forward": (fwd_first, c.fwd_total),
+            "backward": (fwd_last, backward),
+            "optimizer": (c.opt_start if c.opt_start is not None else end, c.opt_total),
+        }
+        spans["other"] = (c.start, max(total - data - c.fwd_total - backward - c.opt_total, 0.0))
+        step = self.steps
+        recs = [Record(kind="timing", op=phase, step=step, direction="forward", role="output",
+                       extra={"t": t, "d": d})
+                for phase, (t, d) in ((p, spans[p]) for p in TIMING_PHASES)]
+        calls: dict[str, int] = {}
+        for path, cls, t, d, s in c.modules:
+            n = calls.get(path, 0)
+            calls[path] = n + 1
+            recs.append(Record(kind="timing", op="module", native=cls, module=path, call=n,
+                               step=step, direction="forward", role="output",
+                               extra={"t": t, "d": d, "self": s}))
+        self._writer.add_many(recs)
+
+    # -- closing ----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the last step if it ran, remove every hook, restore the loader, write the trace.
+        Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._cur.active and self._cur.fwd_last is not None:
+                self._end_step(_clock() - self._t0)
+        finally:
+            self.uninstall()
+            self._writer.close()
+
+    def __enter__(self: _T) -> _T:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+
+def loader_facts(loader: Any) -> dict[str, Any] | None:
+    """The loader settings the data-starvation advice quotes (DataLoader attributes)."""
+    if loader is None:
+        return None
+    facts: dict[str, Any] = {"class": type(loader).__name__}
+    for k in ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers",
+              "batch_size"):
+        v = getattr(loader, k, None)
+        if isinstance(v, (bool, int, float, str)):
+            facts[k] = v
+    return facts

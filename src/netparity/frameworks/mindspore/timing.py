@@ -1,0 +1,79 @@
+"""Light timing of a MindSpore PyNative training run (``netparity.profile``): the hooks of
+:class:`~netparity.capture.timing.StepTimer` for ``nn.Cell`` and ``nn.Optimizer``.
+
+* every Cell: ``register_forward_pre_hook`` / ``register_forward_hook`` (the root's give the
+  forward phase, the others the per-Cell times); the optimizer Cell's own pair gives the
+  optimizer phase, and its end ends the step;
+* MindSpore has no per-parameter "gradient accumulated" hook, so the backward phase runs from
+  the end of the forward to the optimizer's start (``value_and_grad`` returns after both).
+
+PyNative only: in GRAPH_MODE the compiled graph runs no Python hooks (call ``prof.step()`` and
+only the step and data phases are measured). PyNative dispatches operators asynchronously, so
+a phase's hooks may return before its kernels finish; the host waits show where it catches up.
+
+Example:
+    >>> # with profile(net, "runs/ms-prof", optimizer=opt, loader=dataset): ...
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from netparity.capture.timing import StepTimer
+from netparity.errors import UsageError
+
+__all__ = ["MindSporeTiming", "profile"]
+
+
+class MindSporeTiming(StepTimer):
+    """Step timing of a ``mindspore.nn.Cell`` (and its optimizer); see :func:`profile`."""
+
+    def __init__(self, model: Any, path: str | os.PathLike[str], *, optimizer: Any = None,
+                 loader: Iterable[Any] | None = None, modules: bool = True,
+                 overwrite: bool = False, manifest: dict[str, Any] | None = None):
+        import mindspore as ms
+        from mindspore import nn
+
+        if not isinstance(model, nn.Cell):
+            raise UsageError(f"profile needs a mindspore.nn.Cell, got {type(model).__name__}")
+        if optimizer is not None and not isinstance(optimizer, nn.Cell):
+            raise UsageError(f"optimizer must be a mindspore.nn.Optimizer, got "
+                             f"{type(optimizer).__name__}")
+        self.model = model
+        self.optimizer = optimizer
+        mode = "pynative" if ms.get_context("mode") == ms.PYNATIVE_MODE else "graph"
+        facts = {"framework": "mindspore", "framework_version": ms.__version__,
+                 "device": str(ms.get_context("device_target")).lower(), "mode": mode,
+                 "params": [[p.name, list(p.shape)] for p in model.get_parameters()],
+                 **(manifest or {})}
+        super().__init__(path, facts, loader=loader, modules=modules, overwrite=overwrite)
+
+    def _register(self) -> list[Any]:
+        root = self.model
+        h: list[Any] = []
+        cells = root.cells_and_names() if self._modules else [("", root)]
+        for name, cell in cells:
+            h.append(cell.register_forward_pre_hook(self._pre_hook(name, type(cell).__name__)))
+            h.append(cell.register_forward_hook(self._post_hook(name)))
+        if self.optimizer is not None:
+            h.append(self.optimizer.register_forward_pre_hook(self._opt_pre))
+            h.append(self.optimizer.register_forward_hook(self._opt_post))
+        return h
+
+
+def profile(model: Any, path: str | os.PathLike[str], *, optimizer: Any = None,
+            loader: Iterable[Any] | None = None, modules: bool = True, overwrite: bool = False,
+            manifest: dict[str, Any] | None = None) -> MindSporeTiming:
+    """Time each PyNative training step of ``model`` into the trace directory ``path``.
+
+    ``optimizer``: its call ends each step (else call ``prof.step()``); ``loader``: a dataset
+    whose ``next()`` waits are the data phase (or iterate ``prof.timed(iterator)``).
+
+    Example:
+        >>> # with profile(net, "runs/ms", optimizer=opt) as prof:
+        >>> #     loss, grads = grad_fn(x, y); opt(grads)
+    """
+    return MindSporeTiming(model, path, optimizer=optimizer, loader=loader, modules=modules,
+                           overwrite=overwrite, manifest=manifest).install()

@@ -1,0 +1,151 @@
+"""Sections of a performance report (:class:`~netparity.analyzers.perf.PerfResult`) and of a
+side by side (:class:`~netparity.analyzers.perf.PerfComparison`).
+
+First screen: the verdict (findings or none), the step breakdown (steady median per phase, its
+share, the first step), the findings with their advice, the hot modules; side by side: where
+the candidate spends more time, per phase and per module, costliest first.
+
+Example:
+    >>> from netparity.analyzers.perf import PerfResult
+    >>> verdict(PerfResult("t", "torch", [], {}, {}, [], [])).headline
+    'no performance finding: t (0 step(s))'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from netparity.analyzers.perf import PHASES, PerfComparison, PerfResult
+from netparity.report.format import fmt
+from netparity.report.sections import Plot, Section, Table, section
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:.1f} ms"
+
+
+@section("PerfResult", "verdict")
+def verdict(r: PerfResult, **_: Any) -> Section:
+    """One line: the costliest finding, or none."""
+    if not r.findings:
+        return Section("verdict", title="Verdict", status="pass",
+                       headline=f"no performance finding: {r.path} ({len(r.steps)} step(s))")
+    f = r.findings[0]
+    return Section("verdict", title="Verdict", status="warn",
+                   headline=f"{f.kind} at {f.where}: {_ms(f.seconds)} per step"
+                            + (f" ({f.share:.0%} of the step)" if f.share is not None else "")
+                            + (f"; {len(r.findings) - 1} more finding(s)"
+                               if len(r.findings) > 1 else ""))
+
+
+@section("PerfResult", "breakdown")
+def breakdown(r: PerfResult, **_: Any) -> Section:
+    """Steady median per phase, its share, and the first step beside it."""
+    if not r.steps:
+        return Section("breakdown", title="Step breakdown", headline="no steps")
+    st = r.steady
+    rows = [[k, _ms(st[k]), f"{r.breakdown.get(k, 0.0):.1%}", _ms(r.first_step.get(k))]
+            for k in PHASES]
+    rows.append(["step", _ms(st["step"]), "100%", _ms(r.first_step.get("seconds"))])
+    ratio = r.first_step.get("ratio")
+    return Section("breakdown", title="Step breakdown",
+                   headline=f"{len(r.steps)} step(s), steady median {_ms(st['step'])}; first "
+                            f"step {_ms(r.first_step.get('seconds'))}"
+                            + (f" ({fmt(ratio, 2)}x)" if ratio is not None else ""),
+                   blocks=[Table("phases (steady = all steps but the first)",
+                                 ["phase", "steady median", "share", "first step"], rows,
+                                 numeric=("steady median", "share", "first step")),
+                           Plot("seconds per phase, each step",
+                                [(k, [float(x["step"]) for x in r.steps],
+                                  [float(x[k if k != "step" else "seconds"]) for x in r.steps])
+                                 for k in ("step", *PHASES)], x_label="step",
+                                y_label="seconds")])
+
+
+@section("PerfResult", "findings")
+def findings(r: PerfResult, **_: Any) -> Section | None:
+    """Each finding with its evidence and advice, costliest first."""
+    if not r.findings:
+        return None
+    rows = [[f.kind, f.where, _ms(f.seconds), "" if f.share is None else f"{f.share:.0%}",
+             f.evidence, f.advice] for f in r.findings]
+    return Section("findings", title="Findings", status="warn",
+                   headline=f"{len(r.findings)} finding(s)",
+                   blocks=[Table("findings (seconds per steady step)",
+                                 ["kind", "where", "per step", "share", "evidence", "advice"],
+                                 rows, status=["warn"] * len(rows), mono=("where",),
+                                 wrap=("evidence", "advice"))])
+
+
+@section("PerfResult", "modules")
+def modules(r: PerfResult, top: int = 10, **_: Any) -> Section | None:
+    """The modules with the most forward self time per steady step."""
+    if not r.modules:
+        return None
+    fwd = r.steady["forward"]
+    rows = [[m.module or "(root)", m.cls, _ms(m.self_time), _ms(m.total),
+             f"{m.self_time / fwd:.0%}" if fwd > 0 else "", fmt(m.calls)]
+            for m in r.modules[:top]]
+    return Section("modules", title="Hot modules",
+                   headline=f"top {len(rows)} of {len(r.modules)} modules by forward self time",
+                   blocks=[Table("modules (forward, median per steady step)",
+                                 ["module", "class", "self", "total", "of forward", "calls"],
+                                 rows, mono=("module",), numeric=("self", "total", "calls"))])
+
+
+@section("PerfComparison", "verdict")
+def side_verdict(c: PerfComparison, **_: Any) -> Section:
+    """The slowdown and the costliest extra."""
+    slow = c.slower
+    s = f"candidate {fmt(c.slowdown, 3)}x the reference's steady step"
+    if not slow:
+        return Section("verdict", title="Verdict", status="pass",
+                       headline=s + "; it is nowhere slower")
+    w = slow[0]
+    return Section("verdict", title="Verdict", status="warn",
+                   headline=f"{s}; costliest extra: {w['what']} {w['name'] or '(root)'} "
+                            f"+{_ms(w['extra'])} per step")
+
+
+@section("PerfComparison", "phases")
+def side_phases(c: PerfComparison, **_: Any) -> Section:
+    """Per phase: steady medians of both runs and the candidate's extra seconds."""
+    rows = [[p["name"], _ms(p["ref"]), _ms(p["cand"]), _ms(p["extra"]), fmt(p["ratio"], 3)]
+            for p in c.phases]
+    return Section("phases", title="Phases side by side",
+                   headline=f"reference {_ms(c.ref.steady['step'])}, candidate "
+                            f"{_ms(c.cand.steady['step'])} per steady step",
+                   blocks=[Table("phases (extra = candidate - reference)",
+                                 ["phase", "reference", "candidate", "extra", "ratio"], rows,
+                                 status=["warn" if p["extra"] > 0 else "" for p in c.phases],
+                                 numeric=("reference", "candidate", "extra", "ratio"))])
+
+
+@section("PerfComparison", "modules")
+def side_modules(c: PerfComparison, top: int = 10, **_: Any) -> Section | None:
+    """Per module (self time), costliest extra first; modules of one side only are marked."""
+    if not c.modules:
+        return None
+    rows = [[m["name"] or "(root)", m["cand_name"] if m["cand_name"] != m["name"] else "",
+             m["cls"], _ms(m["ref"]), _ms(m["cand"]), _ms(m["extra"]),
+             {"cand": "candidate only", "ref": "reference only"}.get(m["only"], "")]
+            for m in c.modules[:top]]
+    return Section("modules", title="Modules side by side",
+                   headline=f"{sum(1 for m in c.modules if m['extra'] > 0)} module(s) slower in "
+                            f"the candidate",
+                   blocks=[Table("modules (forward self time per steady step)",
+                                 ["module", "candidate name", "class", "reference", "candidate",
+                                  "extra", "note"], rows, mono=("module", "candidate name"),
+                                 status=["warn" if m["extra"] > 0 else ""
+                                         for m in c.modules[:top]],
+                                 numeric=("reference", "candidate", "extra"))])
+
+
+@section("PerfComparison", "findings")
+def side_findings(c: PerfComparison, **_: Any) -> list[Section]:
+    """The candidate's own findings."""
+    s = findings(c.cand)
+    if not isinstance(s, Section):
+        return []
+    s.title = "Candidate findings"
+    return [s]
