@@ -88,3 +88,19 @@ def test_html_renders_in_headless_chromium(evil_result, tmp_path):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in culprit and "introduced" in culprit
     assert "<script>alert(1)</script>" not in dom  # never became markup
     assert "np-calls" in dom and "<svg" in dom
+
+
+def test_a_failing_verdict_without_a_diverging_call_says_what_fails():
+    # every call agrees, yet the loss pair fails (a GPT-2-style head computed outside any
+    # captured module): the report must name what fails instead of showing no culprit
+    from netparity.compare.results import CompareResult, PairResult
+
+    loss = PairResult(key="loss|0", kind="loss", direction="forward", step=0, rank=0,
+                      role="output", arg="", module="", op="loss", cand_module="", cand_op="loss",
+                      ref_dtype="float32", cand_dtype="float32", ref_shape=[], cand_shape=[],
+                      rtol=1e-5, atol=1e-6, tol_source="table", status="fail")
+    r = CompareResult(loss=[loss])
+    assert r.status == "fail"
+    con = Console(record=True, width=120)
+    render_terminal(r, console=con)
+    assert "no module or op call diverges; what fails: 1 loss" in con.export_text()
