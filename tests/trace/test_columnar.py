@@ -96,6 +96,24 @@ def test_a_copy_of_another_index_is_not_used(tmp_path, monkeypatch):
     assert [r.op for r in tb.load_records()] == ["loss"]
 
 
+def test_an_index_edited_after_compaction_is_read_from_sqlite(tmp_path, monkeypatch):
+    """An edit of the SQLite index that keeps its row count and last sequence number (a hand
+    repair, or tampering) must not be hidden by the older columnar copy."""
+    import sqlite3
+
+    monkeypatch.delenv(DISABLE_ENV, raising=False)
+    _write(tmp_path / "a")
+    compact(tmp_path / "a")
+    assert store(open_trace(tmp_path / "a"), 0) is not None
+    db = sqlite3.connect(tmp_path / "a" / "rank0" / "index.sqlite")
+    db.execute("UPDATE records SET module = 'edited' WHERE seq = 0")
+    db.commit()
+    db.close()
+    tr = open_trace(tmp_path / "a")
+    assert store(tr, 0) is None
+    assert tr.load_records()[0].module == "edited"
+
+
 def test_a_damaged_copy_falls_back_or_says_so(tmp_path, monkeypatch):
     monkeypatch.delenv(DISABLE_ENV, raising=False)
     _write(tmp_path / "a")

@@ -126,10 +126,30 @@ def _open(trace: Trace, rank: int) -> Store | None:
         return None  # unreadable copy: SQLite still has everything
     if not fresh:
         return None
+    if _index_stamp(trace.path / f"rank{rank}") != meta.get("index_stamp"):
+        # the index file was written after compaction (an edit that kept the row count and
+        # the last seq too), or it has uncheckpointed WAL pages: SQLite is the truth
+        return None
     n, max_seq = _extent(trace, rank)
     if (meta.get("n"), meta.get("max_seq")) != (n, max_seq):
         return None  # the index changed after compaction (or the copy is of another index)
     return Store(path, meta, npz)
+
+
+def _index_stamp(rank_dir: Path) -> list[int] | None:
+    """(size, mtime in ns) of a rank's SQLite index; None while its WAL holds pages (the file
+    alone is then not the index). A copy made with ``cp -r`` (new mtimes) reads through SQLite
+    until compacted again; ``cp -p`` / ``rsync -a`` keep the stamp."""
+    from netparity.trace.reader import INDEX_FILE
+
+    wal = rank_dir / (INDEX_FILE + "-wal")
+    try:
+        if wal.exists() and wal.stat().st_size > 0:
+            return None
+        st = (rank_dir / INDEX_FILE).stat()
+    except OSError:
+        return None
+    return [int(st.st_size), int(st.st_mtime_ns)]
 
 
 def _extent(trace: Trace, rank: int) -> tuple[int, int]:
@@ -157,9 +177,10 @@ def compact(path: str | os.PathLike[str], ranks: Iterable[int] | None = None) ->
         for rank in todo:
             if rank not in tr.ranks:
                 raise TraceError(f"{tr.path}: no rank {rank} index to compact")
+            stamp = _index_stamp(tr.path / f"rank{rank}")
             n, max_seq = _extent(tr, rank)
             cols = _scan_sql(tr, rank, list(COLUMN_NAMES), {})
-            if cols.n != n:
+            if cols.n != n or stamp is None or _index_stamp(tr.path / f"rank{rank}") != stamp:
                 raise TraceError(f"{tr.path}/rank{rank}: the index changed while being read")
             arrays: dict[str, np.ndarray] = {}
             for c in COLUMN_NAMES:
@@ -174,7 +195,7 @@ def compact(path: str | os.PathLike[str], ranks: Iterable[int] | None = None) ->
                     arrays[f"n.{c}"] = null
             arrays["meta"] = _json_bytes({"format": FORMAT, "schema_version": SCHEMA_VERSION,
                                           "columns": list(COLUMN_NAMES), "n": n,
-                                          "max_seq": max_seq})
+                                          "max_seq": max_seq, "index_stamp": stamp})
             _save_atomic(tr.path / f"rank{rank}" / COLUMNS_FILE, arrays)
         return len(todo)
     finally:

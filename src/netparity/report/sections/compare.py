@@ -126,14 +126,14 @@ def _findings(result: CompareResult) -> list[str]:
             d is not None for d in (result.first_divergence, result.first_backward,
                                     result.first_update)):
         # a failing verdict with no diverging call must still say what fails
-        bad: dict[str, int] = {}
+        failing: dict[str, int] = {}
         for q in result.all_pairs():
             if q.status == "fail":
                 what = {"param": "parameter values", "grad": "parameter gradients",
                         "loss": "loss", "data": "data"}.get(q.kind, f"{q.kind} tensors")
-                bad[what] = bad.get(what, 0) + 1
+                failing[what] = failing.get(what, 0) + 1
         lines.insert(0, "no module or op call diverges; what fails: " + (", ".join(
-            f"{n} {w}" for w, n in bad.items()) or "nothing was matched to compare"))
+            f"{n} {w}" for w, n in failing.items()) or "nothing was matched to compare"))
     return lines
 
 
