@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import abc
+import importlib
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -203,7 +204,8 @@ class FrameworkAdapter(abc.ABC):
         Raises :class:`FrameworkError` when the call cannot be rebuilt from tensors alone
         (nested arguments) or the path names no submodule.
         """
-        raise self._unsupported("replaying a module")
+        return self._unit("replay", "replaying a module").run_module(
+            model, path, inputs, train)
 
     def run_module_backward(self, model: Any, path: str,
                             inputs: Sequence[tuple[str, np.ndarray, str]],
@@ -213,20 +215,21 @@ class FrameworkAdapter(abc.ABC):
         ``grad_outputs`` (``(output argument path, gradient)``) back through it and return the
         gradients with respect to its floating-point inputs, ``(input argument path, array)``.
         """
-        raise self._unsupported("replaying a module's backward")
+        return self._unit("replay", "replaying a module's backward").run_module_backward(
+            model, path, inputs, grad_outputs, train)
 
     def watch_first_step(self, optimizer: Any) -> Any:
         """Start keeping ``optimizer``'s state as it is just before its first step; the
         returned object's ``.state`` holds it once the step ran (for :meth:`replay_step`);
         its ``close()`` removes the hook."""
-        raise self._unsupported("optimizer replay")
+        return self._unit("optreplay", "optimizer replay").FirstStepState(optimizer)
 
     def replay_step(self, optimizer: Any, model: Any, state: Any,
                     grads: Mapping[str, np.ndarray]) -> None:
         """One optimizer step from ``state`` (kept by :meth:`watch_first_step`) with the
         model's parameters given ``grads`` (by name); the parameters keep the stepped values,
         the optimizer its own state."""
-        raise self._unsupported("optimizer replay")
+        self._unit("optreplay", "optimizer replay").replay_step(optimizer, model, state, grads)
 
     # ---- capture ---------------------------------------------------------------------------
     def capture(self, model: Any, path: str | os.PathLike[str], **kwargs: Any) -> Any:
@@ -259,6 +262,16 @@ class FrameworkAdapter(abc.ABC):
     def seed(self, seed: int, deterministic: bool = True) -> dict[str, Any]:
         """Seed this framework's generators (and ask for determinism); return what was set."""
         return {}
+
+    def _unit(self, unit: str, what: str) -> Any:
+        """The framework subpackage's module ``unit`` (e.g. ``netparity.frameworks.torch.replay``),
+        imported on first use; a framework without it does not support ``what``."""
+        try:
+            return importlib.import_module(f"netparity.frameworks.{self.name}.{unit}")
+        except ModuleNotFoundError as e:
+            if e.name != f"netparity.frameworks.{self.name}.{unit}":
+                raise
+            raise self._unsupported(what) from None
 
     def _unsupported(self, what: str) -> FrameworkError:
         return FrameworkError(f"{what} is not supported for {self.name} objects")

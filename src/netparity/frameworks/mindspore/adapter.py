@@ -353,28 +353,6 @@ class MindSporeAdapter(FrameworkAdapter):
         return models.optimizer_settings(optimizer, model)
 
     # ---- capture and checkpoints (their modules load on first use) ----------------------------
-    def run_module(self, model: Any, path: str, inputs: Any,
-                   train: bool = True) -> list[tuple[str, np.ndarray]]:
-        from netparity.frameworks.mindspore import replay
-
-        return replay.run_module(model, path, inputs, train)
-
-    def run_module_backward(self, model: Any, path: str, inputs: Any, grad_outputs: Any,
-                            train: bool = True) -> list[tuple[str, np.ndarray]]:
-        from netparity.frameworks.mindspore import replay
-
-        return replay.run_module_backward(model, path, inputs, grad_outputs, train)
-
-    def watch_first_step(self, optimizer: Any) -> Any:
-        from netparity.frameworks.mindspore import optreplay
-
-        return optreplay.FirstStepState(optimizer)
-
-    def replay_step(self, optimizer: Any, model: Any, state: Any, grads: Any) -> None:
-        from netparity.frameworks.mindspore import optreplay
-
-        optreplay.replay_step(optimizer, model, state, grads)
-
     def capture(self, model: Any, path: str | os.PathLike[str], **kwargs: Any) -> Any:
         from netparity.frameworks.mindspore.capture import capture
 

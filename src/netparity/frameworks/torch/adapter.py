@@ -421,28 +421,6 @@ class TorchAdapter(FrameworkAdapter):
 
         return models.optimizer_settings(optimizer, model)
 
-    def run_module(self, model: Any, path: str, inputs: Any,
-                   train: bool = True) -> list[tuple[str, np.ndarray]]:
-        from netparity.frameworks.torch import replay
-
-        return replay.run_module(model, path, inputs, train)
-
-    def run_module_backward(self, model: Any, path: str, inputs: Any, grad_outputs: Any,
-                            train: bool = True) -> list[tuple[str, np.ndarray]]:
-        from netparity.frameworks.torch import replay
-
-        return replay.run_module_backward(model, path, inputs, grad_outputs, train)
-
-    def watch_first_step(self, optimizer: Any) -> Any:
-        from netparity.frameworks.torch import optreplay
-
-        return optreplay.FirstStepState(optimizer)
-
-    def replay_step(self, optimizer: Any, model: Any, state: Any, grads: Any) -> None:
-        from netparity.frameworks.torch import optreplay
-
-        optreplay.replay_step(optimizer, model, state, grads)
-
     # ---- capture and checkpoints (their modules load on first use) --------------------------
     def capture(self, model: Any, path: str | os.PathLike[str], **kwargs: Any) -> Any:
         from netparity.frameworks.torch.capture import capture
