@@ -170,6 +170,75 @@ def test_a_module_that_differs_in_a_setting_is_named_by_replay(spec, tmp_path):
     assert row["verdict"] == "introduced" and row["local"] > 0.5
 
 
+KINK_SPEC = textwrap.dedent('''
+    import numpy as np
+    import torch
+    from torch import nn
+
+    class Reordered(nn.Linear):
+        """x @ W.T + b as ((3x) @ W.T) / 3 + b: equal in exact arithmetic, a few units in the
+        last place apart in float32 -- a port that orders its arithmetic differently."""
+
+        def forward(self, x):
+            return (x * 3) @ self.weight.T / 3 + self.bias
+
+    def build(steps=1, reorder=False):
+        torch.manual_seed(0)
+        model = nn.Sequential(Reordered(8, 16) if reorder else nn.Linear(8, 16), nn.ReLU(),
+                              nn.Linear(16, 3))
+        rng = np.random.default_rng(0)
+        batches = [(rng.standard_normal((4, 8)).astype(np.float32), rng.integers(0, 3, 4))
+                   for _ in range(steps)]
+        # one ReLU input within rounding noise of 0, on opposite sides of 0 in the two orders
+        x0 = torch.as_tensor(batches[0][0][:1])
+        with torch.no_grad():
+            w, b = model[0].weight, model[0].bias
+            base = -(x0.double() @ w[0].double()).item()
+            best, best_m = None, -1.0
+            for k in range(-64, 65):
+                b[0] = float(np.float32(base)) + k * float(np.spacing(np.float32(abs(base))))
+                a = (x0 @ w.T + b)[0, 0].item()
+                c = ((x0 * 3) @ w.T / 3 + b)[0, 0].item()
+                if (a > 0) != (c > 0) and min(abs(a), abs(c)) > best_m:
+                    best, best_m = b[0].item(), min(abs(a), abs(c))
+            assert best is not None, "no bias puts the two orders on opposite sides of 0"
+            b[0] = best
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def train_step(x, y):
+            model.train()
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(torch.as_tensor(x)),
+                                               torch.as_tensor(y).long())
+            loss.backward()
+            opt.step()
+            return float(loss.detach())
+
+        return {"framework": "torch", "model": model, "batches": batches,
+                "train_step": train_step, "optimizer": opt, "lr_schedule": [0.1] * steps}
+''')
+
+
+def test_a_relu_mask_flipped_by_rounding_is_cleared_by_replay(tmp_path):
+    # The ResNet-18 demo at batch 8 failed a faithful port this way: one ReLU input within
+    # rounding noise of 0 lands on the other side in the candidate, so one element of the
+    # ReLU's input gradient is zero on one side and full-size on the other (normwise ~7 %)
+    # and the parameter gradients upstream carry it. The comparison calls the ReLU
+    # "introduced" (its incoming gradient agrees); replay shows the candidate's ReLU computes
+    # exactly the reference's gradient on the reference's tensors: no one's own difference.
+    p = tmp_path / "kink_spec.py"
+    p.write_text(KINK_SPEC)
+    r = run_step_parity(str(p), str(p), tmp_path / "run", steps=1, cand_options={"reorder": True},
+                        run_eval=False, free_running=False, noise=False)
+    bwd = r.phase("backward")
+    assert r, [(ph.name, ph.status, ph.summary) for ph in r.phases]
+    assert bwd.evidence["verdict"] == "amplified noise (replay)"
+    assert "diverges first at 1" in bwd.evidence["compare_said"]  # what replay overturned
+    row = {o["module"]: o for o in bwd.evidence["replay"]}["1"]
+    assert row["verdict"] == "reproduces" and row["accumulated"] > 1e-2
+    assert "2 parameter gradient(s) carry it" in bwd.summary
+
+
 def test_replay_leaves_the_models_weights_and_modes_as_they_were():
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))

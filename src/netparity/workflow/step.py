@@ -426,7 +426,7 @@ def run_step_parity(
             say.stage(f"replay the diverging modules ({direction}) on the reference's tensors")
             refine(ph, replay_step0(result.compare_step0, direction, run.ref_trace,
                                     run.cand_trace, ref.model, cand.model, ref_state0,
-                                    cand_state0, seed))
+                                    cand_state0, seed), result.compare_step0)
 
     return _finish(run, t0, say, replay)
 
