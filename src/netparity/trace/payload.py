@@ -99,6 +99,29 @@ def open_shard(root: Path, rec: Record) -> tuple[int, Path]:
     return fd, p
 
 
+def shared_shard(trace: Trace, rec: Record) -> tuple[int, Path]:
+    """:func:`open_shard` once per shard of an open trace: the descriptor is kept by the trace
+    (closed by ``Trace.close``) and shared by its payload readers, so that a comparison of
+    thousands of pairs does not resolve, open, stat and close a shard for each. The record's
+    location is still checked against the row and the shard's size each time.
+
+    Raises:
+        TraceError: as :func:`open_shard`.
+    """
+    off, n = check_location(rec)
+    key = (rec.rank, str(rec.shard))
+    got = trace._fds.get(key)
+    if got is None:
+        fd, p = open_shard(trace.path, rec)
+        got = trace._fds.setdefault(key, (fd, p))
+        if got[0] != fd:  # another thread opened it meanwhile
+            os.close(fd)
+    elif os.fstat(got[0]).st_size < off + n:  # (a live writer's shard may have grown)
+        raise TraceError(f"{got[1]}: truncated payload shard (need byte {off + n}, has "
+                         f"{os.fstat(got[0]).st_size})")
+    return got
+
+
 def verify_checksum(data: np.ndarray, want: tuple[str, int] | None, where: Path,
                     rec: Record) -> None:
     """Compare a payload's checksum with the ``(algorithm, value)`` stored at capture (None:
@@ -122,8 +145,8 @@ class PayloadReader:
     tensors as interleaved real/imaginary parts; bool as uint8)."""
 
     def __init__(self, trace: Trace, rec: Record):
-        fd, self.path = open_shard(trace.path, rec)
-        self.fd: int | None = fd
+        fd, self.path = shared_shard(trace, rec)
+        self.fd: int | None = fd  # the trace's (shared_shard): not closed by this reader
         self.rec = rec
         self.dtype = rec.dtype
         self.st = storage_dtype(rec.dtype)
@@ -146,6 +169,14 @@ class PayloadReader:
     def read(self, start: int, n: int) -> np.ndarray:
         """Real values ``start .. start + n`` (a view of the reader's buffer: valid until the
         next read)."""
+        raw = self.read_stored(start, n)
+        return raw if raw.dtype != self.st else decode(raw, self.dtype)
+
+    def read_stored(self, start: int, n: int) -> np.ndarray:
+        """Values ``start .. start + n`` as stored, not decoded: bf16 as ``uint16`` bits, fp8
+        as ``uint8`` codes (complex as interleaved real parts, bool as ``uint8``, as
+        :meth:`read`). A view of the reader's buffer, valid until the next read; the checksum
+        is fed as by :meth:`read` (the comparison's C kernel decodes bf16 itself)."""
         if self.fd is None:
             raise TraceError(f"{self.rec.shard}: payload reader is closed")
         assert self.rec.offset is not None
@@ -168,7 +199,7 @@ class PayloadReader:
             return raw.view(np.float32 if self.item == 8 else np.float64)
         if self.st == np.bool_:
             return raw.view(np.uint8)
-        return decode(raw.view(self.st), self.dtype)
+        return raw.view(self.st)
 
     def _check_sum(self, at: int, raw: np.ndarray) -> None:
         if at != self._sum_pos or self._sum is None or self._want is None:
@@ -183,9 +214,7 @@ class PayloadReader:
             self._verified.add((self.rec.rank, self.rec.seq))  # (set.add: atomic, any thread)
 
     def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        self.fd = None
 
     def __enter__(self) -> PayloadReader:
         return self
