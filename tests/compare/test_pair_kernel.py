@@ -32,13 +32,13 @@ SUMS = {"mean_abs", "rmse", "mean_rel", "cosine", "ref_rms", "cand_rms"}
 
 
 @pytest.fixture
-def numpy_pass() -> Iterator[Callable[[Callable[[], Any]], Any]]:
+def numpy_pass() -> Iterator[Callable[..., Any]]:
     """Run a callable on the NumPy reference pass (the kernel is restored afterwards)."""
 
-    def run(fn: Callable[[], Any]) -> Any:
+    def run(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         metrics.USE_KERNEL = False
         try:
-            return fn()
+            return fn(*args, **kw)
         finally:
             metrics.USE_KERNEL = True
 
@@ -84,18 +84,18 @@ SIZES = [0, 1, 5, 63, 64, 65, 1000, metrics.HIST_FULL, metrics.HIST_FULL + 1,
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("pattern", ["noise", "nonfinite", "zeros", "spike"])
 def test_arrays_match_numpy_pass(n: int, pattern: str,
-                                 numpy_pass: Callable[[Callable[[], Any]], Any]) -> None:
+                                 numpy_pass: Callable[..., Any]) -> None:
     a, b = _pair(n, pattern)
     for da, db in [(np.float32, np.float32), (np.float16, np.float16), (np.float64, np.float64),
                    (np.float64, np.float32)]:
         x, y = a.astype(da), b.astype(db)
         for rtol, atol in [(1.3e-6, 1e-5), (0.0, 1e-4), (1e-2, 0.0), (-1e-3, 1e-3)]:
-            want = numpy_pass(lambda: metrics.array_metrics(x, y, rtol=rtol, atol=atol))
+            want = numpy_pass(metrics.array_metrics, x, y, rtol=rtol, atol=atol)
             got = metrics.array_metrics(x, y, rtol=rtol, atol=atol)
             assert_same(want, got, f"{pattern} n={n} {x.dtype}/{y.dtype} {rtol} {atol}")
 
 
-def test_float64_overflow_and_integers(numpy_pass: Callable[[Callable[[], Any]], Any]) -> None:
+def test_float64_overflow_and_integers(numpy_pass: Callable[..., Any]) -> None:
     # |c - r| overflows to inf with both sides finite: counted as a finite pair, as NumPy does
     a = np.array([1.7e308, -1.7e308, 1.0, 2.0] * 40)
     b = np.array([-1.7e308, 1.7e308, 1.0, 2.5] * 40)
@@ -129,7 +129,7 @@ def _all_pairs(r: Any) -> list[Any]:
 
 
 def _compare_both(ref: Path, cand: Path,
-                  numpy_pass: Callable[[Callable[[], Any]], Any]) -> Any:
+                  numpy_pass: Callable[..., Any]) -> Any:
     want = numpy_pass(lambda: netparity.compare(ref, cand, workers=1))
     got = netparity.compare(ref, cand, workers=2)
     assert got.status == want.status
@@ -141,7 +141,7 @@ def _compare_both(ref: Path, cand: Path,
 
 
 def test_bfloat16_trace_with_nonfinite(net: Callable[..., Path],
-                                       numpy_pass: Callable[[Callable[[], Any]], Any]) -> None:
+                                       numpy_pass: Callable[..., Any]) -> None:
     # bf16 payloads reach the kernel as stored bits (decoded in C), through the trace's reader
     def edit(module: str, direction: str, role: str, arr: np.ndarray) -> np.ndarray:
         if module == "net.l1" and direction == "forward" and role == "output":
@@ -178,7 +178,7 @@ def _fp16_trace(path: Path, seed: int) -> Path:
 
 
 def test_float16_trace_odd_and_empty_tensors(tmp_path: Path,
-                                             numpy_pass: Callable[[Callable[[], Any]], Any]
+                                             numpy_pass: Callable[..., Any]
                                              ) -> None:
     got = _compare_both(_fp16_trace(tmp_path / "a", 1), _fp16_trace(tmp_path / "b", 2),
                         numpy_pass)
@@ -189,7 +189,7 @@ def test_float16_trace_odd_and_empty_tensors(tmp_path: Path,
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_torch_low_precision_capture(tmp_path: Path, dtype: str,
-                                     numpy_pass: Callable[[Callable[[], Any]], Any]) -> None:
+                                     numpy_pass: Callable[..., Any]) -> None:
     torch = pytest.importorskip("torch")
     tdt = getattr(torch, dtype)
 
