@@ -1323,7 +1323,7 @@ static void pair_run(pair_job_t *J)
                 /* histogram: finite positions fin .. fin + m - 1 of this chunk */
                 while (next < fin + m) {
                     int32_t bin = hist_bin(dd[next - fin], rr[next - fin]);
-                    J->hist[bin]++;
+                    J->hist[bin + (sampled & 1) * PAIR_NBINS]++;
                     if (bin < lo) lo = bin;
                     if (bin > hi) hi = bin;
                     sampled++;
@@ -1339,7 +1339,7 @@ static void pair_run(pair_job_t *J)
                         pair_one(J, x, y, acc, mx, &within);
                         if (fin == next) {
                             int32_t bin = hist_bin(fabs(y - x), fabs(x));
-                            J->hist[bin]++;
+                            J->hist[bin + (sampled & 1) * PAIR_NBINS]++;
                             if (bin < lo) lo = bin;
                             if (bin > hi) hi = bin;
                             sampled++;
@@ -1430,7 +1430,9 @@ static int pair_out(PyObject *obj, Py_buffer *v, Py_ssize_t want, Py_ssize_t ite
  * kinds 0 float64, 1 float32, 2 float16, 3 bfloat16) to the running state: `dstate` float64
  * [sum_d, max_d, ss_d, aa, bb, ab, sum_rel, max_rel, excess, need], `istate` int64 [n, within,
  * nan_mismatch, inf_mismatch, nonfinite_match, sampled, lo, hi, (scratch)], `hist` int64
- * (1 << 17 bins, lo/hi its occupied range).  Calls must come in order of `base`; `numel` is the
+ * (two copies of the 1 << 17 bins, filled by alternate samples -- consecutive increments of
+ * one bin form a chain through memory, measured 4.0 -> 2.5 ns per element; the caller adds
+ * them up -- lo/hi the occupied range).  Calls must come in order of `base`; `numel` is the
  * pair's total, `chunk` the histogram's chunk and `stride` its sampling stride.  `scale` must
  * be positive and finite, rtol/atol not NaN (the caller checks).  Releases the GIL. */
 static PyObject *fastvec_pair_update(PyObject *self, PyObject *args)
@@ -1470,7 +1472,7 @@ static PyObject *fastvec_pair_update(PyObject *self, PyObject *args)
             got = 1;
             if (pair_out(ois, &vis, PI_N_ + 1, 8, "q") == 0) {
                 got = 2;
-                if (pair_out(oh, &vh, PAIR_NBINS, 8, "q") == 0)
+                if (pair_out(oh, &vh, 2 * PAIR_NBINS, 8, "q") == 0)
                     got = 3;
             }
         }

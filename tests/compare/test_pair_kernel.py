@@ -112,13 +112,16 @@ def test_kernel_refuses_bad_state() -> None:
     k = metrics._kernel
     assert k is not None
     a = np.zeros(8, np.float32)
-    ds, is_, h = np.zeros(10), np.zeros(9, np.int64), np.zeros(metrics.N_BINS, np.int64)
+    ds, is_, h = np.zeros(10), np.zeros(9, np.int64), np.zeros(2 * metrics.N_BINS, np.int64)
     with pytest.raises(ValueError, match="element counts differ"):
         k.pair_update(a, 1, a[:4], 1, ds, is_, h, 0, 8, metrics.CHUNK, 1, 1.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="scale"):
         k.pair_update(a, 1, a, 1, ds, is_, h, 0, 8, metrics.CHUNK, 1, math.nan, 0.0, 0.0)
     with pytest.raises(ValueError, match="state buffer"):
         k.pair_update(a, 1, a, 1, ds[:3], is_, h, 0, 8, metrics.CHUNK, 1, 1.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="state buffer"):  # one histogram copy is not enough
+        k.pair_update(a, 1, a, 1, ds, is_, h[: metrics.N_BINS], 0, 8, metrics.CHUNK, 1, 1.0,
+                      0.0, 0.0)
     with pytest.raises(ValueError, match="whole number"):
         k.pair_update(a[:3].view(np.uint8)[:5], 2, a[:3].view(np.uint8)[:5], 2, ds, is_, h, 0,
                       8, metrics.CHUNK, 1, 1.0, 0.0, 0.0)

@@ -122,7 +122,7 @@ class _Buffers:
         # zeros between pairs (only the occupied range is cleared after each)
         self.kd = np.empty(10)
         self.ki = np.empty(9, np.int64)
-        self.khist = np.zeros(N_BINS, np.int64)
+        self.khist = np.zeros(2 * N_BINS, np.int64)  # two copies (see _fastvec.c)
 
 
 class _Acc:
@@ -524,7 +524,11 @@ def _stream_kernel(
     (acc.n, acc.within, acc.nan_mismatch, acc.inf_mismatch, acc.nonfinite_match, acc.sampled,
      acc.lo, acc.hi) = ki[:8].tolist()
     if acc.sampled:
-        acc.hist = kh
+        lo, hi = acc.lo, acc.hi + 1
+        h, h2 = kh[:N_BINS], kh[N_BINS:]
+        h[lo:hi] += h2[lo:hi]  # alternate samples went to the second copy
+        h2[lo:hi] = 0
+        acc.hist = h
     try:
         return _finish(acc, numel, rtol, atol, scale)
     finally:

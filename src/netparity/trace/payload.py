@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 
 #: the smallest read buffer, in bytes (reused across reads of one reader)
 MIN_BUFFER = 1 << 18
+#: payloads of at least this many bytes are announced to the kernel when their reader opens
+#: (``POSIX_FADV_WILLNEED``): on a cold page cache the disk reads the whole payload ahead while
+#: the comparison works on its first chunks, instead of a readahead window at a time
+WILLNEED_MIN = 1 << 20
 
 
 def shard_path(root: Path, rec: Record) -> Path:
@@ -153,6 +157,11 @@ class PayloadReader:
         self.complex = self.st.kind == "c"
         self.item = self.st.itemsize
         self._buf = np.empty(0, np.uint8)
+        if (rec.nbytes or 0) >= WILLNEED_MIN and hasattr(os, "posix_fadvise"):
+            try:
+                os.posix_fadvise(fd, rec.offset or 0, rec.nbytes or 0, os.POSIX_FADV_WILLNEED)
+            except OSError:  # advice only
+                pass
         # the checksum is verified when the payload is read front to back (the streaming
         # comparison's way), once per record and open trace; reads out of order skip it
         self._verified = trace._verified
