@@ -35,6 +35,13 @@ Memory: every worker thread owns three chunk buffers (``CHUNK`` elements of floa
 memory map, because pages touched through a map count as resident memory of this process and
 would make peak RSS grow with the trace size.
 
+The pass runs in C when the kernel is built (``_fastvec.pair_update``: each stored element read
+once, float64/32/16 and bf16 decoded in C, chunks of ``KERNEL_CHUNK`` elements, no float64
+buffers; per thread a 2 MiB histogram in two copies); the NumPy code below is the reference
+(``USE_KERNEL = False``, tests) and the fallback (no build, other dtypes are converted, a
+non-finite scale). Maxima, counts, required tolerances and the histogram are identical; sums
+differ only in summation order.
+
 Example:
     >>> import numpy as np
     >>> m = array_metrics(np.array([1.0, 2.0, 0.0]), np.array([1.0, 2.5, 1e-3]), rtol=0.1, atol=0.0)
