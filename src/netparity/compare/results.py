@@ -20,6 +20,8 @@ from netparity.errors import UsageError
 RESULT_VERSION = 1
 STATUSES = ("pass", "warn", "fail", "unknown")
 _RANK = {"pass": 0, "unknown": 0, "warn": 1, "fail": 2}
+#: a pair table's status codes
+_CODES = {"pass": 0, "warn": 1, "fail": 2, "unknown": 3}
 #: the rank of a pair table's status code (pass, warn, fail, unknown)
 CODE_RANK_F = np.array([0.0, 1.0, 2.0, 0.0])
 
@@ -275,6 +277,17 @@ class CompareResult:
         for p in (self._others() if t is not None else self.all_pairs()):
             out[p.status] = out.get(p.status, 0) + 1
         return out
+
+    def pairs_with_status(self, status: str) -> list[PairResult]:
+        """Every pair (as :meth:`all_pairs` orders them) whose status is ``status``; of a
+        table, only those are made."""
+        t = self.table
+        if t is None:
+            return [p for p in self.all_pairs() if p.status == status]
+        t.refresh()
+        code = _CODES.get(status, -1)
+        return ([t.get(i) for i in t.perm if t.code[i] == code]
+                + [p for p in self._others() if p.status == status])
 
     def divergent_params(self, kind: str) -> list[PairResult]:
         """Params of ``kind`` ("grad" or "param") that do not pass, in execution order."""

@@ -127,7 +127,7 @@ def _findings(result: CompareResult) -> list[str]:
                                     result.first_update)):
         # a failing verdict with no diverging call must still say what fails
         failing: dict[str, int] = {}
-        for q in result.all_pairs():
+        for q in result.pairs_with_status("fail"):
             if q.status == "fail":
                 what = {"param": "parameter values", "grad": "parameter gradients",
                         "loss": "loss", "data": "data"}.get(q.kind, f"{q.kind} tensors")
