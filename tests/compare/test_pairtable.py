@@ -182,3 +182,20 @@ def test_real_traces_same_json(net, payload):
     localise(slow)
     assert fast.first_divergence is not None and fast.first_divergence.module == "net.l2"
     assert json.dumps(fast.to_json()) == json.dumps(slow.to_json())
+
+
+def test_calls_edited_before_localisation(tmp_path):
+    """Calls reordered after the comparison: localisation notices that they are not the
+    table's and classifies from the pair objects; the verdicts are the same."""
+    spec = [("conv", ["0", "1"], 30, 1.0, [0, 3]), ("relu", ["0"], 20, 1.0, [2]),
+            ("add", ["1", "0"], 25, 1.0, [1, 3])]
+    ref, cand = _both(tmp_path, spec, 3)
+    a = engine.compare(ref, cand, level="op")
+    b = engine.compare(ref, cand, level="op")
+    a.calls.reverse()
+    b.calls.reverse()
+    b.pairs  # noqa: B018 -- the per-pair path
+    localise(a)
+    localise(b)
+    assert json.dumps(a.to_json()) == json.dumps(b.to_json())
+    assert a.first_divergence is not None

@@ -240,13 +240,18 @@ def classify_table(calls: list[CallResult], table: PairTable,
                    amplification: float = AMPLIFICATION) -> bool:
     """:func:`classify_calls` with the pairs of a :class:`PairTable`, as whole arrays (the
     calls are those the table's ``call`` column points into). Returns False, changing nothing,
-    where an error is NaN or -0.0 (Python's ``max`` has its own rules there): then classify
-    the pair objects."""
+    where an error is NaN or -0.0 (Python's ``max`` has its own rules there) or ``calls`` are
+    not the ones the table was made with: then classify the pair objects."""
+    n = len(calls)
+    if table.n and (int(table.call.max()) >= n or int(table.call.min()) < 0):
+        return False
+    ck = [c.key for c in calls]
+    if any(ck[c] != k for c, k in zip(table.call.tolist(), table.call_keys)):
+        return False  # the calls are not those the table was made with (edited since)
     table.refresh()
     err = table.errors()
     if np.isnan(err).any() or np.signbit(err).any():
         return False
-    n = len(calls)
     rank = CODE_RANK[table.code]
     cp, out = table.call, table.is_out
     inn = ~out
