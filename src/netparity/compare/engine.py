@@ -120,14 +120,15 @@ def _treat_rounding_noise(jobs: list[_Job], table: PairTable | None = None) -> i
     classed = [(j, c) for j, c in zip(jobs, map(_noise_class, [j.ref for j in jobs]))
                if c is not None]
     tclassed: list[tuple[int, str]] = []
+    trefs, tcands = (table.refs, table.cands) if table is not None else ([], [])
     if table is not None and table.batch is not None:
         at = np.nonzero(table.brow >= 0)[0].tolist()
-        tclassed = [(i, c) for i, c in zip(at, map(_noise_class, [table.refs[i] for i in at]))
+        tclassed = [(i, c) for i, c in zip(at, map(_noise_class, [trefs[i] for i in at]))
                     if c is not None]
     if not classed and not tclassed:
         return 0
-    refs = [j.ref for j, _ in classed] + [table.refs[i] for i, _ in tclassed]  # type: ignore[union-attr]
-    cands = [j.cand for j, _ in classed] + [table.cands[i] for i, _ in tclassed]  # type: ignore[union-attr]
+    refs = [j.ref for j, _ in classed] + [trefs[i] for i, _ in tclassed]
+    cands = [j.cand for j, _ in classed] + [tcands[i] for i, _ in tclassed]
     rms, rms_c = records_rms(refs), records_rms(cands)
     scale: dict[tuple[int, str], list[float]] = {}
     for ref, (_, c), r in zip(refs, [*classed, *tclassed], rms):
@@ -167,7 +168,7 @@ def _treat_rounding_noise(jobs: list[_Job], table: PairTable | None = None) -> i
         for (i, c), a, b in zip(tclassed, rms[n0:], rms_c[n0:]):
             if code[i] in (0, 3) or nf[brow[i]]:
                 continue
-            got = noise_of(table.refs[i], table.cands[i], c, a or 0.0, b or 0.0)
+            got = noise_of(trefs[i], tcands[i], c, a or 0.0, b or 0.0)
             if got is not None:
                 pr = table.get(i)  # made now: the object holds the change
                 pr.metrics["noise_floor"], pr.reason = got
