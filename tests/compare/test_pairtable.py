@@ -199,3 +199,27 @@ def test_calls_edited_before_localisation(tmp_path):
     localise(b)
     assert json.dumps(a.to_json()) == json.dumps(b.to_json())
     assert a.first_divergence is not None
+
+
+def test_terminal_report_reads_the_table(tmp_path):
+    """The full terminal report (worst pairs included) makes only the pairs it shows, and
+    prints what the same result made into objects prints."""
+    import io
+
+    from netparity.report.terminal import make_console, render_terminal
+
+    spec = [("conv", ["0", "1"], 30, 1.0, [0, 3]), ("relu", ["0"], 20, 1.0, [2, 1])]
+    ref, cand = _both(tmp_path, spec, 5)
+    texts = []
+    for objects in (False, True):
+        r = engine.compare(ref, cand, level="op")
+        if objects:
+            r.pairs  # noqa: B018
+        localise(r)
+        buf = io.StringIO()
+        render_terminal(r, top=5, console=make_console(buf))
+        assert (r.table is None) == objects
+        if not objects:
+            assert len(r.table.made) <= 8  # the worst pairs and the divergences' evidence
+        texts.append(buf.getvalue())
+    assert texts[0] == texts[1] and "worst" in texts[0]
