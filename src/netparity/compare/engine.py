@@ -448,8 +448,11 @@ def compare(
                 ck = f"{lv}|{r0.step}|{r0.rank}|{r0.direction}|{r0.module}|{r0.op}|{r0.call}|{r0.event}"
                 outs_r, outs_c = rl.outputs, cl.outputs
                 # tensors pair by meaning, not position (compare.argpairs)
-                ins_r, ins_c = group_inputs(m.ref), group_inputs(m.cand)
                 grouped = len(m.ref) > 1 or len(m.cand) > 1
+                # a single call's inputs are its inputs (group_inputs' copy is not needed:
+                # nothing below changes the lists)
+                ins_r, ins_c = ((group_inputs(m.ref), group_inputs(m.cand)) if grouped
+                                else (r0.inputs, c0.inputs))
                 order = min((o.seq for o in outs_r), default=r0.seq)
                 cpos = len(result.calls)
                 # CallResult(...) without the dataclass __init__ (one per matched call, ~200k
@@ -470,10 +473,16 @@ def compare(
                     is_out = role == "out"
                     aux = (is_out and cross_fw and len(m.ref) == 1 and len(m.cand) == 1
                            and r0.op in AUX_OUTPUT_OPS and c0.op == r0.op)
-                    tensor_pairs = pair_tensors(
-                        rs, cs, group=grouped, positional=not grouped and r0.native == c0.native,
-                        primary=is_out and not grouped and r0.op == c0.op,
-                        first_only=is_out)
+                    if not grouped and len(rs) == len(cs) and (
+                            r0.native == c0.native
+                            or all(a.shape == b.shape for a, b in zip(rs, cs))):
+                        tensor_pairs = list(zip(rs, cs))  # pair_tensors' common case, inline
+                    else:
+                        tensor_pairs = pair_tensors(
+                            rs, cs, group=grouped,
+                            positional=not grouped and r0.native == c0.native,
+                            primary=is_out and not grouped and r0.op == c0.op,
+                            first_only=is_out)
                     # keyed by the reference tensor's position: the noise run's pairs (same
                     # framework, by position) carry the same keys
                     at = {id(r): k for k, r in enumerate(rs)}
