@@ -819,33 +819,126 @@ def stats_present(rec: Record) -> bool:
     return _pristine(rec) is not None or bool(rec.stats)
 
 
-def stats_metrics_many(pairs: list[tuple[Record, Record]], rtol: list[float],
-                       atol: list[float]) -> list[dict[str, Any] | None]:
-    """:func:`stats_metrics` of many pairs at once, vectorised over the pairs.
+class StatsBatch:
+    """Statistics-basis metrics of many pairs as columns: what :func:`stats_metrics` computes
+    per pair, without a dict per pair (made by :func:`stats_batch`).
+
+    ``ok`` (one entry per pair given) marks the pairs the batch handles: statistics all
+    present and finite on both sides. The other columns have one row per *handled* pair, in
+    order (``at`` = their positions among the pairs given): ``diffs`` (``|dmin|, |dmax|,
+    |dmean|, |dstd|, |dnorm|/sqrt(n)``), ``lb`` (``max_abs_lb``), ``rel`` (``max_rel_lb``),
+    ``mag`` (``ref_maxabs``), ``rms`` (``ref_rms``), ``min_atol``, ``min_rtol``, the NaN,
+    +Inf, -Inf counts ``cnt_r`` / ``cnt_c`` (int64), and the tolerances (``rtol`` / ``atol``
+    as float arrays; ``rtol_in`` / ``atol_in`` the values as given, which land in the dicts).
+    :meth:`metrics` builds one handled pair's dict, equal to :func:`stats_metrics`'s;
+    :meth:`status` judges them all at once, as :func:`~netparity.compare.verdicts.judge` does.
+    """
+
+    def __init__(self, n: int):
+        self.ok = np.zeros(n, dtype=bool)
+        self.at = np.zeros(0, dtype=np.int64)
+        z = np.zeros(0)
+        self.diffs = np.zeros((0, 5))
+        self.lb = self.rel = self.mag = self.rms = self.min_atol = self.min_rtol = z
+        self.rtol = self.atol = z
+        self.cnt_r = self.cnt_c = np.zeros((0, 3), dtype=np.int64)
+        self.numel: list[int] = []
+        self.rtol_in: list[float] = []
+        self.atol_in: list[float] = []
+        self._lists: tuple[list[Any], ...] | None = None
+        self._asked = 0  # dicts made so far (see metrics)
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def nonfinite_mismatch(self) -> tuple[np.ndarray, np.ndarray]:
+        """``nan_mismatch`` and ``inf_mismatch`` of every handled pair (int64)."""
+        r, c = self.cnt_r, self.cnt_c
+        return (np.abs(r[:, 0] - c[:, 0]),
+                np.abs(r[:, 1] - c[:, 1]) + np.abs(r[:, 2] - c[:, 2]))
+
+    def status(self) -> np.ndarray:
+        """Status codes of the handled pairs (0 pass, 1 warn, 2 fail): the stats rule of
+        :func:`~netparity.compare.verdicts.judge`, vectorised -- a NaN/Inf count that differs
+        fails; else ``lb <= bound`` passes and ``lb <= WARN_FACTOR * bound`` warns, with
+        ``bound = atol + rtol * ref_maxabs`` (the same float operations, in the same order)."""
+        nan_m, inf_m = self.nonfinite_mismatch()
+        bound = self.atol + self.rtol * self.mag
+        out = np.where(self.lb <= bound, 0, np.where(self.lb <= WARN_FACTOR * bound, 1, 2))
+        out[(nan_m != 0) | (inf_m != 0)] = 2
+        return out.astype(np.int8)
+
+    def metrics(self, j: int) -> dict[str, Any]:
+        """The metrics dict of handled pair ``j``, as :func:`stats_metrics` makes it."""
+        ls = self._lists
+        if ls is None:
+            self._asked += 1
+            if self._asked < 256:  # a report shows a few pairs: their rows only
+                dj, nr, nc = (self.diffs[j].tolist(), self.cnt_r[j].tolist(),
+                              self.cnt_c[j].tolist())
+                row = [x[j].item() for x in (self.lb, self.rel, self.mag, self.rms,
+                                             self.min_atol, self.min_rtol)]
+                return self._dict(j, dj, nr, nc, *row)
+            # JSON/CSV/HTML ask for every pair: Python numbers once for all of them
+            ls = self._lists = (
+                self.diffs.tolist(), self.cnt_r.tolist(), self.cnt_c.tolist(),
+                self.lb.tolist(), self.rel.tolist(), self.mag.tolist(), self.rms.tolist(),
+                self.min_atol.tolist(), self.min_rtol.tolist())
+        return self._dict(j, *(x[j] for x in ls))
+
+    def _dict(self, j: int, dj: list[float], nr: list[int], nc: list[int], lb: float,
+              rel: float, mag: float, rms: float, mina: float, minr: float) -> dict[str, Any]:
+        return {
+            "basis": "stats",
+            "numel": self.numel[j],
+            "rtol": self.rtol_in[j],
+            "atol": self.atol_in[j],
+            "stat_diff": {"min": dj[0], "max": dj[1], "mean": dj[2], "std": dj[3],
+                          "norm": dj[4]},
+            "max_abs_lb": lb,
+            "max_rel_lb": rel,
+            "ref_maxabs": mag,
+            "ref_rms": rms,
+            "nonfinite_counts": {"nan": [nr[0], nc[0]], "posinf": [nr[1], nc[1]],
+                                 "neginf": [nr[2], nc[2]]},
+            "nan_mismatch": abs(nr[0] - nc[0]),
+            "inf_mismatch": abs(nr[1] - nc[1]) + abs(nr[2] - nc[2]),
+            "min_atol": mina,
+            "min_rtol": minr,
+        }
+
+
+def stats_batch(refs: list[Record], cands: list[Record], rtol: list[float],
+                atol: list[float]) -> StatsBatch:
+    """:func:`stats_metrics` of the pairs ``zip(refs, cands)`` as a :class:`StatsBatch`.
 
     Bit-identical to the scalar function for the pairs it handles: those whose statistics are
     all present and finite on both sides (NumPy's float64 ``-``, ``/``, ``sqrt`` round exactly
     as Python's, and ``max(0.0, x)`` is written as ``where(x > 0, x, 0.0)``, keeping its
-    handling of ``-0.0``); ``rtol``/``atol`` are per pair and land in the metrics as given. The rest -- missing or non-finite statistics, where Python's
-    ``max`` and ``or`` have their own NaN/None rules -- get None: judge those one by one.
+    handling of ``-0.0``); ``rtol``/``atol`` are per pair and land in the metrics as given.
+    The rest -- missing or non-finite statistics, where Python's ``max`` and ``or`` have their
+    own NaN/None rules -- are not handled (``ok`` False): judge those one by one.
     """
-    n = len(pairs)
-    out: list[dict[str, Any] | None] = [None] * n
-    xr, okr = _stat_rows([a for a, _ in pairs])
-    xc, okc = _stat_rows([b for _, b in pairs])
+    out = StatsBatch(len(refs))
+    xr, okr = _stat_rows(refs)
+    xc, okc = _stat_rows(cands)
     both = okr & okc
-    ok: list[int] = np.nonzero(both)[0].tolist()
-    if not ok:
+    out.ok = both
+    ok = np.nonzero(both)[0]
+    if not len(ok):
         return out
-    m = np.concatenate([xr[both], xc[both]], axis=1)
+    out.at = ok
     k = len(_STAT_ALL)
-    r, c = m[:, :k], m[:, k:]
-    refs = [pairs[i][0] for i in ok]
-    numels = [p.numel for p in refs]
+    r, c = xr[both], xc[both]
+    okl = ok.tolist()
+    sel = [refs[i] for i in okl]
+    numels = [p.numel for p in sel]
     numel = np.array(numels, dtype=np.float64)
-    cplx = np.array([p.dtype.startswith("complex") for p in refs], dtype=bool)
-    rt = np.array([rtol[i] for i in ok], dtype=np.float64)
-    at = np.array([atol[i] for i in ok], dtype=np.float64)
+    cplx = np.array([p.dtype.startswith("complex") for p in sel], dtype=bool)
+    out.rtol_in = [rtol[i] for i in okl]
+    out.atol_in = [atol[i] for i in okl]
+    rt = np.array(out.rtol_in, dtype=np.float64)
+    at = np.array(out.atol_in, dtype=np.float64)
     d4 = np.abs(c[:, :4] - r[:, :4])  # min, max, mean, std
     dnorm = np.abs(c[:, 4] - r[:, 4]) / np.sqrt(np.maximum(1.0, numel))
     diffs = np.concatenate([d4, dnorm[:, None]], axis=1)
@@ -864,31 +957,22 @@ def stats_metrics_many(pairs: list[tuple[Record, Record]], rtol: list[float],
         y = (lb - at) / np.where(mag > 0, mag, 1.0)
         min_rtol = np.where(mag > 0, np.where(y > 0, y, 0.0),
                             np.where(lb <= at, 0.0, math.inf))
-    cnt_r = r[:, 5:8].astype(np.int64).tolist()
-    cnt_c = c[:, 5:8].astype(np.int64).tolist()
-    dl = diffs.tolist()
-    cols = [lb.tolist(), rel.tolist(), mag.tolist(), rms.tolist(), min_atol.tolist(),
-            min_rtol.tolist()]
-    for j, i in enumerate(ok):
-        lbj, relj, magj, rmsj, mina, minr = (col[j] for col in cols)
-        nr, nc = cnt_r[j], cnt_c[j]
-        dj = dl[j]
-        out[i] = {
-            "basis": "stats",
-            "numel": numels[j],
-            "rtol": rtol[i],
-            "atol": atol[i],
-            "stat_diff": {"min": dj[0], "max": dj[1], "mean": dj[2], "std": dj[3],
-                          "norm": dj[4]},
-            "max_abs_lb": lbj,
-            "max_rel_lb": relj,
-            "ref_maxabs": magj,
-            "ref_rms": rmsj,
-            "nonfinite_counts": {"nan": [nr[0], nc[0]], "posinf": [nr[1], nc[1]],
-                                 "neginf": [nr[2], nc[2]]},
-            "nan_mismatch": abs(nr[0] - nc[0]),
-            "inf_mismatch": abs(nr[1] - nc[1]) + abs(nr[2] - nc[2]),
-            "min_atol": mina,
-            "min_rtol": minr,
-        }
+    assert k == r.shape[1]
+    out.diffs, out.lb, out.rel, out.mag, out.rms = diffs, lb, rel, mag, rms
+    out.min_atol, out.min_rtol, out.rtol, out.atol = min_atol, min_rtol, rt, at
+    out.cnt_r = r[:, 5:8].astype(np.int64)
+    out.cnt_c = c[:, 5:8].astype(np.int64)
+    out.numel = numels
+    return out
+
+
+def stats_metrics_many(pairs: list[tuple[Record, Record]], rtol: list[float],
+                       atol: list[float]) -> list[dict[str, Any] | None]:
+    """:func:`stats_metrics` of many pairs at once (a dict per pair; :func:`stats_batch`
+    gives the same numbers as columns): None for the pairs the batch does not handle
+    (missing or non-finite statistics): judge those one by one."""
+    b = stats_batch([a for a, _ in pairs], [c for _, c in pairs], rtol, atol)
+    out: list[dict[str, Any] | None] = [None] * len(pairs)
+    for j, i in enumerate(b.at.tolist()):
+        out[i] = b.metrics(j)
     return out
