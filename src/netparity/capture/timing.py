@@ -10,6 +10,10 @@ device synchronisation) and, when the step ends, writes them as records of kind 
   called several times in one step); every submodule's calls too (total and self time).
 * **backward**: from the end of the last forward to the last parameter gradient accumulated
   (where the framework has such a hook), or to the optimizer's start.
+* **comm**: the exposed gradient communication (data-parallel all-reduce): from the last
+  gradient computed to the last bucket reduced, where the framework unit reports buckets
+  (:meth:`StepTimer._comm_done`); the part of the all-reduce that overlaps backward is not a
+  phase (it is in the ``allreduce`` records).
 * **optimizer**: the optimizer step's start to its end, which closes the step (or
   :meth:`StepTimer.step` does, for a run without an optimizer).
 * **data**: time inside the loader's ``__next__`` when the loader is handed over; otherwise the
@@ -83,6 +87,9 @@ class _StepMarks:
         self.data_total = 0.0
         self.data_first: float | None = None
         self.modules: list[tuple[str, str, float, float, float]] = []  # path, cls, t, dur, self
+        self.grads: list[tuple[int, float]] = []  # parameter index, gradient accumulated at
+        # all-reduce buckets: index, start (bucket ready), end (reduced), bytes, parameter indices
+        self.comm: list[tuple[int, float, float, int, list[int]]] = []
 
     @property
     def active(self) -> bool:
@@ -99,11 +106,13 @@ class StepTimer:
 
     def __init__(self, path: str | os.PathLike[str], facts: dict[str, Any], *,
                  loader: Iterable[Any] | None = None, modules: bool = True,
-                 overwrite: bool = False):
+                 overwrite: bool = False, rank: int = 0):
         self.loader = loader
         self._modules = modules
         facts = {"timing": "light", "loader": loader_facts(loader), **facts}
-        self._writer = TraceWriter(path, manifest=build_manifest(**facts), overwrite=overwrite)
+        self._writer = TraceWriter(path, manifest=build_manifest(**facts), overwrite=overwrite,
+                                   rank=rank)
+        self.rank = rank
         self._handles: list[Any] = []
         self._loader_cls: type | None = None
         self._t0 = _clock()
@@ -222,6 +231,27 @@ class StepTimer:
             c.grad_first = t
         c.grad_last = t
 
+    def _grad_hook_for(self, index: int) -> Any:
+        """A gradient-accumulated hook that also notes which parameter (bucket advice)."""
+        t0 = self._t0
+
+        def hook(*_: Any) -> None:
+            t = _clock() - t0
+            c = self._cur
+            if c.grad_first is None:
+                c.grad_first = t
+            c.grad_last = t
+            c.grads.append((index, t))
+
+        return hook
+
+    def _comm_done(self, bucket: int, start: float, nbytes: int, params: list[int]) -> None:
+        """One all-reduce bucket finished (``start``: the clock when it was handed over; may
+        be called from the communication thread: a list append is atomic)."""
+        if self._handles:
+            self._cur.comm.append((bucket, start - self._t0, _clock() - self._t0, nbytes,
+                                   params))
+
     def _opt_pre(self, *_: Any) -> None:
         self._cur.opt_start = _clock() - self._t0
 
@@ -266,29 +296,56 @@ class StepTimer:
         else:
             data, data_t = max(fwd_first - c.start, 0.0), c.start
         back_end = c.grad_last if c.grad_last is not None and c.grad_last > fwd_last else \
-            c.opt_start
+            (max(b[1] for b in c.comm) if c.comm else c.opt_start)
         backward = max(back_end - fwd_last, 0.0) if back_end is not None else 0.0
+        comm_t, comm = end, 0.0
+        if c.comm:  # exposed communication: the last bucket reduced after the last gradient
+            comm_t = max(back_end if back_end is not None else fwd_last, fwd_last)
+            stop = min(max(b[2] for b in c.comm), c.opt_start if c.opt_start is not None
+                       else end)
+            comm = max(stop - comm_t, 0.0)
         total = end - c.start
         spans = {
             "step": (c.start, total),
             "data": (data_t, data),
             "forward": (fwd_first, c.fwd_total),
             "backward": (fwd_last, backward),
+            "comm": (comm_t, comm),
             "optimizer": (c.opt_start if c.opt_start is not None else end, c.opt_total),
         }
-        spans["other"] = (c.start, max(total - data - c.fwd_total - backward - c.opt_total, 0.0))
+        spans["other"] = (c.start, max(total - data - c.fwd_total - backward - comm
+                                       - c.opt_total, 0.0))
         step = self.steps
         recs = [Record(kind="timing", op=phase, step=step, direction="forward", role="output",
-                       extra={"t": t, "d": d})
+                       rank=self.rank, extra={"t": t, "d": d})
                 for phase, (t, d) in ((p, spans[p]) for p in TIMING_PHASES)]
         calls: dict[str, int] = {}
         for path, cls, t, d, s in c.modules:
             n = calls.get(path, 0)
             calls[path] = n + 1
             recs.append(Record(kind="timing", op="module", native=cls, module=path, call=n,
-                               step=step, direction="forward", role="output",
+                               step=step, direction="forward", role="output", rank=self.rank,
                                extra={"t": t, "d": d, "self": s}))
+        if c.grads:  # when each gradient was ready (one record: 161 for a ResNet-50)
+            recs.append(Record(kind="timing", op="grads", step=step, direction="backward",
+                               role="grad", rank=self.rank,
+                               extra={"t": c.grads[0][1], "d": c.grads[-1][1] - c.grads[0][1],
+                                      "ready": [[i, round(t, 7)] for i, t in c.grads]}))
+        for b, t0, t1, nbytes, params in c.comm:
+            recs.append(Record(kind="timing", op="allreduce", call=b, step=step,
+                               direction="backward", role="grad", rank=self.rank,
+                               extra={"t": t0, "d": t1 - t0, "bytes": nbytes,
+                                      "params": params}))
         self._writer.add_many(recs)
+
+    def record_probe(self, sizes: list[int], seconds: list[float], what: str = "allreduce"
+                     ) -> None:
+        """Keep a communication measurement (bytes, seconds per collective; the bandwidth
+        model of the bucket advice is fitted on it) as one record of op ``comm_probe``."""
+        self._writer.add_many([Record(kind="timing", op="comm_probe", native=what,
+                                      step=self.steps, rank=self.rank,
+                                      extra={"bytes": [int(b) for b in sizes],
+                                             "seconds": [float(x) for x in seconds]})])
 
     # -- closing ----------------------------------------------------------------------------------
     def close(self) -> None:
