@@ -215,8 +215,8 @@ class BucketAdvice:
 
     Positions are parameter indices (``model.parameters()`` order); times are seconds per
     steady step. ``proposed``: the least-tail split (``buckets``, ``all_reduce_fusion_config``,
-    ``bucket_cap_mb_list``, ``predicted_tail``); ``ddp``: the best uniform ``bucket_cap_mb`` and
-    DDP's default, each with its predicted tail; ``measured``: the run's buckets, their
+    ``bucket_cap_mb_list``, ``predicted_tail``); ``ddp``: the best uniform ``bucket_cap_mb``
+    (``None`` when none beats DDP's default) and the default, each with its predicted tail; ``measured``: the run's buckets, their
     reduction seconds (sum) and the exposed tail (the ``comm`` phase), with ``predicted_tail``
     for the same buckets (and ``predicted_tail_probe``, under the idle probe's model).
     """
@@ -240,10 +240,13 @@ class BucketAdvice:
 
     def advice(self) -> str:
         p, d = self.proposed, self.ddp
-        return (f"split the gradient all-reduce so it overlaps backward: DDP "
-                f"bucket_cap_mb={d['bucket_cap_mb']:.3g} (predicted tail "
-                f"{d['predicted_tail'] * 1e3:.1f} ms; default 25 MiB: "
-                f"{d['default_tail'] * 1e3:.1f} ms), or per bucket bucket_cap_mb_list="
+        cap = (f"DDP bucket_cap_mb={d['bucket_cap_mb']:.3g} (predicted tail "
+               f"{d['predicted_tail'] * 1e3:.1f} ms; default 25 MiB: "
+               f"{d['default_tail'] * 1e3:.1f} ms)" if d["bucket_cap_mb"] is not None else
+               f"no uniform DDP bucket_cap_mb beats the default (predicted tail "
+               f"{d['default_tail'] * 1e3:.1f} ms)")
+        return (f"split the gradient all-reduce so it overlaps backward: {cap}, or per "
+                f"bucket bucket_cap_mb_list="
                 f"{[round(x, 3) for x in p['bucket_cap_mb_list']]} "
                 f"({p['predicted_tail'] * 1e3:.1f} ms); MindSpore "
                 f"all_reduce_fusion_config={p['all_reduce_fusion_config']}")
@@ -331,6 +334,10 @@ def advise(tr: Trace, rank: int, steady: set[int], starts: dict[int, float],
                   "bucket_cap_mb_list": [sum(sz[k] for k in b) / MIB for b in split],
                   "all_reduce_fusion_config": cfg, "contiguous": contiguous,
                   "predicted_tail": simulate(rt, sz, split, bw)},
+        # a uniform cap that does not beat DDP's default (small first bucket) keeps it
         ddp={"bucket_cap_mb": cap / MIB, "buckets": len(ddp_buckets(sz, cap)),
-             "predicted_tail": cap_tail, "default_tail": default_tail},
+             "predicted_tail": cap_tail, "default_tail": default_tail} if cap_tail < default_tail
+        else {"bucket_cap_mb": None, "buckets": len(ddp_buckets(sz, DDP_DEFAULT_CAP,
+                                                                DDP_FIRST_CAP)),
+              "predicted_tail": default_tail, "default_tail": default_tail},
         order=order, ready=rt, sizes=sz)

@@ -53,6 +53,8 @@ _DTYPE = {"float": "float32", "double": "float64", "c10::Half": "float16",
           "short int": "int16", "c10::Float8_e4m3fn": "float8_e4m3fn",
           "c10::Float8_e5m2": "float8_e5m2"}
 _LAYOUT = ("aten::contiguous", "aten::clone")
+_MS_VIEW = "ASCEND_PROFILER_OUTPUT/trace_view.json"
+_MS_OP = re.compile(r"(?:.*/)?([A-Za-z0-9_]+?)(?:-op\d+)?")  # Default/SGD-op1 -> SGD
 
 
 @dataclass
@@ -82,8 +84,11 @@ def is_kineto(path: str | os.PathLike[str]) -> bool:
 
 
 def _trace_files(d: Path) -> list[Path]:
-    return sorted(q for q in d.iterdir() if q.name.endswith((".pt.trace.json",
-                                                             ".pt.trace.json.gz")))
+    """torch.profiler's ``*.pt.trace.json[.gz]``, or MindSpore Profiler's
+    ``*/ASCEND_PROFILER_OUTPUT/trace_view.json`` (its output_path, or one run's folder)."""
+    out = sorted(q for q in d.iterdir() if q.name.endswith((".pt.trace.json",
+                                                            ".pt.trace.json.gz")))
+    return out or sorted([*d.glob(f"{_MS_VIEW}"), *d.glob(f"*/{_MS_VIEW}")])
 
 
 def find_kineto(path: str | os.PathLike[str]) -> Path:
@@ -109,11 +114,35 @@ def load_events(path: str | os.PathLike[str]) -> tuple[Path, list[dict[str, Any]
     except (OSError, ValueError, UnicodeDecodeError, EOFError) as e:
         raise UsageError(f"{p}: not a readable profiler trace ({type(e).__name__}: {e})") \
             from None
+    if isinstance(doc, list) and p.name == "trace_view.json":  # MindSpore Profiler
+        return p, _mindspore_events(doc), {"framework": "mindspore"}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise UsageError(f"{p}: no traceEvents (not a torch.profiler Chrome trace)")
     ev = [e for e in doc["traceEvents"] if isinstance(e, dict)]
     facts = {k: v for k, v in doc.items() if k != "traceEvents"}
+    facts.setdefault("framework", "torch")
     return p, ev, facts
+
+
+def _mindspore_events(doc: list[Any]) -> list[dict[str, Any]]:
+    """MindSpore Profiler's ``trace_view.json`` (a bare event list, times as strings) as the
+    torch events this module reads: each operator an op named by its type (``MatMul``,
+    ``Default/SGD-op1`` -> ``SGD``: MindSpore does not record input dtypes or shapes here)."""
+    out = []
+    for e in doc:
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        try:
+            ts, dur = float(e["ts"]), float(e.get("dur", 0))
+        except (KeyError, TypeError, ValueError):
+            continue
+        m = _MS_OP.fullmatch(str(e.get("name", "")))
+        name = m.group(1) if m else str(e.get("name", ""))
+        if name == "Default":  # the graph's whole span, not an operator
+            continue
+        out.append({"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur,
+                    "tid": e.get("tid"), "pid": e.get("pid"), "args": {"native": e["name"]}})
+    return out
 
 
 def _dtypes(args: dict[str, Any]) -> list[str]:
@@ -127,8 +156,10 @@ def _shapes(args: dict[str, Any]) -> list[list[int]]:
 
 def _conversion(e: dict[str, Any]) -> str:
     name = e["name"]
-    if name == "aten::_to_copy":
+    if name in ("aten::_to_copy", "Cast"):  # (Cast: MindSpore)
         return "cast"
+    if name in ("TransData", "Transpose"):  # MindSpore layout transforms
+        return "layout"
     if name == "aten::copy_":
         dt = [t for t in (e.get("args") or {}).get("Input type") or [] if t and t != "Scalar"]
         return "cast" if len(dt) >= 2 and dt[0] != dt[1] else "copy"
@@ -161,6 +192,7 @@ def summarize(path: str | os.PathLike[str]) -> dict[str, Any]:
            and not _STEP.fullmatch(str(e.get("name", "")))]
     if not ops:
         raise UsageError(f"{p}: no operator events (was the profiler on during the steps?)")
+    marked = bool(steps)
     if not steps:  # no schedule/prof.step(): the whole trace is one step
         t0 = min(float(e["ts"]) for e in ops)
         t1 = max(float(e["ts"]) + float(e.get("dur", 0)) for e in ops)
@@ -206,7 +238,7 @@ def summarize(path: str | os.PathLike[str]) -> dict[str, Any]:
                   and not _DATA.match(n.e["name"]) and not _OPT.match(n.e["name"])
                   and not n.e["name"].startswith(("Optimizer.", _BACKWARD)))
         total = b - a
-        row = {"index": float(idx), "step": total / 1e6, "data": data / 1e6,
+        row = {"index": float(idx), "step": total / 1e6, "data": data / 1e6, "compile": 0.0,
                "forward": fwd / 1e6, "backward": (b1 - b0) / 1e6, "comm": 0.0,
                "optimizer": sum(n.end - n.start for n in opt) / 1e6,
                "t_step": a / 1e6, "t_data": a / 1e6,
@@ -257,7 +289,8 @@ def summarize(path: str | os.PathLike[str]) -> dict[str, Any]:
     memory = _memory(events, steps, rows) if facts.get("profile_memory") else {}
     spans = [(int(r["index"]), "phase", ph, "", r[f"t_{ph}"], r[ph]) for r in rows
              for ph in ("step", "data", "forward", "backward", "optimizer") if r[ph] > 0]
-    return {"path": str(p), "rows": rows, "ops": op_rows, "conversions": conversions,
+    return {"path": str(p), "framework": facts.get("framework", "torch"), "marked": marked,
+            "rows": rows, "ops": op_rows, "conversions": conversions,
             "memory": memory, "spans": spans, "facts": facts}
 
 

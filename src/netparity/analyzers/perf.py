@@ -232,9 +232,13 @@ def _findings(framework: str, steps: list[dict[str, float]], steady_rows: list[d
                    "warm-up (allocator, kernel selection, lazy init, torch.compile) dominates the "
                    "first step: leave it out of throughput figures; with torch.compile, avoid "
                    "recompiles (static shapes, mark_dynamic)")
-            out.append(Finding("first-step", "step 0", first - med["step"], adv, None,
-                               f"first step {first:.3g} s, {first / med['step']:.1f}x the steady "
-                               f"median {med['step']:.3g} s"))
+            ev = (f"first step {first:.3g} s, {first / med['step']:.1f}x the steady median "
+                  f"{med['step']:.3g} s")
+            comp = steps[0].get("compile", 0.0)
+            if comp > 0:  # measured (GRAPH_MODE: the root Cell's compile)
+                ev += (f"; graph compilation {comp:.3g} s of it (measured), execution "
+                       f"{first - comp:.3g} s")
+            out.append(Finding("first-step", "step 0", first - med["step"], adv, None, ev))
     fwd = med["forward"]
     if modules and fwd > 0:
         top = modules[0]
@@ -333,7 +337,10 @@ def analyze_kineto(path: str | os.PathLike[str]) -> PerfResult:
     total = sum(r["step"] for r in steady_rows)
     breakdown = {ph: (sum(r[ph] for r in steady_rows) / total if total > 0 else 0.0)
                  for ph in PHASES}
-    findings = _findings("torch", rows, steady_rows, breakdown, [], {})
+    framework = str(k["framework"])
+    # without step markers (ProfilerStep#N) the phases are unknown: op findings only
+    findings = _findings(framework, rows, steady_rows, breakdown, [], {}) if k["marked"] \
+        else []
     med = {ph: float(np.median([r[ph] for r in steady_rows])) for ph in ("step", *PHASES)}
     conv = k["conversions"]
     compute = med["forward"] + med["backward"]
@@ -371,7 +378,7 @@ def analyze_kineto(path: str | os.PathLike[str]) -> PerfResult:
              **{ph: rows[0][ph] for ph in PHASES}}
     steps = [{"step": int(r["index"]), "seconds": r["step"], **{ph: r[ph] for ph in PHASES}}
              for r in rows]
-    return PerfResult(k["path"], "torch", steps, breakdown, first, [], findings, {}, None,
+    return PerfResult(k["path"], framework, steps, breakdown, first, [], findings, {}, None,
                       source="kineto", ops=ops, conversions=conv, memory=k["memory"],
                       spans=k["spans"])
 

@@ -14,6 +14,9 @@ device synchronisation) and, when the step ends, writes them as records of kind 
   gradient computed to the last bucket reduced, where the framework unit reports buckets
   (:meth:`StepTimer._comm_done`); the part of the all-reduce that overlaps backward is not a
   phase (it is in the ``allreduce`` records).
+* **compile**: graph compilation inside the step (MindSpore GRAPH_MODE: the root Cell's
+  ``compile``; the compiled graph's execution is then the **forward** phase, forward, backward
+  and optimizer fused when the root is a training-step Cell).
 * **optimizer**: the optimizer step's start to its end, which closes the step (or
   :meth:`StepTimer.step` does, for a run without an optimizer).
 * **data**: time inside the loader's ``__next__`` when the loader is handed over; otherwise the
@@ -86,6 +89,8 @@ class _StepMarks:
         self.opt_total = 0.0
         self.data_total = 0.0
         self.data_first: float | None = None
+        self.compile_total = 0.0  # graph compilation (MindSpore GRAPH_MODE: Cell.compile)
+        self.compile_first: float | None = None
         self.modules: list[tuple[str, str, float, float, float]] = []  # path, cls, t, dur, self
         self.grads: list[tuple[int, float]] = []  # parameter index, gradient accumulated at
         # all-reduce buckets: index, start (bucket ready), end (reduced), bytes, parameter indices
@@ -262,6 +267,25 @@ class StepTimer:
             c.opt_total += t - c.opt_start
         self._end_step(t)
 
+    def _compiled(self, start: float, end: float) -> None:
+        """A graph compilation ran from ``start`` to ``end`` (clock values)."""
+        c = self._cur
+        if c.compile_first is None:
+            c.compile_first = start - self._t0
+        c.compile_total += end - start
+
+    def _graph_call(self, start: float, end: float, compile_seconds: float) -> None:
+        """One call of a compiled graph (compilation included) ran: its execution is the
+        forward phase (forward, backward and optimizer fused, for a training-step graph) and
+        the call ends the step."""
+        c = self._cur
+        s, e = start - self._t0, end - self._t0
+        if c.fwd_first is None:
+            c.fwd_first = s
+        c.fwd_last = e
+        c.fwd_total += max(end - start - compile_seconds, 0.0)
+        self._end_step(e)
+
     def _data_wait(self, start: float, end: float) -> None:
         c = self._cur
         s = start - self._t0
@@ -308,13 +332,15 @@ class StepTimer:
         spans = {
             "step": (c.start, total),
             "data": (data_t, data),
+            "compile": (c.compile_first if c.compile_first is not None else c.start,
+                        c.compile_total),
             "forward": (fwd_first, c.fwd_total),
             "backward": (fwd_last, backward),
             "comm": (comm_t, comm),
             "optimizer": (c.opt_start if c.opt_start is not None else end, c.opt_total),
         }
-        spans["other"] = (c.start, max(total - data - c.fwd_total - backward - comm
-                                       - c.opt_total, 0.0))
+        spans["other"] = (c.start, max(total - data - c.compile_total - c.fwd_total - backward
+                                       - comm - c.opt_total, 0.0))
         step = self.steps
         recs = [Record(kind="timing", op=phase, step=step, direction="forward", role="output",
                        rank=self.rank, extra={"t": t, "d": d})

@@ -66,7 +66,7 @@ def _worker(rank: int, out: str, port: int, steps: int, cap_mb: float | None,
                 crit(ddp(x), y).backward()
                 opt.step()
                 opt.zero_grad()
-            prof.probe_comm()
+            prof.probe_comm([4 << 10, 64 << 10, 1 << 20, 4 << 20, 8 << 20], repeats=3)
     finally:
         dist.destroy_process_group()
 

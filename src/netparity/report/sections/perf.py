@@ -103,7 +103,7 @@ def ops(r: PerfResult, top: int = 10, **_: Any) -> Section | None:
     return Section("ops", title="Hot ops",
                    headline=f"top {len(rows)} of {len(r.ops)} ops (name, dtypes, shapes) by "
                             f"self time",
-                   blocks=[Table("ops (median per steady step; torch.profiler trace)",
+                   blocks=[Table("ops (per steady step; profiler trace)",
                                  ["op", "dtypes", "shapes", "self", "total", "calls",
                                   "conversion"], rows, mono=("op", "shapes"),
                                  numeric=("self", "total", "calls"))])
