@@ -210,3 +210,29 @@ def test_zero_code_profile_of_an_unmodified_script(tmp_path: Path) -> None:
     assert r.modules[0].module == "1" and r.modules[0].cls == "Slow"
     assert all(s["optimizer"] > 0 and s["forward"] >= r.modules[0].total * 0.9
                for s in r.steps)
+
+
+def test_capture_with_timing_records_both_into_one_trace(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = _Net(slow=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(_Data(0.0), batch_size=4)
+    with netparity.capture(model, str(tmp_path / "t"), timing=True, optimizer=opt,
+                           loader=loader) as cap:
+        for i, x in enumerate(loader):
+            if i == 3:
+                break
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+            cap.step()
+    tr = open_trace(tmp_path / "t")
+    assert tr.count(kind="module") > 0 and tr.count(kind="timing") > 0  # accuracy and timing
+    assert tr.manifest["timing"] == "light" and tr.manifest["loader"]["batch_size"] == 4
+    # the timing steps are the capture's steps
+    cap_steps = sorted(set(tr.scan(["step"], kind="module")["step"].tolist()))
+    r = analyze(tr)
+    assert [s["step"] for s in r.steps] == cap_steps == [0, 1, 2]
+    assert r.modules[0].module == "extra"  # the sleeping module, capture work and all
+    assert all(s["backward"] > 0 and s["optimizer"] > 0 for s in r.steps)
+    assert not model._forward_hooks and type(loader) is torch.utils.data.DataLoader

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -111,12 +111,19 @@ class StepTimer:
 
     def __init__(self, path: str | os.PathLike[str], facts: dict[str, Any], *,
                  loader: Iterable[Any] | None = None, modules: bool = True,
-                 overwrite: bool = False, rank: int = 0):
+                 overwrite: bool = False, rank: int = 0, writer: TraceWriter | None = None,
+                 step_of: Callable[[], int] | None = None):
         self.loader = loader
         self._modules = modules
-        facts = {"timing": "light", "loader": loader_facts(loader), **facts}
-        self._writer = TraceWriter(path, manifest=build_manifest(**facts), overwrite=overwrite,
-                                   rank=rank)
+        # ``writer``: an accuracy capture's (``capture(..., timing=True)``): the timing records
+        # go into its trace, numbered by its step counter (``step_of``); it stays open here
+        self._own_writer = writer is None
+        self._step_of = step_of
+        if writer is None:
+            facts = {"timing": "light", "loader": loader_facts(loader), **facts}
+            writer = TraceWriter(path, manifest=build_manifest(**facts), overwrite=overwrite,
+                                 rank=rank)
+        self._writer = writer
         self.rank = rank
         self._handles: list[Any] = []
         self._loader_cls: type | None = None
@@ -341,7 +348,7 @@ class StepTimer:
         }
         spans["other"] = (c.start, max(total - data - c.compile_total - c.fwd_total - backward
                                        - comm - c.opt_total, 0.0))
-        step = self.steps
+        step = self._step_of() if self._step_of is not None else self.steps
         recs = [Record(kind="timing", op=phase, step=step, direction="forward", role="output",
                        rank=self.rank, extra={"t": t, "d": d})
                 for phase, (t, d) in ((p, spans[p]) for p in TIMING_PHASES)]
@@ -368,8 +375,9 @@ class StepTimer:
                      ) -> None:
         """Keep a communication measurement (bytes, seconds per collective; the bandwidth
         model of the bucket advice is fitted on it) as one record of op ``comm_probe``."""
+        step = self._step_of() if self._step_of is not None else self.steps
         self._writer.add_many([Record(kind="timing", op="comm_probe", native=what,
-                                      step=self.steps, rank=self.rank,
+                                      step=step, rank=self.rank,
                                       extra={"bytes": [int(b) for b in sizes],
                                              "seconds": [float(x) for x in seconds]})])
 
@@ -385,7 +393,10 @@ class StepTimer:
                 self._end_step(_clock() - self._t0)
         finally:
             self.uninstall()
-            self._writer.close()
+            if self._own_writer:
+                self._writer.close()
+            else:
+                self._writer.flush()
 
     def __enter__(self: _T) -> _T:
         return self

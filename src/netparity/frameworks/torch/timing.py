@@ -34,7 +34,7 @@ from typing import Any
 from netparity.capture.timing import StepTimer
 from netparity.errors import UsageError
 
-__all__ = ["TorchTiming", "profile"]
+__all__ = ["TorchTiming", "profile", "timing_facts"]
 
 
 class TorchTiming(StepTimer):
@@ -43,7 +43,8 @@ class TorchTiming(StepTimer):
     def __init__(self, model: Any, path: str | os.PathLike[str], *, optimizer: Any = None,
                  loader: Iterable[Any] | None = None, modules: bool = True,
                  overwrite: bool = False, manifest: dict[str, Any] | None = None,
-                 global_optimizer: bool = False, comm: bool = True):
+                 global_optimizer: bool = False, comm: bool = True, writer: Any = None,
+                 step_of: Any = None, rank: int | None = None):
         import torch
         import torch.distributed as dist
 
@@ -61,7 +62,8 @@ class TorchTiming(StepTimer):
         params = list(model.parameters())
         self._param_index = {id(p): i for i, p in enumerate(params)}
         distributed = dist.is_available() and dist.is_initialized()
-        rank = dist.get_rank() if distributed else 0
+        if rank is None:
+            rank = dist.get_rank() if distributed else 0
         facts = {"framework": "torch", "framework_version": torch.__version__,
                  "device": _device_of(model),
                  # (name, shape) in creation order: the side by side pairs modules by the
@@ -74,12 +76,12 @@ class TorchTiming(StepTimer):
         # ranks share the trace directory: rank 0 claims it and writes the manifest first (a
         # rank arriving before the manifest exists is refused by the trace's claim), then the
         # others join its run
-        ordered = distributed and dist.get_world_size() > 1
+        ordered = distributed and dist.get_world_size() > 1 and writer is None
         if ordered and rank != 0:
             dist.barrier()
         try:
             super().__init__(path, facts, loader=loader, modules=modules, overwrite=overwrite,
-                             rank=rank)
+                             rank=rank, writer=writer, step_of=step_of)
         finally:
             if ordered and rank == 0:
                 dist.barrier()
@@ -173,6 +175,16 @@ class TorchTiming(StepTimer):
             out.append(sorted(times)[len(times) // 2])
         self.record_probe(list(sizes), out)
         return out
+
+
+def timing_facts(model: Any, loader: Any = None) -> dict[str, Any]:
+    """The manifest facts a timed trace carries (for a capture that records timing too)."""
+    from netparity.capture.timing import loader_facts
+
+    params = list(model.parameters())
+    return {"timing": "light", "loader": loader_facts(loader),
+            "params": [[n, list(p.shape)] for n, p in model.named_parameters()],
+            "param_bytes": [p.numel() * p.element_size() for p in params]}
 
 
 def _device_of(model: Any) -> str:
