@@ -236,3 +236,31 @@ def test_capture_with_timing_records_both_into_one_trace(tmp_path: Path) -> None
     assert r.modules[0].module == "extra"  # the sleeping module, capture work and all
     assert all(s["backward"] > 0 and s["optimizer"] > 0 for s in r.steps)
     assert not model._forward_hooks and type(loader) is torch.utils.data.DataLoader
+
+
+def test_memory_peak_per_phase_names_the_phase_that_raised_it(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    # a fresh process (this one's high-water mark is whatever earlier tests left): a module
+    # touches 400 MB in the forward only
+    script = tmp_path / "big.py"
+    script.write_text(
+        "import sys, torch, netparity\n"
+        "class Big(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        t = torch.ones(100_000_000)\n"
+        "        return x + t[:1].sum() * 0\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(8, 8), Big())\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "with netparity.profile(m, sys.argv[1], optimizer=opt):\n"
+        "    for _ in range(3):\n"
+        "        m(torch.ones(2, 8)).sum().backward(); opt.step(); opt.zero_grad()\n")
+    subprocess.run([sys.executable, str(script), str(tmp_path / "t")], check=True,
+                   timeout=300)
+    mem = analyze(tmp_path / "t").memory
+    assert mem["source"] == "rss_high_water"  # (CPU: no allocator peak to read)
+    assert mem["raised"]["forward"] >= 380 * 2**20
+    assert mem["raised"]["backward"] + mem["raised"]["optimizer"] < 100 * 2**20
+    peak = mem["peak_allocated"]["cpu (RSS high-water)"]
+    assert peak["forward"] >= 400 * 10**6 and peak["step"] == max(peak.values())

@@ -151,6 +151,9 @@ def _read(tr: Trace, rank: int) -> tuple[list[dict[str, float]],
             row = steps.setdefault(s, {"index": float(s)})
             row[op] = float(e.get("d", 0.0))
             row[f"t_{op}"] = float(e.get("t", 0.0))
+            for k in ("mem", "mem0"):  # memory peak readings (light mode, PyTorch)
+                if k in e:
+                    row[f"{k}_{op}"] = float(e[k])
     rows = []
     for s in sorted(steps):
         r = steps[s]
@@ -324,7 +327,33 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int = 0) -> PerfResu
               for n, shape in tr.manifest.get("params") or []]
     spans += _comm_spans(tr, rank) if allreduce is not None or comm > 0 else []
     return PerfResult(str(tr.path), framework, steps, breakdown, first, modules, findings,
-                      loader, allreduce, params=params, spans=spans)
+                      loader, allreduce, params=params, spans=spans,
+                      memory=_light_memory(rows, str(tr.manifest.get("memory", ""))))
+
+
+def _light_memory(rows: list[dict[str, float]], source: str) -> dict[str, Any]:
+    """Memory peak per phase from the light mode's readings at each phase end: the CUDA
+    allocator's peak (reset at each phase start), or the process's RSS high-water mark (it
+    never falls: ``raised`` says which phase pushed it up, summed over the steps)."""
+    order = ("forward", "backward", "optimizer")
+    if not source or not any(f"mem_{p}" in r for r in rows for p in order):
+        return {}
+    peak = {p: int(max(r[f"mem_{p}"] for r in rows if f"mem_{p}" in r))
+            for p in order if any(f"mem_{p}" in r for r in rows)}
+    peak["step"] = max(peak.values())
+    out: dict[str, Any] = {"source": source, "peak_allocated": {
+        "cuda" if source.startswith("cuda") else "cpu (RSS high-water)": peak}}
+    if source == "rss_high_water":
+        raised = dict.fromkeys(order, 0)
+        for r in rows:
+            prev = r.get("mem0_step")
+            for p in order:
+                if f"mem_{p}" in r:
+                    if prev is not None:
+                        raised[p] += int(max(r[f"mem_{p}"] - prev, 0))
+                    prev = r[f"mem_{p}"]
+        out["raised"] = raised
+    return out
 
 
 def analyze_kineto(path: str | os.PathLike[str]) -> PerfResult:

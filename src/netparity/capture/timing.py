@@ -90,6 +90,7 @@ class _StepMarks:
         self.data_total = 0.0
         self.data_first: float | None = None
         self.compile_total = 0.0  # graph compilation (MindSpore GRAPH_MODE: Cell.compile)
+        self.mem: dict[str, int] = {}  # memory peak readings at phase ends (memory= reader)
         self.compile_first: float | None = None
         self.modules: list[tuple[str, str, float, float, float]] = []  # path, cls, t, dur, self
         self.grads: list[tuple[int, float]] = []  # parameter index, gradient accumulated at
@@ -112,8 +113,12 @@ class StepTimer:
     def __init__(self, path: str | os.PathLike[str], facts: dict[str, Any], *,
                  loader: Iterable[Any] | None = None, modules: bool = True,
                  overwrite: bool = False, rank: int = 0, writer: TraceWriter | None = None,
-                 step_of: Callable[[], int] | None = None):
+                 step_of: Callable[[], int] | None = None,
+                 memory: tuple[str, Callable[[], int], Callable[[], None] | None] | None = None):
         self.loader = loader
+        # ``memory``: (what, read the peak in bytes, reset the peak or None): read at the end
+        # of forward, backward and optimizer (reset at each phase start when it can be)
+        self._mem = memory
         self._modules = modules
         # ``writer``: an accuracy capture's (``capture(..., timing=True)``): the timing records
         # go into its trace, numbered by its step counter (``step_of``); it stays open here
@@ -228,6 +233,8 @@ class StepTimer:
                 c = self._cur
                 c.fwd_last = t
                 c.fwd_total += dur
+                if self._mem is not None:
+                    self._mem_mark("forward")
 
         return post
 
@@ -235,6 +242,17 @@ class StepTimer:
         c = self._cur
         if c.fwd_first is None:
             c.fwd_first = t
+            if self._mem is not None:
+                c.mem["start"] = self._mem[1]()
+                if self._mem[2] is not None:
+                    self._mem[2]()
+
+    def _mem_mark(self, phase: str) -> None:
+        m = self._mem
+        if m is not None:
+            self._cur.mem[phase] = m[1]()
+            if m[2] is not None:
+                m[2]()
 
     def _grad_hook(self, *_: Any) -> None:
         t = _clock() - self._t0
@@ -266,10 +284,14 @@ class StepTimer:
 
     def _opt_pre(self, *_: Any) -> None:
         self._cur.opt_start = _clock() - self._t0
+        if self._mem is not None:
+            self._mem_mark("backward")
 
     def _opt_post(self, *_: Any) -> None:
         t = _clock() - self._t0
         c = self._cur
+        if self._mem is not None:
+            self._mem_mark("optimizer")
         if c.opt_start is not None:
             c.opt_total += t - c.opt_start
         self._end_step(t)
@@ -350,8 +372,11 @@ class StepTimer:
                                        - comm - c.opt_total, 0.0))
         step = self._step_of() if self._step_of is not None else self.steps
         recs = [Record(kind="timing", op=phase, step=step, direction="forward", role="output",
-                       rank=self.rank, extra={"t": t, "d": d})
+                       rank=self.rank, extra={"t": t, "d": d, **(
+                           {"mem": c.mem[phase]} if phase in c.mem else {})})
                 for phase, (t, d) in ((p, spans[p]) for p in TIMING_PHASES)]
+        if "start" in c.mem:  # the reading before the forward (a high-water's baseline)
+            recs[0].extra["mem0"] = c.mem["start"]
         calls: dict[str, int] = {}
         for path, cls, t, d, s in c.modules:
             n = calls.get(path, 0)

@@ -64,12 +64,14 @@ class TorchTiming(StepTimer):
         distributed = dist.is_available() and dist.is_initialized()
         if rank is None:
             rank = dist.get_rank() if distributed else 0
+        memory = _memory_reader(_device_of(model))
         facts = {"framework": "torch", "framework_version": torch.__version__,
                  "device": _device_of(model),
                  # (name, shape) in creation order: the side by side pairs modules by the
                  # parameters they own (netparity.align.ownership), across frameworks too
                  "params": [[n, list(p.shape)] for n, p in model.named_parameters()],
                  "param_bytes": [p.numel() * p.element_size() for p in params],
+                 "memory": memory[0],
                  **({"world_size": dist.get_world_size(), "backend": dist.get_backend()}
                     if distributed else {}),
                  **(manifest or {})}
@@ -81,7 +83,7 @@ class TorchTiming(StepTimer):
             dist.barrier()
         try:
             super().__init__(path, facts, loader=loader, modules=modules, overwrite=overwrite,
-                             rank=rank, writer=writer, step_of=step_of)
+                             rank=rank, writer=writer, step_of=step_of, memory=memory)
         finally:
             if ordered and rank == 0:
                 dist.barrier()
@@ -177,6 +179,24 @@ class TorchTiming(StepTimer):
         return out
 
 
+def _memory_reader(device: str) -> tuple[str, Any, Any]:
+    """What the memory peak per phase reads: CUDA's allocator peak (reset at each phase
+    start) on a CUDA model, else the process's resident-set high-water mark (``getrusage``:
+    it never goes down, so a phase shows only when it raised it)."""
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():  # (untested: no GPU here)
+        dev = torch.device(device)
+        return ("cuda.max_memory_allocated", lambda: int(torch.cuda.max_memory_allocated(dev)),
+                lambda: torch.cuda.reset_peak_memory_stats(dev))
+    import resource
+    import sys
+
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    return ("rss_high_water", lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
+            None)
+
+
 def timing_facts(model: Any, loader: Any = None) -> dict[str, Any]:
     """The manifest facts a timed trace carries (for a capture that records timing too)."""
     from netparity.capture.timing import loader_facts
@@ -184,7 +204,8 @@ def timing_facts(model: Any, loader: Any = None) -> dict[str, Any]:
     params = list(model.parameters())
     return {"timing": "light", "loader": loader_facts(loader),
             "params": [[n, list(p.shape)] for n, p in model.named_parameters()],
-            "param_bytes": [p.numel() * p.element_size() for p in params]}
+            "param_bytes": [p.numel() * p.element_size() for p in params],
+            "memory": _memory_reader(_device_of(model))[0]}
 
 
 def _device_of(model: Any) -> str:
