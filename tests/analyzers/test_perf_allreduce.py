@@ -82,10 +82,10 @@ def test_bucket_advice_from_a_two_process_gloo_run_and_its_check(tmp_path: Path)
           f"{adv.ddp['predicted_tail'] * 1e3:.1f} ms, measured {measured_proposed * 1e3:.1f} ms")
     # the prediction, made from the default run, holds for the run it proposed (within the
     # noise of a shared 2-core machine, where the all-reduce competes with the compute: a
-    # factor 4 either way; units or a wrong bucket model would be off by far more)
+    # factor 5 either way; units or a wrong bucket model would be off by far more)
     for pred, meas in ((adv.ddp["default_tail"], measured_default),
                        (adv.ddp["predicted_tail"], measured_proposed)):
-        assert 0.25 < meas / pred < 4.0
+        assert 0.2 < meas / pred < 5.0
     # the outputs carry it: JSON (the advice) and the Chrome trace (an all-reduce thread)
     js, ch = tmp_path / "perf.json", tmp_path / "trace.json"
     assert main(["perf", str(base_dir), "--json", str(js), "--chrome", str(ch)]) == 0

@@ -78,8 +78,8 @@ class Bandwidth:
 
 def fit_bandwidth(points: list[tuple[int, float]], source: str = "probe") -> Bandwidth | None:
     """Least-squares ``latency + bytes / bandwidth`` over the median time of each size
-    (relative errors; latency clipped at 0); ``None`` without two distinct sizes or when the
-    time does not grow with the size.
+    (relative errors; through the origin when the line would have a negative latency or
+    slope); ``None`` without two distinct sizes.
 
     Example:
         >>> b = fit_bandwidth([(0, 1e-4), (1_000_000, 1.1e-3), (2_000_000, 2.1e-3)])
@@ -97,9 +97,11 @@ def fit_bandwidth(points: list[tuple[int, float]], source: str = "probe") -> Ban
     # relative errors (weights 1/y): the small sizes set the latency, the large the bandwidth,
     # instead of the largest transfer's noise deciding both
     slope, icpt = np.polyfit(x, y, 1, w=1.0 / y)
-    if icpt < 0:  # a negative latency is noise: fit through the origin
+    if icpt < 0 or slope <= 0:
+        # a negative latency is noise, and so is a time that falls with the size (reductions
+        # slowed by whatever else the machine does): fit through the origin instead
         icpt, slope = 0.0, float(np.sum(x / y) / np.sum(x * x / (y * y)))
-    if slope <= 0:
+    if not slope > 0:
         return None
     return Bandwidth(float(icpt), float(1.0 / slope), pts, source)
 
