@@ -242,8 +242,8 @@ def test_memory_peak_per_phase_names_the_phase_that_raised_it(tmp_path: Path) ->
     import subprocess
     import sys
 
-    # a fresh process (this one's high-water mark is whatever earlier tests left): a module
-    # touches 400 MB in the forward only
+    # a fresh process (this one's peak is whatever earlier tests left): a module touches
+    # 400 MB in the forward only
     script = tmp_path / "big.py"
     script.write_text(
         "import sys, torch, netparity\n"
@@ -259,8 +259,10 @@ def test_memory_peak_per_phase_names_the_phase_that_raised_it(tmp_path: Path) ->
     subprocess.run([sys.executable, str(script), str(tmp_path / "t")], check=True,
                    timeout=300)
     mem = analyze(tmp_path / "t").memory
-    assert mem["source"] == "rss_high_water"  # (CPU: no allocator peak to read)
-    assert mem["raised"]["forward"] >= 380 * 2**20
-    assert mem["raised"]["backward"] + mem["raised"]["optimizer"] < 100 * 2**20
-    peak = mem["peak_allocated"]["cpu (RSS high-water)"]
-    assert peak["forward"] >= 400 * 10**6 and peak["step"] == max(peak.values())
+    # Linux: the peak resident set, reset at each phase start (VmHWM / clear_refs)
+    assert mem["source"] == "rss_peak"
+    peak = mem["peak_allocated"]["cpu (RSS peak)"]
+    # the forward's peak holds the 400 MB; backward and optimizer ran after it was freed
+    assert peak["forward"] >= peak["backward"] + 380 * 2**20
+    assert peak["forward"] >= peak["optimizer"] + 380 * 2**20
+    assert peak["step"] == peak["forward"]

@@ -333,8 +333,9 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int = 0) -> PerfResu
 
 def _light_memory(rows: list[dict[str, float]], source: str) -> dict[str, Any]:
     """Memory peak per phase from the light mode's readings at each phase end: the CUDA
-    allocator's peak (reset at each phase start), or the process's RSS high-water mark (it
-    never falls: ``raised`` says which phase pushed it up, summed over the steps)."""
+    allocator's peak or the process's peak RSS (both reset at each phase start: the peak of
+    each phase), or the ``getrusage`` high-water mark (it never falls: ``raised`` says which
+    phase pushed it up, summed over the steps)."""
     order = ("forward", "backward", "optimizer")
     if not source or not any(f"mem_{p}" in r for r in rows for p in order):
         return {}
@@ -342,7 +343,8 @@ def _light_memory(rows: list[dict[str, float]], source: str) -> dict[str, Any]:
             for p in order if any(f"mem_{p}" in r for r in rows)}
     peak["step"] = max(peak.values())
     out: dict[str, Any] = {"source": source, "peak_allocated": {
-        "cuda" if source.startswith("cuda") else "cpu (RSS high-water)": peak}}
+        "cuda" if source.startswith("cuda") else "cpu (RSS peak)" if source == "rss_peak"
+        else "cpu (RSS high-water)": peak}}
     if source == "rss_high_water":
         raised = dict.fromkeys(order, 0)
         for r in rows:

@@ -180,21 +180,46 @@ class TorchTiming(StepTimer):
 
 
 def _memory_reader(device: str) -> tuple[str, Any, Any]:
-    """What the memory peak per phase reads: CUDA's allocator peak (reset at each phase
-    start) on a CUDA model, else the process's resident-set high-water mark (``getrusage``:
-    it never goes down, so a phase shows only when it raised it)."""
+    """What the memory peak per phase reads: CUDA's allocator peak on a CUDA model; else the
+    process's peak resident set (Linux ``/proc/self/status`` ``VmHWM``, reset at each phase
+    start by writing 5 to ``/proc/self/clear_refs``); else (no /proc) the ``getrusage``
+    high-water mark, which never goes down (and after ``exec`` still holds the parent's)."""
     import torch
 
     if device.startswith("cuda") and torch.cuda.is_available():  # (untested: no GPU here)
         dev = torch.device(device)
         return ("cuda.max_memory_allocated", lambda: int(torch.cuda.max_memory_allocated(dev)),
                 lambda: torch.cuda.reset_peak_memory_stats(dev))
+    if _vm_hwm() is not None and _reset_hwm():
+        return ("rss_peak", _vm_hwm, _reset_hwm)
     import resource
     import sys
 
     scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
     return ("rss_high_water", lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
             None)
+
+
+def _vm_hwm() -> Any:
+    """This process's peak resident set in bytes (``VmHWM``), or None without /proc."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _reset_hwm() -> bool:
+    """Reset ``VmHWM`` to the current resident set (Linux >= 4.0); False where refused."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def timing_facts(model: Any, loader: Any = None) -> dict[str, Any]:
