@@ -104,6 +104,7 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
         self._busy = False
         self._installed = False
         self._closed = False
+        self._timer: Any = None  # capture(..., timing=True): the TorchTiming sharing the writer
         self._pid = os.getpid()
         self._hooks: list[Any] = []  # module/optimizer hook handles (until uninstall)
         self._step_hooks = []  # tensor/node hook handles (until step end)
@@ -177,6 +178,8 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
                 self._mode = _OpMode(self)
                 self._mode.__enter__()
             self._install_guard()
+            if self._timer is not None:
+                self._timer.install()
         except BaseException:
             self.uninstall()
             raise
@@ -185,6 +188,8 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
     def uninstall(self) -> None:
         """Remove every hook and pop the dispatch mode. Safe to call twice."""
         self._remove_guard()
+        if self._timer is not None:
+            self._timer.uninstall()
         if self._mode is not None:
             mode, self._mode = self._mode, None
             mode.__exit__(None, None, None)
@@ -213,6 +218,8 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
         if os.getpid() != self._pid:  # a forked child (data-loader worker) owns nothing
             self._closed = True
             return
+        if self._timer is not None:
+            self._timer.close()  # its last step, its hooks (the writer is ours)
         self.uninstall()
         self._closed = True
         self._busy = True
@@ -327,6 +334,8 @@ def capture(
     world_size: int | None = None,
     manifest: dict[str, Any] | None = None,
     stop_on_nonfinite: bool = False,
+    timing: bool = False,
+    loader: Any = None,
 ) -> TorchCapture:
     """Capture ``model`` into the trace directory ``path``.
 
@@ -345,6 +354,10 @@ def capture(
         rank, world_size: default to ``torch.distributed`` or the ``RANK``/``WORLD_SIZE``
             environment variables.
         manifest: extra facts for ``manifest.json`` (seeds, notes...).
+        timing: also record the light timing of each step (``netparity.profile``'s records:
+            phases, module times, gradient-ready times; ``netparity perf`` reads them) into the
+            same trace, numbered by this capture's steps. The times include the capture's own
+            work: compare them with runs captured the same way. ``loader``: as for ``profile``.
         stop_on_nonfinite: stop the run at the first op whose output holds NaN/Inf: its
             inputs are saved to ``<path>/nonfinite/`` and
             :class:`~netparity.capture.nonfinite.NonFiniteStop` is raised with one line
@@ -363,6 +376,18 @@ def capture(
     policy = CapturePolicy(level=level, payload=payload, steps=steps, ranks=ranks,
                            include=include, exclude=exclude, directions=tuple(directions),
                            max_bytes=max_bytes)
-    return TorchCapture(model, path, policy, optimizer=optimizer, rank=rank,
-                        world_size=world_size, manifest=manifest, overwrite=overwrite,
-                        stop_on_nonfinite=stop_on_nonfinite)
+    if not timing:
+        return TorchCapture(model, path, policy, optimizer=optimizer, rank=rank,
+                            world_size=world_size, manifest=manifest, overwrite=overwrite,
+                            stop_on_nonfinite=stop_on_nonfinite)
+    from netparity.frameworks.torch.timing import TorchTiming, timing_facts
+
+    cap = TorchCapture(model, path, policy, optimizer=optimizer, rank=rank,
+                       world_size=world_size, manifest={**timing_facts(model, loader),
+                                                        **(manifest or {})},
+                       overwrite=overwrite, stop_on_nonfinite=stop_on_nonfinite)
+    if cap.writer is not None:  # (a rank the policy leaves out writes nothing)
+        cap._timer = TorchTiming(model, path, optimizer=optimizer, loader=loader,
+                                 global_optimizer=optimizer is None, writer=cap.writer,
+                                 step_of=lambda: cap.step_no, rank=cap.rank)
+    return cap
