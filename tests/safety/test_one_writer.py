@@ -189,6 +189,23 @@ def test_ranks_of_one_run_share_its_run_id(tmp_path):
     assert json.loads((out / "rank1" / "rank.json").read_text())["run_id"] == w0.run_id
 
 
+def test_a_rank_arriving_before_rank_0_wrote_its_manifest_joins_the_run(tmp_path):
+    # rank 0 has claimed the directory (its rank lock is held) but not written manifest.json
+    # yet: another rank arriving in that window used to be refused ("run unknown"); a
+    # 2-process DDP capture hit it
+    from netparity.trace.claim import claim
+
+    out = tmp_path / "t"
+    c0 = claim(out, 0, overwrite=False)
+    assert not (out / "manifest.json").exists()
+    c1 = claim(out, 1, overwrite=False)
+    try:
+        assert c1.run_id == c0.run_id and c0.first and not c1.first
+    finally:
+        c1.release(clean=True)
+        c0.release(clean=True)
+
+
 def test_a_named_run_takes_a_late_rank(tmp_path, monkeypatch):
     out = tmp_path / "t"
     monkeypatch.setenv("NETPARITY_RUN_ID", "job-42")

@@ -197,8 +197,11 @@ def _claim_locked(run_dir: Path, rank: int, overwrite: bool) -> Claim:
 def _decide(run_dir: Path, rank: int, overwrite: bool, fd: int) -> Claim:
     wanted = os.environ.get(RUN_ID_ENV) or None
     own_dir = run_dir / f"rank{rank}"
-    if _live_ranks(run_dir, rank):  # another rank of a running capture: join its run
-        run_id = _manifest_run_id(run_dir)
+    live = _live_ranks(run_dir, rank)
+    if live:  # another rank of a running capture: join its run
+        # its manifest may not be written yet (rank 0 writes it after claiming): the run id is
+        # also in the live ranks' lock files, written while they held the claim lock
+        run_id = _manifest_run_id(run_dir) or _lock_run_id(run_dir, live)
         if run_id is None or (wanted is not None and wanted != run_id):
             raise TraceError(f"{run_dir}: another capture (run {run_id or 'unknown'}) is "
                              "writing into this directory; choose another directory")
@@ -208,9 +211,11 @@ def _decide(run_dir: Path, rank: int, overwrite: bool, fd: int) -> Claim:
                 raise TraceError(f"{own_dir} holds a trace of an older run; choose another "
                                  "directory or pass overwrite=True (--overwrite)")
             aside = _set_aside(run_dir, [own_dir])
+        _note_run_id(fd, run_id)
         return Claim(fd, run_id, first=False, aside=aside)
     if wanted is not None and wanted == _manifest_run_id(run_dir) and not own_dir.exists():
         # a rank of a run named by NETPARITY_RUN_ID that starts after its other ranks ended
+        _note_run_id(fd, wanted)
         return Claim(fd, wanted, first=False)
     old = _trace_entries(run_dir)
     aside = None
@@ -219,7 +224,25 @@ def _decide(run_dir: Path, rank: int, overwrite: bool, fd: int) -> Claim:
             raise TraceError(f"{run_dir} already holds a trace; choose another directory or "
                              "pass overwrite=True (--overwrite)")
         aside = _set_aside(run_dir, old)
-    return Claim(fd, wanted or uuid.uuid4().hex, first=True, aside=aside)
+    run_id = wanted or uuid.uuid4().hex
+    _note_run_id(fd, run_id)
+    return Claim(fd, run_id, first=True, aside=aside)
+
+
+def _note_run_id(fd: int, run_id: str) -> None:
+    """Write ``pid run_id`` into this writer's rank lock file (read by :func:`_lock_run_id`)."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()} {run_id}\n".encode(), 0)
+
+
+def _lock_run_id(run_dir: Path, ranks: list[int]) -> str | None:
+    """The run id a live rank's writer noted in its lock file, or None."""
+    for r in ranks:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            parts = (run_dir / rank_lock_name(r)).read_text().split()
+            if len(parts) >= 2:
+                return parts[1]
+    return None
 
 
 def _set_aside(run_dir: Path, entries: list[Path]) -> Path:

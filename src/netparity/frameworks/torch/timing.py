@@ -75,9 +75,9 @@ class TorchTiming(StepTimer):
                  **({"world_size": dist.get_world_size(), "backend": dist.get_backend()}
                     if distributed else {}),
                  **(manifest or {})}
-        # ranks share the trace directory: rank 0 claims it and writes the manifest first (a
-        # rank arriving before the manifest exists is refused by the trace's claim), then the
-        # others join its run
+        # ranks share the trace directory: rank 0 claims it and writes the manifest first, then
+        # the others join its run (the claim also lets a rank join before the manifest exists:
+        # the order only keeps rank 0 the run's first writer)
         ordered = distributed and dist.get_world_size() > 1 and writer is None
         if ordered and rank != 0:
             dist.barrier()
