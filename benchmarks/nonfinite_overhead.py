@@ -9,6 +9,8 @@ the uninstrumented median step of the same round), with the rounds' range:
 * ``anomaly``: ``torch.autograd.detect_anomaly()`` (forward tracebacks on every autograd node,
   NaN check of every backward function's output) -- what PyTorch offers to find a NaN;
 * ``stats``: netparity module-level statistics capture;
+* ``stop``: ``stop_on_nonfinite=True`` with no ``level`` -- the light stop (the default): one
+  reduction per module output and per gradient, nothing recorded but the loss;
 * ``stats+stop``: the same with ``stop_on_nonfinite=True`` (one ``isfinite().all()`` per output
   of every aten op, forward, backward and update);
 * ``op stats+stop``: op-level statistics capture with ``stop_on_nonfinite=True``.
@@ -74,11 +76,11 @@ def _config(name: str, model: nn.Module, opt: torch.optim.Optimizer, out: Path
         with torch.autograd.detect_anomaly(check_nan=True):
             yield None
     else:
-        level = "op" if name.startswith("op") else "module"
+        level = None if name == "stop" else "op" if name.startswith("op") else "module"
         path = out / name.replace(" ", "_").replace("+", "_")
         shutil.rmtree(path, ignore_errors=True)
         with capture(model, path, level=level, optimizer=opt,
-                     stop_on_nonfinite=name.endswith("+stop")) as cap:
+                     stop_on_nonfinite=name.endswith("stop")) as cap:
             yield cap
 
 
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads (default 1: steadier on a shared machine)")
-    ap.add_argument("--configs", default="plain,anomaly,stats,stats+stop,op stats+stop")
+    ap.add_argument("--configs", default="plain,anomaly,stats,stop,stats+stop,op stats+stop")
     a = ap.parse_args(argv)
     configs = [c.strip() for c in a.configs.split(",") if c.strip()]
     if "plain" not in configs:
@@ -136,9 +138,10 @@ def main(argv: list[str] | None = None) -> None:
     for c in configs:
         if c != "plain":
             print(f"  {c:16s} {fmt(ratios[c])}")
-    if "anomaly" in ratios and "stats+stop" in ratios:
-        rel = [s / an for s, an in zip(ratios["stats+stop"], ratios["anomaly"])]
-        print(f"  stats+stop / anomaly  x{statistics.median(rel):.2f}")
+    for c in ("stop", "stats+stop"):
+        if "anomaly" in ratios and c in ratios:
+            rel = [s / an for s, an in zip(ratios[c], ratios["anomaly"])]
+            print(f"  {c} / anomaly  x{statistics.median(rel):.2f}")
 
 
 if __name__ == "__main__":

@@ -303,8 +303,6 @@ def test_no_stop_in_a_healthy_run_and_same_trace(tmp_path: Path) -> None:
 
 def test_run_stop_on_nonfinite_unmodified_script(tmp_path: Path,
                                                  capfd: pytest.CaptureFixture[str]) -> None:
-    import sys
-
     script = tmp_path / "train.py"
     script.write_text(
         "import torch\n"
@@ -321,14 +319,25 @@ def test_run_stop_on_nonfinite_unmodified_script(tmp_path: Path,
         "    loss = m(torch.randn(4, 8)).pow(2).mean()\n"
         "    loss.backward(); opt.step(); opt.zero_grad()\n"
         "print('finished')\n")
-    out = tmp_path / "run"
-    rc = main(["run", "-o", str(out), "--stop-on-nonfinite", "--", sys.executable, str(script)])
+    out, stop, err = run_stopping(script, capfd)
+    assert len(stop) == 1 and "introduced by log in 1 (forward, step 0" in stop[0]
+    assert "train.py:8" in stop[0] and "Traceback" not in err and "Warning" not in err
+    assert (out / "nonfinite" / "rank0.npz").exists()
+
+
+def run_stopping(script: Path, capfd: pytest.CaptureFixture[str], *flags: str
+                 ) -> tuple[Path, list[str], str]:
+    """``netparity run --stop-on-nonfinite`` on a script that prints ``finished`` unless
+    stopped: the trace directory, the ``netparity: stopped:`` lines and stderr."""
+    import sys
+
+    out = script.parent / "run"
+    rc = main(["run", "-o", str(out), "--stop-on-nonfinite", *flags, "--", sys.executable,
+               str(script)])
     err = capfd.readouterr()
     assert rc == 1 and "finished" not in err.out
-    stop = [ln for ln in err.err.splitlines() if ln.startswith("netparity: stopped:")]
-    assert len(stop) == 1 and "introduced by log in 1 (forward, step 0" in stop[0]
-    assert "train.py:8" in stop[0] and "Traceback" not in err.err and "Warning" not in err.err
-    assert (out / "nonfinite" / "rank0.npz").exists()
+    return out, [ln for ln in err.err.splitlines() if ln.startswith("netparity: stopped:")], \
+        err.err
 
 
 def test_fp16_autocast_overflow_in_one_layer(tmp_path: Path) -> None:

@@ -49,13 +49,14 @@ from netparity.frameworks.torch.adapter import TorchAdapter
 from netparity.frameworks.torch.attribution import BackwardAttribution
 from netparity.frameworks.torch.module_hooks import ModuleHooks
 from netparity.frameworks.torch.nonfinite import NonFiniteGuard
+from netparity.frameworks.torch.nonfinite_light import LightGuard
 from netparity.frameworks.torch.op_dispatch import OpDispatch, _OpMode
 from netparity.frameworks.torch.optimizer_hooks import OptimizerHooks
 from netparity.frameworks.torch.stats_plan import StatsPlanner
 from netparity.trace.schema import Record
 
 
-class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, BackwardAttribution,
+class TorchCapture(LightGuard, NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, BackwardAttribution,
                    StatsPlanner):
     """A capture of a PyTorch model; use :func:`capture` to create one.
 
@@ -79,6 +80,7 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
         auto_step: bool = False,
         detect_loss: bool = False,
         stop_on_nonfinite: bool = False,
+        light: bool = False,
     ):
         if model is not None and not isinstance(model, torch.nn.Module):
             raise UsageError(f"capture expects a torch.nn.Module, got {type(model).__name__}")
@@ -87,6 +89,8 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
             rank = r if rank is None else rank
             world_size = w if world_size is None else world_size
         self.adapter_t = TorchAdapter()
+        if light and stop_on_nonfinite:  # the trace holds losses and data only: say why
+            manifest = dict(manifest or {}, stop_on_nonfinite="light")
         super().__init__(path, self.adapter_t, policy, rank=rank, world_size=world_size,
                          manifest=manifest, overwrite=overwrite)
         self.model = model
@@ -95,6 +99,8 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
         self.auto_step = auto_step
         self.detect_loss = detect_loss
         self.stop_on_nonfinite = stop_on_nonfinite
+        # the light stop (no level asked for): checks only, records only losses and data
+        self.light = light and stop_on_nonfinite
         self._names = {}
         self._param_names = {}
         self._roots = 0
@@ -151,7 +157,9 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
         self._installed = True
         try:
             mm = torch.nn.modules.module
-            if self.global_mode:
+            if self.light:
+                self._install_light()
+            elif self.global_mode:
                 self._hooks.append(mm.register_module_forward_pre_hook(self._global_pre))
                 self._hooks.append(mm.register_module_forward_hook(
                     self._global_post, with_kwargs=True, always_call=True))
@@ -171,12 +179,14 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
                         self._hooks.append(prm.register_post_accumulate_grad_hook(
                             functools.partial(self._acc_grad, name)))
             om = _optim_mod
-            self._hooks.append(om.register_optimizer_step_pre_hook(self._opt_pre))
-            self._hooks.append(om.register_optimizer_step_post_hook(self._opt_post))
-            if self.policy.ops:
+            if not self.light:
+                self._hooks.append(om.register_optimizer_step_pre_hook(self._opt_pre))
+                self._hooks.append(om.register_optimizer_step_post_hook(self._opt_post))
+            if self.policy.ops and not self.light:
                 self._mode = _OpMode(self)
                 self._mode.__enter__()
-            self._install_guard()
+            if not self.light:
+                self._install_guard()
         except BaseException:
             self.uninstall()
             raise
@@ -194,6 +204,9 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
         self._clear_step_hooks()
         self._tls.stack.clear()
         self._tls.bwd.clear()
+        if self.light and self._installed:
+            self._lg_stack.clear()
+            self._lg_clear()
         self._installed = False
 
     def _clear_step_hooks(self) -> None:
@@ -224,6 +237,8 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
 
     def record_loss(self, loss: Any) -> None:
         """Record the loss of this step (``kind="loss"``, ``op="loss"``, module ``""``)."""
+        if self.light and self._installed and isinstance(loss, _Tensor):
+            self._lg_check_loss(loss)
         if not self._on or not isinstance(loss, _Tensor):
             return
         n = self._custom_calls.get("\0loss", 0)
@@ -254,7 +269,9 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
     def step(self) -> None:
         """End of a training iteration: record parameters and gradients unless an optimizer
         step hook already did, then advance the step counter."""
-        if self._on and self._params_done != self.step_no and (
+        if self.light and self._installed:
+            self._lg_clear()
+        elif self._on and self._params_done != self.step_no and (
             self.model is not None or self._param_names
         ):
             self._record_params(None if self.optimizer is None else self.optimizer,
@@ -313,7 +330,7 @@ def capture(
     model: torch.nn.Module,
     path: str | os.PathLike[str],
     *,
-    level: str = "module",
+    level: str | None = None,
     payload: str = "stats",
     steps: Any = None,
     ranks: Any = None,
@@ -333,7 +350,9 @@ def capture(
     Args:
         model: the ``torch.nn.Module`` to observe (module paths are relative to it).
         path: trace directory; ``rank{N}/`` is written inside it.
-        level: ``module``, ``op`` (every aten op) or ``both``.
+        level: ``module`` (the default), ``op`` (every aten op) or ``both``. Left out with
+            ``stop_on_nonfinite=True``: the light stop, which records nothing but losses and
+            data (see :mod:`.nonfinite_light`).
         payload: ``stats``, ``tensors`` (also store every tensor) or ``hash``.
         steps, ranks: which steps / ranks to capture (``"0,2-4"``, a list, or ``None`` = all).
         include, exclude: glob patterns on module paths, op names and parameter names.
@@ -360,9 +379,10 @@ def capture(
         >>> with capture(m, tempfile.mkdtemp(), level="both") as cap:
         ...     _ = m(torch.ones(1, 2)); cap.step()
     """
-    policy = CapturePolicy(level=level, payload=payload, steps=steps, ranks=ranks,
+    light = level is None and stop_on_nonfinite
+    policy = CapturePolicy(level=level or "module", payload=payload, steps=steps, ranks=ranks,
                            include=include, exclude=exclude, directions=tuple(directions),
                            max_bytes=max_bytes)
     return TorchCapture(model, path, policy, optimizer=optimizer, rank=rank,
                         world_size=world_size, manifest=manifest, overwrite=overwrite,
-                        stop_on_nonfinite=stop_on_nonfinite)
+                        stop_on_nonfinite=stop_on_nonfinite, light=light)
