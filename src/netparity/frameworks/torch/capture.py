@@ -47,6 +47,7 @@ from netparity.errors import UsageError
 from netparity.frameworks.torch._common import _TLS, _flatten, _Tensor
 from netparity.frameworks.torch.adapter import TorchAdapter
 from netparity.frameworks.torch.attribution import BackwardAttribution
+from netparity.frameworks.torch.loss_scale import ScalerWatch
 from netparity.frameworks.torch.module_hooks import ModuleHooks
 from netparity.frameworks.torch.nonfinite import NonFiniteGuard
 from netparity.frameworks.torch.nonfinite_light import LightGuard
@@ -56,7 +57,7 @@ from netparity.frameworks.torch.stats_plan import StatsPlanner
 from netparity.trace.schema import Record
 
 
-class TorchCapture(LightGuard, NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, BackwardAttribution,
+class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, BackwardAttribution,
                    StatsPlanner):
     """A capture of a PyTorch model; use :func:`capture` to create one.
 
@@ -81,6 +82,7 @@ class TorchCapture(LightGuard, NonFiniteGuard, OptimizerHooks, OpDispatch, Modul
         detect_loss: bool = False,
         stop_on_nonfinite: bool = False,
         light: bool = False,
+        scaler: Any = None,
     ):
         if model is not None and not isinstance(model, torch.nn.Module):
             raise UsageError(f"capture expects a torch.nn.Module, got {type(model).__name__}")
@@ -101,6 +103,7 @@ class TorchCapture(LightGuard, NonFiniteGuard, OptimizerHooks, OpDispatch, Modul
         self.stop_on_nonfinite = stop_on_nonfinite
         # the light stop (no level asked for): checks only, records only losses and data
         self.light = light and stop_on_nonfinite
+        self.scaler = scaler
         self._names = {}
         self._param_names = {}
         self._roots = 0
@@ -187,6 +190,7 @@ class TorchCapture(LightGuard, NonFiniteGuard, OptimizerHooks, OpDispatch, Modul
                 self._mode.__enter__()
             if not self.light:
                 self._install_guard()
+            self._install_scaler()
         except BaseException:
             self.uninstall()
             raise
@@ -194,6 +198,7 @@ class TorchCapture(LightGuard, NonFiniteGuard, OptimizerHooks, OpDispatch, Modul
 
     def uninstall(self) -> None:
         """Remove every hook and pop the dispatch mode. Safe to call twice."""
+        self._remove_scaler()
         self._remove_guard()
         if self._mode is not None:
             mode, self._mode = self._mode, None
@@ -344,6 +349,7 @@ def capture(
     world_size: int | None = None,
     manifest: dict[str, Any] | None = None,
     stop_on_nonfinite: bool = False,
+    scaler: Any = None,
 ) -> TorchCapture:
     """Capture ``model`` into the trace directory ``path``.
 
@@ -369,6 +375,10 @@ def capture(
             :class:`~netparity.capture.nonfinite.NonFiniteStop` is raised with one line
             naming the op, module, direction, step, source and cause.
 
+        scaler: the ``torch.amp.GradScaler`` whose scale and overflow are recorded after each
+            ``update()`` (``loss_scale``, ``loss_scale_overflow``); ``None``: any GradScaler
+            used while the capture is installed (see :mod:`.loss_scale`).
+
     Returns:
         A :class:`TorchCapture`: a context manager and a decorator, with ``record_loss``,
         ``record`` and ``step``.
@@ -385,4 +395,4 @@ def capture(
                            max_bytes=max_bytes)
     return TorchCapture(model, path, policy, optimizer=optimizer, rank=rank,
                         world_size=world_size, manifest=manifest, overwrite=overwrite,
-                        stop_on_nonfinite=stop_on_nonfinite, light=light)
+                        stop_on_nonfinite=stop_on_nonfinite, light=light, scaler=scaler)

@@ -63,6 +63,7 @@ class NonFiniteGuard:
     _stopped = False
     # provided by the capture this is mixed into
     _busy: bool
+    _scaler_seen: bool
     _tls: Any
     _in_update: int
     _param_names: dict[int, str]
@@ -90,7 +91,8 @@ class NonFiniteGuard:
     def _guarded(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run one op; stop when a floating-point output holds NaN/Inf."""
         out = func(*args, **kwargs)
-        if self._busy or self._stopped:
+        if self._busy or self._stopped or (self._scaler_seen and (
+                self._in_update or _in_backward())):  # loss scaling handles those
             return out
         outs = computed_outputs(func, out)
         if not outs:

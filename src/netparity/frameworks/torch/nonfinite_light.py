@@ -41,19 +41,25 @@ import functools
 import math
 import os
 import warnings
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 import torch.optim.optimizer as _optim_mod
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from netparity import hoststats
 from netparity.capture.nonfinite import NonFiniteStop, save_origin, stop_message
 from netparity.frameworks.torch._common import _flatten, _flatten_call, _in_backward
+from netparity.frameworks.torch.adapter import _HOST_READY, _kernel_view
 from netparity.frameworks.torch.nonfinite import computed_outputs
 
 _Tensor = torch.Tensor
 _HALF = (torch.float16, torch.bfloat16)
+#: up to this many elements the statistics kernel's one pass beats torch.sum on a CPU tensor
+_KERNEL_MAX = 1 << 18
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 _nn = torch.nn
@@ -63,6 +69,18 @@ _SAFE_MODULES = frozenset({
     _nn.ReLU, _nn.ReLU6, _nn.Hardtanh, _nn.Identity, _nn.Flatten, _nn.Unflatten, _nn.MaxPool1d,
     _nn.MaxPool2d, _nn.MaxPool3d, _nn.AdaptiveMaxPool1d, _nn.AdaptiveMaxPool2d,
     _nn.AdaptiveMaxPool3d, _nn.Dropout, _nn.Dropout1d, _nn.Dropout2d, _nn.Dropout3d,
+})
+#: modules whose backward turns finite gradients and finite inputs into finite gradients
+#: (short of overflow): the gradients at their inputs and outputs are not checked. A NaN/Inf
+#: they pass back reaches the next checked gradient -- the input of an enclosing or
+#: consuming module of another type (user code), whose replay contains them.
+_BACKWARD_SAFE = _SAFE_MODULES | frozenset({
+    _nn.Linear, _nn.Bilinear, _nn.Conv1d, _nn.Conv2d, _nn.Conv3d, _nn.ConvTranspose1d,
+    _nn.ConvTranspose2d, _nn.ConvTranspose3d, _nn.BatchNorm1d, _nn.BatchNorm2d,
+    _nn.BatchNorm3d, _nn.LayerNorm, _nn.GroupNorm, _nn.Embedding, _nn.Sequential,
+    _nn.ModuleList, _nn.ModuleDict, _nn.Tanh, _nn.Sigmoid, _nn.GELU, _nn.SiLU, _nn.Softmax,
+    _nn.LogSoftmax, _nn.AvgPool1d, _nn.AvgPool2d, _nn.AvgPool3d, _nn.AdaptiveAvgPool1d,
+    _nn.AdaptiveAvgPool2d, _nn.AdaptiveAvgPool3d, _nn.LeakyReLU, _nn.ELU,
 })
 
 
@@ -77,6 +95,11 @@ def light_nonfinite(t: torch.Tensor) -> bool:
     """
     if not t.is_floating_point() or not t.numel():
         return False
+    kernel = hoststats._kernel
+    if kernel is not None and t.numel() <= _KERNEL_MAX:  # small CPU float32/64: faster in C
+        a = _kernel_view(t.detach(), _HOST_READY)
+        if a is not None:  # (None also for finite values beyond float16's range: look again)
+            return kernel.vec(a, 1) is None and not bool(np.isfinite(a).all())
     s = t.detach().sum(dtype=torch.float32) if t.dtype in _HALF else t.detach().sum()
     if math.isfinite(float(s)):
         return False
@@ -87,7 +110,8 @@ class _LCall:
     """One module call as the light guard keeps it: its inputs until its output is checked
     (and, when the backward may need to replay it, until the next forward)."""
 
-    __slots__ = ("path", "module", "args", "kwargs", "vers", "rng", "parent", "out_ids", "safe")
+    __slots__ = ("path", "module", "args", "kwargs", "vers", "rng", "parent", "out_ids", "safe",
+                 "watch")
 
     def __init__(self, path: str, module: torch.nn.Module, args: Any, kwargs: Any,
                  parent: _LCall | None):
@@ -97,9 +121,30 @@ class _LCall:
         self.kwargs = kwargs
         self.parent = parent
         self.vers = _versions(args, kwargs)
-        self.rng = torch.get_rng_state()
+        # the RNG state a replay starts from: only where random numbers may be drawn
+        self.rng = torch.get_rng_state() if _may_draw(module) else None
         self.out_ids: list[int] = []
         self.safe = False
+        # the gradients at its inputs and outputs are checked (not a _BACKWARD_SAFE type, or
+        # the root)
+        self.watch = parent is None or type(module) not in _BACKWARD_SAFE
+
+
+#: module -> may a call of it draw random numbers (weak: a capture must not keep models alive)
+_DRAWS: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
+_RANDOM = (_nn.Dropout, _nn.Dropout1d, _nn.Dropout2d, _nn.Dropout3d, _nn.AlphaDropout,
+           _nn.FeatureAlphaDropout, _nn.RReLU)
+
+
+def _may_draw(module: torch.nn.Module) -> bool:
+    """May a call of ``module`` draw random numbers? A dropout-like module, or code outside
+    ``torch.nn`` (a user's forward may call ``torch.rand``), anywhere in its tree."""
+    hit = _DRAWS.get(module)
+    if hit is None:
+        hit = _DRAWS[module] = any(
+            isinstance(m, _RANDOM) or not type(m).__module__.startswith("torch.nn.")
+            for m in module.modules())
+    return hit
 
 
 def _versions(args: Any, kwargs: Any) -> tuple[int, ...]:
@@ -138,6 +183,7 @@ class LightGuard:
     light = False
     # provided by the capture this is mixed into (annotations only)
     _stopped: bool
+    _scaler_seen: bool
     _hooks: list[Any]
     _names: dict[int, str]
     model: Any
@@ -156,6 +202,7 @@ class LightGuard:
         self._lg_ok: dict[int, tuple[torch.Tensor, int]] = {}  # outputs already checked
         self._lg_consumers: dict[int, list[_LCall]] = {}
         self._lg_grads: dict[int, torch.Tensor] = {}  # finite output gradients by tensor id
+        self._lg_hooked: dict[int, torch.Tensor] = {}  # tensors whose gradient is checked
         self._lg_replay: list[str] | None = None  # module paths while a replay runs
         self._lg_last: _LCall | None = None  # the last root call (its outputs feed the loss)
         mm = torch.nn.modules.module
@@ -170,8 +217,12 @@ class LightGuard:
                     functools.partial(self._lg_pre, path), with_kwargs=True))
                 self._hooks.append(m.register_forward_hook(
                     functools.partial(self._lg_post, path), with_kwargs=True, always_call=True))
+            # float16/bfloat16 parameters only: a float32 weight gradient made from a finite
+            # output gradient and finite inputs (both checked) cannot overflow short of 3e38;
+            # one made non-finite inside a module (a reparametrised weight) is caught at the
+            # next forward, in the updated parameter
             for name, prm in self.model.named_parameters():
-                if prm.requires_grad:
+                if prm.requires_grad and prm.dtype in _HALF:
                     self._hooks.append(prm.register_post_accumulate_grad_hook(
                         functools.partial(self._lg_param_grad, name)))
         if self.auto_step:  # netparity run: an optimizer step ends a step
@@ -179,11 +230,12 @@ class LightGuard:
                 self._lg_opt_post))
 
     def _lg_opt_post(self, opt: Any, args: Any, kwargs: Any) -> None:
-        if self._owns(opt):  # type: ignore[attr-defined]
-            self.step()  # type: ignore[attr-defined]
+        if self._owns(opt) and not self._scaler_seen:  # type: ignore[attr-defined]
+            self.step()  # type: ignore[attr-defined]  # (with a scaler: at its update())
 
     def _lg_clear(self) -> None:
-        for d in (self._lg_calls, self._lg_ok, self._lg_consumers, self._lg_grads):
+        for d in (self._lg_calls, self._lg_ok, self._lg_consumers, self._lg_grads,
+                  self._lg_hooked):
             d.clear()
 
     # -- forward ---------------------------------------------------------------------------
@@ -220,9 +272,20 @@ class LightGuard:
             c.safe = all(ok.get(id(a), (None, -1))[0] is a and ok[id(a)][1] == a._version
                          for a in args if isinstance(a, _Tensor) and a.is_floating_point())
         cons = self._lg_consumers
+        grad = c.watch and torch.is_grad_enabled()
         for a in args:
             if isinstance(a, _Tensor):
                 cons.setdefault(id(a), []).append(c)
+                if grad and a.requires_grad and a.is_floating_point():
+                    self._lg_watch(a, None)
+
+    def _lg_watch(self, t: torch.Tensor, producer: _LCall | None) -> None:
+        """Check the gradient that reaches ``t`` (one hook per tensor)."""
+        tid = id(t)
+        if self._lg_hooked.get(tid) is t:
+            return
+        self._lg_hooked[tid] = t
+        t.register_hook(functools.partial(self._lg_grad, producer, tid))
 
     def _lg_post(self, path: str, module: torch.nn.Module, args: Any, kwargs: Any,
                  out: Any) -> None:
@@ -257,8 +320,10 @@ class LightGuard:
                 self._lg_forward_bad(c, a)
                 return
             ok[id(t)] = (t, t._version)
-            if hooks and t.requires_grad:
-                t.register_hook(functools.partial(self._lg_out_grad, c, id(t)))
+        if hooks and c.watch:
+            for _, t in outs:
+                if t.requires_grad and t.is_floating_point():
+                    self._lg_watch(t, c)
         if hooks:
             self._lg_calls.append(c)
         if not st:
@@ -286,30 +351,39 @@ class LightGuard:
 
     # -- backward --------------------------------------------------------------------------
 
-    def _lg_out_grad(self, producer: _LCall, tid: int, grad: torch.Tensor) -> None:
-        if self._stopped or self._lg_replay is not None or not isinstance(grad, _Tensor):
+    def _lg_grad(self, producer: _LCall | None, tid: int, grad: torch.Tensor) -> None:
+        """The gradient reaching a checked tensor (the output of ``producer``, or an input of a
+        checked module): at the first non-finite one, replay the calls whose backward made it
+        -- the tensor's consumers, latest first, then the modules enclosing them."""
+        if (self._stopped or self._lg_replay is not None or not isinstance(grad, _Tensor)
+                or self._scaler_seen):  # loss scaling: overflowing gradients are expected
             return
         if not light_nonfinite(grad):
             self._lg_grads[tid] = grad
             return
-        cands = list(reversed(self._lg_consumers.get(tid, [])))
-        p = producer.parent
+        cons = self._lg_consumers.get(tid, [])
+        cands = list(reversed(cons))
+        p = (cons[0] if cons else producer)
+        p = p.parent if p is not None else None
         while p is not None:
             cands.append(p)
             p = p.parent
         for k in cands:
             self._lg_replay_backward(k)
-        if not self._lg_consumers.get(tid) and producer.parent is None:
-            self._lg_module_stop(producer, "backward", "introduced",
+        where = producer or (cons[0] if cons else None)
+        if where is None:
+            return
+        if not cons and where.parent is None:
+            self._lg_module_stop(where, "backward", "introduced",
                                  "the gradient of the model's output is non-finite: the loss "
                                  "computation (outside the model) made it", loss=True)
-        self._lg_module_stop(producer, "backward", "introduced",
-                             "first non-finite gradient at this module's output (made by the "
-                             "backward of the code that consumed it; not found again on a "
-                             "replay)")
+        self._lg_module_stop(where, "backward", "introduced",
+                             "first non-finite gradient checked here (made by the backward of "
+                             "the code that consumed this tensor; not found again on a replay)")
 
     def _lg_param_grad(self, name: str, prm: torch.Tensor) -> None:
-        if self._stopped or self._lg_replay is not None or prm.grad is None:
+        if (self._stopped or self._lg_replay is not None or prm.grad is None
+                or self._scaler_seen):
             return
         if not light_nonfinite(prm.grad):
             return
@@ -330,7 +404,8 @@ class LightGuard:
         the RNG state are put back; the RNG starts where the call started (same dropout)."""
         bufs = [(b, b.detach().clone()) for b in c.module.buffers()]
         rng = torch.get_rng_state()
-        torch.set_rng_state(c.rng)
+        if c.rng is not None:
+            torch.set_rng_state(c.rng)
         self._lg_replay = [c.path]
         try:
             yield
