@@ -521,3 +521,26 @@ def test_ddp_gradient_not_all_reduced(tmp_path: Path) -> None:
     assert not r and any("gradient of module.2.weight after all-reduce" in p
                          for p in r.problems)
     assert main(["numerics", str(out)]) == 1
+
+
+# ---- the numerics section of `netparity step`'s report -----------------------------------------
+def test_step_report_shows_each_sides_numerics(tmp_path: Path) -> None:
+    from netparity.analyzers.step import Phase, StepResult
+    from netparity.report.sections import sections_for
+
+    _train(_net(), tmp_path / "ok")
+    _train(_net(LogBlock()), tmp_path / "bad")
+    r = StepResult([Phase("setup")], {}, {}, {}, {}, "out")
+    r.numerics = {"ref": analyze(tmp_path / "ok"), "cand": analyze(tmp_path / "bad")}
+    sec = next(s for s in sections_for(r) if s.key == "numerics")
+    assert sec.status == "warn" and sec.rows[0] == ("reference", "healthy")
+    assert sec.rows[1][0] == "candidate" and "non-finite values from 1 / log" in sec.rows[1][1]
+    lines = [ln for b in sec.blocks for ln in getattr(b, "lines", [])]
+    assert any(ln.startswith("candidate: NaN/Inf introduced at 1 / log (forward, step 0) at "
+                             "test_numerics.py:") for ln in lines)
+    j = r.to_json()["numerics"]
+    assert j["ref"]["healthy"] and not j["cand"]["healthy"]
+    assert j["cand"]["first_nonfinite"]["op"] == "log"
+    r.numerics = {"ref": r.numerics["ref"]}
+    sec = next(s for s in sections_for(r) if s.key == "numerics")
+    assert sec.status == "pass" and "healthy" in sec.headline
