@@ -451,6 +451,15 @@ dist.destroy_process_group()
 """
 
 
+def _free_port() -> str:
+    """A TCP port nothing listens on now (other test runs share this machine)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("init", ["same", "diff"])
 def test_two_ranks_initial_weights(tmp_path: Path, init: str) -> None:
@@ -462,7 +471,7 @@ def test_two_ranks_initial_weights(tmp_path: Path, init: str) -> None:
         pytest.skip("torchrun not found next to the Python interpreter")
     (tmp_path / "ranks.py").write_text(RANKS)
     out = tmp_path / "trace"
-    port = "29561" if init == "same" else "29562"
+    port = _free_port()
     assert main(["run", "-o", str(out), "--", torchrun, "--nproc-per-node", "2",
                  "--master-port", port, str(tmp_path / "ranks.py"), init]) == 0
     r = analyze(out)
@@ -510,7 +519,7 @@ def test_ddp_gradient_not_all_reduced(tmp_path: Path) -> None:
     (tmp_path / "ddp.py").write_text(DDP)
     out = tmp_path / "trace"
     assert main(["run", "-o", str(out), "--", torchrun, "--nproc-per-node", "2",
-                 "--master-port", "29563", str(tmp_path / "ddp.py")]) == 0
+                 "--master-port", _free_port(), str(tmp_path / "ddp.py")]) == 0
     r = analyze(out)
     rc = r.ranks_consistent
     assert rc is not None and rc["ranks"] == [0, 1]

@@ -199,3 +199,20 @@ def test_light_run_stop_on_nonfinite(tmp_path: Path,
     assert "Traceback" not in err
     manifest = (out / "manifest.json").read_text()
     assert '"stop_on_nonfinite": "light"' in manifest
+
+
+class ZeroInPlace(torch.nn.Module):
+    """Writes its input in place (so it cannot be replayed on it), then takes its log."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.mul_(0.0)
+        return torch.log(x)
+
+
+def test_light_input_written_in_place_replays_the_parent(tmp_path: Path) -> None:
+    """The module that made the NaN overwrote its input: the replay goes one level up (the
+    model, whose input is intact) and still names the op inside that module."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), ZeroInPlace(), torch.nn.Linear(8, 1))
+    e = _stop(model, tmp_path / "t", torch.randn(16, 8))
+    assert "introduced by log in 1 (forward, step 0" in str(e)
+    assert "log of zero or negative input" in str(e) and "128 zeros of 128" in str(e)

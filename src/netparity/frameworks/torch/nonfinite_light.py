@@ -339,15 +339,18 @@ class LightGuard:
             self._lg_module_stop(c, "forward", "introduced",
                                  f"output {arg or '0'} is non-finite while its inputs are finite;"
                                  " the op was not found again on a replay (non-deterministic?)")
-        if c.parent is not None and not (not bad_in and written):
-            return  # the parent's code made (or passed on) the bad input: it is the candidate
+        if c.parent is not None:
+            # the parent's code made (or passed on) the bad input, or this call overwrote its
+            # inputs: the parent, replayed on its own inputs, is the candidate
+            return
         if bad_in:
             self._lg_module_stop(c, "forward", "entered",
                                  f"NaN/Inf already in input {bad_in[0]} of this top-level "
                                  "module (the data batch, or a value made outside any module)")
         self._lg_module_stop(c, "forward", "introduced",
                              "output non-finite; its inputs were written in place since the call,"
-                             " so it cannot be replayed")
+                             " so it cannot be replayed (the saved inputs are the overwritten "
+                             "ones)")
 
     # -- backward --------------------------------------------------------------------------
 
@@ -417,12 +420,26 @@ class LightGuard:
                     b.copy_(v)
 
     def _lg_replay_forward(self, c: _LCall) -> None:
-        with self._lg_sandbox(c), _ReplayMode(self, "forward", c):
-            c.module.forward(*c.args, **(c.kwargs or {}))
+        try:
+            with self._lg_sandbox(c), _ReplayMode(self, "forward", c):
+                c.module.forward(*c.args, **(c.kwargs or {}))
+        except NonFiniteStop:
+            raise
+        except Exception:  # noqa: BLE001 - a module that cannot run again: name it instead
+            return
 
     def _lg_replay_backward(self, c: _LCall) -> None:
         """Replay ``c``'s forward on its saved inputs, then its backward from the saved (finite)
-        gradients of its outputs under the checking mode."""
+        gradients of its outputs under the checking mode (a call that cannot run again is
+        skipped: the stop then names a module)."""
+        try:
+            self._lg_replay_backward_call(c)
+        except NonFiniteStop:
+            raise
+        except Exception:  # noqa: BLE001
+            return
+
+    def _lg_replay_backward_call(self, c: _LCall) -> None:
         if _versions(c.args, c.kwargs) != c.vers:
             return
         grads = [self._lg_grads.get(i) for i in c.out_ids]
