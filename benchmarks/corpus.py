@@ -9,12 +9,14 @@ Pairs:
 * timm's Vision Transformer with AdamW (nobody here wrote it): against itself in float64,
   bfloat16 and on another thread count (faithful), with five transformer mistakes, and against
   an independent MindSpore port (faithful, four mistakes; ``--op`` adds op level);
+* transformers' GPT-2 (nobody here wrote it) as a causal LM with AdamW, gradient clipping and
+  warmup: against itself in float64 and on another thread count (faithful), five mistakes;
 * torchvision's MobileNetV2 (nobody here wrote it) -> a PyTorch port with its conv+BN+ReLU6
   groups flattened (another module tree), through ``netparity compare``: faithful, and with the
   stem's BatchNorm eps copied from a Keras MobileNet (1e-3).
 
 Run (a few minutes per ResNet pair on 2 cores):
-    .venv/bin/python benchmarks/corpus.py [--depth 18] [--only resnet|mobilenet|vit|msvit] [--op]
+    .venv/bin/python benchmarks/corpus.py [--depth 18] [--only resnet|mobilenet|vit|msvit|gpt2] [--op]
 """
 
 from __future__ import annotations
@@ -104,8 +106,6 @@ def vit_rows(ms: bool, op: bool) -> list[tuple[str, ...]]:
     (``tests/corpus/ms_vit_spec.py``), through ``netparity step``."""
     from tests.corpus import ms_vit_spec, vit_spec
 
-    from netparity.workflow.step import run_step_parity
-
     ref = str(Path(vit_spec.__file__))
     if ms:
         cand, pair = str(Path(ms_vit_spec.__file__)), "vit timm -> mindspore port"
@@ -125,6 +125,29 @@ def vit_rows(ms: bool, op: bool) -> list[tuple[str, ...]]:
         # last: torch's thread count is process-wide
         cases += [("faithful 1 vs 2 threads", {"threads": 2}, {"threads": 1}, "module")]
         found = vit_spec.FOUND_AT
+    return _step_rows(pair, ref, cand, cases, found)
+
+
+def gpt2_rows() -> list[tuple[str, ...]]:
+    """transformers' GPT-2 (AdamW, clipping, warmup) against itself in float64 and on another
+    thread count, and with five mistakes (``tests/corpus/gpt2_spec.py``)."""
+    from tests.corpus import gpt2_spec
+
+    spec = str(Path(gpt2_spec.__file__))
+    cases: list[tuple[str, dict, dict, str]] = [
+        ("faithful float64 candidate", {}, {"dtype": "float64"}, "module")]
+    cases += [(b, {}, {"bug": b}, "module") for b in gpt2_spec.BUGS]
+    cases += [("faithful 1 vs 2 threads", {"threads": 2}, {"threads": 1}, "module")]
+    return _step_rows("gpt2 transformers -> itself (torch)", spec, spec, cases,
+                      gpt2_spec.FOUND_AT)
+
+
+def _step_rows(pair: str, ref: str, cand: str, cases: list[tuple[str, dict, dict, str]],
+               found: dict) -> list[tuple[str, ...]]:
+    """One ``netparity step`` run (3 steps, no eval) per case: (name, reference options,
+    candidate options, level); the row says whether the answer is the expected one."""
+    from netparity.workflow.step import run_step_parity
+
     rows = []
     for name, ropt, copt, level in cases:
         t0 = time.perf_counter()
@@ -155,7 +178,7 @@ def _verdict(want: tuple, got: tuple) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--depth", type=int, default=18)
-    ap.add_argument("--only", choices=("resnet", "mobilenet", "vit", "msvit"))
+    ap.add_argument("--only", choices=("resnet", "mobilenet", "vit", "msvit", "gpt2"))
     ap.add_argument("--op", action="store_true", help="also op level (ResNet)")
     ap.add_argument("--bugs", help="comma-separated subset of the demo bugs")
     args = ap.parse_args()
@@ -165,6 +188,8 @@ def main() -> int:
         rows += mobilenet_rows()
     if args.only in (None, "vit"):
         rows += vit_rows(ms=False, op=args.op)
+    if args.only in (None, "gpt2"):
+        rows += gpt2_rows()
     if args.only in (None, "msvit"):
         rows += vit_rows(ms=True, op=args.op)
     if args.only in (None, "resnet"):

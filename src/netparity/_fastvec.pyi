@@ -30,3 +30,9 @@ def bind_openmp(prefer: str = "", /) -> str | None:
 
 def unbind_openmp() -> None:
     """threads >= 2 use POSIX threads again."""
+
+def pair_update(ref: Any, ref_kind: int, cand: Any, cand_kind: int, dstate: Any, istate: Any,
+                hist: Any, base: int, numel: int, chunk: int, stride: int, scale: float,
+                rtol: float, atol: float, /) -> None:
+    """Add elements [base, base + n) of a tensor pair (stored bits; kinds 0 float64, 1 float32,
+    2 float16, 3 bfloat16) to its running error metrics (netparity.compare.metrics)."""

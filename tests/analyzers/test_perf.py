@@ -210,3 +210,59 @@ def test_zero_code_profile_of_an_unmodified_script(tmp_path: Path) -> None:
     assert r.modules[0].module == "1" and r.modules[0].cls == "Slow"
     assert all(s["optimizer"] > 0 and s["forward"] >= r.modules[0].total * 0.9
                for s in r.steps)
+
+
+def test_capture_with_timing_records_both_into_one_trace(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = _Net(slow=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(_Data(0.0), batch_size=4)
+    with netparity.capture(model, str(tmp_path / "t"), timing=True, optimizer=opt,
+                           loader=loader) as cap:
+        for i, x in enumerate(loader):
+            if i == 3:
+                break
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+            cap.step()
+    tr = open_trace(tmp_path / "t")
+    assert tr.count(kind="module") > 0 and tr.count(kind="timing") > 0  # accuracy and timing
+    assert tr.manifest["timing"] == "light" and tr.manifest["loader"]["batch_size"] == 4
+    # the timing steps are the capture's steps
+    cap_steps = sorted(set(tr.scan(["step"], kind="module")["step"].tolist()))
+    r = analyze(tr)
+    assert [s["step"] for s in r.steps] == cap_steps == [0, 1, 2]
+    assert r.modules[0].module == "extra"  # the sleeping module, capture work and all
+    assert all(s["backward"] > 0 and s["optimizer"] > 0 for s in r.steps)
+    assert not model._forward_hooks and type(loader) is torch.utils.data.DataLoader
+
+
+def test_memory_peak_per_phase_names_the_phase_that_raised_it(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    # a fresh process (this one's peak is whatever earlier tests left): a module touches
+    # 400 MB in the forward only
+    script = tmp_path / "big.py"
+    script.write_text(
+        "import sys, torch, netparity\n"
+        "class Big(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        t = torch.ones(100_000_000)\n"
+        "        return x + t[:1].sum() * 0\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(8, 8), Big())\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "with netparity.profile(m, sys.argv[1], optimizer=opt):\n"
+        "    for _ in range(3):\n"
+        "        m(torch.ones(2, 8)).sum().backward(); opt.step(); opt.zero_grad()\n")
+    subprocess.run([sys.executable, str(script), str(tmp_path / "t")], check=True,
+                   timeout=300)
+    mem = analyze(tmp_path / "t").memory
+    # Linux: the peak resident set, reset at each phase start (VmHWM / clear_refs)
+    assert mem["source"] == "rss_peak"
+    peak = mem["peak_allocated"]["cpu (RSS peak)"]
+    # the forward's peak holds the 400 MB; backward and optimizer ran after it was freed
+    assert peak["forward"] >= peak["backward"] + 380 * 2**20
+    assert peak["forward"] >= peak["optimizer"] + 380 * 2**20
+    assert peak["step"] == peak["forward"]

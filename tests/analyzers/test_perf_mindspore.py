@@ -19,6 +19,18 @@ from netparity.trace import open_trace  # noqa: E402
 SLEEP = 0.06
 
 
+def _pynative_sgd(net: Any, out: int) -> tuple[Any, Any, Any, Any]:
+    """PyNative mode, an SGD optimizer, a value-and-grad function and a (4x16 -> 4xout) batch."""
+    from mindspore import nn
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    loss_fn = nn.MSELoss()
+    opt = nn.SGD(net.trainable_params(), 0.01)
+    grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, opt.parameters)
+    return (opt, grad_fn, ms.Tensor(np.ones((4, 16), np.float32)),
+            ms.Tensor(np.zeros((4, out), np.float32)))
+
+
 def _ms_run(path: Path) -> None:
     from mindspore import nn
 
@@ -38,12 +50,8 @@ def _ms_run(path: Path) -> None:
         def construct(self, x: Any) -> Any:
             return self.head(self.extra(self.act(self.fc1(x))))
 
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    net, loss_fn = Net(), nn.MSELoss()
-    opt = nn.SGD(net.trainable_params(), 0.01)
-    grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, opt.parameters)
-    x = ms.Tensor(np.ones((4, 16), np.float32))
-    y = ms.Tensor(np.zeros((4, 4), np.float32))
+    net = Net()
+    opt, grad_fn, x, y = _pynative_sgd(net, 4)
     with netparity.profile(net, str(path), optimizer=opt) as prof:
         for _ in range(4):
             _, grads = grad_fn(x, y)
@@ -78,3 +86,65 @@ def test_mindspore_pynative_timing_and_side_by_side_with_torch(tmp_path: Path) -
     assert worst["name"] == "extra" and worst["only"] == "cand"
     paired = {m["name"]: m["cand_name"] for m in c.modules if not m["only"]}
     assert paired["fc1"] == "fc1" and paired["fc2"] == "head"  # Linear <-> Dense
+
+
+def test_mindspore_graph_mode_compile_time_is_separated_from_the_steps(tmp_path: Path) -> None:
+    from mindspore import nn
+
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        net = nn.SequentialCell(nn.Dense(16, 32), nn.ReLU(), nn.Dense(32, 4))
+        opt = nn.SGD(net.trainable_params(), 0.01)
+        train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)
+        x = ms.Tensor(np.ones((4, 16), np.float32))
+        y = ms.Tensor(np.zeros((4, 4), np.float32))
+        # no hook may reach the graph (MindSpore would compile it, and fail on the clock)
+        with netparity.profile(train, str(tmp_path / "g"), optimizer=opt) as prof:
+            for _ in range(4):
+                train(x, y)  # each call of the root is one step: no prof.step() needed
+        assert prof.steps == 4
+        assert "compile" not in train.__dict__ and "compile_and_run" not in train.__dict__
+        losses = [float(train(x, y).asnumpy()) for _ in range(2)]  # unwrapped, still trains
+        assert losses[1] < losses[0]
+    finally:
+        ms.set_context(mode=mode)
+    r = analyze(tmp_path / "g")
+    assert open_trace(tmp_path / "g").manifest["mode"] == "graph"
+    first, rest = r.steps[0], r.steps[1:]
+    # the graph is built in the first step only; later calls find it in the cache
+    assert first["compile"] > 0.5 * first["seconds"]
+    assert all(s["compile"] < 0.1 * first["compile"] for s in rest)
+    assert all(s["forward"] > 0 for s in r.steps)  # the compiled step's execution
+    for s in r.steps:
+        assert s["compile"] + s["forward"] + s["data"] <= s["seconds"] * 1.001
+    f = next(f for f in r.findings if f.kind == "first-step")
+    assert "graph compilation" in f.evidence and "GRAPH_MODE" in f.advice
+    assert r.first_step["compile"] == first["compile"]
+
+
+def test_mindspore_profiler_output_is_read_ops_and_casts(tmp_path: Path) -> None:
+    from mindspore import Profiler, nn, ops
+
+    class Net(nn.Cell):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Dense(16, 8)
+
+        def construct(self, x: Any) -> Any:  # a cast on every forward, as mixed precision does
+            return ops.cast(self.fc(ops.cast(x, ms.float16).astype(ms.float32)), ms.float32)
+
+    net = Net()
+    opt, grad_fn, x, y = _pynative_sgd(net, 8)
+    prof = Profiler(output_path=str(tmp_path / "msprof"))
+    for _ in range(3):
+        _, grads = grad_fn(x, y)
+        opt(grads)
+    prof.analyse()
+    r = analyze(tmp_path / "msprof")  # the output_path: its trace_view.json is found
+    assert r.framework == "mindspore" and r.source == "kineto"
+    names = {o.op for o in r.ops}
+    assert {"MatMul", "Cast"} <= names
+    casts = r.conversions["per_step"]["cast"]
+    assert casts["count"] >= 3 and casts["seconds"] > 0  # (no step markers: the whole run)
+    assert not [f for f in r.findings if f.kind in ("host-overhead", "first-step")]

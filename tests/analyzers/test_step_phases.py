@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from netparity.analyzers.step import (
     SetupFacts,
     StepRun,
     diagnose_step,
     judge_data,
+    judge_loss,
     judge_setup,
     judge_updates,
     optimizer_mismatch,
 )
+from netparity.compare.results import CompareResult, PairResult
 
 COUNTS = {"total": 10, "trainable": 10, "tensors": 2, "trainable_tensors": 2, "buffers": 0}
 
@@ -60,3 +63,28 @@ def test_setup_failure_skips_every_later_phase():
     j = r.to_json()
     assert j["netparity_step_result_version"] == 1 and j["first_divergence"]["phase"] == "setup"
     assert j["ref"]["params"] == COUNTS
+
+
+def _pair(kind: str, direction: str, role: str, status: str = "pass", **metrics: float
+          ) -> PairResult:
+    return PairResult(f"{kind}|{direction}|{role}", kind, direction, 0, 0, role, "", "", "", "",
+                      "", "float32", "float32", [], [], 1e-4, 0.0, "", status=status,
+                      metrics={"basis": "tensors", **metrics})
+
+
+@pytest.mark.parametrize(("dz_rmse", "fails"), [(1e-5, False), (1e-9, True)])
+def test_a_loss_difference_the_outputs_can_carry_is_not_a_loss_divergence(dz_rmse, fails):
+    # a cross-entropy computed another way turns the logits' accepted rounding difference into
+    # a loss difference; its bound is ||dL/dz|| * ||dz|| (64 logits, gradient rms 0.02)
+    loss = _pair("loss", "forward", "output", "fail", max_abs=1.2e-5, ref_rms=1.63,
+                 noise_bound=5.9e-6)
+    z = _pair("module", "forward", "output", numel=64, rmse=dz_rmse, ref_rms=2.0)
+    g = _pair("module", "backward", "input", numel=64, rmse=0.0, ref_rms=0.02)
+    r = CompareResult(pairs=[z, g], loss=[loss])
+    ph = judge_loss(r, 1.631955, 1.631967)
+    bound = 64 * dz_rmse * 0.02
+    assert ph.evidence["carried_bound"] == pytest.approx(bound)
+    assert (ph.status == "fail") == fails, ph.summary
+    # without the outputs' gradients there is no bound: the loss pair's own verdict stands
+    alone = judge_loss(CompareResult(pairs=[z], loss=[loss]), 1.631955, 1.631967)
+    assert alone.status == "fail" and "carried_bound" not in alone.evidence

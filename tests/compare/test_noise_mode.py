@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -46,6 +47,18 @@ def test_perturb_last_bit_moves_every_float_by_one_ulp_and_leaves_integers():
     assert np.all(steps == 1) and b.dtype == np.float32
     ints = np.arange(5)
     assert perturb_last_bit(ints, rng) is ints
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_perturb_last_bit_keeps_the_extreme_finite_values_finite(dtype):
+    # an attention mask filled with finfo.min (GPT-2's causal mask): one ulp outwards would be
+    # -inf, which the run never computed (and NumPy warns about the overflow)
+    big = np.finfo(dtype).max
+    a = np.array([big, -big] * 50, dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        b = perturb_last_bit(a, np.random.default_rng(1))
+    assert np.all(np.isfinite(b)) and np.all(b != a) and np.all(np.abs(b) < big)
 
 
 def test_comparing_nothing_is_an_error_not_a_pass(net, tmp_path):

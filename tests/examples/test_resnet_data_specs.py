@@ -123,3 +123,20 @@ def test_spec_options_are_validated() -> None:
         resolve_options(nope=1)
     with pytest.raises(UsageError):
         resolve_options(bug="typo")
+
+
+def test_generated_data_is_made_once_per_process_and_removed_at_exit() -> None:
+    # every spec build used to leave a folder of generated images in the temp directory
+    import subprocess
+    import sys
+
+    code = ("from netparity.examples.resnet.specs.common import data_root, resolve_options\n"
+            "a = data_root(resolve_options(steps=2, batch_size=2))\n"
+            "b = data_root(resolve_options(steps=2, batch_size=2))\n"
+            "assert a == b and any(a.iterdir())\n"
+            "print(a)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    from pathlib import Path
+
+    assert not Path(p.stdout.strip()).exists()

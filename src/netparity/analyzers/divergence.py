@@ -26,9 +26,13 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from netparity.compare import engine
+from netparity.compare.pairtable import CODE_RANK, PairTable, row_of
 from netparity.compare.results import CallResult, CompareResult, Divergence, PairResult, worst
 from netparity.compare.verdicts import AMPLIFICATION
 from netparity.errors import UsageError
@@ -52,7 +56,8 @@ def _g(m: dict[str, Any], k: str) -> float:
 
 
 def classify_calls(
-    calls: list[CallResult], pairs: dict[str, PairResult], amplification: float = AMPLIFICATION
+    calls: list[CallResult], pairs: Mapping[str, PairResult],
+    amplification: float = AMPLIFICATION
 ) -> None:
     """Set ``status``, ``origin``, ``note``, ``in_error``/``out_error`` of every call in place."""
     diverged: set[tuple[str, int, int, str]] = set()
@@ -86,7 +91,7 @@ def classify_calls(
             diverged.add(scope)
 
 
-def _divergence(c: CallResult, pairs: dict[str, PairResult]) -> Divergence:
+def _divergence(c: CallResult, pairs: Mapping[str, PairResult]) -> Divergence:
     """The evidence of one call: its worst output pair's headline metrics."""
     outs = [pairs[k] for k in c.outputs if k in pairs]
     bad = [p for p in outs if p.status == c.status] or outs
@@ -108,7 +113,7 @@ def _divergence(c: CallResult, pairs: dict[str, PairResult]) -> Divergence:
 
 
 def first_divergence(
-    calls: list[CallResult], pairs: dict[str, PairResult], direction: str
+    calls: list[CallResult], pairs: Mapping[str, PairResult], direction: str
 ) -> Divergence | None:
     """The first failing call of ``direction`` in execution order (first warning if none fail).
 
@@ -164,34 +169,138 @@ def _introducing_owner(c: CallResult, cs: list[CallResult]) -> CallResult | None
 
 def min_tolerances(pairs: list[PairResult]) -> list[dict[str, Any]]:
     """Per tolerance in use: the smallest atol (at that rtol) and rtol (at that atol) that pass."""
+    return min_tolerance_rows([row_of(p) for p in pairs])
+
+
+def _f(v: Any) -> float:
+    return float(v) if v is not None else 0.0
+
+
+def min_tolerance_rows(rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """:func:`min_tolerances` of pairs given as rows ``(basis, rtol, atol, tol_source,
+    ref_rms, nonfinite mismatch, min_atol, min_rtol)``
+    (:func:`netparity.compare.pairtable.row_of`, :meth:`PairTable.tolerance_rows
+    <netparity.compare.pairtable.PairTable.tolerance_rows>`)."""
     groups: dict[tuple[float, float], dict[str, Any]] = {}
-    for p in pairs:
-        m = p.metrics
-        if m.get("basis") not in ("tensors", "stats"):
+    for basis, rtol, atol, source, ref_rms, nf, min_atol, min_rtol in rows:
+        if basis not in ("tensors", "stats"):
             continue
         # RMS-relative atol (cross profile): every pair has its own absolute atol, so group by
         # rtol and report atol in units of each tensor's RMS instead of one line per pair.
-        rms = _g(m, "ref_rms") if "(atol x rms)" in p.tol_source else 0.0
+        rms = _f(ref_rms) if "(atol x rms)" in source else 0.0
         scale = rms if rms > 0 else 1.0
-        g = groups.setdefault(
-            (p.rtol, p.atol) if rms <= 0 else (p.rtol, -1.0),
-            {"rtol": p.rtol, "atol": p.atol / scale, "min_atol": 0.0, "min_rtol": 0.0,
-             "pairs": 0, "nonfinite_mismatch": 0, "basis": set(),
-             **({"atol_unit": "rms"} if rms > 0 else {})},
-        )
+        key = (rtol, atol) if rms <= 0 else (rtol, -1.0)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = {
+                "rtol": rtol, "atol": atol / scale, "min_atol": 0.0, "min_rtol": 0.0,
+                "pairs": 0, "nonfinite_mismatch": 0, "basis": set(),
+                **({"atol_unit": "rms"} if rms > 0 else {})}
         g["pairs"] += 1
-        g["basis"].add(m["basis"])
-        if m.get("nan_mismatch") or m.get("inf_mismatch"):
+        g["basis"].add(basis)
+        if nf:
             g["nonfinite_mismatch"] += 1  # no tolerance passes these
             continue
-        g["min_atol"] = max(g["min_atol"], _g(m, "min_atol") / scale)
-        g["min_rtol"] = max(g["min_rtol"], _g(m, "min_rtol"))
+        g["min_atol"] = max(g["min_atol"], _f(min_atol) / scale)
+        g["min_rtol"] = max(g["min_rtol"], _f(min_rtol))
     out = []
     for g in groups.values():
         g["basis"] = "+".join(sorted(g["basis"]))
         out.append(g)
     out.sort(key=lambda g: -int(g["pairs"]))
     return out
+
+
+class _TablePairs(Mapping[str, PairResult]):
+    """``{key: PairResult}`` of a :class:`PairTable`, each pair made when looked up."""
+
+    def __init__(self, table: PairTable):
+        self.table = table
+        self._at: dict[str, int] | None = None
+
+    def _index(self) -> dict[str, int]:
+        if self._at is None:
+            self._at = {k: i for i, k in enumerate(self.table.keys)}
+        return self._at
+
+    def __getitem__(self, key: str) -> PairResult:
+        return self.table.get(self._index()[key])
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._index()
+
+    def __iter__(self) -> Any:
+        return iter(self._index())
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+
+def classify_table(calls: list[CallResult], table: PairTable,
+                   amplification: float = AMPLIFICATION) -> bool:
+    """:func:`classify_calls` with the pairs of a :class:`PairTable`, as whole arrays (the
+    calls are those the table's ``call`` column points into). Returns False, changing nothing,
+    where an error is NaN or -0.0 (Python's ``max`` has its own rules there) or ``calls`` are
+    not the ones the table was made with: then classify the pair objects."""
+    n = len(calls)
+    if table.n and (int(table.call.max()) >= n or int(table.call.min()) < 0):
+        return False
+    ck = [c.key for c in calls]
+    if any(ck[c] != k for c, k in zip(table.call.tolist(), table.call_keys)):
+        return False  # the calls are not those the table was made with (edited since)
+    table.refresh()
+    err = table.errors()
+    if np.isnan(err).any() or np.signbit(err).any():
+        return False
+    rank = CODE_RANK[table.code]
+    cp, out = table.call, table.is_out
+    inn = ~out
+    out_rank = np.zeros(n, dtype=np.int8)
+    np.maximum.at(out_rank, cp[out], rank[out])
+    in_rank = np.zeros(n, dtype=np.int8)
+    np.maximum.at(in_rank, cp[inn], rank[inn])
+    out_err = np.zeros(n)
+    np.maximum.at(out_err, cp[out], err[out])
+    in_err = np.zeros(n)
+    np.maximum.at(in_err, cp[inn], err[inn])
+    has_in = np.bincount(cp[inn], minlength=n) > 0
+    bad = out_rank > 0  # fail or warn
+    amp = out_err > amplification * np.maximum(in_err, 1e-300)
+    # execution order, and whether an earlier call of the same scope diverged
+    step = np.array([c.step for c in calls], dtype=np.int64)
+    order = np.array([c.order for c in calls], dtype=np.int64)
+    ids: dict[tuple[str, int, int, str], int] = {}
+    scope = np.array([ids.setdefault((c.direction, c.step, c.rank, c.level), len(ids))
+                      for c in calls], dtype=np.int64)
+    pos = np.empty(n, dtype=np.int64)
+    pos[np.lexsort((order, step))] = np.arange(n)
+    by = np.lexsort((pos, scope))  # scope by scope, in execution order
+    before = np.zeros(n, dtype=bool)
+    if n:
+        cum = np.cumsum(bad[by])
+        first = np.ones(n, dtype=bool)
+        first[1:] = scope[by][1:] != scope[by][:-1]
+        start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+        base = np.where(start > 0, cum[start - 1], 0)
+        before[by] = (cum - bad[by]) - base > 0
+    origin = np.where(~bad, 0, np.where(
+        has_in, np.where((in_rank == 0) | amp, 1, 2), np.where(before, 2, 1)))
+    status_l = ["pass", "warn", "fail"]
+    origin_l = ["", "introduced", "propagated"]
+    noted = (bad & has_in & (in_rank > 0) & amp).tolist()
+    blind = (bad & ~has_in).tolist()
+    for c, st, og, oe, ie, nd, bl in zip(calls, out_rank.tolist(), origin.tolist(),
+                                          out_err.tolist(), in_err.tolist(), noted, blind):
+        c.status, c.origin, c.out_error, c.in_error = status_l[st], origin_l[og], oe, ie
+        if nd:
+            ratio = oe / ie if ie else math.inf
+            c.note = (f"inputs already differ (rel err {ie:.3g}) but the output error is "
+                      f"{ratio:.3g}x larger")
+        elif bl:
+            c.note = "inputs not captured; judged by execution order"
+        else:
+            c.note = ""
+    return True
 
 
 def localise(result: CompareResult, amplification: float | None = None, *,
@@ -206,13 +315,24 @@ def localise(result: CompareResult, amplification: float | None = None, *,
     """
     if amplification is None:
         amplification = float(result.settings.get("amplification", AMPLIFICATION))
-    pairs = {p.key: p for p in result.pairs}
-    classify_calls(result.calls, pairs, amplification)
+    table = result.table
+    pairs: Mapping[str, PairResult]
+    if table is not None and classify_table(result.calls, table, amplification):
+        pairs = _TablePairs(table)  # pairs made only for the divergences shown
+    else:
+        pairs = {p.key: p for p in result.pairs}
+        classify_calls(result.calls, pairs, amplification)
     result.first_divergence = first_divergence(result.calls, pairs, "forward")
     result.first_backward = first_divergence(result.calls, pairs, "backward")
     result.first_update = first_divergence(result.calls, pairs, "update")
     if tolerances:
-        result.min_tolerance = min_tolerances(result.all_pairs())
+        table = result.table
+        if table is not None:
+            rows = table.tolerance_rows() + [row_of(p) for p in (*result.params, *result.loss,
+                                                                 *result.data)]
+            result.min_tolerance = min_tolerance_rows(rows)
+        else:
+            result.min_tolerance = min_tolerances(result.all_pairs())
     return result
 
 
@@ -244,7 +364,7 @@ def compare(ref: Any, cand: Any, *, progress: Any = None, **kwargs: Any) -> Comp
 
 def _something(result: CompareResult, kwargs: dict[str, Any]) -> CompareResult:
     """A comparison that compared nothing is not a pass: it is an error (exit 2)."""
-    if result.all_pairs():
+    if result.n_pairs():
         return result
     steps = kwargs.get("steps")
     raise UsageError("nothing to compare: the traces have no tensor pairs in common"

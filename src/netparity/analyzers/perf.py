@@ -32,6 +32,8 @@ import numpy as np
 
 from netparity.align.names import norm_path
 from netparity.align.ownership import modules_by_ownership
+from netparity.analyzers.allreduce import BucketAdvice, advise
+from netparity.analyzers.kineto import OpTime, is_kineto, summarize
 from netparity.errors import MappingError, UsageError
 from netparity.mapfile import Mapping, load_mapping
 from netparity.trace import Trace, open_trace
@@ -46,6 +48,9 @@ DATA_SHARE = 0.10  # the data-wait share above which the pipeline is starving th
 FIRST_STEP_FACTOR = 2.0
 OTHER_SHARE = 0.25
 OPTIMIZER_SHARE = 0.30
+CONVERSION_SHARE = 0.05  # conversion ops above this share of forward + backward
+HOT_OP_SHARE = 0.10
+COMM_SHARE = 0.05  # an exposed all-reduce tail above this share of the step is worth a split
 
 
 @dataclass
@@ -97,6 +102,11 @@ class PerfResult:
     modules: list[ModuleTime]
     findings: list[Finding]
     loader: dict[str, Any] = field(default_factory=dict)
+    allreduce: BucketAdvice | None = None
+    source: str = "light"  # light (netparity.profile) | kineto (a torch.profiler trace)
+    ops: list[OpTime] = field(default_factory=list)  # kineto: per op, most self time first
+    conversions: dict[str, Any] = field(default_factory=dict)  # kineto: casts, copies, layout
+    memory: dict[str, Any] = field(default_factory=dict)  # peak bytes per phase
     params: list[tuple[str, tuple[int, ...]]] = field(default_factory=list, repr=False)
     spans: list[tuple[int, str, str, str, float, float]] = field(default_factory=list, repr=False)
 
@@ -118,7 +128,10 @@ class PerfResult:
                 "breakdown": self.breakdown, "steady": self.steady,
                 "first_step": self.first_step,
                 "findings": [f.to_json() for f in self.findings],
-                "modules": [m.to_json() for m in self.modules], "loader": self.loader}
+                "modules": [m.to_json() for m in self.modules], "loader": self.loader,
+                "allreduce": self.allreduce.to_json() if self.allreduce else None,
+                "source": self.source, "ops": [o.to_json() for o in self.ops[:50]],
+                "conversions": self.conversions, "memory": self.memory}
 
 
 def _read(tr: Trace, rank: int) -> tuple[list[dict[str, float]],
@@ -134,10 +147,13 @@ def _read(tr: Trace, rank: int) -> tuple[list[dict[str, float]],
         if op == "module":
             mods.append((s, "module", mod, cls, float(e.get("t", 0.0)), float(e.get("d", 0.0)),
                          float(e.get("self", 0.0))))
-        else:
+        elif op in TIMING_PHASES:  # (grads, allreduce, comm_probe: the bucket advice's)
             row = steps.setdefault(s, {"index": float(s)})
             row[op] = float(e.get("d", 0.0))
             row[f"t_{op}"] = float(e.get("t", 0.0))
+            for k in ("mem", "mem0"):  # memory peak readings (light mode, PyTorch)
+                if k in e:
+                    row[f"{k}_{op}"] = float(e[k])
     rows = []
     for s in sorted(steps):
         r = steps[s]
@@ -188,7 +204,8 @@ def _loader_advice(framework: str, loader: dict[str, Any]) -> str:
 
 def _findings(framework: str, steps: list[dict[str, float]], steady_rows: list[dict[str, float]],
               breakdown: dict[str, float], modules: list[ModuleTime],
-              loader: dict[str, Any], mode: str = "") -> list[Finding]:
+              loader: dict[str, Any], mode: str = "",
+              allreduce: BucketAdvice | None = None) -> list[Finding]:
     out: list[Finding] = []
     med = {k: float(np.median([r[k] for r in steady_rows])) for k in ("step", *PHASES)}
     data_share = breakdown.get("data", 0.0)
@@ -218,9 +235,13 @@ def _findings(framework: str, steps: list[dict[str, float]], steady_rows: list[d
                    "warm-up (allocator, kernel selection, lazy init, torch.compile) dominates the "
                    "first step: leave it out of throughput figures; with torch.compile, avoid "
                    "recompiles (static shapes, mark_dynamic)")
-            out.append(Finding("first-step", "step 0", first - med["step"], adv, None,
-                               f"first step {first:.3g} s, {first / med['step']:.1f}x the steady "
-                               f"median {med['step']:.3g} s"))
+            ev = (f"first step {first:.3g} s, {first / med['step']:.1f}x the steady median "
+                  f"{med['step']:.3g} s")
+            comp = steps[0].get("compile", 0.0)
+            if comp > 0:  # measured (GRAPH_MODE: the root Cell's compile)
+                ev += (f"; graph compilation {comp:.3g} s of it (measured), execution "
+                       f"{first - comp:.3g} s")
+            out.append(Finding("first-step", "step 0", first - med["step"], adv, None, ev))
     fwd = med["forward"]
     if modules and fwd > 0:
         top = modules[0]
@@ -238,6 +259,23 @@ def _findings(framework: str, steps: list[dict[str, float]], steady_rows: list[d
                            med["other"], "time between the phases: loss and metric code, "
                            ".item()/print synchronisation, zero_grad, logging; move them out of "
                            "the step or do them every N steps", breakdown["other"]))
+    if breakdown.get("comm", 0.0) > COMM_SHARE:
+        ev = f"exposed all-reduce tail {breakdown['comm']:.0%} of the step"
+        adv = ("overlap the gradient all-reduce with backward: smaller buckets (DDP "
+               "bucket_cap_mb, MindSpore all_reduce_fusion_config); record gradient-ready "
+               "times and a bandwidth probe (prof.probe_comm()) for a concrete split")
+        if allreduce is not None:
+            m, bw = allreduce.measured, allreduce.bandwidth
+            ev += (f"; {len(m['buckets'])} bucket(s) of {allreduce.params} gradients "
+                   f"({allreduce.total_bytes / 2**20:.1f} MiB), backward "
+                   f"{allreduce.backward * 1e3:.1f} ms; bandwidth model ({bw.source}): "
+                   f"{bw.latency * 1e6:.0f} us + {bw.bandwidth / 1e6:.0f} MB/s; tail "
+                   f"measured {med['comm'] * 1e3:.1f} ms, predicted "
+                   + (f"{m['predicted_tail'] * 1e3:.1f} ms" if m["predicted_tail"] is not None
+                      else "-"))
+            adv = allreduce.advice()
+        out.append(Finding("communication", "gradient all-reduce", med["comm"], adv,
+                           breakdown["comm"], ev))
     if breakdown.get("optimizer", 0.0) > OPTIMIZER_SHARE:
         out.append(Finding("optimizer", "optimizer.step", med["optimizer"],
                            "use the optimizer's foreach=True or fused=True implementation",
@@ -250,13 +288,17 @@ def _findings(framework: str, steps: list[dict[str, float]], steady_rows: list[d
 
 
 def analyze(trace: Trace | str | os.PathLike[str], *, rank: int = 0) -> PerfResult:
-    """The step breakdown, hot modules and findings of one run's ``timing`` records.
+    """The step breakdown, hot modules and findings of one run's ``timing`` records, or of a
+    ``torch.profiler`` trace (a ``*.json[.gz]`` file or a directory of ``*.pt.trace.json``:
+    :func:`analyze_kineto`).
 
     Raises :class:`~netparity.errors.UsageError` when the trace has no timing records.
 
     Example:
         >>> # r = analyze("runs/prof"); r.breakdown["data"], r.findings[0].advice
     """
+    if not isinstance(trace, Trace) and is_kineto(trace):
+        return analyze_kineto(trace)
     tr = trace if isinstance(trace, Trace) else open_trace(trace)
     rows, mods = _read(tr, rank)
     steady_rows = rows[1:] if len(rows) > 1 else rows
@@ -267,8 +309,11 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int = 0) -> PerfResu
     modules = _modules(mods, steady)
     loader = dict(tr.manifest.get("loader") or {})
     framework = str(tr.manifest.get("framework", ""))
+    comm = float(np.median([r["comm"] for r in steady_rows]))
+    allreduce = advise(tr, rank, steady, {int(r["index"]): r["t_backward"] for r in rows
+                                          if "t_backward" in r}, comm)
     findings = _findings(framework, rows, steady_rows, breakdown, modules, loader,
-                         str(tr.manifest.get("mode", "")))
+                         str(tr.manifest.get("mode", "")), allreduce)
     med = float(np.median([r["step"] for r in steady_rows]))
     first = {"seconds": rows[0]["step"], "steady_median": med,
              "ratio": rows[0]["step"] / med if med > 0 else None,
@@ -280,8 +325,106 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int = 0) -> PerfResu
     spans += [(s, "module", path or "(root)", cls, t, d) for s, _, path, cls, t, d, _ in mods]
     params = [(str(n), tuple(int(d) for d in shape))
               for n, shape in tr.manifest.get("params") or []]
+    spans += _comm_spans(tr, rank) if allreduce is not None or comm > 0 else []
     return PerfResult(str(tr.path), framework, steps, breakdown, first, modules, findings,
-                      loader, params, spans)
+                      loader, allreduce, params=params, spans=spans,
+                      memory=_light_memory(rows, str(tr.manifest.get("memory", ""))))
+
+
+def _light_memory(rows: list[dict[str, float]], source: str) -> dict[str, Any]:
+    """Memory peak per phase from the light mode's readings at each phase end: the CUDA
+    allocator's peak or the process's peak RSS (both reset at each phase start: the peak of
+    each phase), or the ``getrusage`` high-water mark (it never falls: ``raised`` says which
+    phase pushed it up, summed over the steps)."""
+    order = ("forward", "backward", "optimizer")
+    if not source or not any(f"mem_{p}" in r for r in rows for p in order):
+        return {}
+    peak = {p: int(max(r[f"mem_{p}"] for r in rows if f"mem_{p}" in r))
+            for p in order if any(f"mem_{p}" in r for r in rows)}
+    peak["step"] = max(peak.values())
+    out: dict[str, Any] = {"source": source, "peak_allocated": {
+        "cuda" if source.startswith("cuda") else "cpu (RSS peak)" if source == "rss_peak"
+        else "cpu (RSS high-water)": peak}}
+    if source == "rss_high_water":
+        raised = dict.fromkeys(order, 0)
+        for r in rows:
+            prev = r.get("mem0_step")
+            for p in order:
+                if f"mem_{p}" in r:
+                    if prev is not None:
+                        raised[p] += int(max(r[f"mem_{p}"] - prev, 0))
+                    prev = r[f"mem_{p}"]
+        out["raised"] = raised
+    return out
+
+
+def analyze_kineto(path: str | os.PathLike[str]) -> PerfResult:
+    """A :class:`PerfResult` from a ``torch.profiler`` Chrome trace (docs/perf.md): steps from
+    ``ProfilerStep#N``, hot ops by self time with dtypes and shapes, conversion ops, memory per
+    phase; findings as for the light mode plus ``conversion`` and ``hot-op``."""
+    k = summarize(path)
+    rows: list[dict[str, float]] = k["rows"]
+    steady_rows = rows[1:] if len(rows) > 1 else rows
+    total = sum(r["step"] for r in steady_rows)
+    breakdown = {ph: (sum(r[ph] for r in steady_rows) / total if total > 0 else 0.0)
+                 for ph in PHASES}
+    framework = str(k["framework"])
+    # without step markers (ProfilerStep#N) the phases are unknown: op findings only
+    findings = _findings(framework, rows, steady_rows, breakdown, [], {}) if k["marked"] \
+        else []
+    med = {ph: float(np.median([r[ph] for r in steady_rows])) for ph in ("step", *PHASES)}
+    conv = k["conversions"]
+    compute = med["forward"] + med["backward"]
+    if compute > 0 and conv["seconds"] > CONVERSION_SHARE * compute:
+        per = conv["per_step"]
+        top = conv["ops"][0] if conv["ops"] else {}
+        findings.append(Finding(
+            "conversion", f"{top.get('op', 'casts')} ({top.get('dtypes', '')})",
+            conv["seconds"],
+            "casts and copies between dtypes/layouts every step: with autocast the fp32 "
+            "weights are cast on every forward (and the gradients back): keep the model in "
+            "the compute dtype where precision allows (model.to(torch.bfloat16), fp32 master "
+            "weights in the optimizer), keep inputs in it (no .float()/.half() round trips), "
+            "avoid .contiguous() after permute/transpose (channels_last throughout); on "
+            "Ascend the same shows as Cast/TransData",
+            conv["seconds"] / med["step"] if med["step"] > 0 else None,
+            f"{conv['count']:.0f} conversion ops per step ({per['cast']['count']:.0f} casts "
+            f"{per['cast']['seconds'] * 1e3:.2f} ms, {per['copy']['count']:.0f} copies, "
+            f"{per['layout']['count']:.0f} layout), {conv['seconds'] / compute:.0%} of "
+            f"forward + backward"))
+    ops: list[OpTime] = k["ops"]
+    if ops and med["step"] > 0 and ops[0].self_time >= HOT_OP_SHARE * med["step"]:
+        o = ops[0]
+        findings.append(Finding(
+            "hot-op", o.op + (f" [{o.dtypes}]" if o.dtypes else ""), o.self_time,
+            "the op with the most self time: check its dtype (bf16/fp16 where precision "
+            "allows) and its shapes (dimensions a multiple of 8 for tensor cores, 16 on "
+            "Ascend); a fused or channels_last variant may exist",
+            o.self_time / med["step"],
+            f"{o.calls:.0f} call(s) per step, self {o.self_time * 1e3:.2f} ms; shapes "
+            f"{o.shapes or '(record_shapes=False)'}"))
+    findings.sort(key=lambda f: -f.seconds)
+    first = {"seconds": rows[0]["step"], "steady_median": med["step"],
+             "ratio": rows[0]["step"] / med["step"] if med["step"] > 0 else None,
+             **{ph: rows[0][ph] for ph in PHASES}}
+    steps = [{"step": int(r["index"]), "seconds": r["step"], **{ph: r[ph] for ph in PHASES}}
+             for r in rows]
+    return PerfResult(k["path"], framework, steps, breakdown, first, [], findings, {}, None,
+                      source="kineto", ops=ops, conversions=conv, memory=k["memory"],
+                      spans=k["spans"])
+
+
+def _comm_spans(tr: Trace, rank: int) -> list[tuple[int, str, str, str, float, float]]:
+    """The all-reduce buckets as timeline spans (the Chrome trace's ``comm`` thread)."""
+    c = tr.scan(["step", "op", "call", "extra"], rank=rank, kind="timing")
+    out = []
+    for s, op, b, ex in zip(c["step"].tolist(), c["op"].objects(), c["call"].tolist(),
+                            c["extra"].objects()):
+        if op == "allreduce" and ex:
+            e = json.loads(ex)
+            out.append((int(s), "comm", f"bucket {b}", f"{e.get('bytes', 0)} B",
+                        float(e["t"]), float(e["d"])))
+    return out
 
 
 # -- side by side ---------------------------------------------------------------------------------
@@ -298,6 +441,7 @@ class PerfComparison:
     phases: list[dict[str, Any]]
     modules: list[dict[str, Any]]
     slowdown: float | None
+    ops: list[dict[str, Any]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return not self.slower
@@ -306,12 +450,16 @@ class PerfComparison:
     def slower(self) -> list[dict[str, Any]]:
         """Rows (phases, then modules) where the candidate costs more, costliest first."""
         rows = [dict(r, what="phase") for r in self.phases if r["extra"] > 0] + \
-               [dict(r, what="module") for r in self.modules if r["extra"] > 0]
+               [dict(r, what="module") for r in self.modules if r["extra"] > 0] + \
+               [dict(r, what="op") for r in self.ops if r["extra"] > 0]
         return sorted(rows, key=lambda r: -r["extra"])
 
     def to_json(self) -> dict[str, Any]:
         return {"ref": self.ref.to_json(), "cand": self.cand.to_json(), "slowdown": self.slowdown,
-                "phases": self.phases, "modules": self.modules, "slower": self.slower}
+                "phases": self.phases, "modules": self.modules, "ops": self.ops[:50],
+                "conversions": {"ref": self.ref.conversions.get("count"),
+                                "cand": self.cand.conversions.get("count")},
+                "slower": self.slower}
 
 
 def _map_module(path: str, mapping: Mapping, owned: dict[str, str]) -> str | None:
@@ -381,7 +529,26 @@ def compare(ref: Trace | str | os.PathLike[str] | PerfResult,
                             "cand": cm.self_time, "extra": cm.self_time, "only": "cand"})
     modules.sort(key=lambda x: -x["extra"])
     slowdown = cs["step"] / rs["step"] if rs["step"] > 0 else None
-    return PerfComparison(r, c, phases, modules, slowdown)
+    return PerfComparison(r, c, phases, modules, slowdown, _ops_side(r, c))
+
+
+def _ops_side(r: PerfResult, c: PerfResult) -> list[dict[str, Any]]:
+    """Per op name (all dtypes and shapes together): self seconds and calls per steady step
+    of both runs, costliest extra first (profiler traces; empty otherwise)."""
+    def by_name(ops: list[OpTime]) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for o in ops:
+            acc = out.setdefault(o.op, [0.0, 0.0])
+            acc[0] += o.self_time
+            acc[1] += o.calls
+        return out
+
+    ro, co = by_name(r.ops), by_name(c.ops)
+    rows = [{"name": n, "ref": ro.get(n, [0.0, 0.0])[0], "cand": co.get(n, [0.0, 0.0])[0],
+             "ref_calls": ro.get(n, [0.0, 0.0])[1], "cand_calls": co.get(n, [0.0, 0.0])[1],
+             "extra": co.get(n, [0.0, 0.0])[0] - ro.get(n, [0.0, 0.0])[0]}
+            for n in set(ro) | set(co)]
+    return sorted(rows, key=lambda x: -x["extra"])
 
 
 # -- Chrome trace ---------------------------------------------------------------------------------
@@ -400,13 +567,14 @@ def chrome_trace(result: PerfResult | PerfComparison) -> dict[str, Any]:
     for pid, run in enumerate(runs, start=1):
         events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
                        "args": {"name": f"{run.framework} {run.path}"}})
-        for tid, label in ((1, "steps"), (2, "phases"), (3, "modules")):
+        for tid, label in ((1, "steps"), (2, "phases"), (3, "modules"), (4, "all-reduce")):
             events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
                            "args": {"name": label}})
         for step, what, name, cls, t, d in run.spans:
             if not (math.isfinite(t) and math.isfinite(d)) or d <= 0:
                 continue
-            tid = 1 if name == "step" and what == "phase" else (2 if what == "phase" else 3)
+            tid = 1 if name == "step" and what == "phase" else \
+                {"phase": 2, "module": 3, "comm": 4}.get(what, 3)
             ev = {"name": f"step {step}" if tid == 1 else name, "cat": what, "ph": "X",
                   "pid": pid, "tid": tid, "ts": round(t * 1e6, 3), "dur": round(d * 1e6, 3),
                   "args": {"step": step, **({"class": cls} if cls else {})}}

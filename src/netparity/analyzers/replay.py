@@ -71,12 +71,26 @@ def plan(r0: CompareResult, direction: str = "forward",
          limit: int = REPLAY_LIMIT) -> list[CallResult]:
     """The calls to replay: the first step's module calls of ``direction`` that fail or warn,
     in execution order (a child finishes before its parent, so a container comes after the
-    children that carried its own difference; backward runs from the loss back)."""
+    children that carried its own difference; backward runs from the loss back). When more
+    than ``limit`` diverge, the calls the comparison calls *introduced* and the containers
+    around them come first: they decide whether the phase's difference is anyone's own."""
     first = min((x.step for x in r0.calls), default=0)
     calls = sorted((c for c in r0.calls if c.direction == direction and c.level == "module"
                     and c.step == first and c.status in ("fail", "warn")),
                    key=lambda c: c.order)
-    return calls[:limit]
+    if len(calls) <= limit:
+        return calls
+    intro = [c for c in calls if c.origin == "introduced"]
+    keep = {id(c) for c in intro}
+    keep |= {id(c) for c in calls if any(_contains(c.module, i.module) for i in intro)}
+    chosen = [c for c in calls if id(c) in keep][:limit]
+    rest = [c for c in calls if id(c) not in keep][:limit - len(chosen)]
+    return sorted(chosen + rest, key=lambda c: c.order)
+
+
+def _contains(outer: str, inner: str) -> bool:
+    """Module ``outer`` is ``inner`` or one of its ancestors (``""`` is the root)."""
+    return outer == inner or outer == "" or inner.startswith(outer + ".")
 
 
 def normwise_error(ref: Sequence[np.ndarray], got: Sequence[np.ndarray]) -> float:
@@ -111,11 +125,13 @@ def judge(o: ReplayOutcome, local: float, noise: float, ref_dtype: str, cand_dty
     o.verdict = "introduced" if local > o.bound else "reproduces"
 
 
-def refine(phase: Any, outcomes: list[ReplayOutcome]) -> None:
+def refine(phase: Any, outcomes: list[ReplayOutcome], r0: CompareResult | None = None) -> None:
     """Re-decide a phase's culprit (a :class:`netparity.analyzers.step.Phase`, forward or
     backward) from replay: the first replayed call that introduces a difference is named; the
     table of local vs accumulated errors goes into the evidence. Without a replayed culprit the
-    comparison's answer stands, with a note saying what replay showed."""
+    comparison's answer stands, with a note saying what replay showed -- unless, given the
+    comparison ``r0``, replay clears every call that could have started the difference
+    (:func:`_explained`): then the phase passes."""
     if not outcomes:
         return
     phase.evidence["replay"] = [o.to_json() for o in outcomes]
@@ -142,10 +158,57 @@ def refine(phase: Any, outcomes: list[ReplayOutcome]) -> None:
         phase.evidence["verdict"] = "introduced (replay)"
         return
     if replayed and phase.status == "fail":
+        if r0 is not None and _explained(phase, outcomes, r0):
+            return
         phase.summary += (f"; replay: none of the {len(replayed)} diverging module(s) replayed "
                           "differs beyond its noise on the reference's tensors -- the "
                           "difference enters between modules (code outside any replayed "
                           "module) or with the inputs")
+
+
+def _explained(phase: Any, outcomes: list[ReplayOutcome], r0: CompareResult) -> bool:
+    """Pass a failing phase when replay clears every call that could have made its difference.
+
+    A call the comparison calls *introduced* (its inputs agree, its outputs do not) is cleared
+    when it, or a module containing it, reproduces the reference on the reference's tensors: the
+    candidate's code computes what the reference's does, so its output difference is the
+    (agreeing) input difference amplified -- e.g. a ReLU whose forward input sits within
+    rounding noise of 0 flips its gradient mask, a discrete event a last-bit noise run rarely
+    reproduces. Every other diverging call then only carries that difference. In backward, a
+    parameter gradient diverging while its module's incoming gradient agrees is a difference of
+    its own (replay does not check weight gradients), so it keeps the phase failing; one whose
+    module's incoming gradient already differs carries the difference. Returns
+    whether the phase was passed (summary and evidence say why)."""
+    from netparity.analyzers.step import module_of
+
+    direction = phase.name
+    first = min((x.step for x in r0.calls), default=0)
+    bad = [c for c in r0.calls if c.direction == direction and c.level == "module"
+           and c.step == first and c.status in ("fail", "warn")]
+    intro = [c for c in bad if c.origin == "introduced"]
+    ok = [o.module for o in outcomes if o.verdict == "reproduces" and o.direction == direction]
+    if not intro or not all(any(_contains(m, c.module) for m in ok) for c in intro):
+        return False
+    grads = [g for g in r0.divergent_params("grad") if g.status == "fail"] \
+        if direction == "backward" else []
+    status = {p.key: p.status for p in r0.pairs if p.direction == direction}
+    carried = {c.module for c in r0.calls if c.direction == direction and c.step == first
+               and any(status.get(k) in ("fail", "warn") for k in (*c.inputs, *c.outputs))}
+    if any(module_of(g.module) not in carried for g in grads):
+        return False
+    phase.evidence["compare_said"] = phase.summary
+    phase.evidence["verdict"] = "amplified noise (replay)"
+    phase.status, phase.where, phase.step = "pass", "", None
+    what = "gradients" if direction == "backward" else "outputs"
+    phase.summary = (
+        f"{what} agree up to amplified rounding noise: {len(bad)} module call(s) differ beyond "
+        f"their noise estimate, first {intro[0].module or '<root>'}, but replay clears every "
+        f"place a difference could start ({len(intro)}): each reproduces the reference on the "
+        "reference's tensors (itself or a module containing it), so the difference is the "
+        "agreeing inputs' rounding noise amplified (e.g. a ReLU input within noise of 0)")
+    if grads:
+        phase.summary += f"; {len(grads)} parameter gradient(s) carry it"
+    return True
 
 
 #: the forward phase's refinement (the name the workflow and tests use)

@@ -199,6 +199,10 @@ class StepRun:
     #: the candidate's state at the start of steps 1.. (the reference's, converted and loaded)
     cand_starts: dict[int, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: ``(step, comparison of that step, "forward" | "backward") -> evidence | None``: replays a
+    #: resynchronised later step's diverging modules (the workflow holds the models); evidence
+    #: when replay clears the phase (:func:`netparity.analyzers.replay.refine`), else None
+    replay_clear: Any = None
 
 
 # ---- helpers ---------------------------------------------------------------------------------
@@ -369,17 +373,60 @@ def judge_forward(r0: CompareResult) -> Phase:
     return fwd
 
 
+def loss_carried(r: CompareResult, step: int) -> tuple[bool, float | None]:
+    """Does the loss differ beyond what the model's (agreeing) outputs carry into it?
+
+    The loss is one number, so the noise run gives a single draw of its noise, which may be
+    far below its typical size; and a loss function computed another way (MindSpore's
+    ``SoftmaxCrossEntropyWithLogits`` vs PyTorch's ``cross_entropy``) turns the outputs'
+    accepted rounding differences into a loss difference. To first order the loss moves by
+    ``<dL/dz, dz>``, at most ``||dL/dz|| * ||dz||`` (Cauchy-Schwarz) for the root module's
+    outputs ``z``: the reference's own output gradients (the root's backward inputs) and the
+    outputs' measured difference give that bound. Returns ``(fails, bound)``: the loss pair
+    fails and its difference exceeds its own tolerance plus the bound (``bound`` None when
+    the outputs or their gradients were not captured as tensors)."""
+    lp = [p for p in r.loss if p.step == step]
+    if not lp or lp[0].status != "fail":
+        return False, None
+    def by_arg(direction: str, role: str) -> dict[str, dict[str, Any]]:
+        return {p.arg: p.metrics for p in r.pairs if p.module == "" and p.kind == "module"
+                and p.step == step and p.direction == direction and p.role == role
+                and p.metrics.get("basis") == "tensors"}
+
+    outs, grads = by_arg("forward", "output"), by_arg("backward", "input")
+    both = [a for a in outs if a in grads]
+    if not both:
+        return True, None
+    bound = 0.0
+    for a in both:
+        z, g = outs[a], grads[a]
+        n = float(z.get("numel") or 0)
+        bound += math.sqrt(n) * float(z.get("rmse") or 0.0) * math.sqrt(n) * float(
+            g.get("ref_rms") or 0.0)
+    m = lp[0].metrics
+    own = float(m.get("noise_bound") or m.get("norm_tol") or 0.0) * float(m.get("ref_rms") or 0.0)
+    return float(m.get("max_abs") or 0.0) > own + bound, bound
+
+
 def judge_loss(r0: CompareResult, ref_loss: float, cand_loss: float) -> Phase:
-    """The step-0 loss pair."""
+    """The step-0 loss pair (see :func:`loss_carried`)."""
     ph = Phase("loss")
-    lp = [p for p in r0.loss if p.step == 0]
     ph.evidence = {"ref": ref_loss, "cand": cand_loss, "abs_diff": abs(ref_loss - cand_loss)}
-    if lp and lp[0].status == "fail":
+    fails, bound = loss_carried(r0, 0)
+    if bound is not None:
+        ph.evidence["carried_bound"] = bound
+    if fails:
         ph.status, ph.step, ph.where = "fail", 0, "loss"
         ph.summary = (f"step-0 loss {ref_loss:.7g} vs {cand_loss:.7g} (difference "
-                      f"{abs(ref_loss - cand_loss):.3g})")
+                      f"{abs(ref_loss - cand_loss):.3g}"
+                      + (f", beyond the {bound:.3g} the outputs' difference can carry)"
+                         if bound is not None else ")"))
     else:
         ph.summary = f"step-0 loss {ref_loss:.7g} vs {cand_loss:.7g}"
+        if bound is not None and any(p.step == 0 and p.status == "fail" for p in r0.loss):
+            ph.summary += (f" (difference {abs(ref_loss - cand_loss):.3g}: beyond the loss's "
+                           f"own noise estimate, within the {bound:.3g} the outputs' agreeing "
+                           "difference can carry into it)")
     return ph
 
 
@@ -767,21 +814,23 @@ def judge_update(r0: CompareResult, deltas: list[dict[str, Any]], order: dict[st
 
 
 def later_step_divergence(r: CompareResult, step: int, deltas: list[dict[str, Any]],
-                          order: dict[str, int], lr_ref: float | None
+                          order: dict[str, int], lr_ref: float | None,
+                          cleared: frozenset[str] = frozenset()
                           ) -> tuple[str, str, str] | None:
-    """The first phase of a resynchronised later step that diverges: (phase, where, why)."""
+    """The first phase of a resynchronised later step that diverges: (phase, where, why);
+    phases in ``cleared`` (replay showed their difference is no one's own) are passed over."""
     d = r.first_divergence
-    if d is not None and d.status == "fail":
+    if d is not None and d.status == "fail" and "forward" not in cleared:
         return ("forward", d.module or d.op,
                 f"forward diverges first at {d.module or '<root>'} ({d.op}, {d.verdict})")
-    if any(p.step == step and p.status == "fail" for p in r.loss):
+    if loss_carried(r, step)[0]:
         return "loss", "loss", "the loss differs while every forward output agrees"
     db = r.first_backward
-    if db is not None and db.status == "fail":
+    if db is not None and db.status == "fail" and "backward" not in cleared:
         return ("backward", db.module or db.op,
                 f"gradient flowing back diverges first at {db.module or '<root>'} ({db.verdict})")
     grads = [g for g in r.divergent_params("grad") if g.status == "fail"]
-    if grads:
+    if grads and "backward" not in cleared:
         g = _first_param(grads, order)
         return "backward", module_of(g.module), f"parameter gradient {g.module} diverges"
     verdict = judge_updates(deltas, order, lr_ref)
@@ -825,8 +874,18 @@ def judge_later_steps(run: StepRun, mapping: dict[str, Any], order: dict[str, in
                      rtol=run.rtol, atol=run.atol, noise_run=run.noise_trace)
         deltas = update_deltas(run.ref_starts[k], run.cand_starts[k], ref_tr, cand_tr,
                                ref_to_cand, k, noise_tr)
-        found = later_step_divergence(rk, k, deltas, order,
-                                      lr_sched[k] if lr_sched and len(lr_sched) > k else None)
+        lr_k = lr_sched[k] if lr_sched and len(lr_sched) > k else None
+        cleared: frozenset[str] = frozenset()
+        found = later_step_divergence(rk, k, deltas, order, lr_k)
+        while (found is not None and found[0] in ("forward", "backward")
+               and found[0] not in cleared and run.replay_clear is not None):
+            ev = run.replay_clear(k, rk, found[0])
+            if ev is None:
+                break
+            later.evidence.setdefault("cleared_by_replay", []).append(
+                {"step": k, "phase": found[0], **ev})
+            cleared |= {found[0]}
+            found = later_step_divergence(rk, k, deltas, order, lr_k, cleared)
         if found is not None:
             what, where, why = found
             later.status, later.step, later.where = "fail", k, where
@@ -836,6 +895,11 @@ def judge_later_steps(run: StepRun, mapping: dict[str, Any], order: dict[str, in
             return later
     later.summary = (f"steps 1-{steps - 1} agree in every phase, each started from the "
                      f"reference's state (largest loss difference {max(rel[1:]):.2g}, relative)")
+    if later.evidence.get("cleared_by_replay"):
+        c = later.evidence["cleared_by_replay"]
+        later.summary += (f"; at {len(c)} step/phase(s) (first: step {c[0]['step']} "
+                          f"{c[0]['phase']}) modules differed beyond their noise estimate but "
+                          "replay showed each reproduces the reference: amplified rounding noise")
     free, noise = run.losses.get("cand_free"), run.losses.get("ref_noise")
     if free and noise:
         drift = max(abs(c - r) / max(abs(r), 1e-12) for r, c in zip(lr_, free))

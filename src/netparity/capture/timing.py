@@ -10,6 +10,13 @@ device synchronisation) and, when the step ends, writes them as records of kind 
   called several times in one step); every submodule's calls too (total and self time).
 * **backward**: from the end of the last forward to the last parameter gradient accumulated
   (where the framework has such a hook), or to the optimizer's start.
+* **comm**: the exposed gradient communication (data-parallel all-reduce): from the last
+  gradient computed to the last bucket reduced, where the framework unit reports buckets
+  (:meth:`StepTimer._comm_done`); the part of the all-reduce that overlaps backward is not a
+  phase (it is in the ``allreduce`` records).
+* **compile**: graph compilation inside the step (MindSpore GRAPH_MODE: the root Cell's
+  ``compile``; the compiled graph's execution is then the **forward** phase, forward, backward
+  and optimizer fused when the root is a training-step Cell).
 * **optimizer**: the optimizer step's start to its end, which closes the step (or
   :meth:`StepTimer.step` does, for a run without an optimizer).
 * **data**: time inside the loader's ``__next__`` when the loader is handed over; otherwise the
@@ -33,7 +40,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -82,7 +89,13 @@ class _StepMarks:
         self.opt_total = 0.0
         self.data_total = 0.0
         self.data_first: float | None = None
+        self.compile_total = 0.0  # graph compilation (MindSpore GRAPH_MODE: Cell.compile)
+        self.mem: dict[str, int] = {}  # memory peak readings at phase ends (memory= reader)
+        self.compile_first: float | None = None
         self.modules: list[tuple[str, str, float, float, float]] = []  # path, cls, t, dur, self
+        self.grads: list[tuple[int, float]] = []  # parameter index, gradient accumulated at
+        # all-reduce buckets: index, start (bucket ready), end (reduced), bytes, parameter indices
+        self.comm: list[tuple[int, float, float, int, list[int]]] = []
 
     @property
     def active(self) -> bool:
@@ -99,11 +112,24 @@ class StepTimer:
 
     def __init__(self, path: str | os.PathLike[str], facts: dict[str, Any], *,
                  loader: Iterable[Any] | None = None, modules: bool = True,
-                 overwrite: bool = False):
+                 overwrite: bool = False, rank: int = 0, writer: TraceWriter | None = None,
+                 step_of: Callable[[], int] | None = None,
+                 memory: tuple[str, Callable[[], int], Callable[[], None] | None] | None = None):
         self.loader = loader
+        # ``memory``: (what, read the peak in bytes, reset the peak or None): read at the end
+        # of forward, backward and optimizer (reset at each phase start when it can be)
+        self._mem = memory
         self._modules = modules
-        facts = {"timing": "light", "loader": loader_facts(loader), **facts}
-        self._writer = TraceWriter(path, manifest=build_manifest(**facts), overwrite=overwrite)
+        # ``writer``: an accuracy capture's (``capture(..., timing=True)``): the timing records
+        # go into its trace, numbered by its step counter (``step_of``); it stays open here
+        self._own_writer = writer is None
+        self._step_of = step_of
+        if writer is None:
+            facts = {"timing": "light", "loader": loader_facts(loader), **facts}
+            writer = TraceWriter(path, manifest=build_manifest(**facts), overwrite=overwrite,
+                                 rank=rank)
+        self._writer = writer
+        self.rank = rank
         self._handles: list[Any] = []
         self._loader_cls: type | None = None
         self._t0 = _clock()
@@ -207,6 +233,8 @@ class StepTimer:
                 c = self._cur
                 c.fwd_last = t
                 c.fwd_total += dur
+                if self._mem is not None:
+                    self._mem_mark("forward")
 
         return post
 
@@ -214,6 +242,17 @@ class StepTimer:
         c = self._cur
         if c.fwd_first is None:
             c.fwd_first = t
+            if self._mem is not None:
+                c.mem["start"] = self._mem[1]()
+                if self._mem[2] is not None:
+                    self._mem[2]()
+
+    def _mem_mark(self, phase: str) -> None:
+        m = self._mem
+        if m is not None:
+            self._cur.mem[phase] = m[1]()
+            if m[2] is not None:
+                m[2]()
 
     def _grad_hook(self, *_: Any) -> None:
         t = _clock() - self._t0
@@ -222,15 +261,59 @@ class StepTimer:
             c.grad_first = t
         c.grad_last = t
 
+    def _grad_hook_for(self, index: int) -> Any:
+        """A gradient-accumulated hook that also notes which parameter (bucket advice)."""
+        t0 = self._t0
+
+        def hook(*_: Any) -> None:
+            t = _clock() - t0
+            c = self._cur
+            if c.grad_first is None:
+                c.grad_first = t
+            c.grad_last = t
+            c.grads.append((index, t))
+
+        return hook
+
+    def _comm_done(self, bucket: int, start: float, nbytes: int, params: list[int]) -> None:
+        """One all-reduce bucket finished (``start``: the clock when it was handed over; may
+        be called from the communication thread: a list append is atomic)."""
+        if self._handles:
+            self._cur.comm.append((bucket, start - self._t0, _clock() - self._t0, nbytes,
+                                   params))
+
     def _opt_pre(self, *_: Any) -> None:
         self._cur.opt_start = _clock() - self._t0
+        if self._mem is not None:
+            self._mem_mark("backward")
 
     def _opt_post(self, *_: Any) -> None:
         t = _clock() - self._t0
         c = self._cur
+        if self._mem is not None:
+            self._mem_mark("optimizer")
         if c.opt_start is not None:
             c.opt_total += t - c.opt_start
         self._end_step(t)
+
+    def _compiled(self, start: float, end: float) -> None:
+        """A graph compilation ran from ``start`` to ``end`` (clock values)."""
+        c = self._cur
+        if c.compile_first is None:
+            c.compile_first = start - self._t0
+        c.compile_total += end - start
+
+    def _graph_call(self, start: float, end: float, compile_seconds: float) -> None:
+        """One call of a compiled graph (compilation included) ran: its execution is the
+        forward phase (forward, backward and optimizer fused, for a training-step graph) and
+        the call ends the step."""
+        c = self._cur
+        s, e = start - self._t0, end - self._t0
+        if c.fwd_first is None:
+            c.fwd_first = s
+        c.fwd_last = e
+        c.fwd_total += max(end - start - compile_seconds, 0.0)
+        self._end_step(e)
 
     def _data_wait(self, start: float, end: float) -> None:
         c = self._cur
@@ -266,29 +349,62 @@ class StepTimer:
         else:
             data, data_t = max(fwd_first - c.start, 0.0), c.start
         back_end = c.grad_last if c.grad_last is not None and c.grad_last > fwd_last else \
-            c.opt_start
+            (max(b[1] for b in c.comm) if c.comm else c.opt_start)
         backward = max(back_end - fwd_last, 0.0) if back_end is not None else 0.0
+        comm_t, comm = end, 0.0
+        if c.comm:  # exposed communication: the last bucket reduced after the last gradient
+            comm_t = max(back_end if back_end is not None else fwd_last, fwd_last)
+            stop = min(max(b[2] for b in c.comm), c.opt_start if c.opt_start is not None
+                       else end)
+            comm = max(stop - comm_t, 0.0)
         total = end - c.start
         spans = {
             "step": (c.start, total),
             "data": (data_t, data),
+            "compile": (c.compile_first if c.compile_first is not None else c.start,
+                        c.compile_total),
             "forward": (fwd_first, c.fwd_total),
             "backward": (fwd_last, backward),
+            "comm": (comm_t, comm),
             "optimizer": (c.opt_start if c.opt_start is not None else end, c.opt_total),
         }
-        spans["other"] = (c.start, max(total - data - c.fwd_total - backward - c.opt_total, 0.0))
-        step = self.steps
+        spans["other"] = (c.start, max(total - data - c.compile_total - c.fwd_total - backward
+                                       - comm - c.opt_total, 0.0))
+        step = self._step_of() if self._step_of is not None else self.steps
         recs = [Record(kind="timing", op=phase, step=step, direction="forward", role="output",
-                       extra={"t": t, "d": d})
+                       rank=self.rank, extra={"t": t, "d": d, **(
+                           {"mem": c.mem[phase]} if phase in c.mem else {})})
                 for phase, (t, d) in ((p, spans[p]) for p in TIMING_PHASES)]
+        if "start" in c.mem:  # the reading before the forward (a high-water's baseline)
+            recs[0].extra["mem0"] = c.mem["start"]
         calls: dict[str, int] = {}
         for path, cls, t, d, s in c.modules:
             n = calls.get(path, 0)
             calls[path] = n + 1
             recs.append(Record(kind="timing", op="module", native=cls, module=path, call=n,
-                               step=step, direction="forward", role="output",
+                               step=step, direction="forward", role="output", rank=self.rank,
                                extra={"t": t, "d": d, "self": s}))
+        if c.grads:  # when each gradient was ready (one record: 161 for a ResNet-50)
+            recs.append(Record(kind="timing", op="grads", step=step, direction="backward",
+                               role="grad", rank=self.rank,
+                               extra={"t": c.grads[0][1], "d": c.grads[-1][1] - c.grads[0][1],
+                                      "ready": [[i, round(t, 7)] for i, t in c.grads]}))
+        for b, t0, t1, nbytes, params in c.comm:
+            recs.append(Record(kind="timing", op="allreduce", call=b, step=step,
+                               direction="backward", role="grad", rank=self.rank,
+                               extra={"t": t0, "d": t1 - t0, "bytes": nbytes,
+                                      "params": params}))
         self._writer.add_many(recs)
+
+    def record_probe(self, sizes: list[int], seconds: list[float], what: str = "allreduce"
+                     ) -> None:
+        """Keep a communication measurement (bytes, seconds per collective; the bandwidth
+        model of the bucket advice is fitted on it) as one record of op ``comm_probe``."""
+        step = self._step_of() if self._step_of is not None else self.steps
+        self._writer.add_many([Record(kind="timing", op="comm_probe", native=what,
+                                      step=step, rank=self.rank,
+                                      extra={"bytes": [int(b) for b in sizes],
+                                             "seconds": [float(x) for x in seconds]})])
 
     # -- closing ----------------------------------------------------------------------------------
     def close(self) -> None:
@@ -302,7 +418,10 @@ class StepTimer:
                 self._end_step(_clock() - self._t0)
         finally:
             self.uninstall()
-            self._writer.close()
+            if self._own_writer:
+                self._writer.close()
+            else:
+                self._writer.flush()
 
     def __enter__(self: _T) -> _T:
         return self

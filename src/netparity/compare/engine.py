@@ -21,8 +21,8 @@ import numpy as np
 
 from netparity.compare.argpairs import group_inputs, pair_tensors
 from netparity.compare.metrics import (
-    record_rms,
     records_rms,
+    stats_batch,
     stats_metrics,
     stats_metrics_many,
     stats_present,
@@ -31,6 +31,7 @@ from netparity.compare.metrics import (
     tensor_metrics,
 )
 from netparity.compare.noise import NOISE_K, calibrate
+from netparity.compare.pairtable import PairTable, make_pair, pair_key
 from netparity.compare.results import CallResult, CompareResult, PairResult
 from netparity.compare.tolerances import Tol, Tolerances, lower_precision
 from netparity.compare.verdicts import AMPLIFICATION, judge, judge_fp64, judge_stats
@@ -68,8 +69,8 @@ def _squeeze(shape: Iterable[int]) -> tuple[int, ...]:
     return tuple(int(d) for d in shape if int(d) != 1)
 
 
-def _pair_key(rec: Record, idx: str) -> str:
-    return f"{rec.step}|{rec.rank}|{rec.kind}|{rec.direction}|{rec.module}|{rec.op}|{rec.call}|{idx}"
+_pair_key = pair_key
+_new = object.__new__
 
 
 class _Job:
@@ -101,7 +102,7 @@ def _noise_class(rec: Record) -> str | None:
     return None
 
 
-def _treat_rounding_noise(jobs: list[_Job]) -> int:
+def _treat_rounding_noise(jobs: list[_Job], table: PairTable | None = None) -> int:
     """Pass the diverging pairs whose two sides are both rounding noise of a zero value.
 
     A gradient that is zero mathematically (a conv bias before training-mode batch norm: the
@@ -111,34 +112,69 @@ def _treat_rounding_noise(jobs: list[_Job]) -> int:
     RMS of the step's tensors of the same class (see :func:`_noise_class`) and within 10x of each
     other, the pair passes with a reason saying why. A bug that makes a real gradient vanish on
     one side still fails: the other side is not noise. Returns the number of pairs changed.
+
+    ``jobs`` are pairs judged one by one; ``table``'s pairs judged as arrays take part too
+    (a pair of them that changes is made into its object, which holds the change).
     """
     # only tensors of a noise class take part (forward activations never do): pick them once
     classed = [(j, c) for j, c in zip(jobs, map(_noise_class, [j.ref for j in jobs]))
                if c is not None]
-    rms = records_rms([j.ref for j, _ in classed])
+    tclassed: list[tuple[int, str]] = []
+    trefs, tcands = (table.refs, table.cands) if table is not None else ([], [])
+    if table is not None and table.batch is not None:
+        at = np.nonzero(table.brow >= 0)[0].tolist()
+        tclassed = [(i, c) for i, c in zip(at, map(_noise_class, [trefs[i] for i in at]))
+                    if c is not None]
+    if not classed and not tclassed:
+        return 0
+    refs = [j.ref for j, _ in classed] + [trefs[i] for i, _ in tclassed]
+    cands = [j.cand for j, _ in classed] + [tcands[i] for i, _ in tclassed]
+    rms, rms_c = records_rms(refs), records_rms(cands)
     scale: dict[tuple[int, str], list[float]] = {}
-    for (j, c), r in zip(classed, rms):
+    for ref, (_, c), r in zip(refs, [*classed, *tclassed], rms):
         if r:
-            scale.setdefault((j.ref.step, c), []).append(r)
+            scale.setdefault((ref.step, c), []).append(r)
     med = {k: median(v) for k, v in scale.items()}
     changed = 0
-    for j, c in classed:
-        pr = j.result
-        floor = NOISE_FLOOR.get(lower_precision(j.ref.dtype, j.cand.dtype))
-        if pr.status in ("pass", "unknown") or floor is None or pr.fp64 \
-                or pr.metrics.get("nan_mismatch") or pr.metrics.get("inf_mismatch"):
-            continue
-        m = med.get((j.ref.step, c), 0.0)
-        a, b = record_rms(j.ref) or 0.0, record_rms(j.cand) or 0.0
+
+    def noise_of(ref: Record, cand: Record, c: str, a: float, b: float) -> tuple[float, str] | None:
+        floor = NOISE_FLOOR.get(lower_precision(ref.dtype, cand.dtype))
+        if floor is None:
+            return None
+        m = med.get((ref.step, c), 0.0)
         # both far below the step's typical size, and of one order (noise of the same zero);
         # a 1024x loss-scale mismatch of tiny gradients is not noise
         if m > 0 and a <= floor * m and b <= floor * m and max(a, b) <= 10 * min(a, b):
-            pr.metrics["noise_floor"] = floor * m
+            return floor * m, (f"both sides are rounding noise (rms {a:.3g} and {b:.3g} <= "
+                               f"{floor:g} x the step's median {c} rms {m:.3g}): zero in exact "
+                               "arithmetic, e.g. a bias before batch norm")
+        return None
+
+    for (j, c), a, b in zip(classed, rms, rms_c):
+        pr = j.result
+        if pr.status in ("pass", "unknown") or pr.fp64 \
+                or pr.metrics.get("nan_mismatch") or pr.metrics.get("inf_mismatch"):
+            continue
+        got = noise_of(j.ref, j.cand, c, a or 0.0, b or 0.0)
+        if got is not None:
+            pr.metrics["noise_floor"], pr.reason = got
             pr.status = "pass"
-            pr.reason = (f"both sides are rounding noise (rms {a:.3g} and {b:.3g} <= "
-                         f"{floor:g} x the step's median {c} rms {m:.3g}): zero in exact "
-                         "arithmetic, e.g. a bias before batch norm")
             changed += 1
+    if tclassed and table is not None and table.batch is not None:
+        nan_m, inf_m = table.batch.nonfinite_mismatch()
+        nf = ((nan_m != 0) | (inf_m != 0)).tolist()
+        brow, code = table.brow, table.code
+        n0 = len(classed)
+        for (i, c), a, b in zip(tclassed, rms[n0:], rms_c[n0:]):
+            if code[i] in (0, 3) or nf[brow[i]]:
+                continue
+            got = noise_of(trefs[i], tcands[i], c, a or 0.0, b or 0.0)
+            if got is not None:
+                pr = table.get(i)  # made now: the object holds the change
+                pr.metrics["noise_floor"], pr.reason = got
+                pr.status = "pass"
+                code[i] = 0
+                changed += 1
     return changed
 
 
@@ -205,10 +241,9 @@ def _evidence(ref_tr: Trace, ref: Record, cand_tr: Trace, cand: Record, tol: Tol
     return {"basis": "none", "reason": "neither tensors nor statistics captured on both sides"}
 
 
-def _stats_only(j: _Job) -> bool:
+def _stats_only(ref: Record, cand: Record) -> bool:
     """Whether :func:`_evidence` would judge this pair from statistics (and nothing else of
     :func:`compare`'s per-pair work -- fp64 mode, the normwise rule -- applies to it)."""
-    ref, cand = j.ref, j.cand
     if ref.shard is not None and cand.shard is not None:  # both have a payload
         return False
     # _evidence's shape test, with the common case (equal shapes, hence equal counts) first
@@ -230,7 +265,7 @@ def _judge_stats_batch(jobs: list[_Job]) -> list[_Job]:
     here with judge's own rule (no NaN/Inf count differs, ``max_abs_lb <= atol + rtol *
     ref_maxabs``); anything else goes through :func:`judge` for its status and reason.
     """
-    batch = [j for j in jobs if _stats_only(j)]
+    batch = [j for j in jobs if _stats_only(j.ref, j.cand)]
     if len(batch) < 2:
         return jobs
     ms = stats_metrics_many([(j.ref, j.cand) for j in batch], [j.tol.rtol for j in batch],
@@ -252,39 +287,42 @@ def _judge_stats_batch(jobs: list[_Job]) -> list[_Job]:
 
 
 def _make_pair(ref: Record, cand: Record, tol: Tol, idx: str, call_key: str) -> PairResult:
-    # the dataclass __init__ is skipped (a 100k-op comparison makes ~300k of these): the
-    # attributes are exactly the ones it sets, defaults included
-    pr = _new(PairResult)
-    pr.__dict__ = {
-        "key": _pair_key(ref, idx), "kind": ref.kind, "direction": ref.direction,
-        "step": ref.step, "rank": ref.rank, "role": ref.role, "arg": ref.arg,
-        "module": ref.module, "op": ref.op, "cand_module": cand.module, "cand_op": cand.op,
-        "ref_dtype": ref.dtype, "cand_dtype": cand.dtype, "ref_shape": list(ref.shape),
-        "cand_shape": list(cand.shape), "rtol": tol.rtol, "atol": tol.atol,
-        "tol_source": tol.source, "status": "pass", "reason": "", "metrics": {},
-        "call": call_key, "order": ref.seq, "source": ref.source, "fp64": None,
-    }
-    return pr
+    return make_pair(ref, cand, tol.rtol, tol.atol, tol.source, idx, call_key)
 
 
-_new = object.__new__
-
-
-def _scale_tolerances(jobs: list[_Job]) -> None:
-    """Multiply the ``atol`` of these jobs by their pair's RMS, as
-    :meth:`Tolerances.resolve <netparity.compare.tolerances.Tolerances.resolve>` does, with
-    the RMS values computed for all of them at once."""
-    if not jobs:
+def _scale_tolerances(table: PairTable) -> None:
+    """Multiply the ``atol`` of the table's pairs that the cross profile scales by their
+    pair's RMS, as :meth:`Tolerances.resolve
+    <netparity.compare.tolerances.Tolerances.resolve>` does, with the RMS values computed for
+    all of them at once."""
+    at = [i for i, s in enumerate(table.scaled) if s]
+    if not at:
         return
-    rr = records_rms([j.ref for j in jobs])
-    rc = records_rms([j.cand for j in jobs])
-    for j, a, b in zip(jobs, rr, rc):
-        t = j.tol
-        # scale_atol without the frozen dataclass's __init__ (one object.__setattr__ per field)
-        j.tol = s = _new(Tol)
-        s.__dict__.update(rtol=t.rtol, atol=t.atol * (a or b or 0.0), source=t.source,
-                          norm=t.norm)
-        j.result.atol = s.atol
+    refs, cands, tols = table.refs, table.cands, table.tols
+    rr = records_rms([refs[i] for i in at])
+    rc = records_rms([cands[i] for i in at])
+    table.set_atol(at, [tols[i].atol * (a or b or 0.0) for i, a, b in zip(at, rr, rc)])
+
+
+def _batch_stats_pairs(table: PairTable) -> list[int]:
+    """Judge the table's statistics-basis pairs as whole arrays (they stay columns of the
+    table); returns the positions of the pairs left to judge one by one.
+
+    Same metrics and verdicts as :func:`_evidence` + :func:`judge` per pair (see
+    :func:`netparity.compare.metrics.stats_batch` and :meth:`StatsBatch.status
+    <netparity.compare.metrics.StatsBatch.status>`).
+    """
+    refs, cands, tols, atol = table.refs, table.cands, table.tols, table.atol
+    cand = [i for i, (a, b) in enumerate(zip(refs, cands)) if _stats_only(a, b)]
+    if len(cand) < 2:
+        return list(range(len(table)))
+    b = stats_batch([refs[i] for i in cand], [cands[i] for i in cand],
+                    [tols[i].rtol for i in cand], [atol[i] for i in cand])
+    handled = np.asarray(cand, dtype=np.int64)[b.at]
+    table.set_batch(handled, b)
+    rest = np.ones(len(table), dtype=bool)
+    rest[handled] = False
+    return np.nonzero(rest)[0].tolist()  # type: ignore[no-any-return]
 
 
 def _same_setup(ref: Trace, cand: Trace) -> bool:
@@ -390,12 +428,14 @@ def compare(
             raise UsageError(f"step(s) {missing} not in both traces (common: {sorted(both)})")
 
     result = CompareResult()
-    jobs: list[_Job] = []
-    unscaled: list[_Job] = []  # jobs whose atol still has to be multiplied by their RMS
+    # pairs of matched calls: one tuple each, columns of a PairTable (compare.pairtable)
+    rows: list[tuple[Any, ...]] = []
+    pjobs: list[_Job] = []  # param / grad / loss / data pairs (few): objects, as ever
     levels = ["module", "op"] if level == "both" else [level]
     unmatched: dict[str, list[dict[str, Any]]] = {
         "calls_ref": [], "calls_cand": [], "params_ref": [], "params_cand": [], "tensors": [],
     }
+    resolve = tols.resolve_unscaled
     for st in step_list:
         params_done = False  # both levels' alignments hold the same params: take them once
         for lv in levels:
@@ -408,44 +448,51 @@ def compare(
                 ck = f"{lv}|{r0.step}|{r0.rank}|{r0.direction}|{r0.module}|{r0.op}|{r0.call}|{r0.event}"
                 outs_r, outs_c = rl.outputs, cl.outputs
                 # tensors pair by meaning, not position (compare.argpairs)
-                ins_r, ins_c = group_inputs(m.ref), group_inputs(m.cand)
                 grouped = len(m.ref) > 1 or len(m.cand) > 1
+                # a single call's inputs are its inputs (group_inputs' copy is not needed:
+                # nothing below changes the lists)
+                ins_r, ins_c = ((group_inputs(m.ref), group_inputs(m.cand)) if grouped
+                                else (r0.inputs, c0.inputs))
                 order = min((o.seq for o in outs_r), default=r0.seq)
-                call = CallResult(
-                    key=ck,
-                    level=lv,
-                    module=r0.module,
-                    op=r0.op if len(m.ref) == 1 else "+".join(c.op for c in m.ref),
-                    native=r0.native,
-                    cand_module=c0.module,
-                    cand_op=c0.op if len(m.cand) == 1 else "+".join(c.op for c in m.cand),
-                    direction=r0.direction,
-                    step=r0.step,
-                    rank=r0.rank,
-                    source=r0.source,
-                    cand_source=c0.source,
-                    order=order,
-                    method=m.method,
-                    confidence=float(m.confidence),
-                )
+                cpos = len(result.calls)
+                # CallResult(...) without the dataclass __init__ (one per matched call, ~200k
+                # at 100k ops): exactly the attributes it sets, defaults included
+                call = _new(CallResult)
+                call.__dict__ = {
+                    "key": ck, "level": lv, "module": r0.module,
+                    "op": r0.op if len(m.ref) == 1 else "+".join(c.op for c in m.ref),
+                    "native": r0.native, "cand_module": c0.module,
+                    "cand_op": c0.op if len(m.cand) == 1 else "+".join(c.op for c in m.cand),
+                    "direction": r0.direction, "step": r0.step, "rank": r0.rank,
+                    "source": r0.source, "cand_source": c0.source, "order": order,
+                    "inputs": [], "outputs": [], "status": "pass", "origin": "", "note": "",
+                    "method": m.method, "confidence": float(m.confidence), "in_error": 0.0,
+                    "out_error": 0.0,
+                }
                 for role, rs, cs in (("in", ins_r, ins_c), ("out", outs_r, outs_c)):
-                    aux = (role == "out" and cross_fw and len(m.ref) == 1 and len(m.cand) == 1
+                    is_out = role == "out"
+                    aux = (is_out and cross_fw and len(m.ref) == 1 and len(m.cand) == 1
                            and r0.op in AUX_OUTPUT_OPS and c0.op == r0.op)
-                    tensor_pairs = pair_tensors(
-                        rs, cs, group=grouped, positional=not grouped and r0.native == c0.native,
-                        primary=role == "out" and not grouped and r0.op == c0.op,
-                        first_only=role == "out")
+                    if not grouped and len(rs) == len(cs) and (
+                            r0.native == c0.native
+                            or all(a.shape == b.shape for a, b in zip(rs, cs))):
+                        tensor_pairs = list(zip(rs, cs))  # pair_tensors' common case, inline
+                    else:
+                        tensor_pairs = pair_tensors(
+                            rs, cs, group=grouped,
+                            positional=not grouped and r0.native == c0.native,
+                            primary=is_out and not grouped and r0.op == c0.op,
+                            first_only=is_out)
                     # keyed by the reference tensor's position: the noise run's pairs (same
                     # framework, by position) carry the same keys
                     at = {id(r): k for k, r in enumerate(rs)}
+                    keys = call.outputs if is_out else call.inputs
                     for a, b in tensor_pairs[:1] if aux else tensor_pairs:
-                        tol, scaled = tols.resolve_unscaled(a, b)
-                        pr = _make_pair(a, b, tol, f"{role}{at[id(a)]}", ck)
-                        pr.key = f"{lv}|{pr.key}|{r0.event}"
-                        jobs.append(_Job(a, b, tol, pr))
-                        if scaled:
-                            unscaled.append(jobs[-1])
-                        (call.inputs if role == "in" else call.outputs).append(pr.key)
+                        tol, scaled = resolve(a, b)
+                        ix = f"{role}{at[id(a)]}"
+                        key = f"{lv}|{_pair_key(a, ix)}|{r0.event}"
+                        rows.append((a, b, tol, scaled, ix, key, ck, cpos, is_out))
+                        keys.append(key)
                     if len(tensor_pairs) < max(len(rs), len(cs)) or (aux and len(rs) > 1):
                         unmatched["tensors"].append(
                             {"call": call.name, "role": role + "puts", "ref": len(rs),
@@ -459,11 +506,19 @@ def compare(
                 for pp in al.params:
                     tol = tols.resolve(pp.ref, pp.cand)
                     pr = _make_pair(pp.ref, pp.cand, tol, pp.ref.arg or "0", "")
-                    jobs.append(_Job(pp.ref, pp.cand, tol, pr))
+                    pjobs.append(_Job(pp.ref, pp.cand, tol, pr))
                 params_done = True
 
-    _scale_tolerances(unscaled)
+    table = PairTable(rows)
+    del rows
+    _scale_tolerances(table)
     fp64_tr = _open(fp64_ref, "fp64_ref") if fp64_ref is not None else None
+    # the pairs judged one by one: payloads on both sides, statistics the batch does not
+    # take, everything in the fp64 mode; the rest -- statistics pairs, the bulk of a
+    # statistics trace -- are judged as whole arrays and stay columns of the table
+    one_by_one = _batch_stats_pairs(table) if fp64_tr is None else list(range(len(table)))
+    jobs = [_Job(table.refs[i], table.cands[i], table.tol(i), table.new_object(i))
+            for i in one_by_one] + pjobs
     if fp64_tr is not None:
         idx: dict[tuple[int, str], Record] = {}
         for r in fp64_tr.iter_records(rank=rank):
@@ -506,7 +561,8 @@ def compare(
     heavy: list[_Job] = []
     light: list[_Job] = []
     if progress is not None:
-        progress.stage("judge tensor pairs", total=len(jobs))
+        progress.stage("judge tensor pairs", total=len(table) + len(pjobs))
+        progress.advance(len(table) - len(one_by_one))  # judged in the batch above
     for j in jobs:
         (heavy if j.ref.has_payload and j.cand.has_payload else light).append(j)
     nworkers = workers or min(8, os.cpu_count() or 1)
@@ -522,18 +578,18 @@ def compare(
     for j in light:
         run(j)
 
-    noise = _treat_rounding_noise(jobs)
-    for j in jobs:
+    noise = _treat_rounding_noise(jobs, table)
+    table.refresh()
+    table.finish()
+    result.set_table(table)
+    for j in pjobs:
         pr = j.result
-        if pr.call:
-            result.pairs.append(pr)
-        elif pr.kind == "loss":
+        if pr.kind == "loss":
             result.loss.append(pr)
         elif pr.kind in ("data", "custom"):
             result.data.append(pr)
         else:
             result.params.append(pr)
-    result.pairs.sort(key=lambda p: (p.step, p.order))
     result.unmatched = unmatched
     result.settings = {
         "level": level,
@@ -555,7 +611,8 @@ def compare(
         result.notes.append(
             f"{noise} pair(s) passed as rounding noise of a value that is zero in exact "
             "arithmetic (both sides far below the step's typical gradient/parameter size)")
-    if any(p.metrics.get("basis") == "stats" for p in result.all_pairs()):
+    if table.any_stats_basis() or any(p.metrics.get("basis") == "stats"
+                                      for p in (*result.params, *result.loss, *result.data)):
         result.notes.append(
             "some pairs were judged from statistics only (basis 'stats'): a failure there is "
             "certain, a pass is weaker than an element-wise comparison"
@@ -568,7 +625,7 @@ def compare(
         calibrate(result, compare(ref_tr, noise_tr, level=level, steps=steps, rank=rank,
                                   profile="same", workers=workers), noise_k)
         result.settings["noise_run"] = str(noise_tr.path)
-    if len(jobs) >= _FREEZE_PAIRS:
+    if len(table) + len(pjobs) >= _FREEZE_PAIRS:
         # The collector was paused while ~10^6 objects were made; once it runs again, its
         # young-generation passes would walk all of them two or three times over (seconds, in
         # whatever code allocates next: localisation). Freezing hands them to the permanent

@@ -46,13 +46,18 @@ _EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "bfloat16": 2.0**-7, "float16"
 
 def perturb_last_bit(a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """``a`` with every element moved one ulp up or down at random (float16/32/64 arrays;
-    anything else is returned unchanged)."""
+    anything else is returned unchanged); finite values stay finite."""
     a = np.asarray(a)
     if a.dtype not in (np.float16, np.float32, np.float64) or a.size == 0:
         return a
     up = rng.random(a.shape) < 0.5
     inf = a.dtype.type(np.inf)
-    out: np.ndarray = np.where(up, np.nextafter(a, inf), np.nextafter(a, -inf)).astype(a.dtype)
+    with np.errstate(over="ignore"):
+        hi, lo = np.nextafter(a, inf), np.nextafter(a, -inf)
+    out: np.ndarray = np.where(up, hi, lo)
+    # the dtype's largest finite values (an attention mask's "minus infinity" is finfo.min)
+    # move inwards: one ulp outwards is infinite, which the run never saw
+    out = np.where(np.isinf(out) & np.isfinite(a), np.where(up, lo, hi), out).astype(a.dtype)
     return out
 
 

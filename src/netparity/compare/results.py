@@ -13,11 +13,17 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from netparity.errors import UsageError
 
 RESULT_VERSION = 1
 STATUSES = ("pass", "warn", "fail", "unknown")
 _RANK = {"pass": 0, "unknown": 0, "warn": 1, "fail": 2}
+#: a pair table's status codes
+_CODES = {"pass": 0, "warn": 1, "fail": 2, "unknown": 3}
+#: the rank of a pair table's status code (pass, warn, fail, unknown)
+CODE_RANK_F = np.array([0.0, 1.0, 2.0, 0.0])
 
 
 def worst(statuses: list[str]) -> str:
@@ -172,6 +178,26 @@ _CALL_FIELDS = [f.name for f in dataclasses.fields(CallResult)]
 _DIV_FIELDS = [f.name for f in dataclasses.fields(Divergence)]
 
 
+class _LazyPairs:
+    """``CompareResult.pairs``: a plain list, made from the comparison's
+    :class:`~netparity.compare.pairtable.PairTable` on first access (then the table is
+    dropped: the list is the truth from there on)."""
+
+    def __get__(self, obj: CompareResult | None, owner: type) -> Any:
+        if obj is None:
+            return ()  # the dataclass default (the __init__ argument): no pairs
+        d = obj.__dict__
+        table = d.get("_table")
+        if table is not None:
+            d["_pairs"] = table.pairs()
+            d["_table"] = None
+        return d["_pairs"]
+
+    def __set__(self, obj: CompareResult, value: Any) -> None:
+        obj.__dict__["_pairs"] = value if isinstance(value, list) else list(value)
+        obj.__dict__["_table"] = None
+
+
 @dataclass
 class CompareResult:
     """Everything a comparison found. Truthy when nothing fails (warnings allowed).
@@ -179,12 +205,17 @@ class CompareResult:
     ``pairs`` holds the tensors of matched calls; ``params`` the parameter gradients and updated
     parameters; ``loss`` and ``data`` the loss and data records; ``unmatched`` what alignment
     could not pair (never dropped).
+
+    A comparison's engine may hand the pairs of matched calls over as a
+    :class:`~netparity.compare.pairtable.PairTable` (:meth:`set_table`): ``pairs`` is then made
+    on first access, while ``status``, ``counts``, ``worst_pairs`` and localisation read the
+    table without making every pair.
     """
 
     first_divergence: Divergence | None = None
     first_backward: Divergence | None = None
     first_update: Divergence | None = None
-    pairs: list[PairResult] = field(default_factory=list)
+    pairs: list[PairResult] = _LazyPairs()  # type: ignore[assignment]
     calls: list[CallResult] = field(default_factory=list)
     params: list[PairResult] = field(default_factory=list)
     loss: list[PairResult] = field(default_factory=list)
@@ -195,12 +226,39 @@ class CompareResult:
     runs: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
+    # ---- the pairs of matched calls as a table (see the class docstring) ---------------------
+    def set_table(self, table: Any) -> None:
+        """Hand the pairs of matched calls over as a
+        :class:`~netparity.compare.pairtable.PairTable` (replaces ``pairs``)."""
+        self.__dict__["_pairs"] = []
+        self.__dict__["_table"] = table
+
+    @property
+    def table(self) -> Any:
+        """The :class:`~netparity.compare.pairtable.PairTable` of ``pairs`` while no one has
+        asked for the pair objects, else None."""
+        return self.__dict__.get("_table")
+
+    def n_pairs(self) -> int:
+        """How many pairs there are in all (without making them)."""
+        t = self.table
+        n = len(t) if t is not None else len(self.pairs)
+        return n + len(self.params) + len(self.loss) + len(self.data)
+
     # ---- verdict ---------------------------------------------------------------------------
     def all_pairs(self) -> list[PairResult]:
         return [*self.pairs, *self.params, *self.loss, *self.data]
 
+    def _others(self) -> list[PairResult]:
+        return [*self.params, *self.loss, *self.data]
+
     @property
     def status(self) -> str:
+        t = self.table
+        if t is not None:
+            c = t.counts()
+            best = "fail" if c[2] else "warn" if c[1] else "pass"
+            return worst([best, *(p.status for p in self._others())])
         return worst([p.status for p in self.all_pairs()])
 
     def __bool__(self) -> bool:
@@ -212,9 +270,24 @@ class CompareResult:
 
     def counts(self) -> dict[str, int]:
         out = {s: 0 for s in STATUSES}
-        for p in self.all_pairs():
+        t = self.table
+        if t is not None:
+            for s, k in zip(STATUSES, t.counts().tolist()):
+                out[s] += k
+        for p in (self._others() if t is not None else self.all_pairs()):
             out[p.status] = out.get(p.status, 0) + 1
         return out
+
+    def pairs_with_status(self, status: str) -> list[PairResult]:
+        """Every pair (as :meth:`all_pairs` orders them) whose status is ``status``; of a
+        table, only those are made."""
+        t = self.table
+        if t is None:
+            return [p for p in self.all_pairs() if p.status == status]
+        t.refresh()
+        code = _CODES.get(status, -1)
+        return ([t.get(i) for i in t.perm if t.code[i] == code]
+                + [p for p in self._others() if p.status == status])
 
     def divergent_params(self, kind: str) -> list[PairResult]:
         """Params of ``kind`` ("grad" or "param") that do not pass, in execution order."""
@@ -222,7 +295,17 @@ class CompareResult:
 
     def worst_pairs(self, n: int = 10) -> list[PairResult]:
         """The ``n`` pairs with the largest normwise relative error, failures first."""
-        ps = [p for p in self.all_pairs() if p.metrics]
+        t = self.table
+        if t is not None and n < len(t) and not np.isnan(err := t.errors()).any():
+            # the table's n worst (same order as the sort below: stable, so ties keep the
+            # pairs' order), then the other pairs; only those candidates are made
+            perm = np.asarray(t.perm, dtype=np.int64)
+            rank = CODE_RANK_F[t.code[perm]]
+            o = np.lexsort((-err[perm], -rank))[:n]
+            ps = [t.get(t.perm[i]) for i in o.tolist()] + self._others()
+            ps = [p for p in ps if p.metrics]
+        else:
+            ps = [p for p in self.all_pairs() if p.metrics]
         ps.sort(key=lambda p: (-_RANK.get(p.status, 0), -p.error()))
         return ps[:n]
 

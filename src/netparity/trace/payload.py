@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 
 #: the smallest read buffer, in bytes (reused across reads of one reader)
 MIN_BUFFER = 1 << 18
+#: payloads of at least this many bytes are announced to the kernel when their reader opens
+#: (``POSIX_FADV_WILLNEED``): on a cold page cache the disk reads the whole payload ahead while
+#: the comparison works on its first chunks, instead of a readahead window at a time
+WILLNEED_MIN = 1 << 20
 
 
 def shard_path(root: Path, rec: Record) -> Path:
@@ -99,6 +103,29 @@ def open_shard(root: Path, rec: Record) -> tuple[int, Path]:
     return fd, p
 
 
+def shared_shard(trace: Trace, rec: Record) -> tuple[int, Path]:
+    """:func:`open_shard` once per shard of an open trace: the descriptor is kept by the trace
+    (closed by ``Trace.close``) and shared by its payload readers, so that a comparison of
+    thousands of pairs does not resolve, open, stat and close a shard for each. The record's
+    location is still checked against the row and the shard's size each time.
+
+    Raises:
+        TraceError: as :func:`open_shard`.
+    """
+    off, n = check_location(rec)
+    key = (rec.rank, str(rec.shard))
+    got = trace._fds.get(key)
+    if got is None:
+        fd, p = open_shard(trace.path, rec)
+        got = trace._fds.setdefault(key, (fd, p))
+        if got[0] != fd:  # another thread opened it meanwhile
+            os.close(fd)
+    elif os.fstat(got[0]).st_size < off + n:  # (a live writer's shard may have grown)
+        raise TraceError(f"{got[1]}: truncated payload shard (need byte {off + n}, has "
+                         f"{os.fstat(got[0]).st_size})")
+    return got
+
+
 def verify_checksum(data: np.ndarray, want: tuple[str, int] | None, where: Path,
                     rec: Record) -> None:
     """Compare a payload's checksum with the ``(algorithm, value)`` stored at capture (None:
@@ -122,14 +149,19 @@ class PayloadReader:
     tensors as interleaved real/imaginary parts; bool as uint8)."""
 
     def __init__(self, trace: Trace, rec: Record):
-        fd, self.path = open_shard(trace.path, rec)
-        self.fd: int | None = fd
+        fd, self.path = shared_shard(trace, rec)
+        self.fd: int | None = fd  # the trace's (shared_shard): not closed by this reader
         self.rec = rec
         self.dtype = rec.dtype
         self.st = storage_dtype(rec.dtype)
         self.complex = self.st.kind == "c"
         self.item = self.st.itemsize
         self._buf = np.empty(0, np.uint8)
+        if (rec.nbytes or 0) >= WILLNEED_MIN and hasattr(os, "posix_fadvise"):
+            try:
+                os.posix_fadvise(fd, rec.offset or 0, rec.nbytes or 0, os.POSIX_FADV_WILLNEED)
+            except OSError:  # advice only
+                pass
         # the checksum is verified when the payload is read front to back (the streaming
         # comparison's way), once per record and open trace; reads out of order skip it
         self._verified = trace._verified
@@ -146,6 +178,14 @@ class PayloadReader:
     def read(self, start: int, n: int) -> np.ndarray:
         """Real values ``start .. start + n`` (a view of the reader's buffer: valid until the
         next read)."""
+        raw = self.read_stored(start, n)
+        return raw if raw.dtype != self.st else decode(raw, self.dtype)
+
+    def read_stored(self, start: int, n: int) -> np.ndarray:
+        """Values ``start .. start + n`` as stored, not decoded: bf16 as ``uint16`` bits, fp8
+        as ``uint8`` codes (complex as interleaved real parts, bool as ``uint8``, as
+        :meth:`read`). A view of the reader's buffer, valid until the next read; the checksum
+        is fed as by :meth:`read` (the comparison's C kernel decodes bf16 itself)."""
         if self.fd is None:
             raise TraceError(f"{self.rec.shard}: payload reader is closed")
         assert self.rec.offset is not None
@@ -168,7 +208,7 @@ class PayloadReader:
             return raw.view(np.float32 if self.item == 8 else np.float64)
         if self.st == np.bool_:
             return raw.view(np.uint8)
-        return decode(raw.view(self.st), self.dtype)
+        return raw.view(self.st)
 
     def _check_sum(self, at: int, raw: np.ndarray) -> None:
         if at != self._sum_pos or self._sum is None or self._want is None:
@@ -183,9 +223,7 @@ class PayloadReader:
             self._verified.add((self.rec.rank, self.rec.seq))  # (set.add: atomic, any thread)
 
     def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        self.fd = None
 
     def __enter__(self) -> PayloadReader:
         return self

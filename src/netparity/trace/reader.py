@@ -103,6 +103,10 @@ class Trace:
             raise TraceError(f"{self.path}: trace has no rank index (rank*/index.sqlite)")
         self._db: dict[int, sqlite3.Connection] = {}
         self._maps: dict[tuple[int, str], np.ndarray] = {}
+        # shards opened (and checked: inside the trace, regular file) once for all payload
+        # readers: (rank, shard) -> (fd, path); pread on a shared descriptor is thread-safe
+        self._fds: dict[tuple[int, str], tuple[int, Path]] = {}
+        self._sums: dict[int, dict[int, int]] = {}  # rank -> seq -> stored checksum
         self._checksum_algo: dict[int, str | None] = {}
         self._verified: set[tuple[int, int]] = set()
         self._scratch: list[str] = []  # temporary copies of indexes on read-only media
@@ -151,10 +155,13 @@ class Trace:
         algo = self._checksum_algo[rec.rank]
         if algo is None:
             return None
-        rows = self._query("SELECT value FROM payload_checksum WHERE seq = ?", (rec.seq,),
-                           rec.rank)
-        value = rows[0][0] if rows else None
-        return (algo, value) if type(value) is int else None
+        sums = self._sums.get(rec.rank)
+        if sums is None:  # the whole table once: one query instead of one per payload
+            sums = {seq: v for seq, v in self._query("SELECT seq, value FROM payload_checksum",
+                                                     (), rec.rank) if type(v) is int}
+            self._sums[rec.rank] = sums
+        value = sums.get(rec.seq)  # type: ignore[arg-type]
+        return None if value is None else (algo, value)
 
     def _check_schema(self, rank: int) -> None:
         """The index's own schema version: a newer one is refused like a newer manifest."""
@@ -391,6 +398,9 @@ class Trace:
             db.close()
         self._db.clear()
         self._maps.clear()
+        for fd, _ in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
         for d in self._scratch:
             shutil.rmtree(d, ignore_errors=True)
         self._scratch.clear()

@@ -46,7 +46,7 @@ SCHEMA_VERSION = 1
 
 KINDS = ("module", "op", "param", "grad", "loss", "custom", "data", "timing")
 #: phases of a step in ``timing`` records (``step`` is the whole step; ``other`` the rest)
-TIMING_PHASES = ("step", "data", "forward", "backward", "optimizer", "other")
+TIMING_PHASES = ("step", "data", "compile", "forward", "backward", "comm", "optimizer", "other")
 DIRECTIONS = ("forward", "backward", "update")
 ROLES = ("input", "output", "param", "grad")
 

@@ -40,12 +40,12 @@ Tensors = list[tuple[str, np.ndarray, str]]
 
 
 class _Calls:
-    """Step 0's module records of one trace, by (direction, module path, call index)."""
+    """One step's module records of one trace, by (direction, module path, call index)."""
 
-    def __init__(self, trace: str) -> None:
+    def __init__(self, trace: str, step: int = 0) -> None:
         self.tr = open_trace(trace)
         self.by: dict[tuple[str, str, int], list[Any]] = {}
-        for r in self.tr.records(step=0, kind="module"):
+        for r in self.tr.records(step=step, kind="module"):
             self.by.setdefault((r.direction, r.module, int(r.call)), []).append(r)
 
     def recs(self, direction: str, module: str, call: int, event: str = "") -> list[Any]:
@@ -82,9 +82,10 @@ def _moved(ts: Tensors, rng: np.random.Generator) -> Tensors:
 
 def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: str,
                  ref_model: Any, cand_model: Any, ref_state0: Any, cand_state0: Any,
-                 seed: int = 0) -> list[ReplayOutcome]:
+                 seed: int = 0, step: int = 0) -> list[ReplayOutcome]:
     """Replay step 0's diverging module calls of ``direction`` (``forward`` or ``backward``;
-    see the module docstring)."""
+    see the module docstring). For a resynchronised later ``step``, ``r0`` is that step's
+    comparison and the two states are the ones both sides started it from."""
     from netparity.ckpt.mapping import state_of
     from netparity.compare.noise import perturb_last_bit
     from netparity.frameworks.models import run_module, run_module_backward, set_weights
@@ -92,7 +93,7 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
     calls = plan(r0, direction)
     if not calls:
         return []
-    ref, cand = _Calls(ref_trace), _Calls(cand_trace)
+    ref, cand = _Calls(ref_trace, step), _Calls(cand_trace, step)
     rng = np.random.default_rng(seed + 104729)
     keep_ref, keep_cand = state_of(ref_model), state_of(cand_model)
 

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import shutil
 import time
 from collections.abc import Callable
@@ -426,9 +427,29 @@ def run_step_parity(
             say.stage(f"replay the diverging modules ({direction}) on the reference's tensors")
             refine(ph, replay_step0(result.compare_step0, direction, run.ref_trace,
                                     run.cand_trace, ref.model, cand.model, ref_state0,
-                                    cand_state0, seed))
+                                    cand_state0, seed), result.compare_step0)
 
+    if payload == "tensors" and level != "op":
+        run.replay_clear = functools.partial(_replay_clear, run, ref, cand, seed, say)
     return _finish(run, t0, say, replay)
+
+
+def _replay_clear(run: StepRun, ref: Spec, cand: Spec, seed: int, say: Progress, step: int,
+                  rk: Any, direction: str) -> dict[str, Any] | None:
+    """Replay a resynchronised later step's diverging modules of ``direction`` from the state
+    both sides started it from; the refined phase's evidence when replay clears it."""
+    from netparity.analyzers.replay import refine
+    from netparity.workflow.replay import replay_step0
+
+    if run.ref_trace is None or run.cand_trace is None or step not in run.cand_starts:
+        return None
+    say.stage(f"replay step {step}'s diverging modules ({direction}) on the reference's tensors")
+    ph = Phase(direction, status="fail", step=step)
+    refine(ph, replay_step0(rk, direction, run.ref_trace, run.cand_trace, ref.model, cand.model,
+                            run.ref_starts[step], run.cand_starts[step], seed, step=step), rk)
+    if ph.status != "pass":
+        return None
+    return {"summary": ph.summary, "replay": ph.evidence.get("replay", [])}
 
 
 def _watch_first_step(spec: Spec) -> Any:

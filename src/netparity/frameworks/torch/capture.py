@@ -113,6 +113,7 @@ class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDi
         self._busy = False
         self._installed = False
         self._closed = False
+        self._timer: Any = None  # capture(..., timing=True): the TorchTiming sharing the writer
         self._pid = os.getpid()
         self._hooks: list[Any] = []  # module/optimizer hook handles (until uninstall)
         self._step_hooks = []  # tensor/node hook handles (until step end)
@@ -191,6 +192,8 @@ class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDi
             if not self.light:
                 self._install_guard()
             self._install_scaler()
+            if self._timer is not None:
+                self._timer.install()
         except BaseException:
             self.uninstall()
             raise
@@ -200,6 +203,8 @@ class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDi
         """Remove every hook and pop the dispatch mode. Safe to call twice."""
         self._remove_scaler()
         self._remove_guard()
+        if self._timer is not None:
+            self._timer.uninstall()
         if self._mode is not None:
             mode, self._mode = self._mode, None
             mode.__exit__(None, None, None)
@@ -231,6 +236,8 @@ class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDi
         if os.getpid() != self._pid:  # a forked child (data-loader worker) owns nothing
             self._closed = True
             return
+        if self._timer is not None:
+            self._timer.close()  # its last step, its hooks (the writer is ours)
         self.uninstall()
         self._closed = True
         self._busy = True
@@ -350,6 +357,8 @@ def capture(
     manifest: dict[str, Any] | None = None,
     stop_on_nonfinite: bool = False,
     scaler: Any = None,
+    timing: bool = False,
+    loader: Any = None,
 ) -> TorchCapture:
     """Capture ``model`` into the trace directory ``path``.
 
@@ -370,11 +379,14 @@ def capture(
         rank, world_size: default to ``torch.distributed`` or the ``RANK``/``WORLD_SIZE``
             environment variables.
         manifest: extra facts for ``manifest.json`` (seeds, notes...).
+        timing: also record the light timing of each step (``netparity.profile``'s records:
+            phases, module times, gradient-ready times; ``netparity perf`` reads them) into the
+            same trace, numbered by this capture's steps. The times include the capture's own
+            work: compare them with runs captured the same way. ``loader``: as for ``profile``.
         stop_on_nonfinite: stop the run at the first op whose output holds NaN/Inf: its
             inputs are saved to ``<path>/nonfinite/`` and
             :class:`~netparity.capture.nonfinite.NonFiniteStop` is raised with one line
             naming the op, module, direction, step, source and cause.
-
         scaler: the ``torch.amp.GradScaler`` whose scale and overflow are recorded after each
             ``update()`` (``loss_scale``, ``loss_scale_overflow``); ``None``: any GradScaler
             used while the capture is installed (see :mod:`.loss_scale`).
@@ -393,6 +405,19 @@ def capture(
     policy = CapturePolicy(level=level or "module", payload=payload, steps=steps, ranks=ranks,
                            include=include, exclude=exclude, directions=tuple(directions),
                            max_bytes=max_bytes)
-    return TorchCapture(model, path, policy, optimizer=optimizer, rank=rank,
-                        world_size=world_size, manifest=manifest, overwrite=overwrite,
-                        stop_on_nonfinite=stop_on_nonfinite, light=light, scaler=scaler)
+    if not timing:
+        return TorchCapture(model, path, policy, optimizer=optimizer, rank=rank,
+                            world_size=world_size, manifest=manifest, overwrite=overwrite,
+                            stop_on_nonfinite=stop_on_nonfinite, light=light, scaler=scaler)
+    from netparity.frameworks.torch.timing import TorchTiming, timing_facts
+
+    cap = TorchCapture(model, path, policy, optimizer=optimizer, rank=rank,
+                       world_size=world_size, manifest={**timing_facts(model, loader),
+                                                        **(manifest or {})},
+                       overwrite=overwrite, stop_on_nonfinite=stop_on_nonfinite, light=light,
+                       scaler=scaler)
+    if cap.writer is not None:  # (a rank the policy leaves out writes nothing)
+        cap._timer = TorchTiming(model, path, optimizer=optimizer, loader=loader,
+                                 global_optimizer=optimizer is None, writer=cap.writer,
+                                 step_of=lambda: cap.step_no, rank=cap.rank)
+    return cap

@@ -5,7 +5,12 @@
   forward phase, the others the per-module times);
 * every trainable parameter: ``register_post_accumulate_grad_hook`` (the last one ends the
   backward phase);
-* the optimizer: ``register_step_pre_hook`` / ``register_step_post_hook`` (its end ends the step).
+* the optimizer: ``register_step_pre_hook`` / ``register_step_post_hook`` (its end ends the step);
+* a ``DistributedDataParallel`` model: a communication hook (``register_comm_hook``, once: DDP
+  cannot remove it) that all-reduces each bucket as DDP's default does (sum, divided by the
+  world size) and notes when the bucket was handed over and when it came back, its bytes and
+  parameters; :meth:`TorchTiming.probe_comm` times plain all-reduces of several sizes (the
+  bandwidth model of the bucket advice, ``netparity.analyzers.allreduce``).
 
 Example:
     >>> import tempfile, torch
@@ -22,13 +27,14 @@ Example:
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 from typing import Any
 
 from netparity.capture.timing import StepTimer
 from netparity.errors import UsageError
 
-__all__ = ["TorchTiming", "profile"]
+__all__ = ["TorchTiming", "profile", "timing_facts"]
 
 
 class TorchTiming(StepTimer):
@@ -37,8 +43,10 @@ class TorchTiming(StepTimer):
     def __init__(self, model: Any, path: str | os.PathLike[str], *, optimizer: Any = None,
                  loader: Iterable[Any] | None = None, modules: bool = True,
                  overwrite: bool = False, manifest: dict[str, Any] | None = None,
-                 global_optimizer: bool = False):
+                 global_optimizer: bool = False, comm: bool = True, writer: Any = None,
+                 step_of: Any = None, rank: int | None = None):
         import torch
+        import torch.distributed as dist
 
         if not isinstance(model, torch.nn.Module):
             raise UsageError(f"profile needs a torch.nn.Module, got {type(model).__name__}")
@@ -49,13 +57,36 @@ class TorchTiming(StepTimer):
         self.optimizer = optimizer
         # without an optimizer object (``netparity run --profile``): every optimizer's step
         self._global_optimizer = global_optimizer and optimizer is None
+        self._comm = comm
+        self._comm_hooked = False
+        params = list(model.parameters())
+        self._param_index = {id(p): i for i, p in enumerate(params)}
+        distributed = dist.is_available() and dist.is_initialized()
+        if rank is None:
+            rank = dist.get_rank() if distributed else 0
+        memory = _memory_reader(_device_of(model))
         facts = {"framework": "torch", "framework_version": torch.__version__,
                  "device": _device_of(model),
                  # (name, shape) in creation order: the side by side pairs modules by the
                  # parameters they own (netparity.align.ownership), across frameworks too
                  "params": [[n, list(p.shape)] for n, p in model.named_parameters()],
+                 "param_bytes": [p.numel() * p.element_size() for p in params],
+                 "memory": memory[0],
+                 **({"world_size": dist.get_world_size(), "backend": dist.get_backend()}
+                    if distributed else {}),
                  **(manifest or {})}
-        super().__init__(path, facts, loader=loader, modules=modules, overwrite=overwrite)
+        # ranks share the trace directory: rank 0 claims it and writes the manifest first (a
+        # rank arriving before the manifest exists is refused by the trace's claim), then the
+        # others join its run
+        ordered = distributed and dist.get_world_size() > 1 and writer is None
+        if ordered and rank != 0:
+            dist.barrier()
+        try:
+            super().__init__(path, facts, loader=loader, modules=modules, overwrite=overwrite,
+                             rank=rank, writer=writer, step_of=step_of, memory=memory)
+        finally:
+            if ordered and rank == 0:
+                dist.barrier()
 
     def _register(self) -> list[Any]:
         root = self.model
@@ -64,9 +95,11 @@ class TorchTiming(StepTimer):
         for name, mod in mods:
             h.append(mod.register_forward_pre_hook(self._pre_hook(name, type(mod).__name__)))
             h.append(mod.register_forward_hook(self._post_hook(name)))
-        for p in root.parameters():
+        for i, p in enumerate(root.parameters()):
             if p.requires_grad:
-                h.append(p.register_post_accumulate_grad_hook(self._grad_hook))
+                h.append(p.register_post_accumulate_grad_hook(self._grad_hook_for(i)))
+        if self._comm and not self._comm_hooked:
+            self._hook_ddp(root)
         if self.optimizer is not None:
             h.append(self.optimizer.register_step_pre_hook(self._opt_pre))
             h.append(self.optimizer.register_step_post_hook(self._opt_post))
@@ -79,6 +112,125 @@ class TorchTiming(StepTimer):
             h.append(register_optimizer_step_pre_hook(self._opt_pre))
             h.append(register_optimizer_step_post_hook(self._opt_post))
         return h
+
+
+    def _hook_ddp(self, model: Any) -> None:
+        from torch.nn.parallel import DistributedDataParallel
+
+        if not isinstance(model, DistributedDataParallel):
+            return
+        import torch.distributed as dist
+
+        group = model.process_group
+        index = self._param_index
+        done = self._comm_done
+
+        def allreduce(_state: Any, bucket: Any) -> Any:
+            # DDP's default reduction (the mean over ranks), timed: handed over -> reduced
+            t = time.perf_counter()
+            buf = bucket.buffer()
+            buf.div_(group.size())
+            params = [index.get(id(p), -1) for p in bucket.parameters()]
+            nbytes = buf.numel() * buf.element_size()
+            fut = dist.all_reduce(buf, group=group, async_op=True).get_future()
+            b = bucket.index()
+
+            def finished(f: Any) -> Any:
+                done(b, t, nbytes, params)
+                return f.value()[0]
+
+            return fut.then(finished)
+
+        # DDP checks the hook's annotations against dist.GradBucket (ours are strings here)
+        allreduce.__annotations__ = {}
+        try:
+            model.register_comm_hook(None, allreduce)
+        except RuntimeError:  # the user registered one already: no bucket times (tail only)
+            return
+        self._comm_hooked = True
+
+    def probe_comm(self, sizes: list[int] | None = None, repeats: int = 5) -> list[float]:
+        """Time a plain all-reduce of float32 tensors of ``sizes`` bytes (default 4 KiB to
+        16 MiB), median of ``repeats``, on the default process group; every rank must call it
+        (a collective). Kept in the trace (``comm_probe``): the bucket advice fits its
+        bandwidth model (latency + bytes / bandwidth) on it. Returns the seconds per size."""
+        import torch
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            raise UsageError("probe_comm needs an initialised torch.distributed process group")
+        sizes = sizes or [4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]
+        dev = torch.device(_device_of(self.model))
+        sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+        out = []
+        for nbytes in sizes:
+            x = torch.ones(max(nbytes // 4, 1), dtype=torch.float32, device=dev)
+            dist.all_reduce(x)  # warm the connection and the buffers
+            sync()
+            times = []
+            for _ in range(max(repeats, 1)):
+                dist.barrier()
+                t = time.perf_counter()
+                dist.all_reduce(x)
+                sync()
+                times.append(time.perf_counter() - t)
+            out.append(sorted(times)[len(times) // 2])
+        self.record_probe(list(sizes), out)
+        return out
+
+
+def _memory_reader(device: str) -> tuple[str, Any, Any]:
+    """What the memory peak per phase reads: CUDA's allocator peak on a CUDA model; else the
+    process's peak resident set (Linux ``/proc/self/status`` ``VmHWM``, reset at each phase
+    start by writing 5 to ``/proc/self/clear_refs``); else (no /proc) the ``getrusage``
+    high-water mark, which never goes down (and after ``exec`` still holds the parent's)."""
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():  # (untested: no GPU here)
+        dev = torch.device(device)
+        return ("cuda.max_memory_allocated", lambda: int(torch.cuda.max_memory_allocated(dev)),
+                lambda: torch.cuda.reset_peak_memory_stats(dev))
+    if _vm_hwm() is not None and _reset_hwm():
+        return ("rss_peak", _vm_hwm, _reset_hwm)
+    import resource
+    import sys
+
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    return ("rss_high_water", lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
+            None)
+
+
+def _vm_hwm() -> Any:
+    """This process's peak resident set in bytes (``VmHWM``), or None without /proc."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _reset_hwm() -> bool:
+    """Reset ``VmHWM`` to the current resident set (Linux >= 4.0); False where refused."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def timing_facts(model: Any, loader: Any = None) -> dict[str, Any]:
+    """The manifest facts a timed trace carries (for a capture that records timing too)."""
+    from netparity.capture.timing import loader_facts
+
+    params = list(model.parameters())
+    return {"timing": "light", "loader": loader_facts(loader),
+            "params": [[n, list(p.shape)] for n, p in model.named_parameters()],
+            "param_bytes": [p.numel() * p.element_size() for p in params],
+            "memory": _memory_reader(_device_of(model))[0]}
 
 
 def _device_of(model: Any) -> str:

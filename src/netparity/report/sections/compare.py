@@ -127,7 +127,7 @@ def _findings(result: CompareResult) -> list[str]:
                                     result.first_update)):
         # a failing verdict with no diverging call must still say what fails
         failing: dict[str, int] = {}
-        for q in result.all_pairs():
+        for q in result.pairs_with_status("fail"):
             if q.status == "fail":
                 what = {"param": "parameter values", "grad": "parameter gradients",
                         "loss": "loss", "data": "data"}.get(q.kind, f"{q.kind} tensors")
@@ -253,8 +253,10 @@ def loss(result: CompareResult, **_: Any) -> Section | None:
 
 
 @section("CompareResult", "structure")
-def structure(result: CompareResult, **_: Any) -> Section:
-    """The aligned calls, forward first, the culprit highlighted."""
+def structure(result: CompareResult, output: str = "", **_: Any) -> Section | None:
+    """The aligned calls, forward first, the culprit highlighted (JSON and HTML)."""
+    if output == "terminal":
+        return None
     culprit = result.first_divergence.key if result.first_divergence else None
     calls: list[CallResult] = sorted(result.calls,
                                      key=lambda c: (c.direction != "forward", c.step, c.order))
@@ -290,8 +292,10 @@ def unmatched(result: CompareResult, **_: Any) -> Section:
 
 
 @section("CompareResult", "pairs")
-def pairs(result: CompareResult, **_: Any) -> Section:
+def pairs(result: CompareResult, output: str = "", **_: Any) -> Section | None:
     """Every tensor pair: formatted in HTML, every metric as a CSV row."""
+    if output == "terminal":
+        return None  # nothing for the terminal: do not make every pair
     csv_rows = []
     for p in result.all_pairs():
         m = p.metrics

@@ -93,6 +93,54 @@ def modules(r: PerfResult, top: int = 10, **_: Any) -> Section | None:
                                  rows, mono=("module",), numeric=("self", "total", "calls"))])
 
 
+@section("PerfResult", "ops")
+def ops(r: PerfResult, top: int = 10, **_: Any) -> Section | None:
+    """Profiler traces: the ops with the most self time per steady step, with dtypes, shapes."""
+    if not r.ops:
+        return None
+    rows = [[o.op, o.dtypes, o.shapes, _ms(o.self_time), _ms(o.total), fmt(o.calls),
+             o.conversion] for o in r.ops[:top]]
+    return Section("ops", title="Hot ops",
+                   headline=f"top {len(rows)} of {len(r.ops)} ops (name, dtypes, shapes) by "
+                            f"self time",
+                   blocks=[Table("ops (per steady step; profiler trace)",
+                                 ["op", "dtypes", "shapes", "self", "total", "calls",
+                                  "conversion"], rows, mono=("op", "shapes"),
+                                 numeric=("self", "total", "calls"))])
+
+
+@section("PerfResult", "conversions")
+def conversions(r: PerfResult, **_: Any) -> Section | None:
+    """Profiler traces: casts, copies and layout transforms per step."""
+    cv = r.conversions
+    if not cv:
+        return None
+    rows = [[o["kind"], o["op"], o["dtypes"], fmt(o["count"]), _ms(o["seconds"])]
+            for o in cv.get("ops", [])[:10]]
+    per = cv.get("per_step", {})
+    return Section("conversions", title="Conversion ops",
+                   headline=f"{fmt(cv.get('count'))} per step, {_ms(cv.get('seconds'))} ("
+                            + ", ".join(f"{k} {fmt(v['count'])}" for k, v in per.items())
+                            + ")",
+                   blocks=[Table("conversion ops per steady step (outermost calls)",
+                                 ["kind", "op", "input dtypes", "count", "time"], rows,
+                                 mono=("op",), numeric=("count", "time"))] if rows else [])
+
+
+@section("PerfResult", "memory")
+def memory(r: PerfResult, **_: Any) -> Section | None:
+    """Peak allocated bytes per phase (profiler memory events)."""
+    peaks = (r.memory or {}).get("peak_allocated")
+    if not peaks:
+        return None
+    phases = ("forward", "backward", "optimizer", "step")
+    rows = [[dev, *[fmt(d.get(p, 0) / 2**20, 4) + " MiB" if p in d else "-" for p in phases]]
+            for dev, d in peaks.items()]
+    return Section("memory", title="Memory per phase",
+                   headline=f"peak allocated per phase ({r.memory.get('source', '')})",
+                   blocks=[Table("peak allocated", ["device", *phases], rows)])
+
+
 @section("PerfComparison", "verdict")
 def side_verdict(c: PerfComparison, **_: Any) -> Section:
     """The slowdown and the costliest extra."""
@@ -139,6 +187,25 @@ def side_modules(c: PerfComparison, top: int = 10, **_: Any) -> Section | None:
                                  status=["warn" if m["extra"] > 0 else ""
                                          for m in c.modules[:top]],
                                  numeric=("reference", "candidate", "extra"))])
+
+
+@section("PerfComparison", "ops")
+def side_ops(c: PerfComparison, top: int = 10, **_: Any) -> Section | None:
+    """Profiler traces: per op name, self time and calls per step, costliest extra first."""
+    if not c.ops:
+        return None
+    rows = [[o["name"], _ms(o["ref"]), _ms(o["cand"]), _ms(o["extra"]), fmt(o["ref_calls"]),
+             fmt(o["cand_calls"])] for o in c.ops[:top]]
+    return Section("ops", title="Ops side by side",
+                   headline=f"conversion ops per step: reference "
+                            f"{fmt(c.ref.conversions.get('count'))}, candidate "
+                            f"{fmt(c.cand.conversions.get('count'))}",
+                   blocks=[Table("ops (self time per steady step)",
+                                 ["op", "reference", "candidate", "extra", "ref calls",
+                                  "cand calls"], rows, mono=("op",),
+                                 status=["warn" if o["extra"] > 0 else "" for o in c.ops[:top]],
+                                 numeric=("reference", "candidate", "extra", "ref calls",
+                                          "cand calls"))])
 
 
 @section("PerfComparison", "findings")

@@ -17,7 +17,15 @@ from typing import Any
 
 from netparity.analyzers.step import StepResult
 from netparity.report.format import fmt
-from netparity.report.sections import Plot, Section, Table, Text, section, sections_for
+from netparity.report.sections import (
+    OUTPUTS,
+    Plot,
+    Section,
+    Table,
+    Text,
+    section,
+    sections_for,
+)
 
 MARK = {"pass": "ok", "fail": "DIVERGES", "warn": "warn", "skipped": "-"}
 
@@ -121,9 +129,14 @@ def replay(r: StepResult, **_: Any) -> list[Section]:
         fed = "inputs" if ph.name == "forward" else "inputs and output gradients"
         note = Text([f"{ph.name}: normwise relative errors, accumulated in the run vs the "
                      "module's own (local) error on the reference's tensors"], style="muted")
+        # a phase that replay cleared (or that passed anyway) keeps its table out of the
+        # terminal's first screen: the evidence stays in the JSON and HTML reports
+        quiet = ph.status == "pass"
         out.append(Section(f"replay-{ph.name}",
                            title=f"Replay ({ph.name}): each module fed the reference's {fed}",
-                           blocks=[note, table]))
+                           blocks=[note, table],
+                           only=tuple(o for o in OUTPUTS if o != "terminal") if quiet
+                           else OUTPUTS))
     return out
 
 

@@ -8,7 +8,9 @@ Example:
 
 from __future__ import annotations
 
+import atexit
 import math
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -54,11 +56,14 @@ def data_root(opts: dict[str, Any]) -> Path:
         return Path(opts["data_root"])
     need = opts["steps"] * opts["batch_size"]
     per_class = max(2, math.ceil(need / opts["num_classes"]))
-    root = Path(tempfile.mkdtemp(prefix="netparity-resnet-data-"))
-    return make_imagefolder(
-        root,
-        classes=opts["num_classes"],
-        per_class=per_class,
-        size=resize_for(opts["image_size"]),
-        seed=opts["seed"],
-    )
+    key = (opts["num_classes"], per_class, resize_for(opts["image_size"]), opts["seed"])
+    if key not in _GENERATED:  # one folder per kind of data and process, removed at exit
+        root = Path(tempfile.mkdtemp(prefix="netparity-resnet-data-"))
+        atexit.register(shutil.rmtree, root, True)
+        _GENERATED[key] = make_imagefolder(root, classes=key[0], per_class=key[1],
+                                           size=key[2], seed=key[3])
+    return _GENERATED[key]
+
+
+#: generated dataset folders of this process, by (classes, images per class, size, seed)
+_GENERATED: dict[tuple[Any, ...], Path] = {}

@@ -1,0 +1,321 @@
+"""Import a ``torch.profiler`` (Kineto) trace: step breakdown, hot ops, conversion ops, memory.
+
+Reads the Chrome trace-event JSON that ``prof.export_chrome_trace(F)`` or
+``torch.profiler.tensorboard_trace_handler(DIR)`` writes (``*.pt.trace.json``, ``.gz`` too) and
+returns the same :class:`~netparity.analyzers.perf.PerfResult` as the light timing mode, so the
+findings, the side by side and every output work on it:
+
+* **steps**: the ``ProfilerStep#N`` spans (``schedule=`` and ``prof.step()``; a trace without
+  them is one step). The first profiled step is the "first step" (after the schedule's warm-up,
+  so usually not the run's first).
+* **phases** (host thread that ran the step): ``data`` the ``enumerate(DataLoader)#...``
+  annotations; ``backward`` from the first to the last ``autograd::engine::evaluate_function``
+  event (on CPU the engine runs on the caller's thread; on CUDA its device thread);
+  ``optimizer`` the ``Optimizer.step#...`` annotations; ``forward`` the top-level ops before the
+  backward begins (the loss included: the profiler has no module boundaries); ``other`` the rest
+  (``zero_grad``, Python between ops, idle).
+* **hot ops** by self time (an op's time less its child ops'), grouped by name, input dtypes
+  and shapes (``record_shapes=True`` gives them; without it they are empty).
+* **conversion ops**: casts (``aten::_to_copy``, and ``aten::copy_`` between two dtypes),
+  copies (other ``aten::copy_``), layout (``aten::contiguous``/``aten::clone``), counted and timed
+  per step (outermost only: a ``_to_copy``'s inner ``copy_`` is not counted again).
+* **memory per phase** (``profile_memory=True``): the peak ``Total Allocated`` of the
+  ``[memory]`` events inside each phase, per device type.
+
+Example:
+    >>> _dtypes({"Input type": ["float", "c10::BFloat16", "Scalar", ""]})
+    ['float32', 'bfloat16']
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from netparity.errors import UsageError
+
+__all__ = ["OpTime", "find_kineto", "is_kineto", "load_events", "summarize"]
+
+_BACKWARD = "autograd::engine::evaluate_function"
+_DATA = re.compile(r"enumerate\(DataLoader\)#")
+_OPT = re.compile(r"Optimizer\.step#")
+_STEP = re.compile(r"ProfilerStep#(\d+)")
+_DTYPE = {"float": "float32", "double": "float64", "c10::Half": "float16",
+          "c10::BFloat16": "bfloat16", "long int": "int64", "int": "int32", "bool": "bool",
+          "c10::complex<float>": "complex64", "unsigned char": "uint8", "signed char": "int8",
+          "short int": "int16", "c10::Float8_e4m3fn": "float8_e4m3fn",
+          "c10::Float8_e5m2": "float8_e5m2"}
+_LAYOUT = ("aten::contiguous", "aten::clone")
+_MS_VIEW = "ASCEND_PROFILER_OUTPUT/trace_view.json"
+_MS_OP = re.compile(r"(?:.*/)?([A-Za-z0-9_]+?)(?:-op\d+)?")  # Default/SGD-op1 -> SGD
+
+
+@dataclass
+class OpTime:
+    """One op (name, input dtypes and shapes) per steady step: calls, self and total seconds."""
+
+    op: str
+    dtypes: str
+    shapes: str
+    calls: float
+    self_time: float
+    total: float
+    conversion: str = ""  # cast | copy | layout | ""
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["self"] = d.pop("self_time")
+        return d
+
+
+def is_kineto(path: str | os.PathLike[str]) -> bool:
+    """A profiler trace file, or a directory of them without a netparity manifest."""
+    p = Path(path)
+    if p.is_file():
+        return p.name.endswith((".json", ".json.gz"))
+    return p.is_dir() and not (p / "manifest.json").exists() and bool(_trace_files(p))
+
+
+def _trace_files(d: Path) -> list[Path]:
+    """torch.profiler's ``*.pt.trace.json[.gz]``, or MindSpore Profiler's
+    ``*/ASCEND_PROFILER_OUTPUT/trace_view.json`` (its output_path, or one run's folder)."""
+    out = sorted(q for q in d.iterdir() if q.name.endswith((".pt.trace.json",
+                                                            ".pt.trace.json.gz")))
+    return out or sorted([*d.glob(f"{_MS_VIEW}"), *d.glob(f"*/{_MS_VIEW}")])
+
+
+def find_kineto(path: str | os.PathLike[str]) -> Path:
+    """The trace file itself, or the newest ``*.pt.trace.json[.gz]`` of a directory (one per
+    profiling cycle and worker: ``tensorboard_trace_handler``)."""
+    p = Path(path)
+    if p.is_dir():
+        files = _trace_files(p)
+        if not files:
+            raise UsageError(f"{p}: no *.pt.trace.json file (torch.profiler output) here")
+        return max(files, key=lambda q: (q.stat().st_mtime, q.name))
+    return p
+
+
+def load_events(path: str | os.PathLike[str]) -> tuple[Path, list[dict[str, Any]],
+                                                        dict[str, Any]]:
+    """The trace's events and its top-level facts; :class:`UsageError` on anything else."""
+    p = find_kineto(path)
+    try:
+        opener: Any = gzip.open if p.name.endswith(".gz") else open
+        with opener(p, "rt", encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError, UnicodeDecodeError, EOFError) as e:
+        raise UsageError(f"{p}: not a readable profiler trace ({type(e).__name__}: {e})") \
+            from None
+    if isinstance(doc, list) and p.name == "trace_view.json":  # MindSpore Profiler
+        return p, _mindspore_events(doc), {"framework": "mindspore"}
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise UsageError(f"{p}: no traceEvents (not a torch.profiler Chrome trace)")
+    ev = [e for e in doc["traceEvents"] if isinstance(e, dict)]
+    facts = {k: v for k, v in doc.items() if k != "traceEvents"}
+    facts.setdefault("framework", "torch")
+    return p, ev, facts
+
+
+def _mindspore_events(doc: list[Any]) -> list[dict[str, Any]]:
+    """MindSpore Profiler's ``trace_view.json`` (a bare event list, times as strings) as the
+    torch events this module reads: each operator an op named by its type (``MatMul``,
+    ``Default/SGD-op1`` -> ``SGD``: MindSpore does not record input dtypes or shapes here)."""
+    out = []
+    for e in doc:
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        try:
+            ts, dur = float(e["ts"]), float(e.get("dur", 0))
+        except (KeyError, TypeError, ValueError):
+            continue
+        m = _MS_OP.fullmatch(str(e.get("name", "")))
+        name = m.group(1) if m else str(e.get("name", ""))
+        if name == "Default":  # the graph's whole span, not an operator
+            continue
+        out.append({"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur,
+                    "tid": e.get("tid"), "pid": e.get("pid"), "args": {"native": e["name"]}})
+    return out
+
+
+def _dtypes(args: dict[str, Any]) -> list[str]:
+    return [_DTYPE.get(t, t) for t in args.get("Input type") or [] if t and t != "Scalar"
+            and not str(t).startswith(("ScalarList", "GenericList", "TensorList"))]
+
+
+def _shapes(args: dict[str, Any]) -> list[list[int]]:
+    return [d for d in args.get("Input Dims") or [] if isinstance(d, list) and d]
+
+
+def _conversion(e: dict[str, Any]) -> str:
+    name = e["name"]
+    if name in ("aten::_to_copy", "Cast"):  # (Cast: MindSpore)
+        return "cast"
+    if name in ("TransData", "Transpose"):  # MindSpore layout transforms
+        return "layout"
+    if name == "aten::copy_":
+        dt = [t for t in (e.get("args") or {}).get("Input type") or [] if t and t != "Scalar"]
+        return "cast" if len(dt) >= 2 and dt[0] != dt[1] else "copy"
+    if name in _LAYOUT:
+        return "layout"
+    return ""
+
+
+class _Node:
+    __slots__ = ("children", "conv_parent", "e", "end", "start")
+
+    def __init__(self, e: dict[str, Any]):
+        self.e = e
+        self.start = float(e["ts"])
+        self.end = self.start + float(e.get("dur", 0.0))
+        self.children = 0.0
+        self.conv_parent = False
+
+
+def summarize(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Steps (seconds per phase), ops, conversions and memory of one profiler trace; the parts
+    :func:`netparity.analyzers.perf.analyze_kineto` builds its result from."""
+    p, events, facts = load_events(path)
+    xs = [e for e in events if e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
+    steps = sorted(((int(m.group(1)), float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)),
+                     e.get("tid"))
+                    for e in xs if e.get("cat") == "user_annotation"
+                    and (m := _STEP.fullmatch(str(e.get("name", ""))))), key=lambda s: s[1])
+    ops = [e for e in xs if e.get("cat") in ("cpu_op", "user_annotation")
+           and not _STEP.fullmatch(str(e.get("name", "")))]
+    if not ops:
+        raise UsageError(f"{p}: no operator events (was the profiler on during the steps?)")
+    marked = bool(steps)
+    if not steps:  # no schedule/prof.step(): the whole trace is one step
+        t0 = min(float(e["ts"]) for e in ops)
+        t1 = max(float(e["ts"]) + float(e.get("dur", 0)) for e in ops)
+        steps = [(0, t0, t1, None)]
+    # self time: nest the events of each thread by time (Chrome's own rule for "X" events)
+    nodes: list[_Node] = []
+    by_tid: dict[Any, list[dict[str, Any]]] = {}
+    for e in ops:
+        by_tid.setdefault(e.get("tid"), []).append(e)
+    top: list[_Node] = []  # the outermost events of each thread
+    for evs in by_tid.values():
+        evs.sort(key=lambda e: (float(e["ts"]), -float(e.get("dur", 0))))
+        stack: list[_Node] = []
+        for e in evs:
+            n = _Node(e)
+            while stack and stack[-1].end <= n.start:
+                stack.pop()
+            if stack:
+                stack[-1].children += n.end - n.start
+                n.conv_parent = stack[-1].conv_parent or bool(_conversion(stack[-1].e))
+            else:
+                top.append(n)
+            stack.append(n)
+            nodes.append(n)
+
+    def step_of(t: float) -> int | None:
+        for k, (_, a, b, _) in enumerate(steps):
+            if a <= t < b:
+                return k
+        return None
+
+    n_steps = len(steps)
+    rows = []
+    for idx, a, b, tid in steps:
+        inside = [n for n in top if a <= n.start < b and (tid is None or n.e.get("tid") == tid
+                                                          or _BACKWARD in n.e["name"])]
+        bwd = [n for n in nodes if a <= n.start < b and n.e["name"].startswith(_BACKWARD)]
+        b0 = min((n.start for n in bwd), default=b)
+        b1 = max((n.end for n in bwd), default=b0)
+        data = sum(n.end - n.start for n in inside if _DATA.match(n.e["name"]))
+        opt = [n for n in inside if _OPT.match(n.e["name"])]
+        fwd = sum(n.end - n.start for n in inside if n.start < b0 and n.e.get("tid") == tid
+                  and not _DATA.match(n.e["name"]) and not _OPT.match(n.e["name"])
+                  and not n.e["name"].startswith(("Optimizer.", _BACKWARD)))
+        total = b - a
+        row = {"index": float(idx), "step": total / 1e6, "data": data / 1e6, "compile": 0.0,
+               "forward": fwd / 1e6, "backward": (b1 - b0) / 1e6, "comm": 0.0,
+               "optimizer": sum(n.end - n.start for n in opt) / 1e6,
+               "t_step": a / 1e6, "t_data": a / 1e6,
+               "t_forward": a / 1e6, "t_backward": b0 / 1e6,
+               "t_optimizer": (opt[0].start if opt else b) / 1e6}
+        row["other"] = max(row["step"] - row["data"] - row["forward"] - row["backward"]
+                           - row["optimizer"], 0.0)
+        rows.append(row)
+    steady = set(range(1, n_steps)) if n_steps > 1 else {0}
+    agg: dict[tuple[str, str, str], list[float]] = {}
+    conv: dict[str, list[float]] = {"cast": [0, 0.0], "copy": [0, 0.0], "layout": [0, 0.0]}
+    conv_rows: dict[tuple[str, str, str], list[float]] = {}
+    for n in nodes:
+        if n.e.get("cat") != "cpu_op":
+            continue
+        where = step_of(n.start)
+        if where is None or where not in steady:
+            continue
+        args = n.e.get("args") or {}
+        dts, shp = _dtypes(args), _shapes(args)
+        key = (n.e["name"], ",".join(dts), ";".join("x".join(map(str, s)) for s in shp))
+        acc = agg.setdefault(key, [0, 0.0, 0.0])
+        acc[0] += 1
+        acc[1] += max(n.end - n.start - n.children, 0.0)
+        acc[2] += n.end - n.start
+        kind = _conversion(n.e)
+        if kind and not n.conv_parent:  # the outermost conversion only
+            conv[kind][0] += 1
+            conv[kind][1] += n.end - n.start
+            cr = conv_rows.setdefault((kind, *key[:2]), [0, 0.0])
+            cr[0] += 1
+            cr[1] += n.end - n.start
+    ns = len(steady)
+    op_rows = sorted((OpTime(name, dts, shp, c / ns, s / 1e6 / ns, t / 1e6 / ns,
+                             _conversion({"name": name, "args": {"Input type":
+                                                                 dts.split(",")}}))
+                      for (name, dts, shp), (c, s, t) in agg.items()),
+                     key=lambda o: -o.self_time)
+    conversions = {
+        "per_step": {k: {"count": v[0] / ns, "seconds": v[1] / 1e6 / ns} for k, v in conv.items()},
+        "count": sum(v[0] for v in conv.values()) / ns,
+        "seconds": sum(v[1] for v in conv.values()) / 1e6 / ns,
+        "ops": [{"kind": kind, "op": name, "dtypes": dts, "count": c / ns,
+                 "seconds": s / 1e6 / ns}
+                for (kind, name, dts), (c, s) in sorted(conv_rows.items(),
+                                                        key=lambda kv: -kv[1][1])],
+    }
+    memory = _memory(events, steps, rows) if facts.get("profile_memory") else {}
+    spans = [(int(r["index"]), "phase", ph, "", r[f"t_{ph}"], r[ph]) for r in rows
+             for ph in ("step", "data", "forward", "backward", "optimizer") if r[ph] > 0]
+    return {"path": str(p), "framework": facts.get("framework", "torch"), "marked": marked,
+            "rows": rows, "ops": op_rows, "conversions": conversions,
+            "memory": memory, "spans": spans, "facts": facts}
+
+
+def _memory(events: list[dict[str, Any]], steps: list[tuple[int, float, float, Any]],
+            rows: list[dict[str, float]]) -> dict[str, Any]:
+    """Peak ``Total Allocated`` bytes inside each phase (over all steps), per device type."""
+    mem = sorted((float(e["ts"]), e.get("args") or {}) for e in events
+                 if e.get("name") == "[memory]" and isinstance(e.get("ts"), (int, float)))
+    if not mem:
+        return {}
+    ts = np.array([t for t, _ in mem])
+    out: dict[str, dict[str, int]] = {}
+    for (_, a, b, _), r in zip(steps, rows):
+        b0 = r["t_backward"] * 1e6
+        b1 = b0 + r["backward"] * 1e6
+        o0 = r["t_optimizer"] * 1e6
+        spans = {"forward": (a, b0), "backward": (b0, b1),
+                 "optimizer": (o0, o0 + r["optimizer"] * 1e6), "step": (a, b)}
+        for ph, (lo, hi) in spans.items():
+            i, j = np.searchsorted(ts, lo), np.searchsorted(ts, hi, side="right")
+            for _, ar in mem[i:j]:
+                code = ar.get("Device Type")
+                dev = {0: "cpu", 1: "cuda"}.get(code, str(code)) if isinstance(code, int) \
+                    else str(code)
+                tot = int(ar.get("Total Allocated") or 0)
+                d = out.setdefault(dev, {})
+                d[ph] = max(d.get(ph, 0), tot)
+    return {"peak_allocated": out, "source": "torch.profiler profile_memory [memory] events"}

@@ -1,0 +1,225 @@
+"""The tensor pairs of matched calls as columns: judged as whole arrays, made into
+:class:`~netparity.compare.results.PairResult` objects only when someone asks for them.
+
+A 100k-op statistics comparison has ~300k pairs. Making a ``PairResult`` with its metrics dict
+and verdict string for each, localising them one by one and freeing them was most of the
+comparison's time, while what a user sees of them is a handful (the first divergences, the
+worst pairs) -- unless they ask for JSON, CSV or HTML, which list every pair. So the engine
+keeps the pairs of matched calls in a :class:`PairTable`:
+
+* every pair has its two records, tolerance, key, call and role;
+* pairs judged from statistics in one batch (the common case: statistics traces) keep their
+  metrics as columns (:class:`~netparity.compare.metrics.StatsBatch`) and a status code;
+* every other pair (payloads, odd statistics, the fp64 mode) is a ``PairResult`` judged as
+  before, held in :attr:`PairTable.obj`.
+
+``PairTable.get(i)`` makes pair ``i``'s ``PairResult`` (once; the same object afterwards),
+with exactly the fields, metrics and reason the per-pair path gives. A
+:class:`~netparity.compare.results.CompareResult` holding a table hands out a plain list from
+``result.pairs`` (every pair made then; from that moment the list is the truth and the table
+is dropped), while ``status``, ``counts`` and localisation
+(:mod:`netparity.analyzers.divergence`) read the table's columns without making the pairs.
+
+Example:
+    >>> t = PairTable([])
+    >>> len(t), t.pairs()
+    (0, [])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from netparity.compare.metrics import StatsBatch
+from netparity.compare.results import PairResult
+from netparity.compare.tolerances import Tol
+from netparity.compare.verdicts import judge, judge_stats
+from netparity.trace.schema import Record
+
+#: status -> code of :attr:`PairTable.code`, and back
+STATUS_CODE = {"pass": 0, "warn": 1, "fail": 2, "unknown": 3}
+CODE_STATUS = ("pass", "warn", "fail", "unknown")
+#: the rank of a code for :func:`~netparity.compare.results.worst` (unknown counts as pass)
+CODE_RANK = np.array([0, 1, 2, 0], dtype=np.int8)
+
+_new = object.__new__
+
+
+def pair_key(rec: Record, idx: str) -> str:
+    """A pair's key (without the level prefix and the call's event)."""
+    return (f"{rec.step}|{rec.rank}|{rec.kind}|{rec.direction}|{rec.module}|{rec.op}|"
+            f"{rec.call}|{idx}")
+
+
+def make_pair(ref: Record, cand: Record, rtol: float, atol: float, source: str, idx: str,
+              call_key: str) -> PairResult:
+    """A :class:`PairResult` not judged yet (status pass, no metrics)."""
+    # the dataclass __init__ is skipped (a 100k-op comparison makes ~300k of these when every
+    # pair is asked for): the attributes are exactly the ones it sets, defaults included
+    pr = _new(PairResult)
+    pr.__dict__ = {
+        "key": pair_key(ref, idx), "kind": ref.kind, "direction": ref.direction,
+        "step": ref.step, "rank": ref.rank, "role": ref.role, "arg": ref.arg,
+        "module": ref.module, "op": ref.op, "cand_module": cand.module, "cand_op": cand.op,
+        "ref_dtype": ref.dtype, "cand_dtype": cand.dtype, "ref_shape": list(ref.shape),
+        "cand_shape": list(cand.shape), "rtol": rtol, "atol": atol,
+        "tol_source": source, "status": "pass", "reason": "", "metrics": {},
+        "call": call_key, "order": ref.seq, "source": ref.source, "fp64": None,
+    }
+    return pr
+
+
+class PairTable:
+    """The pairs of matched calls of one comparison, in the engine's order (call by call,
+    inputs then outputs), as columns.
+
+    Args:
+        rows: one tuple per pair: ``(ref, cand, tol, scaled, idx, key, call_key, call,
+            is_output)`` -- ``tol`` the pair's :class:`~netparity.compare.tolerances.Tol`
+            before any RMS scaling, ``scaled`` whether its ``atol`` is still to be multiplied
+            by the pair's RMS (:meth:`set_atol` gives the final values), ``call`` the position
+            of the pair's :class:`~netparity.compare.results.CallResult` in ``result.calls``.
+    """
+
+    def __init__(self, rows: list[tuple[Any, ...]]):
+        self.n = len(rows)
+        cols: list[Any] = list(zip(*rows)) if rows else [()] * 9
+        (self.refs, self.cands, self.tols, self.scaled, self.idx, self.keys, self.call_keys,
+         call, is_out) = (list(c) for c in cols)
+        self.call = np.array(call, dtype=np.int64)
+        self.is_out = np.array(is_out, dtype=bool)
+        self.atol: list[float] = [t.atol for t in self.tols]
+        #: the PairResult of each pair once made (judged one by one, or asked for)
+        self.obj: list[PairResult | None] = [None] * self.n
+        self.made: list[int] = []  # the positions of obj that are set, in the order made
+        self.code = np.zeros(self.n, dtype=np.int8)
+        self.batch: StatsBatch | None = None
+        self.brow = np.full(self.n, -1, dtype=np.int64)  # row in ``batch``, -1: not in it
+        self.perm: list[int] = []  # result.pairs order: (step, order), stable
+
+    def __len__(self) -> int:
+        return self.n
+
+    # ---- building ------------------------------------------------------------------------
+    def set_atol(self, at: list[int], values: list[float]) -> None:
+        """The final (RMS-scaled) ``atol`` of pairs ``at``."""
+        for i, v in zip(at, values):
+            self.atol[i] = v
+
+    def tol(self, i: int) -> Tol:
+        """Pair ``i``'s tolerance with its final ``atol``."""
+        t = self.tols[i]
+        if not self.scaled[i]:
+            return t
+        s = _new(Tol)
+        s.__dict__.update(rtol=t.rtol, atol=self.atol[i], source=t.source, norm=t.norm)
+        return s
+
+    def new_object(self, i: int) -> PairResult:
+        """Pair ``i`` as an unjudged :class:`PairResult`, kept as its object (for the pairs
+        judged one by one)."""
+        t = self.tols[i]
+        pr = make_pair(self.refs[i], self.cands[i], t.rtol, self.atol[i], t.source,
+                       self.idx[i], self.call_keys[i])
+        pr.key = self.keys[i]
+        self.obj[i] = pr
+        self.made.append(i)
+        return pr
+
+    def set_batch(self, at: np.ndarray, batch: StatsBatch) -> None:
+        """Pairs ``at`` (positions) are judged by ``batch`` (one row each, in order)."""
+        self.batch = batch
+        self.brow[at] = np.arange(len(at))
+        self.code[at] = batch.status()
+
+    def finish(self) -> None:
+        """Fix the order of ``result.pairs`` (step, then reference sequence number; stable)."""
+        step = np.array([r.step for r in self.refs], dtype=np.int64)
+        seq = np.array([r.seq for r in self.refs], dtype=np.int64)
+        self.perm = np.lexsort((seq, step)).tolist() if self.n else []
+
+    # ---- reading -------------------------------------------------------------------------
+    def get(self, i: int) -> PairResult:
+        """Pair ``i`` as a :class:`PairResult` (made on first request, then the same object)."""
+        pr = self.obj[i]
+        if pr is not None:
+            return pr
+        pr = self.new_object(i)
+        j = int(self.brow[i])
+        if j >= 0 and self.batch is not None:
+            m = self.batch.metrics(j)
+            pr.metrics = m
+            rt, at = pr.rtol, pr.atol
+            if not m["nan_mismatch"] and not m["inf_mismatch"]:
+                pr.status, pr.reason = judge_stats(m, m["max_abs_lb"], at + rt * m["ref_maxabs"])
+            else:
+                pr.status, pr.reason = judge(m, rt, at)
+        return pr
+
+    def pairs(self) -> list[PairResult]:
+        """Every pair as a :class:`PairResult`, in ``result.pairs`` order."""
+        get = self.get
+        return [get(i) for i in self.perm]
+
+    def refresh(self) -> None:
+        """Status codes of the pairs held as objects, from the objects (they may have been
+        judged, or re-judged, one by one)."""
+        code, obj = STATUS_CODE, self.obj
+        if self.made:
+            self.code[self.made] = [code.get(obj[i].status, 0)  # type: ignore[union-attr]
+                                    for i in self.made]
+
+    def errors(self) -> np.ndarray:
+        """``PairResult.error()`` of every pair (statistics batch: ``max_rel_lb``)."""
+        err = np.zeros(self.n)
+        b = self.batch
+        if b is not None:
+            have = self.brow >= 0
+            err[have] = b.rel[self.brow[have]]
+        obj = self.obj
+        if self.made:
+            err[self.made] = [obj[i].error() for i in self.made]  # type: ignore[union-attr]
+        return err
+
+    def counts(self) -> np.ndarray:
+        """How many pairs have each status code (objects re-read: :meth:`refresh`)."""
+        self.refresh()
+        return np.bincount(self.code, minlength=4)
+
+    def any_stats_basis(self) -> bool:
+        """Whether any pair was judged from statistics."""
+        if self.batch is not None and len(self.batch):
+            return True
+        obj = self.obj
+        return any(obj[i].metrics.get("basis") == "stats" for i in self.made)  # type: ignore[union-attr]
+
+    def tolerance_rows(self) -> list[tuple[Any, ...]]:
+        """Per pair in ``result.pairs`` order, what
+        :func:`~netparity.analyzers.divergence.min_tolerances` reads: ``(basis, rtol, atol,
+        tol_source, ref_rms, nonfinite mismatch, min_atol, min_rtol)``."""
+        out: list[tuple[Any, ...]] = [()] * self.n
+        b = self.batch
+        if b is not None and len(b):
+            nan_m, inf_m = b.nonfinite_mismatch()
+            nf = ((nan_m != 0) | (inf_m != 0)).tolist()
+            rms, mina, minr = b.rms.tolist(), b.min_atol.tolist(), b.min_rtol.tolist()
+            at = np.nonzero(self.brow >= 0)[0].tolist()
+            rows = self.brow[at].tolist()
+            tols, atol = self.tols, self.atol
+            for i, j in zip(at, rows):
+                t = tols[i]
+                out[i] = ("stats", t.rtol, atol[i], t.source, rms[j], nf[j], mina[j], minr[j])
+        obj = self.obj
+        for i in self.made:
+            out[i] = row_of(obj[i])  # type: ignore[arg-type]
+        return [out[i] for i in self.perm]
+
+
+def row_of(p: PairResult) -> tuple[Any, ...]:
+    """What :func:`~netparity.analyzers.divergence.min_tolerances` reads of one pair."""
+    m = p.metrics
+    nf = bool(m.get("nan_mismatch") or m.get("inf_mismatch"))
+    return (m.get("basis"), p.rtol, p.atol, p.tol_source, m.get("ref_rms"), nf,
+            m.get("min_atol"), m.get("min_rtol"))

@@ -1,0 +1,225 @@
+"""The array path of a comparison (pairs as columns of a PairTable, localised as arrays) gives
+exactly what the per-pair path gives: the same pairs, metrics, verdicts, reasons, call
+classification, first divergences and minimum tolerances -- on traces with NaN and NULL
+statistics, odd arguments, rounding-noise gradients, failing, warning and passing pairs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from netparity.analyzers.divergence import localise
+from netparity.compare import engine
+from netparity.compare.metrics import stats_metrics
+from netparity.compare.results import CompareResult
+from netparity.compare.verdicts import judge
+from netparity.report.sections.compare import summary_lines
+from netparity.trace import Record, TraceWriter, build_manifest
+
+_FLOATS = ("min", "max", "mean", "std", "norm", "abs_sum")
+_ARGS = (["0"], ["0", "1"], ["1", "0"], ["0", "kw.mask"], ["0", "1.2", "1.0"], [""])
+
+
+def _stats(rng: np.random.Generator, n: int, scale: float) -> dict[str, float | int | None]:
+    x = rng.standard_normal(n) * scale + rng.normal(0, scale)
+    return {"min": float(x.min()), "max": float(x.max()), "mean": float(x.mean()),
+            "std": float(x.std()), "norm": float(np.linalg.norm(x)),
+            "abs_sum": float(np.abs(x).sum()), "nan": 0, "posinf": 0, "neginf": 0,
+            "zeros": 0, "fp16_overflow": 0}
+
+
+def _cand(st_: dict[str, float | int | None], kind: int, rng: np.random.Generator,
+          ) -> dict[str, float | int | None]:
+    """The candidate's statistics: equal, float noise, a warn-sized or a failing change, or
+    something odd (NaN or NULL statistic, a NaN count that differs)."""
+    out = dict(st_)
+    if kind == 0:
+        return out
+    if kind in (1, 2, 3):
+        f = 1 + {1: 1e-7, 2: 3e-4, 3: 0.2}[kind] * float(rng.standard_normal())
+        for k in _FLOATS:
+            v = out[k]
+            out[k] = v * f if isinstance(v, float) else v
+        return out
+    if kind == 4:
+        out["std"] = math.nan
+    elif kind == 5:
+        out["mean"] = None
+    elif kind == 6:
+        out["nan"] = 1
+    elif kind == 7:
+        out["norm"] = None
+    return out
+
+
+def _write(path: Path, spec: list[tuple[str, list[str], int, float, list[int]]], side: int,
+           seed: int) -> None:
+    """One op per spec entry, forward then backward (the same ops, tiny rounding-noise
+    gradients for some), two steps; side 1 writes the candidate's statistics."""
+    with TraceWriter(path, manifest=build_manifest(framework="numpy", device="cpu")) as w:
+        for step in range(2):
+            rng = np.random.default_rng(seed + step)
+            for direction in ("forward", "backward"):
+                for k, (op, args, n, scale, kinds) in enumerate(spec):
+                    ev = w.next_event()
+                    tiny = direction == "backward" and k % 3 == 0
+                    base = dict(kind="op", module=f"net.l{k}", op=op, native=f"np.{op}",
+                                call=0, event=ev, step=step, direction=direction,
+                                dtype="float32", source=f"train.py:{10 + k}")
+                    roles = [("input", a) for a in args] + [("output", "")]
+                    for j, (role, arg) in enumerate(roles):
+                        s = _stats(rng, n, 1e-9 if tiny else scale)
+                        if tiny and side:  # independent noise of a zero value
+                            s = _stats(np.random.default_rng(seed + 99 + k + j), n, 1e-9)
+                        elif side:
+                            s = _cand(s, kinds[j % len(kinds)], rng)
+                        else:
+                            _cand(s, kinds[j % len(kinds)], rng)  # same draws both sides
+                        w.add(Record(role=role, arg=arg, shape=(n,), stats=s, **base))
+            w.add(Record(kind="loss", op="loss", step=step, dtype="float32", shape=(),
+                         stats=_stats(rng, 1, 1.0)))
+
+
+def _both(tmp: Path, spec: list, seed: int) -> tuple[Path, Path]:
+    ref, cand = tmp / "ref", tmp / "cand"
+    _write(ref, spec, 0, seed)
+    _write(cand, spec, 1, seed)
+    return ref, cand
+
+
+def _check(ref: Path, cand: Path, **kw: object) -> CompareResult:
+    fast = engine.compare(ref, cand, level="op", **kw)  # type: ignore[arg-type]
+    assert fast.table is not None
+    slow = engine.compare(ref, cand, level="op", **kw)  # type: ignore[arg-type]
+    objects = slow.pairs  # made now: the per-pair path from here on
+    assert slow.table is None and len(objects) == fast.n_pairs() - len(fast.params) - len(
+        fast.loss) - len(fast.data)
+    # every pair judged as arrays equals the per-pair metrics and verdict of its records
+    t = fast.table
+    for i in np.nonzero(t.brow >= 0)[0].tolist():
+        p = t.get(i)
+        if "noise_floor" in p.metrics:
+            continue
+        want = stats_metrics(t.refs[i], t.cands[i], rtol=p.rtol, atol=p.atol)
+        assert json.dumps(p.metrics) == json.dumps(want)
+        assert (p.status, p.reason) == judge(want, p.rtol, p.atol)
+    localise(fast)
+    localise(slow)
+    # the table was read, not made into objects, by localisation and the summary
+    assert fast.table is not None
+    lines = summary_lines(fast)
+    assert fast.table is not None
+    assert lines == summary_lines(slow)
+    assert fast.status == slow.status and fast.counts() == slow.counts()
+    assert [p.key for p in fast.worst_pairs(5)] == [p.key for p in slow.worst_pairs(5)]
+    assert json.dumps(fast.to_json()) == json.dumps(slow.to_json())
+    return fast
+
+
+_SPEC = st.lists(
+    st.tuples(st.sampled_from(["conv", "relu", "add", "matmul"]), st.sampled_from(_ARGS),
+              st.integers(1, 40), st.sampled_from([1e-3, 1.0, 1e3]),
+              st.lists(st.integers(0, 7), min_size=1, max_size=4)),
+    min_size=2, max_size=12)
+
+
+@settings(max_examples=12, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(spec=_SPEC, seed=st.integers(0, 1000), profile=st.sampled_from(["same", "cross"]))
+def test_array_path_equals_per_pair_path(tmp_path_factory, spec, seed, profile):
+    tmp = tmp_path_factory.mktemp("pt")
+    ref, cand = _both(tmp, spec, seed)
+    _check(ref, cand, profile=profile)
+
+
+def test_every_kind_of_pair(tmp_path):
+    """A fixed trace holding each case at once: passes, warnings, failures, NaN/NULL
+    statistics, a differing NaN count, odd argument orders, rounding-noise gradients."""
+    spec = [("conv", ["0", "1"], 30, 1.0, [0, 1]), ("relu", ["0"], 20, 1e3, [2]),
+            ("add", ["1", "0"], 25, 1.0, [3, 0]), ("matmul", ["0", "kw.mask"], 10, 1e-3, [4, 5]),
+            ("add", ["0", "1.2", "1.0"], 12, 1.0, [6, 7, 1]), ("relu", [""], 8, 1.0, [0])]
+    r = _check(*_both(tmp_path, spec, 7), profile="cross")
+    st_ = {p.status for p in r.pairs}
+    assert {"pass", "warn", "fail"} <= st_
+    reasons = " ".join(p.reason for p in r.pairs)
+    assert "rounding noise" in reasons and "NaN position" in reasons
+    assert r.first_divergence is not None and r.first_backward is not None
+
+
+def test_pairs_list_semantics(tmp_path):
+    """``result.pairs`` is a plain list once read: the table is dropped, edits stick."""
+    spec = [("conv", ["0"], 30, 1.0, [3]), ("relu", ["0"], 20, 1.0, [0])]
+    ref, cand = _both(tmp_path, spec, 1)
+    r = engine.compare(ref, cand, level="op")
+    n = r.n_pairs()
+    assert r.table is not None and n > 0
+    ps = r.pairs
+    assert isinstance(ps, list) and r.table is None and ps is r.pairs
+    ps[0].status = "fail"
+    ps.append(ps[0])
+    assert r.counts()["fail"] >= 1 and r.n_pairs() == n + 1
+    r.pairs = []
+    assert r.pairs == [] and CompareResult(pairs=ps[:1]).pairs == ps[:1]
+    assert CompareResult().pairs == []
+
+
+@pytest.mark.parametrize("payload", ["stats", "tensors"])
+def test_real_traces_same_json(net, payload):
+    """The compare tests' traces (forward/backward, params, loss; statistics or payloads):
+    localised from the table or from the pair objects, the JSON is the same."""
+    ref = net(payload=payload, noise=1e-6)
+    cand = net(payload=payload, noise=1e-6, noise_seed=2, perturb={("net.l2", "forward"): 1e-2})
+    fast = localise(engine.compare(ref, cand, level="module", profile="cross"))
+    assert fast.table is not None
+    slow = engine.compare(ref, cand, level="module", profile="cross")
+    slow.pairs  # noqa: B018 -- made now: the per-pair path
+    localise(slow)
+    assert fast.first_divergence is not None and fast.first_divergence.module == "net.l2"
+    assert json.dumps(fast.to_json()) == json.dumps(slow.to_json())
+
+
+def test_calls_edited_before_localisation(tmp_path):
+    """Calls reordered after the comparison: localisation notices that they are not the
+    table's and classifies from the pair objects; the verdicts are the same."""
+    spec = [("conv", ["0", "1"], 30, 1.0, [0, 3]), ("relu", ["0"], 20, 1.0, [2]),
+            ("add", ["1", "0"], 25, 1.0, [1, 3])]
+    ref, cand = _both(tmp_path, spec, 3)
+    a = engine.compare(ref, cand, level="op")
+    b = engine.compare(ref, cand, level="op")
+    a.calls.reverse()
+    b.calls.reverse()
+    b.pairs  # noqa: B018 -- the per-pair path
+    localise(a)
+    localise(b)
+    assert json.dumps(a.to_json()) == json.dumps(b.to_json())
+    assert a.first_divergence is not None
+
+
+def test_terminal_report_reads_the_table(tmp_path):
+    """The full terminal report (worst pairs included) makes only the pairs it shows, and
+    prints what the same result made into objects prints."""
+    import io
+
+    from netparity.report.terminal import make_console, render_terminal
+
+    spec = [("conv", ["0", "1"], 30, 1.0, [0, 3]), ("relu", ["0"], 20, 1.0, [2, 1])]
+    ref, cand = _both(tmp_path, spec, 5)
+    texts = []
+    for objects in (False, True):
+        r = engine.compare(ref, cand, level="op")
+        if objects:
+            r.pairs  # noqa: B018
+        localise(r)
+        buf = io.StringIO()
+        render_terminal(r, top=5, console=make_console(buf))
+        assert (r.table is None) == objects
+        if not objects:
+            assert len(r.table.made) <= 8  # the worst pairs and the divergences' evidence
+        texts.append(buf.getvalue())
+    assert texts[0] == texts[1] and "worst" in texts[0]

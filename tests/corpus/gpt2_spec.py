@@ -1,0 +1,114 @@
+"""A spec for ``netparity step``: Hugging Face transformers' GPT-2 (nobody here wrote it) as a
+small causal language model, trained as its users train it -- AdamW with no weight decay on
+biases and LayerNorm weights (the Trainer's grouping), gradient clipping to norm 1, a linear
+warmup -- as the reference; the same code with one option changed as the candidate.
+
+Faithful candidates: the same run in float64 (``dtype=``) or on another thread count
+(``threads=``). Candidates with one classic mistake each (``bug=``):
+
+* ``gelu-exact``        exact GELU where GPT-2 uses the tanh approximation (``gelu_new``):
+                        forward, the first block's MLP activation;
+* ``ln-eps``            LayerNorm epsilon 1e-6 (timm/ViT's) where GPT-2 uses 1e-5: forward, the
+                        first LayerNorm;
+* ``attn-layer-scale``  attention logits also scaled by 1/(layer index + 1) (the
+                        ``scale_attn_by_inverse_layer_idx`` option of later GPT-2 variants): no
+                        effect in block 0, forward at the second block's attention;
+* ``no-shift``          the loss computed on unshifted logits and labels (each position
+                        predicts itself instead of the next token): the loss phase, every
+                        forward output agreeing;
+* ``decay-all``         weight decay on every parameter, biases and LayerNorm weights included:
+                        the update of the first LayerNorm weight.
+
+GPT-2's causal mask fills the masked logits with ``finfo.min``: the noise run must not turn them
+into -inf. Gradient clipping changes the gradients after they are captured, so the optimizer
+is judged without replay (the evidence says so).
+
+Options: dtype, threads, bug, steps (3).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+BUGS = ("gelu-exact", "ln-eps", "attn-layer-scale", "no-shift", "decay-all")
+
+#: where a correct diagnosis names each bug: (phase, place, step)
+FOUND_AT = {
+    "gelu-exact": ("forward", "transformer.h.0.mlp.act", 0),
+    "ln-eps": ("forward", "transformer.h.0.ln_1", 0),
+    "attn-layer-scale": ("forward", "transformer.h.1.attn", 0),
+    "no-shift": ("loss", "loss", 0),
+    "decay-all": ("update", "transformer.h.0.ln_1", 0),
+}
+
+VOCAB, SEQ, BATCH = 256, 32, 4
+
+
+def transformers_module() -> Any:
+    """transformers, importable with the CPU torch (it imports torchvision when installed)."""
+    from tests.corpus.models import torchvision_models
+
+    torchvision_models()  # defines the missing torchvision operator schemas, then imports it
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+def build(**options: Any) -> dict[str, Any]:
+    """Build GPT-2, its token batches, AdamW and the one-step callable (module docstring)."""
+    import numpy as np
+    import torch
+
+    dtype = {"float32": torch.float32, "float64": torch.float64}[options.get("dtype", "float32")]
+    bug = options.get("bug")
+    if bug not in (None, *BUGS):
+        raise ValueError(f"unknown bug {bug!r}; choose from {', '.join(BUGS)}")
+    if options.get("threads"):
+        torch.set_num_threads(int(options["threads"]))
+    steps = int(options.get("steps", 3))
+    transformers = transformers_module()
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(
+        vocab_size=VOCAB, n_positions=64, n_embd=64, n_layer=2, n_head=4,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
+        activation_function="gelu" if bug == "gelu-exact" else "gelu_new",
+        layer_norm_epsilon=1e-6 if bug == "ln-eps" else 1e-5,
+        scale_attn_by_inverse_layer_idx=bug == "attn-layer-scale",
+        attn_implementation="eager")
+    model = transformers.GPT2LMHeadModel(cfg).to(dtype)
+    rng = np.random.default_rng(1)
+    batches = [(rng.integers(0, VOCAB, (BATCH, SEQ)).astype(np.int64),
+                np.zeros(BATCH, np.int64)) for _ in range(steps)]  # labels: the ids, shifted
+    lrs = [1e-3 * min(1.0, (k + 1) / 2) for k in range(steps)]
+    flat = [p for p in model.parameters() if p.ndim < 2]
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    groups = ([{"params": decay + flat, "weight_decay": 0.01}] if bug == "decay-all" else
+              [{"params": decay, "weight_decay": 0.01}, {"params": flat, "weight_decay": 0.0}])
+    optimizer = torch.optim.AdamW(groups, lr=lrs[0])
+
+    class Step:
+        def __init__(self) -> None:
+            self.k = 0
+
+        def __call__(self, ids: Any, _labels: Any) -> float:
+            model.train()
+            for g in optimizer.param_groups:
+                g["lr"] = lrs[min(self.k, steps - 1)]
+            optimizer.zero_grad(set_to_none=True)
+            x = torch.as_tensor(ids)
+            logits = model(x).logits.float()
+            if bug == "no-shift":
+                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), x.reshape(-1))
+            else:
+                loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, VOCAB),
+                                                         x[:, 1:].reshape(-1))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            self.k += 1
+            return float(loss.detach())
+
+    return {"framework": "torch", "model": model, "batches": batches, "optimizer": optimizer,
+            "lr_schedule": lrs, "train_step": Step(),
+            "description": f"transformers GPT-2 (2 blocks, 64 wide), AdamW + clipping, {dtype}"}
