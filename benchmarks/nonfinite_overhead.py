@@ -9,6 +9,8 @@ the uninstrumented median step of the same round), with the rounds' range:
 * ``anomaly``: ``torch.autograd.detect_anomaly()`` (forward tracebacks on every autograd node,
   NaN check of every backward function's output) -- what PyTorch offers to find a NaN;
 * ``stats``: netparity module-level statistics capture;
+* ``stop``: ``stop_on_nonfinite=True`` with no ``level`` -- the light stop (the default): one
+  reduction per module output and per gradient, nothing recorded but the loss;
 * ``stats+stop``: the same with ``stop_on_nonfinite=True`` (one ``isfinite().all()`` per output
   of every aten op, forward, backward and update);
 * ``op stats+stop``: op-level statistics capture with ``stop_on_nonfinite=True``.
@@ -74,17 +76,20 @@ def _config(name: str, model: nn.Module, opt: torch.optim.Optimizer, out: Path
         with torch.autograd.detect_anomaly(check_nan=True):
             yield None
     else:
-        level = "op" if name.startswith("op") else "module"
+        level = None if name == "stop" else "op" if name.startswith("op") else "module"
         path = out / name.replace(" ", "_").replace("+", "_")
         shutil.rmtree(path, ignore_errors=True)
         with capture(model, path, level=level, optimizer=opt,
-                     stop_on_nonfinite=name.endswith("+stop")) as cap:
+                     stop_on_nonfinite=name.endswith("stop")) as cap:
             yield cap
 
 
 def measure(model_name: str, quick: bool, steps: int, rounds: int,
-            configs: list[str]) -> dict[str, list[float]]:
-    """Per configuration: its ratio to ``plain`` in each round."""
+            configs: list[str], cpu: bool = True) -> dict[str, list[float]]:
+    """Per configuration: its ratio to ``plain`` in each round (``cpu``: of this process's CPU
+    time per step, which other jobs on a shared machine disturb far less than wall time; with
+    one torch thread and no I/O wait the two agree on a quiet machine)."""
+    clock = time.process_time if cpu else time.perf_counter
     model, x, y = _model(model_name, quick)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     out = Path(tempfile.mkdtemp(prefix="np-nonfinite-bench-"))
@@ -98,9 +103,9 @@ def measure(model_name: str, quick: bool, steps: int, rounds: int,
                     _step(model, opt, x, y, cap)  # warm-up
                     ts = []
                     for _ in range(steps):
-                        t0 = time.perf_counter()
+                        t0 = clock()
                         _step(model, opt, x, y, cap)
-                        ts.append(time.perf_counter() - t0)
+                        ts.append(clock() - t0)
                 times[name] = statistics.median(ts)
             for name in configs:
                 ratios[name].append(times[name] / times["plain"])
@@ -120,25 +125,29 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads (default 1: steadier on a shared machine)")
-    ap.add_argument("--configs", default="plain,anomaly,stats,stats+stop,op stats+stop")
+    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                    help="time each step by this process's CPU time (default) or wall time")
+    ap.add_argument("--configs", default="plain,anomaly,stats,stop,stats+stop,op stats+stop")
     a = ap.parse_args(argv)
     configs = [c.strip() for c in a.configs.split(",") if c.strip()]
     if "plain" not in configs:
         configs.insert(0, "plain")
     torch.set_num_threads(a.threads)
-    ratios = measure(a.model, a.quick, a.steps, a.rounds, configs)
+    ratios = measure(a.model, a.quick, a.steps, a.rounds, configs, cpu=a.clock == "cpu")
 
     def fmt(v: list[float]) -> str:
         return f"x{statistics.median(v):.2f} (rounds {min(v):.2f}-{max(v):.2f})"
 
-    print(f"\n{a.model}{' (quick)' if a.quick else ''}: step time / uninstrumented, median of "
+    print(f"\n{a.model}{' (quick)' if a.quick else ''}: step {a.clock} time / uninstrumented, "
+          "median of "
           f"{a.rounds} rounds x {a.steps} steps")
     for c in configs:
         if c != "plain":
             print(f"  {c:16s} {fmt(ratios[c])}")
-    if "anomaly" in ratios and "stats+stop" in ratios:
-        rel = [s / an for s, an in zip(ratios["stats+stop"], ratios["anomaly"])]
-        print(f"  stats+stop / anomaly  x{statistics.median(rel):.2f}")
+    for c in ("stop", "stats+stop"):
+        if "anomaly" in ratios and c in ratios:
+            rel = [s / an for s, an in zip(ratios[c], ratios["anomaly"])]
+            print(f"  {c} / anomaly  x{statistics.median(rel):.2f}")
 
 
 if __name__ == "__main__":

@@ -303,8 +303,6 @@ def test_no_stop_in_a_healthy_run_and_same_trace(tmp_path: Path) -> None:
 
 def test_run_stop_on_nonfinite_unmodified_script(tmp_path: Path,
                                                  capfd: pytest.CaptureFixture[str]) -> None:
-    import sys
-
     script = tmp_path / "train.py"
     script.write_text(
         "import torch\n"
@@ -321,14 +319,25 @@ def test_run_stop_on_nonfinite_unmodified_script(tmp_path: Path,
         "    loss = m(torch.randn(4, 8)).pow(2).mean()\n"
         "    loss.backward(); opt.step(); opt.zero_grad()\n"
         "print('finished')\n")
-    out = tmp_path / "run"
-    rc = main(["run", "-o", str(out), "--stop-on-nonfinite", "--", sys.executable, str(script)])
+    out, stop, err = run_stopping(script, capfd)
+    assert len(stop) == 1 and "introduced by log in 1 (forward, step 0" in stop[0]
+    assert "train.py:8" in stop[0] and "Traceback" not in err and "Warning" not in err
+    assert (out / "nonfinite" / "rank0.npz").exists()
+
+
+def run_stopping(script: Path, capfd: pytest.CaptureFixture[str], *flags: str
+                 ) -> tuple[Path, list[str], str]:
+    """``netparity run --stop-on-nonfinite`` on a script that prints ``finished`` unless
+    stopped: the trace directory, the ``netparity: stopped:`` lines and stderr."""
+    import sys
+
+    out = script.parent / "run"
+    rc = main(["run", "-o", str(out), "--stop-on-nonfinite", *flags, "--", sys.executable,
+               str(script)])
     err = capfd.readouterr()
     assert rc == 1 and "finished" not in err.out
-    stop = [ln for ln in err.err.splitlines() if ln.startswith("netparity: stopped:")]
-    assert len(stop) == 1 and "introduced by log in 1 (forward, step 0" in stop[0]
-    assert "train.py:8" in stop[0] and "Traceback" not in err.err and "Warning" not in err.err
-    assert (out / "nonfinite" / "rank0.npz").exists()
+    return out, [ln for ln in err.err.splitlines() if ln.startswith("netparity: stopped:")], \
+        err.err
 
 
 def test_fp16_autocast_overflow_in_one_layer(tmp_path: Path) -> None:
@@ -363,12 +372,17 @@ def test_nan_in_a_parameter_after_an_update(tmp_path: Path, level: str) -> None:
 
 
 # ---- loss scale: GradScaler under float16 autocast ----------------------------------------------
-def _amp_run(path: Path, init_scale: float, steps: int) -> None:
+def _amp_run(path: Path, init_scale: float, steps: int, *, pass_scaler: bool = False,
+             **kw: object) -> None:
+    """float16 autocast + GradScaler; the capture reads the scaler itself (``scaler=`` or
+    found while installed)."""
     model = _net()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1)
     g = torch.Generator().manual_seed(0)
-    with netparity.capture(model, path, optimizer=opt) as cap:
+    if pass_scaler:
+        kw["scaler"] = scaler
+    with netparity.capture(model, path, optimizer=opt, **kw) as cap:
         for _ in range(steps):
             opt.zero_grad()
             with torch.autocast("cpu", dtype=torch.float16):
@@ -377,16 +391,16 @@ def _amp_run(path: Path, init_scale: float, steps: int) -> None:
             scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()
-            cap.record("loss_scale", torch.tensor(scaler.get_scale()))
             cap.record_loss(loss)
             cap.step()
 
 
 def test_grad_scaler_forced_persistent_overflow(tmp_path: Path) -> None:
-    _amp_run(tmp_path / "t", 2.0 ** 24, 6)  # a scale float16 gradients cannot hold
+    _amp_run(tmp_path / "t", 2.0 ** 24, 6, pass_scaler=True)  # a scale fp16 grads cannot hold
     r = analyze(tmp_path / "t")
     ls = r.loss_scale
     assert ls is not None and ls["persistent"] and ls["overflow_steps"] == 6
+    assert all(x["source"] == "scaler" for x in ls["steps"])
     assert [x["scale"] for x in ls["steps"]] == [2.0 ** (23 - i) for i in range(6)]
     assert all(x["skipped"] for x in ls["steps"][1:])
     assert ls["steps"][0]["first_grad"] == "2.weight"  # backward reaches the head first
@@ -395,7 +409,8 @@ def test_grad_scaler_forced_persistent_overflow(tmp_path: Path) -> None:
 
 
 def test_grad_scaler_occasional_overflow_is_handled(tmp_path: Path) -> None:
-    _amp_run(tmp_path / "t", 2.0 ** 13, 10)  # the scale grows until it overflows, then halves
+    # the scale grows until it overflows, then halves; the capture finds the scaler itself
+    _amp_run(tmp_path / "t", 2.0 ** 13, 10)
     r = analyze(tmp_path / "t")
     ls = r.loss_scale
     assert ls is not None and 0 < ls["overflow_steps"] < 10 and not ls["persistent"]
@@ -403,6 +418,18 @@ def test_grad_scaler_occasional_overflow_is_handled(tmp_path: Path) -> None:
     assert all(x["skipped"] for x in over) and ls["handled"]
     assert r.first_nonfinite is not None  # named, but expected under loss scaling
     assert r, r.problems
+    assert all(x["source"] == "scaler" for x in ls["steps"])
+    # the scaler's own verdict agrees with the gradients the capture recorded
+    assert all(x["overflow"] == bool(x["first_grad"]) for x in ls["steps"])
+
+
+def test_grad_scaler_under_the_light_stop(tmp_path: Path) -> None:
+    """Loss scaling's overflow is not a stop; the scale and the overflow are still recorded."""
+    _amp_run(tmp_path / "t", 2.0 ** 13, 10, stop_on_nonfinite=True)
+    ls = analyze(tmp_path / "t").loss_scale
+    assert ls is not None and 0 < ls["overflow_steps"] < 10 and ls["handled"]
+    assert not (tmp_path / "t" / "nonfinite").exists()
+    assert ls["steps"][1]["scale"] == 2.0 * ls["steps"][0]["scale"]  # grew after a good step
 
 
 # ---- cross-rank consistency: two processes under torchrun (gloo) --------------------------------
@@ -424,6 +451,15 @@ dist.destroy_process_group()
 """
 
 
+def _free_port() -> str:
+    """A TCP port nothing listens on now (other test runs share this machine)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("init", ["same", "diff"])
 def test_two_ranks_initial_weights(tmp_path: Path, init: str) -> None:
@@ -435,15 +471,85 @@ def test_two_ranks_initial_weights(tmp_path: Path, init: str) -> None:
         pytest.skip("torchrun not found next to the Python interpreter")
     (tmp_path / "ranks.py").write_text(RANKS)
     out = tmp_path / "trace"
-    port = "29561" if init == "same" else "29562"
+    port = _free_port()
     assert main(["run", "-o", str(out), "--", torchrun, "--nproc-per-node", "2",
                  "--master-port", port, str(tmp_path / "ranks.py"), init]) == 0
     r = analyze(out)
     rc = r.ranks_consistent
-    assert rc is not None and rc["ranks"] == [0, 1] and rc["compared"] == 8
+    # 4 parameters x 2 steps: gradients after the all-reduce, and parameters after the update
+    assert rc is not None and rc["ranks"] == [0, 1] and rc["compared"] == 16
     if init == "same":
         assert rc["first"] is None and r
-    else:
+    else:  # averaged gradients agree; the weights they update do not
         f = rc["first"]
-        assert f is not None and (f["step"], f["name"], f["rank"]) == (0, "0.weight", 1)
+        assert f is not None and (f["step"], f["name"], f["rank"], f["what"]) == \
+            (0, "0.weight", 1, "parameter")
         assert not r and any("rank 1" in p for p in r.problems)
+
+
+DDP = """
+import torch, torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+m = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+# a parameter left out of DDP's all-reduce: each rank keeps its own gradient for it
+DDP._set_params_and_buffers_to_ignore_for_model(m, ["2.weight"])
+ddp = DDP(m)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+torch.manual_seed(1 + dist.get_rank())              # each rank its own batch
+for i in range(2):
+    loss = nn.MSELoss()(ddp(torch.randn(3, 4)), torch.zeros(3, 1))
+    opt.zero_grad(); loss.backward(); opt.step()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_ddp_gradient_not_all_reduced(tmp_path: Path) -> None:
+    """DDP on two CPU processes (gloo): the gradient the optimizer uses, after the all-reduce,
+    differs on rank 1 first for the parameter DDP was told to ignore."""
+    import shutil
+    import sys
+
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("torchrun not found next to the Python interpreter")
+    (tmp_path / "ddp.py").write_text(DDP)
+    out = tmp_path / "trace"
+    assert main(["run", "-o", str(out), "--", torchrun, "--nproc-per-node", "2",
+                 "--master-port", _free_port(), str(tmp_path / "ddp.py")]) == 0
+    r = analyze(out)
+    rc = r.ranks_consistent
+    assert rc is not None and rc["ranks"] == [0, 1]
+    f = rc["first"]
+    # (named through DDP's wrapper: module.)
+    assert f is not None and (f["step"], f["name"], f["rank"], f["what"]) == \
+        (0, "module.2.weight", 1, "gradient")
+    assert not r and any("gradient of module.2.weight after all-reduce" in p
+                         for p in r.problems)
+    assert main(["numerics", str(out)]) == 1
+
+
+# ---- the numerics section of `netparity step`'s report -----------------------------------------
+def test_step_report_shows_each_sides_numerics(tmp_path: Path) -> None:
+    from netparity.analyzers.step import Phase, StepResult
+    from netparity.report.sections import sections_for
+
+    _train(_net(), tmp_path / "ok")
+    _train(_net(LogBlock()), tmp_path / "bad")
+    r = StepResult([Phase("setup")], {}, {}, {}, {}, "out")
+    r.numerics = {"ref": analyze(tmp_path / "ok"), "cand": analyze(tmp_path / "bad")}
+    sec = next(s for s in sections_for(r) if s.key == "numerics")
+    assert sec.status == "warn" and sec.rows[0] == ("reference", "healthy")
+    assert sec.rows[1][0] == "candidate" and "non-finite values from 1 / log" in sec.rows[1][1]
+    lines = [ln for b in sec.blocks for ln in getattr(b, "lines", [])]
+    assert any(ln.startswith("candidate: NaN/Inf introduced at 1 / log (forward, step 0) at "
+                             "test_numerics.py:") for ln in lines)
+    j = r.to_json()["numerics"]
+    assert j["ref"]["healthy"] and not j["cand"]["healthy"]
+    assert j["cand"]["first_nonfinite"]["op"] == "log"
+    r.numerics = {"ref": r.numerics["ref"]}
+    sec = next(s for s in sections_for(r) if s.key == "numerics")
+    assert sec.status == "pass" and "healthy" in sec.headline

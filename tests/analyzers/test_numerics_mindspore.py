@@ -93,3 +93,58 @@ def test_stop_on_nonfinite_needs_op_level(tmp_path: Path) -> None:
 
     with pytest.raises(UsageError, match="level='op'"):
         capture(Net(), str(tmp_path / "t"), stop_on_nonfinite=True)
+
+
+class CpuLossScaleCell(nn.TrainOneStepWithLossScaleCell):
+    """MindSpore 2.10's overflow check takes the Ascend (NPUGetFloatStatusV2) or GPU
+    (FloatStatus) path, neither of which has a CPU kernel: on CPU, check the gradients with
+    IsFinite (what its Ascend "infnan" mode does). Everything else -- scaling, the update cell,
+    skipping the optimizer on overflow -- is MindSpore's own."""
+
+    def get_overflow_status(self, status, compute_output):  # type: ignore[no-untyped-def]
+        finite = [ops.isfinite(g).all() for g in compute_output]
+        return ops.logical_not(ops.stack(finite).all())
+
+
+def _loss_scale_run(path: Path, init: float, steps: int, *, pass_scaler: bool,
+                    target: float = 1.0) -> None:
+    ms.set_seed(1)
+    net = Net()
+    loss_net = nn.WithLossCell(net, nn.MSELoss())
+    opt = nn.SGD(net.trainable_params(), 0.01)
+    upd = nn.DynamicLossScaleUpdateCell(loss_scale_value=init, scale_factor=2, scale_window=1)
+    train = CpuLossScaleCell(loss_net, opt, scale_sense=upd)
+    rng = np.random.default_rng(0)
+    # (capturing the train cell itself fails in MindSpore 2.10: the capture's Cell hooks on
+    # DynamicLossScaleUpdateCell make its Assign refuse the scale Parameter as a view input)
+    model, kw = (net, {"scaler": train}) if pass_scaler else (train, {})
+    with capture(model, str(path), **kw) as cap:
+        for _ in range(steps):
+            x = ms.Tensor(rng.standard_normal((16, 8), dtype=np.float32))
+            y = ms.Tensor(rng.standard_normal((16, 1), dtype=np.float32) * target)
+            loss, _overflow, _scale = train(x, y)
+            cap.record_loss(loss)
+            cap.step()
+
+
+def test_train_one_step_with_loss_scale_cell_persistent_overflow(tmp_path: Path) -> None:
+    from netparity.cli import main
+
+    # gradients ~1e3 times a scale of 2^126: beyond float32, step after step
+    _loss_scale_run(tmp_path / "t", 2.0 ** 126, 5, pass_scaler=True, target=1e3)
+    r = analyze(tmp_path / "t")
+    ls = r.loss_scale
+    assert ls is not None and ls["overflow_steps"] == 5 and ls["persistent"]
+    # the update cell halves the scale after each overflowing step
+    assert [x["scale"] for x in ls["steps"]] == [2.0 ** (125 - i) for i in range(5)]
+    assert all(x["source"] == "scaler" and x["skipped"] for x in ls["steps"])
+    assert any("persistent overflow" in p for p in r.problems)
+    assert main(["numerics", str(tmp_path / "t")]) == 1
+
+
+def test_loss_scale_cell_healthy(tmp_path: Path) -> None:
+    """A scale float32 holds: no overflow, the scale doubles each step (scale_window 1)."""
+    _loss_scale_run(tmp_path / "t", 2.0 ** 10, 3, pass_scaler=True)
+    ls = analyze(tmp_path / "t").loss_scale
+    assert ls is not None and ls["overflow_steps"] == 0 and not ls["warnings"]
+    assert [x["scale"] for x in ls["steps"]] == [2.0 ** 11, 2.0 ** 12, 2.0 ** 13]

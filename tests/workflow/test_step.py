@@ -80,6 +80,9 @@ def test_step_cli_exit_codes_and_reports(tmp_path):
     assert data["first_divergence"]["phase"] == "forward"
     html = (out / "report.html").read_text()
     assert "layer2.0.conv1" in html and "loss per step" in html
+    # each side's numerics verdict: both ports train without NaN/Inf
+    assert data["numerics"]["ref"]["healthy"] and data["numerics"]["cand"]["healthy"]
+    assert "numerics: both runs healthy" in p.stdout and "Numerics" in html
     bad = subprocess.run([sys.executable, "-m", "netparity", "step", "nope_spec.py", CAND],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "spec file not found" in bad.stderr

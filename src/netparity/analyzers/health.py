@@ -388,6 +388,9 @@ def _first_layer(tr: Trace, rank: int, k: int, ex: Explosion, factor: float) -> 
 # ---- loss scale ------------------------------------------------------------------------------
 #: names a run records its loss scale under (``cap.record("loss_scale", scale_tensor)``)
 SCALE_NAMES = ("loss_scale", "scale", "loss_scale_value")
+#: the scaler's own overflow flag per step (1: NaN/Inf found, update skipped), recorded by the
+#: capture next to ``loss_scale`` when it reads the scaler itself
+OVERFLOW_NAME = "loss_scale_overflow"
 
 
 def loss_scale_history(trace: Trace | str | os.PathLike[str], *, rank: int = 0,
@@ -395,10 +398,15 @@ def loss_scale_history(trace: Trace | str | os.PathLike[str], *, rank: int = 0,
                        ) -> dict[str, Any] | None:
     """Per-step loss scale, overflow and skipped updates of a mixed-precision run.
 
-    The scale comes from records named ``loss_scale`` (``cap.record("loss_scale",
-    torch.tensor(scaler.get_scale()))``; any kind); a step *overflows* when one of its
-    parameter gradients -- recorded as backward produced them, still scaled -- holds NaN/Inf,
-    and its update was *skipped* when every parameter after it equals the step before.
+    The scale comes from records named ``loss_scale`` (written by the capture after each
+    ``GradScaler.update()`` or MindSpore loss-scale cell call, or by hand:
+    ``cap.record("loss_scale", torch.tensor(scaler.get_scale()))``; any kind). A step
+    *overflows* when the scaler said so (``loss_scale_overflow`` records, written with the
+    scale by the capture) or, without them, when one of its parameter gradients -- recorded as
+    backward produced them, still scaled -- holds NaN/Inf; its update was *skipped* when every
+    parameter after it equals the step before (or, without parameters, when the scaler
+    reported overflow). ``first_grad`` names the first non-finite gradient of the step (in
+    backward order), when gradients were captured.
 
     Args:
         trace: the trace (path or :class:`~netparity.trace.Trace`).
@@ -408,7 +416,7 @@ def loss_scale_history(trace: Trace | str | os.PathLike[str], *, rank: int = 0,
 
     Returns:
         ``None`` when the run recorded no loss scale, else ``{"steps": [{"step", "scale",
-        "overflow", "skipped", "first_grad"}], "overflow_steps", "persistent", "collapsed",
+        "overflow", "skipped", "first_grad", "source"}], "overflow_steps", "persistent", "collapsed",
         "handled", "warnings"}``; ``handled``: every non-finite gradient fell in an overflowing
         step whose update was skipped and no parameter became non-finite.
 
@@ -427,6 +435,12 @@ def loss_scale_history(trace: Trace | str | os.PathLike[str], *, rank: int = 0,
             break
     if not scales:
         return None
+    # what the scaler itself decided (recorded by the capture: GradScaler, MindSpore's
+    # loss-scale cell): authoritative where present; the scaler skips the update then
+    flags: dict[int, bool] = {}
+    cols = tr.scan(["step", "s_max"], rank=rank, name=OVERFLOW_NAME)
+    for st, v in zip(cols["step"], cols["s_max"]):
+        flags[int(st)] = flags.get(int(st), False) or bool(v and v > 0)
     grads: dict[int, list[Record]] = {}
     for r in tr.load_records(rank=rank, kind="grad"):
         grads.setdefault(r.step, []).append(r)
@@ -442,11 +456,15 @@ def loss_scale_history(trace: Trace | str | os.PathLike[str], *, rank: int = 0,
         prev, cur = params.get(st - 1), params.get(st)
         skipped = (None if not prev or not cur else
                    all(n in prev and _same(prev[n], r) for n, r in cur.items()))
-        rows.append({"step": st, "scale": scales.get(st), "overflow": bool(bad),
-                     "skipped": skipped, "first_grad": bad[0].module if bad else ""})
-        run = run + 1 if bad else 0
+        over = flags[st] if st in flags else bool(bad)
+        if st in flags and skipped is None:
+            skipped = over  # the scaler skips the update of an overflowing step
+        rows.append({"step": st, "scale": scales.get(st), "overflow": over,
+                     "skipped": skipped, "first_grad": bad[0].module if bad else "",
+                     "source": "scaler" if st in flags else "gradients"})
+        run = run + 1 if over else 0
         longest = max(longest, run)
-        if bad and skipped is False:
+        if over and skipped is False:
             handled = False
     vals = [v for v in scales.values() if math.isfinite(v)]
     collapsed = bool(vals) and (min(vals) < 1.0 or max(vals) / max(min(vals), 1e-300)
@@ -454,9 +472,10 @@ def loss_scale_history(trace: Trace | str | os.PathLike[str], *, rank: int = 0,
     warnings = []
     n_over = sum(r["overflow"] for r in rows)
     if longest >= persistent:
+        first = next((r["first_grad"] for r in rows if r["overflow"] and r["first_grad"]),
+                     "not captured")
         warnings.append(f"persistent overflow: {longest} steps in a row (first overflowing "
-                        f"gradient: {next(r['first_grad'] for r in rows if r['overflow'])}) "
-                        "-- find out why before training further")
+                        f"gradient: {first}) -- find out why before training further")
     if collapsed:
         warnings.append(f"loss scale collapsed: from {max(vals):.4g} to {min(vals):.4g}")
     return {"steps": rows, "overflow_steps": n_over, "persistent": longest >= persistent,
@@ -471,38 +490,48 @@ def _bad(r: Record) -> bool:
 # ---- cross-rank consistency ------------------------------------------------------------------
 def rank_consistency(trace: Trace | str | os.PathLike[str], *, rtol: float = 0.0
                      ) -> dict[str, Any] | None:
-    """Do all ranks hold the same parameters after each update? (001: every card starts from
-    the same weights and aggregates its gradients, so data-parallel replicas stay identical.)
+    """Do all ranks use the same gradients and hold the same parameters? (001: every card
+    starts from the same weights and aggregates its gradients, so data-parallel replicas stay
+    identical.)
 
-    Compares the statistics of each parameter after each captured update on every rank with
-    rank 0 (``rtol`` 0: bit-identical statistics). Gradients are not compared: they are
-    recorded as backward produced them, before a data-parallel all-reduce, and differ by design.
+    Compares, with rank 0, on every other rank: each parameter's gradient as the optimizer
+    was about to use it -- after DDP's (or a hand-written) all-reduce; recorded by the capture
+    as ``op="grad_synced"`` in multi-rank runs -- then each parameter after the update
+    (``rtol`` 0: bit-identical statistics). Gradients as backward produced them are not
+    compared: they precede the all-reduce and differ by design.
 
     Returns:
         ``None`` for a one-rank trace, else ``{"ranks", "compared", "first": {"step", "name",
-        "rank", "stat", "value", "rank0"} | None, "differing": n}``; ``first`` in rank 0's
-        execution order, earliest step first.
+        "what", "rank", "stat", "value", "rank0"} | None, "differing": n}``; ``what`` is
+        ``gradient`` (after all-reduce) or ``parameter`` (after the update); ``first`` is the
+        earliest step, gradients before parameters, in rank 0's order.
 
     Example:
         >>> rank_consistency("runs/ddp")["first"]        # doctest: +SKIP
-        {'step': 0, 'name': '0.weight', 'rank': 1, 'stat': 'norm', ...}
+        {'step': 0, 'name': '2.weight', 'what': 'gradient', 'rank': 1, 'stat': 'norm', ...}
     """
     tr = _open(trace)
     ranks = tr.ranks
     if len(ranks) < 2:
         return None
     cols = ["step", "module", "call"] + [f"s_{k}" for k in STAT_FIELDS]
+    kinds = (("gradient", {"kind": "custom", "op": "grad_synced"}), ("parameter",
+                                                                       {"kind": "param"}))
 
-    def table(rank: int) -> dict[tuple[int, str, int], np.ndarray]:
-        c = tr.scan(cols, rank=rank, kind="param")
-        names = c["module"].objects()
-        vals = np.stack([np.asarray(c[f"s_{k}"], dtype=np.float64) for k in STAT_FIELDS],
-                        axis=1) if c.n else np.zeros((0, len(STAT_FIELDS)))
-        return {(int(s), n, int(k)): vals[i] for i, (s, n, k) in
-                enumerate(zip(c["step"], names, c["call"]))}
+    def table(rank: int) -> dict[tuple[int, int, str, int], np.ndarray]:
+        out: dict[tuple[int, int, str, int], np.ndarray] = {}
+        for w, (_, flt) in enumerate(kinds):
+            c = tr.scan(cols, rank=rank, **flt)
+            names = c["module"].objects()
+            vals = np.stack([np.asarray(c[f"s_{k}"], dtype=np.float64) for k in STAT_FIELDS],
+                            axis=1) if c.n else np.zeros((0, len(STAT_FIELDS)))
+            out.update({(int(s), w, n, int(k)): vals[i] for i, (s, n, k) in
+                        enumerate(zip(c["step"], names, c["call"]))})
+        return out
 
     base = table(ranks[0])
-    order = sorted(base, key=lambda key: key[0])  # steps in order; execution order within
+    # steps in order, gradients before parameters; rank 0's execution order within
+    order = sorted(base, key=lambda key: key[:2])
     first: tuple[int, dict[str, Any]] | None = None  # (position in order, what differs)
     differing = 0
     compared = 0
@@ -520,8 +549,8 @@ def rank_consistency(trace: Trace | str | os.PathLike[str], *, rtol: float = 0.0
             differing += 1
             if first is None or pos < first[0]:
                 j = int(np.argmin(same))
-                first = (pos, {"step": key[0], "name": key[1], "rank": r,
-                               "stat": STAT_FIELDS[j], "value": float(v[j]),
+                first = (pos, {"step": key[0], "name": key[2], "what": kinds[key[1]][0],
+                               "rank": r, "stat": STAT_FIELDS[j], "value": float(v[j]),
                                "rank0": float(a[j])})
     return {"ranks": ranks, "compared": compared, "first": first[1] if first else None,
             "differing": differing}

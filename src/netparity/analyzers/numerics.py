@@ -137,7 +137,8 @@ class NumericsResult:
     updates: list[ParamUpdate] = field(default_factory=list)
     explosion: Explosion | None = None
     live_stop: dict[str, Any] | None = None  # what a stop_on_nonfinite capture saved
-    ranks_consistent: dict[str, Any] | None = None  # parameters across ranks (None: one rank)
+    # gradients after all-reduce and parameters across ranks (None: one rank)
+    ranks_consistent: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -157,8 +158,7 @@ class NumericsResult:
                 if p.severity == "fail"]
         rc = (self.ranks_consistent or {}).get("first")
         if rc:
-            out.append(f"rank {rc['rank']} holds a different {rc['name']} than rank 0 after "
-                       f"the update of step {rc['step']}")
+            out.append(f"rank {rc['rank']} {rank_diff(rc)}")
         if self.explosion is not None and self.explosion.found:
             out.append(f"loss {self.explosion.kind} at step {self.explosion.step}")
         return out
@@ -577,3 +577,12 @@ def _live_stop(tr: Trace, rank: int) -> dict[str, Any] | None:
         return None
     return {k: info.get(k) for k in ("op", "native", "module", "direction", "step", "rank",
                                       "source", "verdict", "cause", "saved")}
+
+
+def rank_diff(f: dict[str, Any]) -> str:
+    """What differs from rank 0, in words: ``uses a different gradient of 2.weight after
+    all-reduce than rank 0 (step 0)``."""
+    if f.get("what") == "gradient":
+        return (f"uses a different gradient of {f['name']} after all-reduce than rank 0 (step "
+                f"{f['step']}): it was not aggregated")
+    return f"holds a different {f['name']} than rank 0 after the update of step {f['step']}"

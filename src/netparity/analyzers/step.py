@@ -99,6 +99,9 @@ class StepResult:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     compare_step0: Any = None  # CompareResult of step 0 (not serialised here: see its JSON)
+    # side ("ref", "cand") -> NumericsResult of its trace (NaN/Inf origin, loss scale, weights
+    # not updating, ranks); serialised as a summary
+    numerics: dict[str, Any] = field(default_factory=dict)
 
     @property
     def first(self) -> Phase | None:
@@ -136,6 +139,7 @@ class StepResult:
             "out_dir": self.out_dir,
             "notes": self.notes,
             "seconds": round(self.seconds, 2),
+            "numerics": {side: numerics_summary(n) for side, n in self.numerics.items()},
         }
 
 
@@ -928,6 +932,31 @@ def judge_eval(run: StepRun, mapping: dict[str, Any]) -> Phase:
     return ev
 
 
+def numerics_summary(n: Any) -> dict[str, Any]:
+    """The part of a side's numerics verdict the step report keeps: healthy, the problems,
+    where the first NaN/Inf came from (``netparity numerics TRACE`` has the rest)."""
+    d = n.to_json()
+    return {"healthy": bool(n), "problems": list(n.problems),
+            "first_nonfinite": d.get("first_nonfinite"), "live_stop": d.get("live_stop")}
+
+
+def step_numerics(run: StepRun) -> dict[str, Any]:
+    """Each side's numerics verdict (trace analysis of NaN/Inf, overflow, loss scale, weights
+    not updating); a side whose trace cannot be analysed is left out, with a note."""
+    from netparity.analyzers.numerics import analyze
+    from netparity.errors import NetparityError
+
+    out: dict[str, Any] = {}
+    for side, path in (("ref", run.ref_trace), ("cand", run.cand_trace)):
+        if path is None:
+            continue
+        try:
+            out[side] = analyze(path)
+        except NetparityError as e:
+            run.notes.append(f"numerics of the {side} trace not analysed: {e}")
+    return out
+
+
 def diagnose_step(run: StepRun) -> StepResult:
     """Judge every phase of what the workflow ran; the first failing phase is the answer.
 
@@ -952,6 +981,8 @@ def diagnose_step(run: StepRun) -> StepResult:
     r0 = compare(run.ref_trace, run.cand_trace, mapping=mapping, level=run.level, steps=[0],
                  rtol=run.rtol, atol=run.atol, noise_run=run.noise_trace)
     result.compare_step0 = r0
+    result.numerics = step_numerics(run)
+    result.notes = list(run.notes)
     order = param_order(r0)
     phases["forward"] = judge_forward(r0)
     phases["loss"] = judge_loss(r0, run.losses["ref"][0], run.losses["cand"][0])

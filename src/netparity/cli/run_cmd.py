@@ -23,7 +23,9 @@ def register(subparsers: Any) -> None:
         "module. The exit status is the command's.",
     )
     p.add_argument("-o", "--output", required=True, help="trace directory to write")
-    p.add_argument("--level", choices=("module", "op", "both"), default="module")
+    p.add_argument("--level", choices=("module", "op", "both"), default=None,
+                   help="what to record (default module; with --stop-on-nonfinite and no "
+                   "--level: the light stop, which records losses only)")
     p.add_argument("--payload", choices=("stats", "tensors", "hash"), default="stats")
     p.add_argument("--steps", help="steps to capture, e.g. 0,2-4 (default: all)")
     p.add_argument("--ranks", help="ranks to capture, e.g. 0 (default: all)")
@@ -35,7 +37,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing trace")
     p.add_argument("--stop-on-nonfinite", action="store_true",
                    help="stop at the first op whose output holds NaN/Inf (one line naming it; "
-                   "its inputs saved under OUTPUT/nonfinite/)")
+                   "its inputs saved under OUTPUT/nonfinite/); without --level it checks "
+                   "module outputs and gradients only and replays the module that made one")
     p.add_argument("--profile", action="store_true",
                    help="light step timing instead of a capture (read it with netparity perf)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS")
@@ -57,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     steps = set(step_list) if step_list is not None else None
     ranks = set(rank_list) if rank_list is not None else None
     # validate here so a bad flag fails before the script starts
-    CapturePolicy(level=args.level, payload=args.payload, steps=steps, ranks=ranks,
+    CapturePolicy(level=args.level or "module", payload=args.payload, steps=steps, ranks=ranks,
                   include=args.include, exclude=args.exclude, directions=directions,
                   max_bytes=args.max_bytes)
     options = {

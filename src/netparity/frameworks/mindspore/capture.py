@@ -125,6 +125,7 @@ class MindSporeCapture(CaptureSession):
         overwrite: bool = False,
         launch_blocking: bool = False,
         stop_on_nonfinite: bool = False,
+        scaler: Any = None,
     ):
         adapter = MindSporeAdapter()
         facts = adapter.model_facts(model)
@@ -137,6 +138,7 @@ class MindSporeCapture(CaptureSession):
         self.optimizer = optimizer
         self.launch_blocking = launch_blocking
         self.stop_on_nonfinite = stop_on_nonfinite
+        self.scaler = scaler
         self._is_tensor = adapter.is_tensor
         self._handles: list[Any] = []
         self._bwd_attr_reset: list[Any] = []
@@ -199,6 +201,11 @@ class MindSporeCapture(CaptureSession):
                 self._handles.append(cell.register_backward_hook(self._bwd))
                 if not had_bwd:
                     self._bwd_attr_reset.append(cell)
+        from netparity.frameworks.mindspore.loss_scale import scale_cells
+
+        for cell, how in scale_cells(self.model, self.scaler):
+            self._handles.append(cell.register_forward_hook(
+                functools.partial(self._scale_post, how), with_kwargs=True))
         if "backward" in self.policy.directions:
             for p in self.model.trainable_params():
                 self._handles.append(p.register_hook(functools.partial(self._param_grad, p.name)))
@@ -403,6 +410,24 @@ class MindSporeCapture(CaptureSession):
         return wrapper
 
     @_guard
+    def _scale_post(self, how: str, cell: Any, args: Any, kwargs: Any, output: Any) -> None:
+        """A loss-scale Cell ran: record the scale it leaves and whether it overflowed."""
+        import mindspore as ms
+        import numpy as np
+
+        from netparity.frameworks.mindspore.loss_scale import read_scale
+
+        busy, self._busy = self._busy, True
+        try:
+            scale, over = read_scale(cell, how, tuple(args), output)
+        finally:
+            self._busy = busy
+        if scale is not None:
+            self.record("loss_scale", ms.Tensor(np.float32(scale)))
+        if over is not None:
+            self.record("loss_scale_overflow", ms.Tensor(np.float32(over)))
+
+    @_guard
     def _pre(self, cell: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         cid = id(cell)
         path = self._paths.get(cid, "")
@@ -575,6 +600,7 @@ def capture(
     manifest: dict[str, Any] | None = None,
     launch_blocking: bool = False,
     stop_on_nonfinite: bool = False,
+    scaler: Any = None,
 ) -> MindSporeCapture:
     """Capture a MindSpore network's Cells, primitives, loss, parameters and gradients.
 
@@ -604,6 +630,10 @@ def capture(
             (:class:`~netparity.capture.nonfinite.NonFiniteStop`, its inputs saved under
             ``path/nonfinite/``); needs ``level="op"`` or ``"both"`` (PyNative). Backward
             primitives are not seen.
+        scaler: a loss-scale Cell to read (``TrainOneStepWithLossScaleCell`` -- e.g. the
+            ``_train_network`` that ``Model(..., loss_scale_manager=...)`` builds -- or a
+            ``DynamicLossScaleUpdateCell``); those inside ``model`` are found without it. The
+            scale and overflow of each call are recorded (see :mod:`.loss_scale`).
 
     Returns:
         A :class:`MindSporeCapture`; use it with ``with`` or as a decorator.
@@ -632,4 +662,4 @@ def capture(
     return MindSporeCapture(model, path, policy, optimizer=optimizer, rank=rank,
                             world_size=world_size, manifest=manifest, overwrite=overwrite,
                             launch_blocking=launch_blocking,
-                            stop_on_nonfinite=stop_on_nonfinite)
+                            stop_on_nonfinite=stop_on_nonfinite, scaler=scaler)

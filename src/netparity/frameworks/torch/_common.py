@@ -196,6 +196,7 @@ class TorchCaptureBase(CaptureSession):
     _outside_fwd: int
     _outside_bwd: int
     _in_update: int
+    _scaler_seen: bool  # a GradScaler scaled a loss (loss_scale.ScalerWatch)
     _update_ops: int
     _update_no: int
     _params_done: int

@@ -47,15 +47,17 @@ from netparity.errors import UsageError
 from netparity.frameworks.torch._common import _TLS, _flatten, _Tensor
 from netparity.frameworks.torch.adapter import TorchAdapter
 from netparity.frameworks.torch.attribution import BackwardAttribution
+from netparity.frameworks.torch.loss_scale import ScalerWatch
 from netparity.frameworks.torch.module_hooks import ModuleHooks
 from netparity.frameworks.torch.nonfinite import NonFiniteGuard
+from netparity.frameworks.torch.nonfinite_light import LightGuard
 from netparity.frameworks.torch.op_dispatch import OpDispatch, _OpMode
 from netparity.frameworks.torch.optimizer_hooks import OptimizerHooks
 from netparity.frameworks.torch.stats_plan import StatsPlanner
 from netparity.trace.schema import Record
 
 
-class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, BackwardAttribution,
+class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, BackwardAttribution,
                    StatsPlanner):
     """A capture of a PyTorch model; use :func:`capture` to create one.
 
@@ -79,6 +81,8 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
         auto_step: bool = False,
         detect_loss: bool = False,
         stop_on_nonfinite: bool = False,
+        light: bool = False,
+        scaler: Any = None,
     ):
         if model is not None and not isinstance(model, torch.nn.Module):
             raise UsageError(f"capture expects a torch.nn.Module, got {type(model).__name__}")
@@ -87,6 +91,8 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
             rank = r if rank is None else rank
             world_size = w if world_size is None else world_size
         self.adapter_t = TorchAdapter()
+        if light and stop_on_nonfinite:  # the trace holds losses and data only: say why
+            manifest = dict(manifest or {}, stop_on_nonfinite="light")
         super().__init__(path, self.adapter_t, policy, rank=rank, world_size=world_size,
                          manifest=manifest, overwrite=overwrite)
         self.model = model
@@ -95,6 +101,9 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
         self.auto_step = auto_step
         self.detect_loss = detect_loss
         self.stop_on_nonfinite = stop_on_nonfinite
+        # the light stop (no level asked for): checks only, records only losses and data
+        self.light = light and stop_on_nonfinite
+        self.scaler = scaler
         self._names = {}
         self._param_names = {}
         self._roots = 0
@@ -152,7 +161,9 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
         self._installed = True
         try:
             mm = torch.nn.modules.module
-            if self.global_mode:
+            if self.light:
+                self._install_light()
+            elif self.global_mode:
                 self._hooks.append(mm.register_module_forward_pre_hook(self._global_pre))
                 self._hooks.append(mm.register_module_forward_hook(
                     self._global_post, with_kwargs=True, always_call=True))
@@ -172,12 +183,15 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
                         self._hooks.append(prm.register_post_accumulate_grad_hook(
                             functools.partial(self._acc_grad, name)))
             om = _optim_mod
-            self._hooks.append(om.register_optimizer_step_pre_hook(self._opt_pre))
-            self._hooks.append(om.register_optimizer_step_post_hook(self._opt_post))
-            if self.policy.ops:
+            if not self.light:
+                self._hooks.append(om.register_optimizer_step_pre_hook(self._opt_pre))
+                self._hooks.append(om.register_optimizer_step_post_hook(self._opt_post))
+            if self.policy.ops and not self.light:
                 self._mode = _OpMode(self)
                 self._mode.__enter__()
-            self._install_guard()
+            if not self.light:
+                self._install_guard()
+            self._install_scaler()
             if self._timer is not None:
                 self._timer.install()
         except BaseException:
@@ -187,6 +201,7 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
 
     def uninstall(self) -> None:
         """Remove every hook and pop the dispatch mode. Safe to call twice."""
+        self._remove_scaler()
         self._remove_guard()
         if self._timer is not None:
             self._timer.uninstall()
@@ -199,6 +214,9 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
         self._clear_step_hooks()
         self._tls.stack.clear()
         self._tls.bwd.clear()
+        if self.light and self._installed:
+            self._lg_stack.clear()
+            self._lg_clear()
         self._installed = False
 
     def _clear_step_hooks(self) -> None:
@@ -231,6 +249,8 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
 
     def record_loss(self, loss: Any) -> None:
         """Record the loss of this step (``kind="loss"``, ``op="loss"``, module ``""``)."""
+        if self.light and self._installed and isinstance(loss, _Tensor):
+            self._lg_check_loss(loss)
         if not self._on or not isinstance(loss, _Tensor):
             return
         n = self._custom_calls.get("\0loss", 0)
@@ -261,7 +281,9 @@ class TorchCapture(NonFiniteGuard, OptimizerHooks, OpDispatch, ModuleHooks, Back
     def step(self) -> None:
         """End of a training iteration: record parameters and gradients unless an optimizer
         step hook already did, then advance the step counter."""
-        if self._on and self._params_done != self.step_no and (
+        if self.light and self._installed:
+            self._lg_clear()
+        elif self._on and self._params_done != self.step_no and (
             self.model is not None or self._param_names
         ):
             self._record_params(None if self.optimizer is None else self.optimizer,
@@ -320,7 +342,7 @@ def capture(
     model: torch.nn.Module,
     path: str | os.PathLike[str],
     *,
-    level: str = "module",
+    level: str | None = None,
     payload: str = "stats",
     steps: Any = None,
     ranks: Any = None,
@@ -334,6 +356,7 @@ def capture(
     world_size: int | None = None,
     manifest: dict[str, Any] | None = None,
     stop_on_nonfinite: bool = False,
+    scaler: Any = None,
     timing: bool = False,
     loader: Any = None,
 ) -> TorchCapture:
@@ -342,7 +365,9 @@ def capture(
     Args:
         model: the ``torch.nn.Module`` to observe (module paths are relative to it).
         path: trace directory; ``rank{N}/`` is written inside it.
-        level: ``module``, ``op`` (every aten op) or ``both``.
+        level: ``module`` (the default), ``op`` (every aten op) or ``both``. Left out with
+            ``stop_on_nonfinite=True``: the light stop, which records nothing but losses and
+            data (see :mod:`.nonfinite_light`).
         payload: ``stats``, ``tensors`` (also store every tensor) or ``hash``.
         steps, ranks: which steps / ranks to capture (``"0,2-4"``, a list, or ``None`` = all).
         include, exclude: glob patterns on module paths, op names and parameter names.
@@ -362,6 +387,9 @@ def capture(
             inputs are saved to ``<path>/nonfinite/`` and
             :class:`~netparity.capture.nonfinite.NonFiniteStop` is raised with one line
             naming the op, module, direction, step, source and cause.
+        scaler: the ``torch.amp.GradScaler`` whose scale and overflow are recorded after each
+            ``update()`` (``loss_scale``, ``loss_scale_overflow``); ``None``: any GradScaler
+            used while the capture is installed (see :mod:`.loss_scale`).
 
     Returns:
         A :class:`TorchCapture`: a context manager and a decorator, with ``record_loss``,
@@ -373,19 +401,21 @@ def capture(
         >>> with capture(m, tempfile.mkdtemp(), level="both") as cap:
         ...     _ = m(torch.ones(1, 2)); cap.step()
     """
-    policy = CapturePolicy(level=level, payload=payload, steps=steps, ranks=ranks,
+    light = level is None and stop_on_nonfinite
+    policy = CapturePolicy(level=level or "module", payload=payload, steps=steps, ranks=ranks,
                            include=include, exclude=exclude, directions=tuple(directions),
                            max_bytes=max_bytes)
     if not timing:
         return TorchCapture(model, path, policy, optimizer=optimizer, rank=rank,
                             world_size=world_size, manifest=manifest, overwrite=overwrite,
-                            stop_on_nonfinite=stop_on_nonfinite)
+                            stop_on_nonfinite=stop_on_nonfinite, light=light, scaler=scaler)
     from netparity.frameworks.torch.timing import TorchTiming, timing_facts
 
     cap = TorchCapture(model, path, policy, optimizer=optimizer, rank=rank,
                        world_size=world_size, manifest={**timing_facts(model, loader),
                                                         **(manifest or {})},
-                       overwrite=overwrite, stop_on_nonfinite=stop_on_nonfinite)
+                       overwrite=overwrite, stop_on_nonfinite=stop_on_nonfinite, light=light,
+                       scaler=scaler)
     if cap.writer is not None:  # (a rank the policy leaves out writes nothing)
         cap._timer = TorchTiming(model, path, optimizer=optimizer, loader=loader,
                                  global_optimizer=optimizer is None, writer=cap.writer,

@@ -147,7 +147,7 @@ def _on_torch() -> None:
             _start_profile(module, args)
             return
         cap = _start()
-        cap._global_pre(module, args)
+        (cap._lg_gpre if cap.light else cap._global_pre)(module, args)
 
     handle = mm.register_module_forward_pre_hook(first_call)
 
@@ -160,12 +160,14 @@ def _start() -> Any:
     path = pol.pop("path")
     overwrite = bool(pol.pop("overwrite", False))
     stop = bool(pol.pop("stop_on_nonfinite", False))
+    light = stop and "level" not in pol  # no level asked for: the light stop
     if "directions" in pol:
         pol["directions"] = tuple(pol["directions"])
     policy = CapturePolicy(**pol)
     cap = TorchCapture(None, path, policy, overwrite=overwrite, global_mode=True,
                        auto_step=True, detect_loss=True,
-                       manifest={"launcher": "netparity run"}, stop_on_nonfinite=stop)
+                       manifest={"launcher": "netparity run"}, stop_on_nonfinite=stop,
+                       light=light)
     if stop:
         _one_line_stop()
     cap.install()

@@ -44,17 +44,21 @@ class ModuleHooks(TorchCaptureBase):
         for name, p in root.named_parameters(prefix=prefix):
             self._param_names.setdefault(id(p), name)
 
-    def _name_of(self, module: torch.nn.Module) -> str:
+    def _name_of(self, module: torch.nn.Module, parent: str | None | bool = False) -> str:
+        """The module's path; global mode names a module seen for the first time under
+        ``parent`` (the running module's path, ``None`` at the root; by default the recording
+        stack's top)."""
         n = self._names.get(id(module))
         if n is not None:
             return n
+        if parent is False:
+            parent = self._tls.stack[-1].path if self._tls.stack else None
         # global mode: a module seen for the first time; a root (nothing running) names its tree
-        if not self._tls.stack:
+        if parent is None:
             prefix = "" if self._roots == 0 else type(module).__name__
             self._roots += 1
             self._name_tree(module, prefix)
             return self._names[id(module)]
-        parent = self._tls.stack[-1].path
         n = f"{parent}.<{type(module).__name__}>" if parent else f"<{type(module).__name__}>"
         self._names[id(module)] = n
         return n

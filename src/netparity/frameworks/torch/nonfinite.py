@@ -63,6 +63,7 @@ class NonFiniteGuard:
     _stopped = False
     # provided by the capture this is mixed into
     _busy: bool
+    _scaler_seen: bool
     _tls: Any
     _in_update: int
     _param_names: dict[int, str]
@@ -90,18 +91,12 @@ class NonFiniteGuard:
     def _guarded(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run one op; stop when a floating-point output holds NaN/Inf."""
         out = func(*args, **kwargs)
-        if self._busy or self._stopped:
+        if self._busy or self._stopped or (self._scaler_seen and (
+                self._in_update or _in_backward())):  # loss scaling handles those
             return out
-        safe = _SAFE.get(func)
-        if safe is None:
-            safe = _SAFE[func] = str(func).split(".")[1] in _MOVES
-        if safe:
+        outs = computed_outputs(func, out)
+        if not outs:
             return out
-        outs: list[tuple[str, torch.Tensor]] = []
-        if isinstance(out, torch.Tensor):
-            outs.append(("", out))
-        else:
-            _flatten(out, "", outs)
         # (the check itself must not reach the capture's op mode below this one)
         with torch._C._DisableTorchDispatch():
             bad = any(_nonfinite(t) for _, t in outs)
@@ -110,13 +105,15 @@ class NonFiniteGuard:
         return out
 
     def _nonfinite_stop(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-                        outs: list[tuple[str, torch.Tensor]]) -> None:
-        """Describe the origin, save its inputs, flush the trace and raise."""
+                        outs: list[tuple[str, torch.Tensor]],
+                        where: dict[str, Any] | None = None) -> None:
+        """Describe the origin, save its inputs, flush the trace and raise. ``where``
+        (direction, module, source) is given by the light guard's replay."""
         self._stopped = True  # one stop: the exception's unwinding runs more ops
         busy, self._busy = self._busy, True
         try:
             with torch._C._DisableTorchDispatch():
-                origin, arrays = self._describe_origin(func, args, kwargs, outs)
+                origin, arrays = self._describe_origin(func, args, kwargs, outs, where)
                 npz = save_origin(self.path, self.rank, origin, arrays)
                 origin["saved"] = str(npz)
             self._busy = busy
@@ -126,10 +123,12 @@ class NonFiniteGuard:
         raise NonFiniteStop(stop_message(origin), origin)
 
     def _describe_origin(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-                         outs: list[tuple[str, torch.Tensor]]
+                         outs: list[tuple[str, torch.Tensor]], where: dict[str, Any] | None = None
                          ) -> tuple[dict[str, Any], dict[str, Any]]:
         tls = self._tls
-        if self._in_update:
+        if where is not None:
+            direction, info = where["direction"], None
+        elif self._in_update:
             direction, info = "update", None
         elif _in_backward():
             direction, info = "backward", (tls.bwd[-1] if tls.bwd else None)
@@ -159,10 +158,11 @@ class NonFiniteGuard:
         node = _autograd_node() if direction == "backward" else ""
         if node:  # SqrtBackward0: the forward op whose derivative this is
             cause = f"{cause}; in {node}" if cause else f"in {node}"
-        src = self._source()
+        src = self._source() if where is None else where["source"]
         if info is not None and info.source and direction != "forward":
             src = src or info.source
-        origin = {"op": op, "native": native, "module": info.path if info is not None else "",
+        module = where["module"] if where is not None else info.path if info is not None else ""
+        origin = {"op": op, "native": native, "module": module,
                   "direction": direction, "step": self.step_no, "rank": self.rank,
                   "source": src, "verdict": verdict, "cause": cause, "scalars": scalars,
                   "autograd_node": node,
@@ -170,6 +170,22 @@ class NonFiniteGuard:
         arrays = {a: t.detach().cpu().numpy() if t.dtype != torch.bfloat16
                   else t.detach().float().cpu().numpy() for a, t in ins}
         return origin, arrays
+
+
+def computed_outputs(func: Any, out: Any) -> list[tuple[str, torch.Tensor]]:
+    """The tensors op ``func`` returned, by argument path; none for ops that only move values
+    (:data:`_MOVES`, decided once per overload)."""
+    safe = _SAFE.get(func)
+    if safe is None:
+        safe = _SAFE[func] = str(func).split(".")[1] in _MOVES
+    outs: list[tuple[str, torch.Tensor]] = []
+    if safe:
+        return outs
+    if isinstance(out, torch.Tensor):
+        outs.append(("", out))
+    else:
+        _flatten(out, "", outs)
+    return outs
 
 
 def _nonfinite(t: torch.Tensor) -> bool:

@@ -39,6 +39,8 @@ class OptimizerHooks(TorchCaptureBase):
         self._in_update += 1
         if self._on:
             self._record_params(opt, grads=True, params=False)
+            if self.world_size > 1:
+                self._record_params(opt, grads=False, params=False, synced=True)
 
     def _opt_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self._busy or not self._owns(opt):
@@ -48,7 +50,7 @@ class OptimizerHooks(TorchCaptureBase):
             self._record_params(opt, grads=False, params=True)
             self._params_done = self.step_no
         self._update_no += 1
-        if self.auto_step:
+        if self.auto_step and not self._scaler_seen:  # (with a scaler: at its update())
             self.step()
 
     def _acc_grad(self, name: str, prm: torch.Tensor) -> None:
@@ -96,7 +98,11 @@ class OptimizerHooks(TorchCaptureBase):
         return len(items)
 
     def _record_params(self, opt: torch.optim.Optimizer | None, *, grads: bool,
-                       params: bool) -> None:
+                       params: bool, synced: bool = False) -> None:
+        """Record gradients (as backward left them, unless already recorded) and/or
+        parameters; ``synced``: every gradient as the optimizer is about to use it, after a
+        data-parallel all-reduce (``kind="custom"``, ``op="grad_synced"``, direction
+        ``update``), for the cross-rank check."""
         if opt is not None:
             plist = [p for g in opt.param_groups for p in g["params"]]
         elif self.model is not None:
@@ -117,6 +123,8 @@ class OptimizerHooks(TorchCaptureBase):
                 items_g.append((name, prm.grad))
             if params:
                 items_p.append((name, prm))
+            if synced and prm.grad is not None:
+                items_g.append((name, prm.grad))
         if params and self.model is not None:
             # Buffers that training updates (BatchNorm running statistics) belong to the state
             # after the step; MindSpore keeps them as parameters (moving_mean/variance).
@@ -125,8 +133,10 @@ class OptimizerHooks(TorchCaptureBase):
                     continue
                 if pol.wants_name(name, name.rpartition(".")[0]):
                     items_p.append((name, buf))
-        recs = ([_param_record("grad", name, "backward", "") for name, _ in items_g]
-                + [_param_record("param", name, "update", "") for name, _ in items_p])
+        recs = ([Record(kind="custom", op="grad_synced", module=name, direction="update",
+                        role="grad") for name, _ in items_g] if synced else
+                [_param_record("grad", name, "backward", "") for name, _ in items_g])
+        recs += [_param_record("param", name, "update", "") for name, _ in items_p]
         tensors = [g for _, g in items_g] + [t for _, t in items_p]
         if self.writer is None or not tensors:
             return

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from netparity.analyzers.numerics import NumericsResult, Origin
+from netparity.analyzers.numerics import NumericsResult, Origin, rank_diff
 from netparity.capture.nonfinite import stop_message
 from netparity.report.format import fmt
 from netparity.report.sections import Callout, Plot, Section, Table, Text, section
@@ -221,11 +221,11 @@ def ranks(r: NumericsResult, **_: Any) -> Section | None:
     f = rc["first"]
     if f is None:
         return Section("ranks", title="Ranks", status="pass",
-                       headline=f"ranks {rc['ranks']} hold identical parameters "
-                                f"({rc['compared']} comparisons)")
+                       headline=f"ranks {rc['ranks']} use identical gradients after "
+                                f"all-reduce and hold identical parameters ({rc['compared']} "
+                                "comparisons)")
     return Section("ranks", title="Ranks", status="fail",
-                   headline=f"FAIL: rank {f['rank']} differs from rank 0 first at {f['name']} "
-                            f"after the update of step {f['step']}",
+                   headline=f"FAIL: rank {f['rank']} {rank_diff(f)}",
                    blocks=[Text([f"{f['stat']}: rank {f['rank']} {fmt(f['value'], 6)} vs rank "
                                  f"0 {fmt(f['rank0'], 6)}; {rc['differing']} differing of "
                                  f"{rc['compared']}; check that every rank starts from the same "

@@ -77,6 +77,34 @@ def phases(r: StepResult, **_: Any) -> Section:
                    blocks=[table, Text(_evidence(r), only=("terminal", "json"))])
 
 
+@section("StepResult", "numerics")
+def numerics(r: StepResult, **_: Any) -> Section | None:
+    """Each side's numerics verdict (``netparity numerics``): healthy, or its problems and
+    where the first NaN/Inf came from -- a divergence may start there."""
+    if not r.numerics:
+        return None
+    names = {"ref": "reference", "cand": "candidate"}
+    rows, lines, bad = [], [], False
+    for side, n in r.numerics.items():
+        if n:
+            rows.append((names.get(side, side), "healthy"))
+            continue
+        bad = True
+        rows.append((names.get(side, side), "; ".join(n.problems)))
+        o = n.first_nonfinite
+        if o is not None:
+            lines.append(f"{names.get(side, side)}: NaN/Inf {o.verdict} at {o.where} "
+                         f"({o.direction}, step {o.step})" + (f" at {o.source}" if o.source
+                                                               else "")
+                         + (f": {o.cause}" if o.cause else ""))
+    head = ("numerics: " + ("problems found (netparity numerics TRACE for the full report)"
+                            if bad else "both runs healthy (no NaN/Inf, loss scale and "
+                            "updates in order)"))
+    blocks: list[Any] = [Text(lines)] if lines else []
+    return Section("numerics", title="Numerics", headline=head,
+                   status="warn" if bad else "pass", rows=rows, blocks=blocks)
+
+
 @section("StepResult", "replay")
 def replay(r: StepResult, **_: Any) -> list[Section]:
     """Local vs accumulated error of the replayed modules (culprits by replay), in execution
