@@ -4,7 +4,13 @@ Budget (issue 19): <= 1.05x an uninstrumented step measured in the same run.
 
 Usage:
     PYTHONPATH=src python benchmarks/timing_overhead.py [--quick] [--steps N] [--no-modules]
-        [--device cpu|cuda] [--clock wall|cpu]
+        [--device cpu|cuda] [--clock wall|cpu] [--profiler]
+
+``--profiler`` also times the profiler-backed mode in the same run: blocks of uninstrumented
+steps alternate with blocks run inside one ``torch.profiler.profile`` session (CPU activity, and
+CUDA on a GPU; ``record_shapes=True``, as ``netparity perf`` wants for its hot-op table), one
+``prof.step()`` per step; the export is not timed. The figure is the median profiled step over
+the median uninstrumented step.
 
 Method (as ``capture_overhead.py``'s default pairing): one profile stays open; for each of
 ``--steps`` pairs its hooks are removed (``uninstall``) for one uninstrumented step, put back
@@ -56,6 +62,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=None,
                     help="image side; --batch 1 --size 32 isolates the hooks' fixed cost per "
                          "step (same modules and parameters, little compute)")
+    ap.add_argument("--profiler", action="store_true",
+                    help="also the profiler-backed mode (torch.profiler, record_shapes)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: this process's CPU time (time.process_time: every thread, the "
                          "trace writer's included), which other jobs on a shared machine do "
@@ -107,6 +115,37 @@ def main() -> None:
           f"ms per step")
     print(f"light timing overhead: {statistics.median(ratios):.3f}x "
           f"(quartiles {q[0]:.3f}-{q[2]:.3f}, {len(ratios)} pairs; budget <= 1.05x)")
+    if args.profiler:
+        plain, profiled = profiler_blocks(step, clock, args.steps, dev.type == "cuda")
+        print(f"torch.profiler (Kineto, record_shapes) overhead: "
+              f"{statistics.median(profiled) / statistics.median(plain):.3f}x (median of "
+              f"{len(profiled)} profiled steps over {len(plain)} uninstrumented, alternating "
+              "blocks of 2)")
+
+
+def profiler_blocks(step: Callable[[], None], clock: Callable[[], float], steps: int,
+                    cuda: bool) -> tuple[list[float], list[float]]:
+    """Per-step times of uninstrumented blocks and of blocks inside one profiler session each
+    (the session's first step, which starts the profiler, is not counted)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    plain: list[float] = []
+    profiled: list[float] = []
+    for _ in range(max(1, steps // 2)):
+        for _ in range(2):
+            t0 = clock()
+            step()
+            plain.append(clock() - t0)
+        with torch_profile(activities=acts, record_shapes=True) as p:
+            for i in range(3):
+                t0 = clock()
+                step()
+                p.step()
+                if i:
+                    profiled.append(clock() - t0)
+    return plain, profiled
 
 
 if __name__ == "__main__":
