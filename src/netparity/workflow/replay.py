@@ -408,6 +408,8 @@ def _self_error(own: Any, start: Any, after: dict[str, np.ndarray], dtypes: dict
         if nr == 0 or n not in own:
             continue
         miss = float(np.linalg.norm(_values(own[n], dtypes[n]) - p0 - d_ref))
+        if miss <= SELF_TOLERANCE * nr:
+            continue  # reproduced: no need for the (costly) rounding term
         err = max(0.0, miss - 3.0 * rounding_noise(p0, dtypes[n])) / nr
         if err > worst[1]:
             worst = (n, err)
