@@ -811,14 +811,17 @@ def later_step_divergence(r: CompareResult, step: int, deltas: list[dict[str, An
     verdict = judge_updates(deltas, order, lr_ref)
     if verdict is not None:
         f = verdict["first"]
+        via = (" -- optimizer replay: both optimizers stepped on the reference's gradients from "
+               "the same state" if all("replay_bound" in d for d in deltas) else "")
         if verdict["kind"] == "learning-rate":
             return ("update", "optimizer (learning rate)",
                     f"every parameter's update is {verdict['median_ratio']:.4g}x the reference's: "
                     "the learning rate differs at this step"
-                    + _same_lr_hint(lr_ref, lr_cand) + _loss_scale_hint(verdict["median_ratio"]))
+                    + _same_lr_hint(lr_ref, lr_cand) + _loss_scale_hint(verdict["median_ratio"])
+                    + via)
         return ("update", module_of(f["param"]),
                 f"the update of {f['param']} differs by {f['rel_err']:.3g} (normwise, relative "
-                f"to the update; {verdict['kind']})")
+                f"to the update; {verdict['kind']}){via}")
     params = params_differing_after(r, deltas)
     if params:
         p = _first_param(params, order)
@@ -860,9 +863,6 @@ def judge_later_steps(run: StepRun, mapping: dict[str, Any], order: dict[str, in
         if found is not None:
             what, where, why = found
             later.status, later.step, later.where = "fail", k, where
-            if what == "update" and replayed:
-                why += (" -- optimizer replay: both optimizers stepped on the reference's "
-                        "gradients from the same state")
             later.summary = (f"step {k} ({what}), both sides started from the reference's state "
                              f"after step {k - 1}: {why}; loss {lr_[k]:.7g} vs {lc_[k]:.7g}")
             later.evidence["phase"] = what
