@@ -10,7 +10,13 @@ import textwrap
 import numpy as np
 import pytest
 
-from netparity.analyzers.replay import ReplayOutcome, judge, normwise_error, refine_forward
+from netparity.analyzers.replay import (
+    ReplayOutcome,
+    gradient_factor,
+    judge,
+    normwise_error,
+    refine_forward,
+)
 from netparity.analyzers.step import Phase
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
@@ -56,26 +62,43 @@ SPEC = textwrap.dedent('''
             h = self.act(self.lin1(x)) * self.scale    # the block's own code
             return self.drop(self.lin2(h))
 
-    def build(steps, scale=1.0, p=0.0, bad_grad=False, adam_eps=None):
+    def build(steps, scale=1.0, p=0.0, bad_grad=False, adam_eps=None, momentum=0.0,
+              dampening=0.0, loss_scale=1.0, unscale=True, clip=None, lr1=None, gelu=None,
+              double=False):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 16), Block(scale, p, bad_grad), nn.Linear(16, 3))
-        opt = (torch.optim.SGD(model.parameters(), lr=0.1) if adam_eps is None else
+        if gelu is not None:  # an activation whose approximation is an op argument
+            model[1].act = nn.GELU(approximate=gelu)
+        if double:
+            model = model.double()
+        opt = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=float(momentum),
+                               dampening=float(dampening)) if adam_eps is None else
                torch.optim.Adam(model.parameters(), lr=0.1, eps=float(adam_eps)))
+        lrs = [0.1] + [0.1 if lr1 is None else float(lr1)] * (steps - 1)
         rng = np.random.default_rng(0)
         batches = [(rng.standard_normal((4, 8)).astype(np.float32), rng.integers(0, 3, 4))
                    for _ in range(steps)]
+        done = []
 
         def train_step(x, y):
             model.train()
+            for g in opt.param_groups:
+                g["lr"] = lrs[len(done)]
             opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(torch.as_tensor(x)),
-                                               torch.as_tensor(y).long())
-            loss.backward()
+            xt = torch.as_tensor(x).double() if double else torch.as_tensor(x)
+            loss = nn.functional.cross_entropy(model(xt), torch.as_tensor(y).long())
+            (loss * float(loss_scale)).backward()    # static loss scaling, undone by hand
+            if unscale:
+                for q in model.parameters():
+                    q.grad.div_(float(loss_scale))
+            if clip is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), float(clip))
             opt.step()
+            done.append(1)
             return float(loss)
 
         return {"framework": "torch", "model": model, "batches": batches,
-                "train_step": train_step, "optimizer": opt, "lr_schedule": [0.1] * steps}
+                "train_step": train_step, "optimizer": opt, "lr_schedule": lrs}
 ''')
 
 
@@ -86,9 +109,13 @@ def spec(tmp_path):
     return str(p)
 
 
-def _run(spec, tmp_path, options=None, **cand):
-    return run_step_parity(spec, spec, tmp_path / "run", steps=1, options=options,
-                           cand_options=cand, run_eval=False, free_running=False)
+def _run(spec, tmp_path, options=None, steps=1, level="module", **cand):
+    return run_step_parity(spec, spec, tmp_path / "run", steps=steps, options=options,
+                           cand_options=cand, run_eval=False, free_running=False, level=level)
+
+
+def _phases(r):
+    return [(p.name, p.status, p.where, p.summary) for p in r.phases]
 
 
 def test_a_difference_made_in_a_modules_own_code_is_named_there_by_replay(spec, tmp_path):
@@ -139,6 +166,93 @@ def test_optimizer_replay_passes_the_same_adam(spec, tmp_path):
     r = _run(spec, tmp_path, options={"adam_eps": 1e-8})
     assert r, [(p.name, p.status, p.summary) for p in r.phases]
     assert "optimizer replay" in r.phase("update").summary
+
+
+def test_a_loss_scale_undone_by_hand_is_found_and_the_optimizer_replayed(spec, tmp_path):
+    # the training code scales the loss by 1024 and divides the gradients back by hand: the
+    # captured gradients are the scaled ones; each step's replay finds the power of two and
+    # feeds the optimizers what they were given, at step 0 and at step 1 (momentum buffer)
+    r = _run(spec, tmp_path, options={"loss_scale": 1024, "momentum": 0.9}, steps=2)
+    assert r, _phases(r)
+    rep = r.phase("update").evidence["optimizer_replay"]
+    assert rep["gradients"]["ref_factor"] == 1024.0 == rep["gradients"]["cand_factor"]
+    assert "loss scale of 1024" in r.phase("update").summary
+    assert rep["largest_rel_err"] <= 1e-6  # the same optimizer on the same numbers
+    assert r.phase("later-steps").evidence["optimizer_replay_steps"] == [1]
+
+
+def test_a_loss_scale_left_in_the_candidates_gradients_is_named_in_the_update(spec, tmp_path):
+    # the candidate forgets to divide the gradients back: the captured gradients agree (both
+    # scaled), its optimizer is given them 1024x too large
+    r = _run(spec, tmp_path, options={"loss_scale": 1024}, unscale=False)
+    assert r.phase("backward").status == "pass", _phases(r)
+    upd = r.phase("update")
+    assert (r.first_phase, r.where) == ("update", "optimizer (learning rate)"), _phases(r)
+    assert "2^10" in upd.summary and "loss scale" in upd.summary
+    assert upd.evidence["optimizer_replay"]["gradients"]["cand_factor"] == 1.0
+
+
+def test_clipping_by_global_norm_is_replayed(spec, tmp_path):
+    # clip_grad_norm_ after unscaling: the optimizer is given the captured gradients / a factor
+    # that is no power of two; a faithful pair passes on replay
+    r = _run(spec, tmp_path, options={"loss_scale": 1024, "clip": 0.05})
+    assert r, _phases(r)
+    grads = r.phase("update").evidence["optimizer_replay"]["gradients"]
+    assert grads["ref_factor"] > 1024 * 1.5 and "clipping" in grads["reference"]
+
+
+def test_a_momentum_convention_that_shows_at_step_1_is_named_there_by_replay(spec, tmp_path):
+    # dampening changes nothing at the first step (PyTorch's buffer starts as the gradient) and
+    # every later update: replay at step 1 names it in the update, free of gradient noise
+    r = _run(spec, tmp_path, options={"momentum": 0.9}, steps=2, dampening=0.5)
+    later = r.phase("later-steps")
+    assert r.phase("update").status == "pass", _phases(r)
+    assert (r.first_phase, later.step, later.evidence["phase"]) == ("later-steps", 1, "update")
+    assert "optimizer replay" in later.summary and "update rule differs" in later.summary
+    assert later.evidence["optimizer_replay_steps"] == [1]
+
+
+def test_a_learning_rate_schedule_off_at_step_1_is_named_there_by_replay(spec, tmp_path):
+    r = _run(spec, tmp_path, options={"momentum": 0.9}, steps=2, lr1=0.05)
+    later = r.phase("later-steps")
+    assert (r.first_phase, later.step, r.where) == ("later-steps", 1,
+                                                    "optimizer (learning rate)"), _phases(r)
+    assert "0.5x" in later.summary and "optimizer replay" in later.summary
+
+
+@pytest.mark.parametrize("double", [False, True], ids=["float32", "float64-candidate"])
+def test_a_changed_operator_is_named_by_op_replay(spec, tmp_path, double):
+    # GELU's tanh approximation in the candidate: an op argument (approximate='tanh'); at op
+    # level the aten call itself is re-called with each side's recorded arguments on the
+    # reference's inputs -- a float64 candidate's own rounding stays inside the bound
+    r = _run(spec, tmp_path, options={"gelu": "none"}, level="op", gelu="tanh", double=double)
+    fwd = r.phase("forward")
+    assert (r.first_phase, r.where) == ("forward", "1.act"), _phases(r)
+    rows = fwd.evidence["replay"]
+    culprit = rows[-1]
+    assert culprit["op"] == "gelu" and culprit["verdict"] == "introduced"
+    assert culprit["local"] > 10 * culprit["bound"]
+    # the ops before it reproduce the reference on its tensors (or were not replayed, with why)
+    assert all(o["verdict"] in ("reproduces", "not replayed") for o in rows[:-1])
+    assert "replay" in fwd.evidence["verdict"]
+
+
+def test_op_replay_says_why_when_the_trace_lacks_an_ops_arguments():
+    from netparity.frameworks.registry import adapter_for
+
+    a = adapter_for(torch.zeros(1))
+    x = np.ones((1, 1, 4, 4), np.float32)
+    w = np.ones((1, 1, 3, 3), np.float32)
+    ins = [("0", x, "float32"), ("1", w, "float32")]
+    with pytest.raises(FrameworkError, match="not in the trace"):
+        a.run_op("aten.convolution.default", ins, {})  # an older trace: no stride, padding...
+    sc = {"3.0": 1, "3.1": 1, "4.0": 1, "4.1": 1, "5.0": 1, "5.1": 1, "6": False,
+          "7.0": 0, "7.1": 0, "8": 1}
+    out = a.run_op("aten.convolution.default", ins, sc)  # bias None: absent from the paths
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1)
+    np.testing.assert_array_equal(out[0][1], want.numpy())
+    with pytest.raises(FrameworkError, match="writes into"):
+        a.run_op("aten.relu_.default", [("0", x, "float32")], {})
 
 
 def test_a_faithful_pair_runs_no_replay_and_passes(spec, tmp_path):
@@ -353,3 +467,46 @@ def test_refine_keeps_the_comparisons_answer_without_a_replayed_culprit():
     judge(o, local=1e-9, noise=1e-8, ref_dtype="float32", cand_dtype="float32")
     refine_forward(fwd, [o])
     assert fwd.where == "a" and fwd.status == "fail" and "replay: none of the 1" in fwd.summary
+
+
+def test_gradient_factor_finds_a_power_of_two_and_refuses_uneven_ratios():
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(50), rng.standard_normal(30)
+    # a loss scale: exactly the power of two, despite rounding in the run's update
+    f, how = gradient_factor([(a, a / 1024 * (1 + 1e-5), 1e-9), (b, b / 1024, 1e-9)])
+    assert f == 1024.0 and "power of two" in how
+    # clipping: a common factor that is no power of two
+    f, how = gradient_factor([(a, a / 1500, 1e-9), (b, b / 1500, 1e-9)])
+    assert f == pytest.approx(1500) and "clipping" in how
+    # one parameter's update is not the others' ratio: not a scale (e.g. Adam)
+    f, how = gradient_factor([(a, a / 1024, 1e-9), (b, np.sign(b) * 0.01, 1e-9)])
+    assert f is None and "no common factor" in how
+    # a parameter whose update is rounding only takes no part in the check
+    f, _ = gradient_factor([(a, a / 8, 1e-9), (b * 1e-9, np.zeros(30), 1e-9)])
+    assert f == 8.0
+
+
+# ---- the real PyTorch -> MindSpore pair: the ResNet demo's static loss scaling ------------
+@pytest.mark.slow
+@pytest.mark.parametrize("bug", [None, "bn-decay"], ids=lambda b: b or "clean")
+def test_the_demos_hand_written_loss_scaling_is_replayed_across_frameworks(tmp_path, bug):
+    # PyTorch reference: loss x 1024, gradients divided by hand before SGD (captured scaled);
+    # MindSpore port: Momentum(loss_scale=1024) divides by itself. Replay must find both forms
+    # and judge the update (and step 1's) from it, without being told
+    pytest.importorskip("mindspore", reason="MindSpore is not installed")
+    r = run_step_parity("netparity.examples.resnet.specs.torch_spec",
+                        "netparity.examples.resnet.specs.ms_spec", tmp_path / "run", steps=2,
+                        options={"depth": 18, "batch_size": 2, "image_size": 32,
+                                 "lr_max": 1e-3},
+                        cand_options={"bug": bug}, run_eval=False, free_running=False)
+    upd = r.phase("update")
+    rep = upd.evidence["optimizer_replay"]
+    assert isinstance(rep, dict), rep  # replayed, not the fallback's reason
+    assert rep["gradients"]["ref_factor"] == 1024.0 and rep["gradients"]["cand_factor"] == 1.0
+    if bug is None:
+        assert r, _phases(r)
+        assert r.phase("later-steps").evidence["optimizer_replay_steps"] == [1]
+        assert rep["largest_rel_err"] < 1e-3
+    else:
+        assert (r.first_phase, r.where) == ("update", "bn1"), _phases(r)
+        assert rep["largest_rel_err"] > 10 * rep["largest_noise"]

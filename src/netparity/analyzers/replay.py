@@ -32,8 +32,9 @@ import numpy as np
 from netparity.compare.noise import FLOOR_EPS, NOISE_K, unit_roundoff
 from netparity.compare.results import CallResult, CompareResult
 
-__all__ = ["REPLAY_LIMIT", "SELF_TOLERANCE", "ReplayOutcome", "judge", "normwise_error",
-           "plan", "refine", "refine_forward"]
+__all__ = ["REPLAY_LIMIT", "SELF_TOLERANCE", "ReplayOutcome", "describe_factor",
+           "gradient_factor", "judge", "normwise_error", "plan", "refine", "refine_forward",
+           "refine_update"]
 
 #: at most this many calls are replayed per step (each costs one forward of that module)
 REPLAY_LIMIT = 16
@@ -41,6 +42,13 @@ REPLAY_LIMIT = 16
 #: (normwise, relative) computes something the captured tensors do not determine (random
 #: numbers, a non-tensor argument, hidden state): it cannot be judged by replay
 SELF_TOLERANCE = 1e-3
+#: a gradient factor within this (relative) of a power of two is a loss scale, exactly that power
+POW2_TOLERANCE = 1e-2
+#: every parameter's own factor must agree with the common one within this (relative)
+FACTOR_SPREAD = 1e-2
+#: a parameter takes part in the factor's check when the gradient's part of its update is at
+#: least this many times the rounding of the stored parameter
+FACTOR_SIGNAL = 100.0
 
 
 @dataclass
@@ -68,15 +76,17 @@ class ReplayOutcome:
 
 
 def plan(r0: CompareResult, direction: str = "forward",
-         limit: int = REPLAY_LIMIT) -> list[CallResult]:
-    """The calls to replay: the first step's module calls of ``direction`` that fail or warn,
-    in execution order (a child finishes before its parent, so a container comes after the
-    children that carried its own difference; backward runs from the loss back). When more
-    than ``limit`` diverge, the calls the comparison calls *introduced* and the containers
-    around them come first: they decide whether the phase's difference is anyone's own."""
+         limit: int = REPLAY_LIMIT, level: str = "module") -> list[CallResult]:
+    """The calls to replay: the first step's ``level`` calls (module, or op: 1:1 pairs only)
+    of ``direction`` that fail or warn, in execution order (a child finishes before its parent,
+    so a container comes after the children that carried its own difference; backward runs
+    from the loss back). When more than ``limit`` diverge, the calls the comparison calls
+    *introduced* and the containers around them come first: they decide whether the phase's
+    difference is anyone's own."""
     first = min((x.step for x in r0.calls), default=0)
-    calls = sorted((c for c in r0.calls if c.direction == direction and c.level == "module"
-                    and c.step == first and c.status in ("fail", "warn")),
+    calls = sorted((c for c in r0.calls if c.direction == direction and c.level == level
+                    and c.step == first and c.status in ("fail", "warn")
+                    and (level == "module" or ("+" not in c.op and "+" not in c.cand_op))),
                    key=lambda c: c.order)
     if len(calls) <= limit:
         return calls
@@ -123,6 +133,61 @@ def judge(o: ReplayOutcome, local: float, noise: float, ref_dtype: str, cand_dty
     o.local, o.noise = local, noise
     o.bound = NOISE_K * noise * max(1.0, ec / er) + FLOOR_EPS * max(er, ec)
     o.verdict = "introduced" if local > o.bound else "reproduces"
+
+
+def gradient_factor(probes: Sequence[tuple[np.ndarray, np.ndarray, float]]
+                    ) -> tuple[float | None, str]:
+    """The factor ``f`` by which the captured gradients exceed those the optimizer was given
+    (static loss scaling undone by hand: a power of two; clipping by global norm: a factor
+    above 1 shared by every parameter), from one optimizer step that is affine in the
+    gradient (SGD with or without momentum and weight decay; Adam is not).
+
+    Each probe is one parameter's ``(a, b, rounding)``: ``a`` the change the optimizer's
+    update makes when fed the captured gradient instead of zero, ``b`` the change the run's
+    own update made against the same zero-gradient update, ``rounding`` the normwise rounding
+    of ``b`` (the stored parameter's half ulps). Then ``b = a / f`` on every parameter whose
+    gradient moved it beyond its rounding. Returns ``(f, how)``; ``(None, why)`` when no
+    common factor explains the updates.
+
+    Example:
+        >>> a = np.array([1.0, -2.0, 4.0])
+        >>> gradient_factor([(a, a / 1024, 0.0), (2 * a, 2 * a / 1024, 0.0)])
+        (1024.0, 'a loss scale of 1024 (a power of two) undone before the optimizer')
+    """
+    num = den = 0.0
+    for a, b, _ in probes:
+        num += float(np.dot(a, b))
+        den += float(np.dot(a, a))
+    if den == 0.0 or num <= 0.0:
+        return None, "the gradients do not move the optimizer's update"
+    f = den / num
+    checked = 0
+    for a, b, rounding in probes:
+        na = float(np.linalg.norm(a))
+        if na / f <= FACTOR_SIGNAL * rounding:
+            continue
+        checked += 1
+        if float(np.linalg.norm(b - a / f)) > FACTOR_SPREAD * na / f:
+            return None, (f"no common factor: the update of one parameter is not the captured "
+                          f"gradient's / {f:.4g} (the optimizer is not affine in the gradient, "
+                          "or the training code changes gradients unevenly)")
+    if not checked:
+        return None, "no parameter's update is large enough against its rounding"
+    k = round(float(np.log2(f)))
+    if abs(f / 2.0**k - 1.0) <= POW2_TOLERANCE:
+        f = 2.0**k
+    return f, describe_factor(f)
+
+
+def describe_factor(f: float) -> str:
+    """What a gradient factor means, in words."""
+    k = round(float(np.log2(f))) if f > 0 else 0
+    if f == 1.0:
+        return "the captured gradients as they are"
+    if f == 2.0**k:
+        return f"a loss scale of {f:g} (a power of two) undone before the optimizer"
+    return (f"the captured gradients / {f:.6g} (not a power of two: clipping by global norm, "
+            "or a loss scale and clipping)")
 
 
 def refine(phase: Any, outcomes: list[ReplayOutcome], r0: CompareResult | None = None) -> None:
@@ -217,11 +282,12 @@ refine_forward = refine
 
 def refine_update(phase: Any, r0: CompareResult, deltas: list[dict[str, Any]],
                   why_not: str, order: dict[str, int], lr: dict[str, Any],
-                  settings: dict[str, Any] | None) -> Any:
+                  settings: dict[str, Any] | None, info: dict[str, Any] | None = None) -> Any:
     """The update phase judged from optimizer replay (both optimizers stepped on the
     reference's gradients from the same state): a difference there is the optimizer's own,
     free of gradient noise; agreement there means any difference of the run's updates came with
-    the gradients (judged by the backward phase). Returns the phase to use (``phase`` itself,
+    the gradients (judged by the backward phase). ``info`` (the gradient factors each side's
+    optimizer was fed with) goes into the evidence. Returns the phase to use (``phase`` itself,
     with a note, when there is no replay)."""
     from netparity.analyzers.step import judge_update
 
@@ -230,10 +296,25 @@ def refine_update(phase: Any, r0: CompareResult, deltas: list[dict[str, Any]],
             phase.evidence["optimizer_replay"] = why_not
         return phase
     new = judge_update(r0, deltas, order, lr, settings)
-    new.evidence["optimizer_replay"] = {
+    info = info or {}
+    ev: dict[str, Any] = {
         "params": len(deltas),
         "largest_rel_err": max(d["rel_err"] for d in deltas),
         "largest_noise": max(d["replay_noise"] for d in deltas)}
+    if info:
+        ev["gradients"] = {"reference": info.get("ref_gradients", ""),
+                           "candidate": info.get("cand_gradients", ""),
+                           "ref_factor": info.get("ref_factor"),
+                           "cand_factor": info.get("cand_factor")}
+        for key in ("cand_note", "seconds", "cpu_seconds"):
+            if key in info:
+                ev[key] = info[key]
+    new.evidence["optimizer_replay"] = ev
+    f = info.get("ref_factor")
+    if f not in (None, 1.0):
+        new.summary += f"; the reference's optimizer was given {describe_factor(float(f))}"
+    if new.status == "fail" and info.get("cand_note"):
+        new.summary += f"; {info['cand_note']}"
     if phase.status == "fail" and new.status != "fail":
         new.evidence["compare_said"] = phase.summary
         new.summary += ("; the run's own updates differed beyond their noise estimate, but the "

@@ -198,6 +198,10 @@ class StepRun:
     ref_starts: list[Any] = field(default_factory=list)
     #: the candidate's state at the start of steps 1.. (the reference's, converted and loaded)
     cand_starts: dict[int, Any] = field(default_factory=dict)
+    #: optimizer replay, ``{step: (update entries with replay bounds, why not, info)}``
+    #: (:func:`netparity.workflow.replay.replay_optimizer`); empty when not run
+    opt_replay: dict[int, tuple[list[dict[str, Any]], str, dict[str, Any]]] = field(
+        default_factory=dict)
     notes: list[str] = field(default_factory=list)
     #: ``(step, comparison of that step, "forward" | "backward") -> evidence | None``: replays a
     #: resynchronised later step's diverging modules (the workflow holds the models); evidence
@@ -734,6 +738,29 @@ def _bias_correction_hint(ratio: float) -> str:
     return ""
 
 
+def _same_lr_hint(lr_ref: float | None, lr_cand: float | None) -> str:
+    """When both specs declare the same learning rate for the step, a uniform ratio of the
+    updates more likely comes from the update rule than from the rate."""
+    if lr_ref is None or lr_cand is None or not math.isclose(lr_ref, lr_cand, rel_tol=1e-6,
+                                                             abs_tol=1e-12):
+        return ""
+    return (f" -- though both specs declare {lr_ref:.6g} for it: if the optimizers use that, "
+            "their update rule differs (momentum convention, dampening, bias correction, a "
+            "scale on the gradients)")
+
+
+def _loss_scale_hint(ratio: float) -> str:
+    """A uniform ratio that is a power of two (2 or more either way) is more likely a loss
+    scale undone differently than a learning rate."""
+    if not ratio > 0:
+        return ""
+    k = round(math.log2(ratio))
+    if k and abs(ratio / 2.0**k - 1.0) < 1e-2:
+        return (f" -- or the loss scale is undone differently (the ratio is 2^{k}: gradients "
+                "scaled for the backward pass and not divided back, or divided twice)")
+    return ""
+
+
 def judge_update(r0: CompareResult, deltas: list[dict[str, Any]], order: dict[str, int],
                  lr: dict[str, list[float] | None],
                  settings: dict[str, Any] | None) -> Phase:
@@ -789,7 +816,8 @@ def judge_update(r0: CompareResult, deltas: list[dict[str, Any]], order: dict[st
             upd.where = "optimizer (learning rate)"
             upd.summary = (f"every parameter's update is {verdict['median_ratio']:.4g}x the "
                            f"reference's ({verdict['params']} parameters): the learning rate "
-                           "differs" + _bias_correction_hint(verdict["median_ratio"]))
+                           "differs" + _bias_correction_hint(verdict["median_ratio"])
+                           + _loss_scale_hint(verdict["median_ratio"]))
         elif verdict["kind"] == "settings":
             upd.where = module_of(f["param"])
             upd.summary = (f"optimizer settings differ for {len(verdict['params'])} "
@@ -815,6 +843,7 @@ def judge_update(r0: CompareResult, deltas: list[dict[str, Any]], order: dict[st
 
 def later_step_divergence(r: CompareResult, step: int, deltas: list[dict[str, Any]],
                           order: dict[str, int], lr_ref: float | None,
+                          lr_cand: float | None = None,
                           cleared: frozenset[str] = frozenset()
                           ) -> tuple[str, str, str] | None:
     """The first phase of a resynchronised later step that diverges: (phase, where, why);
@@ -836,13 +865,17 @@ def later_step_divergence(r: CompareResult, step: int, deltas: list[dict[str, An
     verdict = judge_updates(deltas, order, lr_ref)
     if verdict is not None:
         f = verdict["first"]
+        via = (" -- optimizer replay: both optimizers stepped on the reference's gradients from "
+               "the same state" if all("replay_bound" in d for d in deltas) else "")
         if verdict["kind"] == "learning-rate":
             return ("update", "optimizer (learning rate)",
                     f"every parameter's update is {verdict['median_ratio']:.4g}x the reference's: "
-                    "the learning rate differs at this step")
+                    "the learning rate differs at this step"
+                    + _same_lr_hint(lr_ref, lr_cand) + _loss_scale_hint(verdict["median_ratio"])
+                    + via)
         return ("update", module_of(f["param"]),
                 f"the update of {f['param']} differs by {f['rel_err']:.3g} (normwise, relative "
-                f"to the update; {verdict['kind']})")
+                f"to the update; {verdict['kind']}){via}")
     params = params_differing_after(r, deltas)
     if params:
         p = _first_param(params, order)
@@ -872,11 +905,16 @@ def judge_later_steps(run: StepRun, mapping: dict[str, Any], order: dict[str, in
             return later
         rk = compare(run.ref_trace, run.cand_trace, mapping=mapping, level=run.level, steps=[k],
                      rtol=run.rtol, atol=run.atol, noise_run=run.noise_trace)
-        deltas = update_deltas(run.ref_starts[k], run.cand_starts[k], ref_tr, cand_tr,
-                               ref_to_cand, k, noise_tr)
+        replayed = run.opt_replay.get(k, ([], "", {}))[0]
+        if replayed:
+            later.evidence.setdefault("optimizer_replay_steps", []).append(k)
+        deltas = replayed or update_deltas(run.ref_starts[k], run.cand_starts[k], ref_tr,
+                                           cand_tr, ref_to_cand, k, noise_tr)
+        lr_c = run.lr.get("cand")
         lr_k = lr_sched[k] if lr_sched and len(lr_sched) > k else None
+        lr_ck = lr_c[k] if lr_c and len(lr_c) > k else None
         cleared: frozenset[str] = frozenset()
-        found = later_step_divergence(rk, k, deltas, order, lr_k)
+        found = later_step_divergence(rk, k, deltas, order, lr_k, lr_ck)
         while (found is not None and found[0] in ("forward", "backward")
                and found[0] not in cleared and run.replay_clear is not None):
             ev = run.replay_clear(k, rk, found[0])
@@ -885,7 +923,7 @@ def judge_later_steps(run: StepRun, mapping: dict[str, Any], order: dict[str, in
             later.evidence.setdefault("cleared_by_replay", []).append(
                 {"step": k, "phase": found[0], **ev})
             cleared |= {found[0]}
-            found = later_step_divergence(rk, k, deltas, order, lr_k, cleared)
+            found = later_step_divergence(rk, k, deltas, order, lr_k, lr_ck, cleared)
         if found is not None:
             what, where, why = found
             later.status, later.step, later.where = "fail", k, where
@@ -900,6 +938,10 @@ def judge_later_steps(run: StepRun, mapping: dict[str, Any], order: dict[str, in
         later.summary += (f"; at {len(c)} step/phase(s) (first: step {c[0]['step']} "
                           f"{c[0]['phase']}) modules differed beyond their noise estimate but "
                           "replay showed each reproduces the reference: amplified rounding noise")
+    replayed_steps = later.evidence.get("optimizer_replay_steps")
+    if replayed_steps:
+        later.summary += ("; updates judged by optimizer replay at step(s) "
+                          + ", ".join(map(str, replayed_steps)))
     free, noise = run.losses.get("cand_free"), run.losses.get("ref_noise")
     if free and noise:
         drift = max(abs(c - r) / max(abs(r), 1e-12) for r, c in zip(lr_, free))
@@ -992,6 +1034,12 @@ def diagnose_step(run: StepRun) -> StepResult:
                            open_trace(Path(run.noise_trace)) if run.noise_trace else None)
     settings = optimizer_mismatch(*run.optimizer_settings, ref_to_cand, order)
     phases["update"] = judge_update(r0, deltas, order, run.lr, settings)
+    if run.opt_replay:
+        from netparity.analyzers.replay import refine_update
+
+        replayed, why, info = run.opt_replay.get(0, ([], "", {}))
+        phases["update"] = refine_update(phases["update"], r0, replayed, why, order, run.lr,
+                                         settings, info)
     phases["later-steps"] = judge_later_steps(run, mapping, order)
     phases["eval"] = judge_eval(run, mapping)
     result.phases = list(phases.values())

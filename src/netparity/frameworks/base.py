@@ -218,18 +218,45 @@ class FrameworkAdapter(abc.ABC):
         return self._unit("replay", "replaying a module's backward").run_module_backward(
             model, path, inputs, grad_outputs, train)
 
+    def run_op(self, native: str, inputs: Sequence[tuple[str, np.ndarray, str]],
+               scalars: Mapping[str, Any]) -> list[tuple[str, np.ndarray]]:
+        """Call the operator a capture recorded as ``native`` (PyTorch: the aten overload,
+        ``aten.convolution.default``) on given tensors and its recorded non-tensor arguments
+        (``scalars``: argument path -> value, as the op record's ``extra["scalars"]`` holds
+        them) and return its outputs (``(output argument path, array)``): op-level replay.
+        Raises :class:`FrameworkError` when the call cannot be rebuilt (an argument missing
+        from the trace, an op that writes into its arguments)."""
+        return self._unit("replay", "replaying an operator").run_op(native, inputs,
+                                                                    dict(scalars))
+
+    def watch_steps(self, optimizer: Any) -> Any:
+        """Start keeping ``optimizer``'s state as it is just before each of its steps; the
+        returned object's ``.states`` lists them (``.state``: the first one) in this framework's
+        format, for :meth:`replay_step`; setting its ``quiet`` to a context-manager factory
+        (a capture's ``paused``) keeps the copies out of an op-level capture; its ``close()``
+        removes the hook."""
+        return self._unit("optreplay", "optimizer replay").StepStates(optimizer)
+
     def watch_first_step(self, optimizer: Any) -> Any:
-        """Start keeping ``optimizer``'s state as it is just before its first step; the
-        returned object's ``.state`` holds it once the step ran (for :meth:`replay_step`);
-        its ``close()`` removes the hook."""
-        return self._unit("optreplay", "optimizer replay").FirstStepState(optimizer)
+        """:meth:`watch_steps` (its ``.state`` is the state before the first step)."""
+        return self.watch_steps(optimizer)
 
     def replay_step(self, optimizer: Any, model: Any, state: Any,
-                    grads: Mapping[str, np.ndarray]) -> None:
-        """One optimizer step from ``state`` (kept by :meth:`watch_first_step`) with the
+                    grads: Mapping[str, np.ndarray], keep_state: bool = False) -> Any:
+        """One optimizer step from ``state`` (kept by :meth:`watch_steps`) with the
         model's parameters given ``grads`` (by name); the parameters keep the stepped values,
-        the optimizer its own state."""
-        self._unit("optreplay", "optimizer replay").replay_step(optimizer, model, state, grads)
+        the optimizer its own state. With ``keep_state`` returns the optimizer's state after
+        the step (same format), to replay the next step from."""
+        return self._unit("optreplay", "optimizer replay").replay_step(
+            optimizer, model, state, grads, keep_state)
+
+    def merge_optimizer_state(self, optimizer: Any, moments: Any, settings: Any) -> Any:
+        """An optimizer state (format of :meth:`watch_steps`) with the per-parameter entries
+        (momentum buffers, Adam moments) of ``moments`` and the rest (learning rates, step
+        counters, hyper-parameters the training code set) of ``settings``: a replayed
+        optimizer's state carried to the next step, with that step's settings."""
+        return self._unit("optreplay", "optimizer replay").merge_state(
+            optimizer, moments, settings)
 
     # ---- capture ---------------------------------------------------------------------------
     def capture(self, model: Any, path: str | os.PathLike[str], **kwargs: Any) -> Any:

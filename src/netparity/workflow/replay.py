@@ -26,6 +26,7 @@ import numpy as np
 from netparity.analyzers.replay import (
     SELF_TOLERANCE,
     ReplayOutcome,
+    describe_factor,
     judge,
     normwise_error,
     plan,
@@ -34,7 +35,7 @@ from netparity.compare.results import CallResult, CompareResult
 from netparity.errors import NetparityError
 from netparity.trace import open_trace
 
-__all__ = ["replay_step0"]
+__all__ = ["replay_ops_step0", "replay_optimizer", "replay_step0"]
 
 Tensors = list[tuple[str, np.ndarray, str]]
 
@@ -159,6 +160,92 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
     return outcomes
 
 
+class _Ops:
+    """Step 0's forward op records of one trace: by (module, op index, event), and each
+    (module, canonical op)'s calls in execution order (to find a call's counterpart)."""
+
+    def __init__(self, trace: str) -> None:
+        self.tr = open_trace(trace)
+        self.by: dict[tuple[str, int, int], list[Any]] = {}
+        for r in self.tr.records(step=0, kind="op"):
+            if r.direction == "forward":
+                self.by.setdefault((r.module, int(r.call), int(r.event)), []).append(r)
+        self.seq: dict[tuple[str, str], list[tuple[str, int, int]]] = {}
+        for key in sorted(self.by, key=lambda k: min(r.seq for r in self.by[k])):
+            self.seq.setdefault((key[0], self.by[key][0].op), []).append(key)
+
+    def tensors(self, recs: list[Any], role: str) -> Tensors:
+        if not all(r.has_payload for r in recs):
+            raise _NotReplayable("no tensor payload captured for this call")
+        return [(r.arg, np.asarray(self.tr.tensor(r)), r.dtype) for r in recs if r.role == role]
+
+    @staticmethod
+    def scalars(recs: list[Any]) -> dict[str, Any]:
+        return next((dict(r.extra["scalars"]) for r in recs
+                     if isinstance(r.extra, dict) and r.extra.get("scalars")), {})
+
+
+def replay_ops_step0(r0: CompareResult, ref_trace: str, cand_trace: str, ref_model: Any,
+                     cand_model: Any, seed: int = 0) -> list[ReplayOutcome]:
+    """Op-level replay of step 0's diverging forward op calls (1:1 pairs), in execution
+    order: the reference's operator re-called on its captured inputs and recorded non-tensor
+    arguments (it must reproduce its output), again on inputs one ulp off (its local noise),
+    and the candidate's operator -- its own overload and arguments, from its trace -- on the
+    reference's inputs in the candidate's dtypes (the local error). Stops at the first call
+    that introduces a difference. A framework that cannot call an operator on given tensors
+    (MindSpore primitives here) leaves the call "not replayed", with the reason."""
+    from netparity.frameworks.registry import adapter_for
+
+    calls = plan(r0, "forward", level="op")
+    if not calls:
+        return []
+    ref, cand = _Ops(ref_trace), _Ops(cand_trace)
+    ra, ca = adapter_for(ref_model), adapter_for(cand_model)
+    rng = np.random.default_rng(seed + 32452843)
+    outcomes: list[ReplayOutcome] = []
+    for c in calls:
+        o = ReplayOutcome(c.key, c.module, c.cand_module, c.op, accumulated=c.out_error)
+        outcomes.append(o)
+        try:
+            call, ev = _call_index(c)
+            event = int(ev)
+            recs = ref.by.get((c.module, call, event))
+            if not recs:
+                raise _NotReplayable("the call's records were not found in the reference trace")
+            mine = ref.seq.get((c.module, recs[0].op), [])
+            n = mine.index((c.module, call, event))
+            theirs = cand.seq.get((c.cand_module, c.cand_op), [])
+            if n >= len(theirs):
+                raise _NotReplayable("the candidate's call was not found in its trace")
+            crecs = cand.by[theirs[n]]
+            ins, want = ref.tensors(recs, "input"), ref.tensors(recs, "output")
+            if not ins or not want:
+                raise _NotReplayable("the call's inputs or outputs were not captured")
+            sc = _Ops.scalars(recs)
+            own = normwise_error([v for _, v, _ in want],
+                                 _in_order(want, ra.run_op(recs[0].native, ins, sc)))
+            if own > SELF_TOLERANCE:
+                raise _NotReplayable(
+                    f"the reference's own replay misses its captured result by {own:.3g}: the "
+                    "op depends on random numbers or on state the trace does not hold")
+            noisy = ra.run_op(recs[0].native, _moved(ins, rng), sc)
+            noise = max(normwise_error([v for _, v, _ in want], _in_order(want, noisy)), own)
+            cdt = {r.arg: r.dtype for r in crecs if r.role == "input"}
+            got = ca.run_op(crecs[0].native, [(a, v, cdt.get(a, d)) for a, v, d in ins],
+                            _Ops.scalars(crecs))
+            local = normwise_error([v for _, v, _ in want], _in_order(want, got))
+            out_dt = next((r.dtype for r in crecs if r.role == "output"), want[0][2])
+            judge(o, local, noise, want[0][2], out_dt)
+        except NetparityError as e:
+            o.verdict, o.reason = "not replayed", str(e)
+        except Exception as e:  # noqa: BLE001 - an op may refuse the recorded arguments
+            first = (str(e).strip().splitlines() or [""])[0]
+            o.verdict, o.reason = "not replayed", f"{type(e).__name__}: {first}"[:200]
+        if o.introduced:
+            break
+    return outcomes
+
+
 def _call_index(c: CallResult) -> tuple[int, str]:
     """The (call index, event) a CallResult key ends with."""
     parts = c.key.split("|")
@@ -204,89 +291,263 @@ def _cand_out_dtype(c: CallResult, direction: str, cand: _Calls, default: str) -
                  if r.role == "output"), default)
 
 
-def replay_optimizer(ref_trace: str, ref_model: Any, cand_model: Any, ref_opt: Any,
-                     cand_opt: Any, ref_first: Any, cand_first: Any, ref_state0: Any,
-                     cand_state0: Any, ref_to_cand: dict[str, str],
-                     seed: int = 0) -> tuple[list[dict[str, Any]], str]:
-    """Optimizer replay for step 0: both optimizers take their first step again from the state
-    they had before it (``ref_first`` / ``cand_first``: ``watch_first_step`` objects), from the
-    common step-0 weights, on the *reference's* captured gradients (converted to the
-    candidate's names). Returns ``(update entries, why not)``: one
-    :func:`netparity.analyzers.step.delta_entry` per parameter with a ``replay_bound`` (the
-    reference's own replay on gradients one ulp off, ``NOISE_K`` x, plus rounding), judged by
-    the update analyzer; ``why not`` says why there are none."""
-    from netparity.analyzers.step import _values, delta_entry
-    from netparity.ckpt.mapping import state_of
-    from netparity.compare.noise import NOISE_K, perturb_last_bit
-    from netparity.frameworks.models import set_weights
-    from netparity.frameworks.registry import adapter_for
+#: two sides' gradient factors that differ by a power of two within this (relative) are the
+#: same handling at different loss scales (clipping factors differ by the gradients' noise)
+FACTOR_MATCH = 5e-2
 
-    if ref_first is None or cand_first is None or ref_first.state is None \
-            or cand_first.state is None:
-        return [], "the optimizers' states before their first step were not kept"
-    tr = open_trace(ref_trace)
+
+def _step_records(tr: Any, step: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray],
+                                               dict[str, str]]:
+    """(gradients, values after the update, dtypes) of one step, by parameter name."""
     grads: dict[str, np.ndarray] = {}
     after: dict[str, np.ndarray] = {}
     dtypes: dict[str, str] = {}
-    for r in tr.records(step=0, kind="grad"):
+    for r in tr.records(step=step, kind="grad"):
         if r.has_payload:
             grads[r.module] = np.asarray(tr.tensor(r))
-    for r in tr.records(step=0, kind="param"):
+    for r in tr.records(step=step, kind="param"):
         if r.has_payload and r.module in grads:
             after[r.module] = np.asarray(tr.tensor(r), np.float64).ravel()
             dtypes[r.module] = r.dtype
-    names = [n for n in after if n in ref_to_cand and n in ref_state0]
-    if not names:
-        return [], "no parameter gradients with their values were captured"
-    rng = np.random.default_rng(seed + 15485863)
-    ra, ca = adapter_for(ref_model), adapter_for(cand_model)
-    keep_ref, keep_cand = state_of(ref_model), state_of(cand_model)
+    return grads, after, dtypes
 
-    def load(model: Any, st: Any) -> None:
-        set_weights(model, st, {k: v for k, v in st.dtypes.items() if v == "bfloat16"})
 
-    def stepped(adapter: Any, model: Any, opt: Any, first: Any, st0: Any,
-                g: dict[str, np.ndarray]) -> Any:
-        load(model, st0)
-        adapter.replay_step(opt, model, first.state, g)
-        return state_of(model)
+class _Side:
+    """One side of the optimizer replay: its live model and optimizer, the optimizer's states
+    before each step (``watch``), the model's state at the start of each step."""
 
-    try:
-        own = stepped(ra, ref_model, ref_opt, ref_first, ref_state0, grads)
-        moved = stepped(ra, ref_model, ref_opt, ref_first, ref_state0,
-                        {k: perturb_last_bit(v, rng) for k, v in grads.items()})
-        cand = stepped(ca, cand_model, cand_opt, cand_first, cand_state0,
-                       {ref_to_cand[k]: v for k, v in grads.items() if k in ref_to_cand})
-    finally:
-        load(ref_model, keep_ref)
-        load(cand_model, keep_cand)
-    out: list[dict[str, Any]] = []
-    worst_self = ("", 0.0)
+    def __init__(self, trace: str, model: Any, opt: Any, watch: Any,
+                 starts: dict[int, Any]) -> None:
+        from netparity.frameworks.registry import adapter_for
+
+        self.tr, self.model, self.opt, self.watch, self.starts = (
+            open_trace(trace), model, opt, watch, starts)
+        self.adapter = adapter_for(model)
+
+    def stepped(self, state: Any, start: Any, grads: dict[str, np.ndarray],
+                keep_state: bool = False) -> tuple[Any, Any]:
+        """The model's state after one replayed step from ``start`` (and the optimizer's)."""
+        from netparity.ckpt.mapping import state_of
+        from netparity.frameworks.models import set_weights
+
+        set_weights(self.model, start, {k: v for k, v in start.dtypes.items()
+                                        if v == "bfloat16"})
+        after = self.adapter.replay_step(self.opt, self.model, state, grads, keep_state)
+        return state_of(self.model), after
+
+    def calibrate(self, step: int, grads: dict[str, np.ndarray], after: dict[str, np.ndarray],
+                  dtypes: dict[str, str], f_try: float = 1.0,
+                  rng: np.random.Generator | None = None) -> tuple[float | None, Any, str]:
+        """The factor ``f`` such that this side's optimizer, fed its captured gradients / f
+        from its own state, reproduces its captured update (``f_try`` first: the previous
+        step's), with the model's state after that replay and how ``f`` was found; ``(None,
+        None, why)`` when none does. With ``rng`` the replayed gradients are moved one ulp: the
+        replay then also measures the update's noise (one replay less per step)."""
+        from netparity.analyzers.replay import gradient_factor
+        from netparity.analyzers.step import _values, rounding_noise
+        from netparity.compare.noise import perturb_last_bit
+
+        state, start = self.watch.states[step], self.starts[step]
+        names = [n for n in after if n in start]
+
+        def replay(f: float) -> tuple[Any, tuple[str, float]]:
+            g = _divided(grads, f)
+            if rng is not None:
+                g = {n: perturb_last_bit(v, rng) for n, v in g.items()}
+            own, _ = self.stepped(state, start, g)
+            return own, _self_error(own, start, after, dtypes, names)
+
+        own, worst = replay(f_try)
+        if worst[1] <= SELF_TOLERANCE:
+            return f_try, own, describe_factor(f_try)
+        zero, _ = self.stepped(state, start, {n: np.zeros_like(g) for n, g in grads.items()})
+        probes = []
+        for n in names:
+            z = _values(zero[n], dtypes[n])
+            probes.append((_values(own[n], dtypes[n]) - z, after[n] - z,
+                           rounding_noise(_values(start[n], dtypes[n]), dtypes[n])))
+        rel, how = gradient_factor(probes)
+        miss = (f"own optimizer replay misses its captured update of {worst[0]} by "
+                f"{worst[1]:.3g}")
+        if rel is None:
+            return None, None, f"{miss}; {how}"
+        f = _snap(f_try * rel)
+        own, again = replay(f)
+        if again[1] > SELF_TOLERANCE:
+            return None, None, (f"{miss}, and by {again[1]:.3g} ({again[0]}) with the gradients "
+                                f"/ {f:.6g}")
+        return f, own, describe_factor(f)
+
+
+def _snap(f: float) -> float:
+    """``f`` as the power of two it is within ``POW2_TOLERANCE`` of, else as it is."""
+    from netparity.analyzers.replay import POW2_TOLERANCE
+
+    k = round(float(np.log2(f)))
+    return 2.0**k if abs(f / 2.0**k - 1.0) <= POW2_TOLERANCE else f
+
+
+def _divided(grads: dict[str, np.ndarray], f: float) -> dict[str, np.ndarray]:
+    if f == 1.0:
+        return grads
+    return {n: (np.asarray(g, np.float64) / f).astype(np.asarray(g).dtype)
+            for n, g in grads.items()}
+
+
+def _self_error(own: Any, start: Any, after: dict[str, np.ndarray], dtypes: dict[str, str],
+                names: list[str]) -> tuple[str, float]:
+    """The parameter whose replayed update misses the captured one most (normwise, relative),
+    beyond the rounding of the stored parameter (3x: a replay one ulp off may round the other
+    way, and a small learning rate moves a parameter by a few ulps only)."""
+    from netparity.analyzers.step import _values, rounding_noise
+
+    worst = ("", 0.0)
     for n in names:
-        c = ref_to_cand[n]
-        if c not in cand or c not in cand_state0:
-            continue
-        dt, cdt = dtypes[n], cand.dtypes.get(c, "float32")
-        p0 = _values(ref_state0[n], dt)
+        p0 = _values(start[n], dtypes[n])
         d_ref = after[n] - p0
         nr = float(np.linalg.norm(d_ref))
-        d_cand = _values(cand[c], cdt) - _values(cand_state0[c], cdt)
+        if nr == 0 or n not in own:
+            continue
+        miss = float(np.linalg.norm(_values(own[n], dtypes[n]) - p0 - d_ref))
+        if miss <= SELF_TOLERANCE * nr:
+            continue  # reproduced: no need for the (costly) rounding term
+        err = max(0.0, miss - 3.0 * rounding_noise(p0, dtypes[n])) / nr
+        if err > worst[1]:
+            worst = (n, err)
+    return worst
+
+
+StepReplay = tuple[list[dict[str, Any]], str, dict[str, Any]]
+
+
+def replay_optimizer(ref_trace: str, cand_trace: str, ref_model: Any, cand_model: Any,
+                     ref_opt: Any, cand_opt: Any, ref_watch: Any, cand_watch: Any,
+                     ref_starts: dict[int, Any], cand_starts: dict[int, Any],
+                     ref_to_cand: dict[str, str], steps: int = 1,
+                     seed: int = 0) -> dict[int, StepReplay]:
+    """Optimizer replay of steps ``0..steps-1``: at each step both optimizers take that step
+    again from the same parameters (``ref_starts[k]`` / ``cand_starts[k]``: the reference's
+    state, converted) on the *reference's* captured gradients. The reference's optimizer starts
+    from its own state before that step (``ref_watch``: a ``watch_steps`` object); the
+    candidate's from the state its own replay of the previous step left (its momentum
+    buffers and moments built from the reference's gradients, free of gradient noise), with
+    that step's learning rate and counters from its own run (``cand_watch``).
+
+    Each side's gradients go in the form its optimizer expects: the reference's own replay must
+    reproduce its captured update; when it does not, the factor between the captured
+    gradients and those the optimizer was given (a loss scale undone by hand, clipping) is
+    estimated (:func:`netparity.analyzers.replay.gradient_factor`) and checked by replaying
+    again. The candidate's factor is found the same way on its own captured gradients and
+    update (an optimizer that divides by its own ``loss_scale`` needs the scaled gradients).
+
+    Returns ``{step: (update entries, why not, info)}``: one
+    :func:`netparity.analyzers.step.delta_entry` per parameter with a ``replay_bound`` (the
+    reference's own replay on gradients one ulp off, ``NOISE_K`` x, plus rounding); ``why
+    not`` says why a step has none (later steps are then not replayed); ``info`` holds the
+    gradient factors used."""
+    from netparity.ckpt.mapping import state_of
+    from netparity.frameworks.models import set_weights
+
+    if ref_watch is None or cand_watch is None or not ref_watch.states \
+            or not cand_watch.states:
+        return {0: ([], "the optimizers' states before their steps were not kept", {})}
+    ref = _Side(ref_trace, ref_model, ref_opt, ref_watch, ref_starts)
+    cand = _Side(cand_trace, cand_model, cand_opt, cand_watch, cand_starts)
+    rng = np.random.default_rng(seed + 15485863)
+    keep_ref, keep_cand = state_of(ref_model), state_of(cand_model)
+    out: dict[int, StepReplay] = {}
+    chain = _Chain()
+    try:
+        for k in range(steps):
+            if k >= min(len(ref_watch.states), len(cand_watch.states)) or k not in ref_starts \
+                    or k not in cand_starts:
+                out[k] = ([], "the optimizers' states before this step were not kept", {})
+                break
+            try:
+                out[k] = _replay_one(k, ref, cand, chain, ref_to_cand, rng)
+            except NetparityError as e:
+                out[k] = ([], str(e), {})
+            except Exception as e:  # noqa: BLE001 - an optimizer the user wrote may refuse it
+                first = (str(e).strip().splitlines() or [""])[0]
+                out[k] = ([], f"{type(e).__name__}: {first}"[:200], {})
+            if not out[k][0]:
+                break  # the candidate's chain of states is broken: later steps not replayed
+    finally:
+        for model, st in ((ref_model, keep_ref), (cand_model, keep_cand)):
+            set_weights(model, st, {k: v for k, v in st.dtypes.items() if v == "bfloat16"})
+    return out
+
+
+class _Chain:
+    """What one step's replay hands the next: the candidate optimizer's state after its
+    replay, the reference's gradient factor, the power of two between the sides' factors."""
+
+    def __init__(self) -> None:
+        self.state: Any = None
+        self.f_ref = 1.0
+        self.cand_pow: int | None = None
+
+
+def _replay_one(k: int, ref: _Side, cand: _Side, chain: _Chain, ref_to_cand: dict[str, str],
+                rng: np.random.Generator) -> StepReplay:
+    """Step ``k`` of :func:`replay_optimizer` (``chain`` carries the previous step's)."""
+    from netparity.analyzers.step import _values, delta_entry
+    from netparity.compare.noise import NOISE_K
+
+    grads, after, dtypes = _step_records(ref.tr, k)
+    p_start = ref.starts[k]
+    names = [n for n in after if n in ref_to_cand and n in p_start]
+    if not names:
+        return [], "no parameter gradients with their values were captured", {}
+    # the reference on its own gradients one ulp off: checks the form they go in (loss scale,
+    # clipping) and measures the update's noise in the same replay
+    f_ref, moved, how = ref.calibrate(k, grads, after, dtypes, chain.f_ref, rng)
+    if f_ref is None:
+        return [], (f"the reference's {how} (the training code changes the gradients or the "
+                    "step in a way the captured gradients do not show)"), {}
+    chain.f_ref = f_ref
+    info: dict[str, Any] = {"ref_factor": f_ref, "ref_gradients": how}
+    if chain.cand_pow is None:  # the candidate's own handling, found once (step 0)
+        cg, ca, cd = _step_records(cand.tr, k)
+        f_cand, _, chow = (cand.calibrate(k, cg, ca, cd) if ca else
+                           (None, None, "update was not captured"))
+        if f_cand is None:
+            chain.cand_pow = 0
+            info["cand_note"] = (f"the candidate's {chow}: it is fed the reference's gradients "
+                                 "as the reference's optimizer saw them")
+        else:
+            ratio = f_cand / f_ref
+            chain.cand_pow = round(float(np.log2(ratio)))
+            if abs(ratio / 2.0**chain.cand_pow - 1.0) > FACTOR_MATCH:
+                info["cand_note"] = (
+                    f"the candidate's training code gives its optimizer its captured gradients "
+                    f"/ {f_cand:.6g}, the reference / {f_ref:.6g}: not the same handling at "
+                    "another loss scale")
+    f_use = f_ref * 2.0**chain.cand_pow
+    info["cand_factor"] = f_use
+    info["cand_gradients"] = describe_factor(f_use)
+    cstate = (cand.watch.states[0] if k == 0 or chain.state is None else
+              cand.adapter.merge_optimizer_state(cand.opt, chain.state, cand.watch.states[k]))
+    cgrads = {ref_to_cand[n]: v for n, v in _divided(grads, f_use).items() if n in ref_to_cand}
+    cand_after, chain.state = cand.stepped(cstate, cand.starts[k], cgrads, keep_state=True)
+    c_start = cand.starts[k]
+    deltas: list[dict[str, Any]] = []
+    for n in names:
+        c = ref_to_cand[n]
+        if c not in cand_after or c not in c_start:
+            continue
+        dt, cdt = dtypes[n], cand_after.dtypes.get(c, "float32")
+        p0 = _values(p_start[n], dt)
+        d_ref = after[n] - p0
+        nr = float(np.linalg.norm(d_ref))
+        d_cand = _values(cand_after[c], cdt) - _values(c_start[c], cdt)
         if d_cand.size != d_ref.size or nr == 0:
             continue
-        d_own = _values(own[n], dt) - p0
-        self_err = float(np.linalg.norm(d_own - d_ref)) / nr
-        if self_err > worst_self[1]:
-            worst_self = (n, self_err)
-        noise = max(float(np.linalg.norm(_values(moved[n], dt) - p0 - d_own)) / nr, self_err)
         e = delta_entry(n, c, p0, d_ref, d_cand, dt, cdt)
-        e["replay_noise"] = noise
-        e["replay_bound"] = (NOISE_K * noise + 3.0 * e["round_noise"] + e["arith_floor"])
-        out.append(e)
-    from netparity.analyzers.replay import SELF_TOLERANCE
-
-    if worst_self[1] > SELF_TOLERANCE:
-        return [], (f"the reference's own optimizer replay misses its captured update of "
-                    f"{worst_self[0]} by {worst_self[1]:.3g} (the training code changes the "
-                    "gradients or the step in a way the captured gradients do not show, e.g. "
-                    "clipping or loss scaling)")
-    return out, ""
+        e["replay_noise"] = float(np.linalg.norm(_values(moved[n], dt) - p0 - d_ref)) / nr
+        e["replay_bound"] = (NOISE_K * e["replay_noise"] + 3.0 * e["round_noise"]
+                             + e["arith_floor"])
+        deltas.append(e)
+    if not deltas:
+        return [], "no parameter's update could be paired with the candidate's", info
+    return deltas, "", info

@@ -102,11 +102,13 @@ def _user_step(spec: Spec, i: int, x: Any, y: Any) -> float:
 def _train(spec: Spec, batches: list[tuple[np.ndarray, np.ndarray]], path: Path, steps: int,
            level: str, payload: str, progress: Progress, *,
            before_step: Callable[[int, Any], None] | None = None,
-           after_step: Callable[[int], None] | None = None) -> list[float]:
+           after_step: Callable[[int], None] | None = None,
+           watch: Any = None) -> list[float]:
     """Run ``steps`` training steps under capture; returns the losses.
 
     ``before_step(i, cap)`` runs before step ``i`` (the candidate loads the reference's state
     there, under ``cap.paused()``); ``after_step(i)`` after it (the reference's state is taken).
+    ``watch`` (a ``watch_steps`` object) copies the optimizer's state unobserved.
     """
     import netparity
     from netparity.frameworks.models import as_tensor, scalar_tensor
@@ -116,6 +118,8 @@ def _train(spec: Spec, batches: list[tuple[np.ndarray, np.ndarray]], path: Path,
                            optimizer=spec.optimizer, overwrite=True,
                            manifest={"spec": spec.source, "spec_options": _jsonable(spec.options)},
                            **_framework_options(spec)) as cap:
+        if watch is not None:
+            watch.quiet = cap.paused
         for i in range(steps):
             if before_step is not None:
                 before_step(i, cap)
@@ -354,11 +358,11 @@ def run_step_parity(
             set_weights(cand.model, arrays, bf16)
             run.cand_starts[i] = state_of(cand.model)
 
-    # the optimizers' states just before their first step, for the optimizer replay
-    firsts = [_watch_first_step(side) for side in (ref, cand)]
+    # the optimizers' states just before each step, for the optimizer replay
+    watches = [_watch_steps(side) for side in (ref, cand)]
     say.stage(f"train and capture: reference ({ref.framework})", total=steps)
     run.losses["ref"] = _train(ref, batches, out / "ref", steps, level, payload, say,
-                               after_step=keep_ref_state)
+                               after_step=keep_ref_state, watch=watches[0])
     run.ref_starts = [ref_state0, *ref_states]
     ref_opts, cand_opts = {**opts, **(ref_options or {})}, {**opts, **(cand_options or {})}
     if noise and isinstance(ref_spec, str):
@@ -375,9 +379,9 @@ def run_step_parity(
                          "rebuilt fresh); pairs are judged by the tolerance table")
     say.stage(f"train and capture: candidate ({cand.framework})", total=steps)
     run.losses["cand"] = _train(cand, batches, out / "cand", steps, level, payload, say,
-                                before_step=start_from_ref)
+                                before_step=start_from_ref, watch=watches[1])
     run.ref_trace, run.cand_trace = str(out / "ref"), str(out / "cand")
-    for w in firsts:
+    for w in watches:
         if w is not None:
             w.close()
     if free_running and steps > 1 and isinstance(ref_spec, str) and isinstance(cand_spec, str):
@@ -408,18 +412,15 @@ def run_step_parity(
         run.eval_skipped = "no eval in the specs" if run_eval else "not asked"
 
     def replay(result: StepResult) -> None:
-        # Culprits by replay: the candidate's optimizer on the reference's gradients, its
-        # diverging modules fed the reference's tensors.
+        # Culprits by replay: the candidate's diverging modules fed the reference's tensors
+        # (its optimizer was replayed before the diagnosis: see _replay_optimizers).
         if (payload != "tensors" or result.compare_step0 is None or run.ref_trace is None
                 or run.cand_trace is None):
             return
         from netparity.analyzers.replay import refine
         from netparity.workflow.replay import replay_step0
 
-        _replay_update(result, run, ref, cand, firsts, ref_state0, cand_state0, seed, say)
-        if level == "op":
-            return
-        for direction in ("forward", "backward"):
+        for direction in ("forward", "backward") if level != "op" else ():
             ph = result.phase(direction)
             if ph.status != "fail" or (direction == "backward"
                                        and result.phase("forward").status == "fail"):
@@ -428,9 +429,20 @@ def run_step_parity(
             refine(ph, replay_step0(result.compare_step0, direction, run.ref_trace,
                                     run.cand_trace, ref.model, cand.model, ref_state0,
                                     cand_state0, seed), result.compare_step0)
+        fwd = result.phase("forward")
+        if level in ("op", "both") and fwd.status == "fail" \
+                and "replay" not in str(fwd.evidence.get("verdict", "")):
+            # op level: the operators themselves, re-called on the reference's tensors
+            from netparity.workflow.replay import replay_ops_step0
 
-    if payload == "tensors" and level != "op":
-        run.replay_clear = functools.partial(_replay_clear, run, ref, cand, seed, say)
+            say.stage("replay the diverging operators on the reference's tensors")
+            refine(fwd, replay_ops_step0(result.compare_step0, run.ref_trace, run.cand_trace,
+                                         ref.model, cand.model, seed))
+
+    if payload == "tensors":
+        _replay_optimizers(run, ref, cand, watches, ref_state0, cand_state0, seed, say)
+        if level != "op":
+            run.replay_clear = functools.partial(_replay_clear, run, ref, cand, seed, say)
     return _finish(run, t0, say, replay)
 
 
@@ -452,48 +464,43 @@ def _replay_clear(run: StepRun, ref: Spec, cand: Spec, seed: int, say: Progress,
     return {"summary": ph.summary, "replay": ph.evidence.get("replay", [])}
 
 
-def _watch_first_step(spec: Spec) -> Any:
-    """Keep the spec's optimizer state from just before its first step (None when the spec
+def _watch_steps(spec: Spec) -> Any:
+    """Keep the spec's optimizer state from just before each of its steps (None when the spec
     has no optimizer or its framework cannot replay one)."""
     from netparity.frameworks.registry import adapter_for
 
     if spec.optimizer is None:
         return None
     try:
-        return adapter_for(spec.model).watch_first_step(spec.optimizer)
+        return adapter_for(spec.model).watch_steps(spec.optimizer)
     except (NetparityError, AttributeError, TypeError):
         return None
 
 
-def _replay_update(result: StepResult, run: StepRun, ref: Spec, cand: Spec, firsts: list[Any],
-                   ref_state0: Any, cand_state0: Any, seed: int, say: Progress) -> None:
-    """Judge the update phase by optimizer replay (see :mod:`netparity.workflow.replay`)."""
-    from netparity.analyzers.replay import refine_update
-    from netparity.analyzers.step import optimizer_mismatch, param_order
+def _replay_optimizers(run: StepRun, ref: Spec, cand: Spec, watches: list[Any],
+                       ref_state0: Any, cand_state0: Any, seed: int, say: Progress) -> None:
+    """Optimizer replay of every step (see :func:`netparity.workflow.replay.replay_optimizer`),
+    for the update and later-steps phases."""
     from netparity.workflow.replay import replay_optimizer
 
-    upd = result.phase("update")
-    if upd.status == "skipped" or run.ref_trace is None or result.compare_step0 is None:
+    if run.ref_trace is None or run.cand_trace is None:
         return
-    say.stage("replay the optimizer step on the reference's gradients")
-    ref_to_cand = run.setup.ref_to_cand()
+    say.stage("replay the optimizer steps on the reference's gradients")
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
-        deltas, why = replay_optimizer(run.ref_trace, ref.model, cand.model, ref.optimizer,
-                                       cand.optimizer, firsts[0], firsts[1], ref_state0,
-                                       cand_state0, ref_to_cand, seed)
+        run.opt_replay = replay_optimizer(
+            run.ref_trace, run.cand_trace, ref.model, cand.model, ref.optimizer,
+            cand.optimizer, watches[0], watches[1], dict(enumerate(run.ref_starts)),
+            {0: cand_state0, **run.cand_starts}, run.setup.ref_to_cand(), run.steps, seed)
     except NetparityError as e:
-        deltas, why = [], str(e)
+        run.opt_replay = {0: ([], str(e), {})}
     except Exception as e:  # noqa: BLE001 - an optimizer the user wrote may refuse replay
-        deltas, why = [], f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
-    order = param_order(result.compare_step0)
-    settings = optimizer_mismatch(*run.optimizer_settings, ref_to_cand, order)
-    new = refine_update(upd, result.compare_step0, deltas, why, order, run.lr, settings)
-    i = result.phases.index(upd)
-    first = result.first
-    if (new is not upd and new.status == "fail" and first is not None and first is not upd
-            and result.phases.index(first) < i):
-        new.summary += f" (may follow from the {first.name} divergence)"
-    result.phases[i] = new
+        run.opt_replay = {0: ([], f"{type(e).__name__}: "
+                                  f"{(str(e).strip().splitlines() or [''])[0]}", {})}
+    for _, _, info in run.opt_replay.values():  # the cost, on the first step's entry
+        info["seconds"] = round(time.perf_counter() - t0, 2)
+        info["cpu_seconds"] = round(time.process_time() - c0, 2)
+        break
 
 
 def _finish(run: StepRun, t0: float, say: Progress,

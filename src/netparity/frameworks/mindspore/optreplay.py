@@ -1,8 +1,8 @@
-"""Replay a MindSpore optimizer's first step on given gradients (optimizer replay)."""
+"""Replay a MindSpore optimizer's steps on given gradients (optimizer replay)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import mindspore as ms
@@ -27,30 +27,56 @@ def _load(params: dict[str, Any], values: Mapping[str, np.ndarray]) -> None:
         ms.ops.assign(p, ms.Tensor(v).astype(p.dtype))
 
 
-class FirstStepState:
-    """The optimizer's own state just before its first call (a forward pre-hook on the
-    optimizer Cell)."""
+class StepStates:
+    """The optimizer's own state just before each of its calls (a forward pre-hook on the
+    optimizer Cell). ``quiet`` is accepted for the same protocol as PyTorch's (reading
+    MindSpore parameters to the host runs no captured operator)."""
 
     def __init__(self, optimizer: Any) -> None:
-        self.state: dict[str, np.ndarray] | None = None
+        self.states: list[dict[str, np.ndarray]] = []
+        self.quiet: Callable[[], Any] | None = None
         self._handle = optimizer.register_forward_pre_hook(self._pre)
 
+    @property
+    def state(self) -> dict[str, np.ndarray] | None:
+        """The state before the first step (``None`` until it ran)."""
+        return self.states[0] if self.states else None
+
     def _pre(self, cell: Any, args: Any) -> None:
-        if self.state is None:
-            self.state = _values(_own(cell))
+        self.states.append(_values(_own(cell)))
 
     def close(self) -> None:
         """Remove the hook (never from inside it: the Cell is iterating its hooks)."""
         self._handle.remove()
 
 
-def replay_step(optimizer: Any, model: Any, state: Any, grads: Mapping[str, np.ndarray]) -> None:
+#: the name the first-step watcher had (it keeps every step's state now)
+FirstStepState = StepStates
+
+
+def merge_state(optimizer: Any, moments: dict[str, np.ndarray],
+                settings: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A state with the per-parameter entries of ``moments`` (``moments.<param>``,
+    ``moment1.<param>``...: a prefix and the name of a parameter the optimizer updates) and
+    everything else (learning rate, step counter, beta powers) of ``settings``."""
+    params = {p.name for p in optimizer.parameters}
+    out = dict(settings)
+    for n, v in moments.items():
+        if "." in n and n.split(".", 1)[1] in params:
+            out[n] = v
+    return out
+
+
+def replay_step(optimizer: Any, model: Any, state: Any, grads: Mapping[str, np.ndarray],
+                keep_state: bool = False) -> Any:
     """Load ``state`` into the optimizer, call it with ``grads`` (by the model's parameter
-    names, in the optimizer's order; zeros for a missing one) and restore its own state."""
+    names, in the optimizer's order; zeros for a missing one) and restore its own state.
+    Returns the optimizer's own state after the call when ``keep_state`` (else ``None``)."""
     own = _own(optimizer)
     current = _values(own)
     names = {id(p): n for n, p in model.parameters_and_names()}
     _load(own, state)
+    after = None
     try:
         gs = []
         for p in optimizer.parameters:
@@ -59,5 +85,8 @@ def replay_step(optimizer: Any, model: Any, state: Any, grads: Mapping[str, np.n
                  else np.zeros(p.shape, np.float32))
             gs.append(ms.Tensor(a).astype(p.dtype))
         optimizer(tuple(gs))
+        if keep_state:
+            after = _values(own)
     finally:
         _load(own, current)
+    return after

@@ -96,3 +96,99 @@ def run_module_backward(model: torch.nn.Module, path: str,
                                 [g for _, g in outs], allow_unused=True)
     return [(a, _host(g) if g is not None else np.zeros(tuple(t.shape), np.float32))
             for (a, t), g in zip(wrt, grads)]
+
+
+def _overload(native: str) -> Any:
+    """The aten overload a capture recorded (``aten.convolution.default``)."""
+    ns, _, rest = native.partition(".")
+    name, _, overload = rest.partition(".")
+    try:
+        packet = getattr(getattr(torch.ops, ns), name)
+        return getattr(packet, overload or "default")
+    except (AttributeError, RuntimeError) as e:
+        raise FrameworkError(f"no operator {native!r} in this PyTorch") from e
+
+
+def _nest(values: dict[str, Any]) -> tuple[dict[int, Any], dict[str, Any]]:
+    """Positional and keyword arguments from flattened argument paths (``0``, ``3.1``,
+    ``kw.approximate``): a path with a second part is an element of a list argument."""
+    pos: dict[int, Any] = {}
+    kw: dict[str, Any] = {}
+    for path, v in values.items():
+        top, _, rest = (path[3:] if path.startswith("kw.") else path).partition(".")
+        target: dict[Any, Any] = kw if path.startswith("kw.") else pos
+        key: Any = top if path.startswith("kw.") else int(top)
+        if not rest:
+            target[key] = v
+            continue
+        if "." in rest:
+            raise FrameworkError(f"argument {path!r} is nested twice; the call cannot be rebuilt")
+        lst = target.setdefault(key, {})
+        if not isinstance(lst, dict):
+            raise FrameworkError(f"argument {path!r} is both a value and a list")
+        lst[int(rest)] = v
+    for target in (pos, kw):
+        for key, v in list(target.items()):
+            if isinstance(v, dict):
+                if sorted(v) != list(range(len(v))):
+                    raise FrameworkError(f"list argument {key!r} has a gap")
+                target[key] = [v[i] for i in range(len(v))]
+    return pos, kw
+
+
+def _scalar(value: Any, type_str: str) -> Any:
+    """A recorded non-tensor argument back in the type the schema wants (dtypes and devices
+    were recorded as strings)."""
+    if isinstance(value, str) and value.startswith("torch."):
+        obj = getattr(torch, value[6:], None)
+        if obj is not None:
+            return obj
+    if isinstance(value, str) and "Device" in type_str:
+        return torch.device(value)
+    return value
+
+
+def run_op(native: str, inputs: Sequence[tuple[str, np.ndarray, str]],
+           scalars: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
+    """See :meth:`netparity.frameworks.base.FrameworkAdapter.run_op`."""
+    op = _overload(native)
+    if op._schema.is_mutable:
+        raise FrameworkError(f"{native} writes into its arguments; it is not replayed")
+    values: dict[str, Any] = {}
+    for arg, arr, dtype in inputs:
+        want = _TORCH_DTYPES.get(dtype)
+        if want is None:
+            raise FrameworkError(f"argument {arg}: dtype {dtype} cannot be replayed")
+        values[arg] = torch.from_numpy(np.array(arr, copy=True)).to(dtype=want)
+    values.update({k: v for k, v in scalars.items() if k not in values})
+    pos, kw = _nest(values)
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for i, a in enumerate(op._schema.arguments):
+        t = str(a.type)
+        if a.kwarg_only:
+            if a.name in kw:
+                kwargs[a.name] = _scalar(kw.pop(a.name), t)
+            continue
+        if i in pos:
+            args.append(_scalar(pos.pop(i), t))
+        elif a.has_default_value():
+            if any(j > i for j in pos):  # a later argument given: this one must be too
+                args.append(a.default_value)
+            else:
+                break
+        elif t.startswith("Optional["):
+            args.append(None)  # None leaves no path when it was inside a list argument
+        elif t.startswith("List["):
+            args.append([])  # nor does an empty list
+        else:
+            raise FrameworkError(f"{native}: argument {a.name!r} is not in the trace (captured "
+                                 "without its non-tensor arguments)")
+    if pos or kw:
+        raise FrameworkError(f"{native}: recorded arguments {sorted(map(str, pos))} "
+                             f"{sorted(kw)} do not fit its schema")
+    with torch.no_grad():
+        out: Any = op(*args, **kwargs)
+    flat: list[tuple[str, torch.Tensor]] = []
+    _flatten(out, "", flat)
+    return [(a, _host(t)) for a, t in flat]

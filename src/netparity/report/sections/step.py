@@ -140,6 +140,36 @@ def replay(r: StepResult, **_: Any) -> list[Section]:
     return out
 
 
+@section("StepResult", "optimizer-replay")
+def optimizer_replay(r: StepResult, **_: Any) -> Section | None:
+    """How the updates were judged by optimizer replay: which steps, the form each side's
+    optimizer was given the reference's gradients in, the largest difference against the noise,
+    the cost. Absent when the optimizers were not replayed."""
+    upd = next((p for p in r.phases if p.name == "update"), None)
+    rep = upd.evidence.get("optimizer_replay") if upd is not None else None
+    if upd is None or rep is None:
+        return None
+    if isinstance(rep, str):  # not replayed, and why
+        return Section("optimizer-replay", title="Optimizer replay",
+                       blocks=[Text([f"not replayed: {rep}"], style="muted")])
+    later = next((p for p in r.phases if p.name == "later-steps"), None)
+    steps = [0, *((later.evidence.get("optimizer_replay_steps") or [])
+                  if later is not None else [])]
+    g = rep.get("gradients") or {}
+    lines = [f"steps {', '.join(map(str, steps))}: both optimizers stepped from the same state "
+             f"on the reference's gradients ({rep['params']} parameters at step 0)"]
+    if g:
+        lines.append(f"  reference's optimizer given: {g.get('reference')}")
+        lines.append(f"  candidate's optimizer given: {g.get('candidate')}")
+    lines.append(f"  step 0: largest update difference {fmt(rep['largest_rel_err'], 3)}, "
+                 f"largest replay noise {fmt(rep['largest_noise'], 3)} (normwise, relative)")
+    if rep.get("cand_note"):
+        lines.append(f"  note: {rep['cand_note']}")
+    if "seconds" in rep:
+        lines.append(f"  cost: {rep['seconds']} s ({rep.get('cpu_seconds', '?')} s CPU)")
+    return Section("optimizer-replay", title="Optimizer replay", blocks=[Text(lines)])
+
+
 @section("StepResult", "losses")
 def losses(r: StepResult, **_: Any) -> Section | None:
     """Loss per step (and learning rate per step) on both sides."""
