@@ -85,6 +85,12 @@ def test_a_loss_difference_the_outputs_can_carry_is_not_a_loss_divergence(dz_rms
     bound = 64 * dz_rmse * 0.02
     assert ph.evidence["carried_bound"] == pytest.approx(bound)
     assert (ph.status == "fail") == fails, ph.summary
+    # gradients captured under a loss scale (1024, undone by hand before the optimizer) are
+    # that much larger than dL/dz: the bound shrinks by it; an unknown scale gives no bound
+    scaled = judge_loss(r, 1.631955, 1.631967, grad_scale=1024.0)
+    assert scaled.evidence["carried_bound"] == pytest.approx(bound / 1024)
+    assert scaled.status == "fail"
+    assert "carried_bound" not in judge_loss(r, 1.631955, 1.631967, grad_scale=None).evidence
     # without the outputs' gradients there is no bound: the loss pair's own verdict stands
     alone = judge_loss(CompareResult(pairs=[z], loss=[loss]), 1.631955, 1.631967)
     assert alone.status == "fail" and "carried_bound" not in alone.evidence

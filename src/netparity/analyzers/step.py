@@ -205,7 +205,7 @@ class StepRun:
     notes: list[str] = field(default_factory=list)
     #: ``(step, comparison of that step, "forward" | "backward") -> evidence | None``: replays a
     #: resynchronised later step's diverging modules (the workflow holds the models); evidence
-    #: when replay clears the phase (:func:`netparity.analyzers.replay.refine`), else None
+    #: ``{"cleared": bool, "summary", "replay"}`` (:func:`netparity.analyzers.replay.refine`)
     replay_clear: Any = None
 
 
@@ -377,7 +377,21 @@ def judge_forward(r0: CompareResult) -> Phase:
     return fwd
 
 
-def loss_carried(r: CompareResult, step: int) -> tuple[bool, float | None]:
+def loss_gradient_scale(run: StepRun, step: int) -> float | None:
+    """What the reference's captured output gradients are multiplied by at ``step``: a loss
+    scale the training code applies before ``backward`` (and undoes by hand) scales every
+    gradient. Optimizer replay finds it (``ref_factor``, a power of two; a factor that is not
+    one is clipping, which acts after the gradients are captured); None when that replay did
+    not run or did not reproduce the reference (the scale is then unknown)."""
+    info = run.opt_replay.get(step, ([], "", {}))[2]
+    f = info.get("ref_factor") if isinstance(info, dict) else None
+    if not isinstance(f, (int, float)) or not f > 0:
+        return None
+    return float(f) if float(f) == 2.0 ** round(math.log2(f)) else 1.0
+
+
+def loss_carried(r: CompareResult, step: int, grad_scale: float | None = 1.0
+                 ) -> tuple[bool, float | None]:
     """Does the loss differ beyond what the model's (agreeing) outputs carry into it?
 
     The loss is one number, so the noise run gives a single draw of its noise, which may be
@@ -388,10 +402,13 @@ def loss_carried(r: CompareResult, step: int) -> tuple[bool, float | None]:
     outputs ``z``: the reference's own output gradients (the root's backward inputs) and the
     outputs' measured difference give that bound. Returns ``(fails, bound)``: the loss pair
     fails and its difference exceeds its own tolerance plus the bound (``bound`` None when
-    the outputs or their gradients were not captured as tensors)."""
+    the outputs or their gradients were not captured as tensors, or ``grad_scale`` -- what the
+    captured gradients are multiplied by, see :func:`loss_gradient_scale` -- is unknown)."""
     lp = [p for p in r.loss if p.step == step]
     if not lp or lp[0].status != "fail":
         return False, None
+    if grad_scale is None:
+        return True, None
     def by_arg(direction: str, role: str) -> dict[str, dict[str, Any]]:
         return {p.arg: p.metrics for p in r.pairs if p.module == "" and p.kind == "module"
                 and p.step == step and p.direction == direction and p.role == role
@@ -406,17 +423,18 @@ def loss_carried(r: CompareResult, step: int) -> tuple[bool, float | None]:
         z, g = outs[a], grads[a]
         n = float(z.get("numel") or 0)
         bound += math.sqrt(n) * float(z.get("rmse") or 0.0) * math.sqrt(n) * float(
-            g.get("ref_rms") or 0.0)
+            g.get("ref_rms") or 0.0) / grad_scale
     m = lp[0].metrics
     own = float(m.get("noise_bound") or m.get("norm_tol") or 0.0) * float(m.get("ref_rms") or 0.0)
     return float(m.get("max_abs") or 0.0) > own + bound, bound
 
 
-def judge_loss(r0: CompareResult, ref_loss: float, cand_loss: float) -> Phase:
+def judge_loss(r0: CompareResult, ref_loss: float, cand_loss: float,
+               grad_scale: float | None = 1.0) -> Phase:
     """The step-0 loss pair (see :func:`loss_carried`)."""
     ph = Phase("loss")
     ph.evidence = {"ref": ref_loss, "cand": cand_loss, "abs_diff": abs(ref_loss - cand_loss)}
-    fails, bound = loss_carried(r0, 0)
+    fails, bound = loss_carried(r0, 0, grad_scale)
     if bound is not None:
         ph.evidence["carried_bound"] = bound
     if fails:
@@ -844,7 +862,7 @@ def judge_update(r0: CompareResult, deltas: list[dict[str, Any]], order: dict[st
 def later_step_divergence(r: CompareResult, step: int, deltas: list[dict[str, Any]],
                           order: dict[str, int], lr_ref: float | None,
                           lr_cand: float | None = None,
-                          cleared: frozenset[str] = frozenset()
+                          cleared: frozenset[str] = frozenset(), grad_scale: float | None = None
                           ) -> tuple[str, str, str] | None:
     """The first phase of a resynchronised later step that diverges: (phase, where, why);
     phases in ``cleared`` (replay showed their difference is no one's own) are passed over."""
@@ -852,7 +870,7 @@ def later_step_divergence(r: CompareResult, step: int, deltas: list[dict[str, An
     if d is not None and d.status == "fail" and "forward" not in cleared:
         return ("forward", d.module or d.op,
                 f"forward diverges first at {d.module or '<root>'} ({d.op}, {d.verdict})")
-    if loss_carried(r, step)[0]:
+    if loss_carried(r, step, grad_scale)[0]:
         return "loss", "loss", "the loss differs while every forward output agrees"
     db = r.first_backward
     if db is not None and db.status == "fail" and "backward" not in cleared:
@@ -914,16 +932,20 @@ def judge_later_steps(run: StepRun, mapping: dict[str, Any], order: dict[str, in
         lr_k = lr_sched[k] if lr_sched and len(lr_sched) > k else None
         lr_ck = lr_c[k] if lr_c and len(lr_c) > k else None
         cleared: frozenset[str] = frozenset()
-        found = later_step_divergence(rk, k, deltas, order, lr_k, lr_ck)
+        scale = loss_gradient_scale(run, k)
+        found = later_step_divergence(rk, k, deltas, order, lr_k, lr_ck, grad_scale=scale)
         while (found is not None and found[0] in ("forward", "backward")
                and found[0] not in cleared and run.replay_clear is not None):
             ev = run.replay_clear(k, rk, found[0])
-            if ev is None:
+            if ev is None or not ev.get("cleared"):
+                if ev is not None:  # what replay showed, for the report
+                    later.evidence["replay"] = ev.get("replay", [])
+                    later.evidence["replay_summary"] = ev.get("summary", "")
                 break
             later.evidence.setdefault("cleared_by_replay", []).append(
                 {"step": k, "phase": found[0], **ev})
             cleared |= {found[0]}
-            found = later_step_divergence(rk, k, deltas, order, lr_k, lr_ck, cleared)
+            found = later_step_divergence(rk, k, deltas, order, lr_k, lr_ck, cleared, scale)
         if found is not None:
             what, where, why = found
             later.status, later.step, later.where = "fail", k, where
@@ -1027,7 +1049,8 @@ def diagnose_step(run: StepRun) -> StepResult:
     result.notes = list(run.notes)
     order = param_order(r0)
     phases["forward"] = judge_forward(r0)
-    phases["loss"] = judge_loss(r0, run.losses["ref"][0], run.losses["cand"][0])
+    phases["loss"] = judge_loss(r0, run.losses["ref"][0], run.losses["cand"][0],
+                                loss_gradient_scale(run, 0))
     phases["backward"] = judge_backward(r0, order)
     deltas = update_deltas(run.ref_before, run.cand_before, open_trace(Path(run.ref_trace)),
                            open_trace(Path(run.cand_trace)), ref_to_cand, 0,

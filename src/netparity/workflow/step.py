@@ -449,7 +449,7 @@ def run_step_parity(
 def _replay_clear(run: StepRun, ref: Spec, cand: Spec, seed: int, say: Progress, step: int,
                   rk: Any, direction: str) -> dict[str, Any] | None:
     """Replay a resynchronised later step's diverging modules of ``direction`` from the state
-    both sides started it from; the refined phase's evidence when replay clears it."""
+    both sides started it from: whether replay clears the phase, its summary and table."""
     from netparity.analyzers.replay import refine
     from netparity.workflow.replay import replay_step0
 
@@ -459,9 +459,8 @@ def _replay_clear(run: StepRun, ref: Spec, cand: Spec, seed: int, say: Progress,
     ph = Phase(direction, status="fail", step=step)
     refine(ph, replay_step0(rk, direction, run.ref_trace, run.cand_trace, ref.model, cand.model,
                             run.ref_starts[step], run.cand_starts[step], seed, step=step), rk)
-    if ph.status != "pass":
-        return None
-    return {"summary": ph.summary, "replay": ph.evidence.get("replay", [])}
+    return {"cleared": ph.status == "pass", "summary": ph.summary,
+            "replay": ph.evidence.get("replay", [])}
 
 
 def _watch_steps(spec: Spec) -> Any:
