@@ -510,3 +510,23 @@ def test_the_demos_hand_written_loss_scaling_is_replayed_across_frameworks(tmp_p
     else:
         assert (r.first_phase, r.where) == ("update", "bn1"), _phases(r)
         assert rep["largest_rel_err"] > 10 * rep["largest_noise"]
+
+
+def test_plan_replays_the_containers_of_introduced_calls_first_when_many_diverge():
+    # a ResNet's backward after ReLU masks flipped: far more than 16 calls diverge; replaying
+    # the outermost diverging container of each introduced call covers everything inside it
+    from netparity.analyzers.replay import REPLAY_LIMIT, plan
+    from netparity.compare.results import CallResult, CompareResult
+
+    def call(module, order, origin="propagated"):
+        return CallResult(f"k{order}", "module", module, "m", "m", module, "m", "backward", 0,
+                          0, "", "", order, status="fail", origin=origin)
+
+    calls = [call("layer4.2.relu", 1, "introduced")]
+    calls += [call(f"layer4.1.c{i}", 2 + i) for i in range(12)]
+    calls += [call("layer4", 20)] + [call(f"layer3.{i}.conv", 21 + i) for i in range(12)]
+    calls += [call("layer3.4.relu", 40, "introduced"), call("layer3", 50)]
+    chosen = [c.module for c in plan(CompareResult(calls=calls), "backward")]
+    assert len(chosen) == REPLAY_LIMIT < len(calls)
+    assert {"layer4", "layer3", "layer4.2.relu", "layer3.4.relu"} <= set(chosen)
+    assert chosen == sorted(chosen, key=[c.module for c in calls].index)  # execution order

@@ -91,11 +91,20 @@ def plan(r0: CompareResult, direction: str = "forward",
     if len(calls) <= limit:
         return calls
     intro = [c for c in calls if c.origin == "introduced"]
-    keep = {id(c) for c in intro}
-    keep |= {id(c) for c in calls if any(_contains(c.module, i.module) for i in intro)}
-    chosen = [c for c in calls if id(c) in keep][:limit]
-    rest = [c for c in calls if id(c) not in keep][:limit - len(chosen)]
-    return sorted(chosen + rest, key=lambda c: c.order)
+    # the outermost diverging container of each introduced call first: one replay of it covers
+    # every call inside (a difference of no one's own is then cleared in a few replays), then
+    # the introduced calls themselves (the culprit, when there is one, is found among them:
+    # they run before their containers), then the other containers, then the rest
+    outer = [min((a for a in calls if _contains(a.module, i.module)),
+                 key=lambda a: (a.module.count(".") if a.module else -1, a.order)) for i in intro]
+    inner = [a for a in calls if any(_contains(a.module, i.module) for i in intro)]
+    chosen: list[CallResult] = []
+    for c in (*outer, *intro, *inner, *calls):
+        if len(chosen) == limit:
+            break
+        if all(c is not x for x in chosen):
+            chosen.append(c)
+    return sorted(chosen, key=lambda c: c.order)
 
 
 def _contains(outer: str, inner: str) -> bool:
