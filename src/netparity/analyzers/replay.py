@@ -80,26 +80,38 @@ def plan(r0: CompareResult, direction: str = "forward",
     """The calls to replay: the first step's ``level`` calls (module, or op: 1:1 pairs only)
     of ``direction`` that fail or warn, in execution order (a child finishes before its parent,
     so a container comes after the children that carried its own difference; backward runs
-    from the loss back). When more than ``limit`` diverge, the calls the comparison calls
-    *introduced* and the containers around them come first: they decide whether the phase's
-    difference is anyone's own."""
+    from the loss back), with the module around each *introduced* call (see below). When more
+    than ``limit`` are wanted, the introduced calls and the containers around them come first:
+    they decide whether the phase's difference is anyone's own."""
     first = min((x.step for x in r0.calls), default=0)
-    calls = sorted((c for c in r0.calls if c.direction == direction and c.level == level
-                    and c.step == first and c.status in ("fail", "warn")
+    same = [c for c in r0.calls if c.direction == direction and c.level == level
+            and c.step == first]
+    calls = sorted((c for c in same if c.status in ("fail", "warn")
                     and (level == "module" or ("+" not in c.op and "+" not in c.cand_op))),
                    key=lambda c: c.order)
-    if len(calls) <= limit:
-        return calls
+    if level != "module":
+        return calls[:limit]
     intro = [c for c in calls if c.origin == "introduced"]
-    # the outermost diverging container of each introduced call first: one replay of it covers
-    # every call inside (a difference of no one's own is then cleared in a few replays), then
-    # the introduced calls themselves (the culprit, when there is one, is found among them:
-    # they run before their containers), then the other containers, then the rest
-    outer = [min((a for a in calls if _contains(a.module, i.module)),
-                 key=lambda a: (a.module.count(".") if a.module else -1, a.order)) for i in intro]
+
+    def ancestors(i: CallResult, among: list[CallResult]) -> list[CallResult]:
+        return [a for a in among if a.module != i.module and _contains(a.module, i.module)]
+
+    def depth(a: CallResult) -> int:
+        return a.module.count(".") if a.module else -1
+
+    # First the module around each introduced call (diverging or not: a ReLU called several
+    # times per block cannot be replayed alone, its block can), and the outermost diverging
+    # container of each: one replay of a container covers every call inside it, so a difference
+    # of no one's own is cleared in a few replays. Then the introduced calls themselves (the
+    # culprit, when there is one, is among them: they run before their containers), then the
+    # other diverging containers, then the rest.
+    parents = [max(anc, key=depth) for i in intro if (anc := ancestors(i, same))]
+    if len(calls) + len(parents) <= limit:
+        return sorted({id(c): c for c in (*calls, *parents)}.values(), key=lambda c: c.order)
+    outer = [min(anc, key=depth) for i in intro if (anc := ancestors(i, calls))]
     inner = [a for a in calls if any(_contains(a.module, i.module) for i in intro)]
     chosen: list[CallResult] = []
-    for c in (*outer, *intro, *inner, *calls):
+    for c in (*parents, *outer, *intro, *inner, *calls):
         if len(chosen) == limit:
             break
         if all(c is not x for x in chosen):
