@@ -94,3 +94,30 @@ def test_a_loss_difference_the_outputs_can_carry_is_not_a_loss_divergence(dz_rms
     # without the outputs' gradients there is no bound: the loss pair's own verdict stands
     alone = judge_loss(CompareResult(pairs=[z], loss=[loss]), 1.631955, 1.631967)
     assert alone.status == "fail" and "carried_bound" not in alone.evidence
+
+
+def test_the_same_training_health_findings_on_both_sides_are_not_a_port_problem():
+    # a demo whose loss rises at step 2 on both sides: the step report must not read as a
+    # problem of the port; one side alone with the finding does
+    from netparity.analyzers.health import Explosion
+    from netparity.analyzers.numerics import NumericsResult
+    from netparity.analyzers.step import StepResult
+    from netparity.report.sections.step import numerics
+
+    def side(rising: bool) -> NumericsResult:
+        n = NumericsResult(path="t", ranks=[0], steps=[0, 1, 2])
+        if rising:
+            n.explosion = Explosion(found=True, kind="rising", step=2)
+        return n
+
+    def head(ref: bool, cand: bool) -> tuple[str, str]:
+        r = StepResult(phases=[], ref={}, cand={}, losses={}, lr={}, out_dir="", notes=[])
+        r.numerics = {"ref": side(ref), "cand": side(cand)}
+        s = numerics(r)
+        return s.headline, s.status
+
+    both = head(True, True)
+    assert "not a porting difference" in both[0] and both[1] == "pass"
+    one = head(False, True)
+    assert "problems found" in one[0] and one[1] == "warn"
+    assert "both runs healthy" in head(False, False)[0]

@@ -97,12 +97,16 @@ def numerics(r: StepResult, **_: Any) -> Section | None:
                          f"({o.direction}, step {o.step})" + (f" at {o.source}" if o.source
                                                                else "")
                          + (f": {o.cause}" if o.cause else ""))
-    head = ("numerics: " + ("problems found (netparity numerics TRACE for the full report)"
-                            if bad else "both runs healthy (no NaN/Inf, loss scale and "
-                            "updates in order)"))
+    same = bad and len({r for _, r in rows}) == 1 and len(rows) > 1
+    head = ("numerics: " + (
+        "the same training-health findings in both runs (the reference's own training shows "
+        "them: not a porting difference; netparity numerics TRACE for the full report)"
+        if same and not lines else
+        "problems found (netparity numerics TRACE for the full report)"
+        if bad else "both runs healthy (no NaN/Inf, loss scale and updates in order)"))
     blocks: list[Any] = [Text(lines)] if lines else []
     return Section("numerics", title="Numerics", headline=head,
-                   status="warn" if bad else "pass", rows=rows, blocks=blocks)
+                   status="warn" if bad and not same else "pass", rows=rows, blocks=blocks)
 
 
 @section("StepResult", "replay")
