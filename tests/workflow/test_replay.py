@@ -530,3 +530,20 @@ def test_plan_replays_the_containers_of_introduced_calls_first_when_many_diverge
     assert len(chosen) == REPLAY_LIMIT < len(calls)
     assert {"layer4", "layer3", "layer4.2.relu", "layer3.4.relu"} <= set(chosen)
     assert chosen == sorted(chosen, key=[c.module for c in calls].index)  # execution order
+
+
+def test_the_adam_step_size_floor_covers_float32_bias_corrections():
+    # MindSpore evaluates beta2**t in float32, PyTorch in float64: at t = 2 (beta2 0.999)
+    # 1 - beta2**t = 0.002 turns one float32 rounding into ~1e-5 of the step size -- the
+    # faithful timm ViT -> MindSpore port's step-1 updates differed by 3.4e-6 that way
+    from netparity.workflow.replay import _step_size_floor
+
+    adamw = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], betas=(0.9, 0.999))
+    sgd = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    b2 = np.float32(0.999)
+    t = 2
+    moved = (1 - float(b2) ** t) / (1 - 0.999**t)  # float32 beta2 vs the float64 one
+    assert abs(np.sqrt(moved) - 1) < _step_size_floor(adamw, adamw, t, "float32") < 1e-4
+    assert _step_size_floor(sgd, sgd, t, "float32") == 0.0
+    assert _step_size_floor(adamw, adamw, 50, "float32") < _step_size_floor(adamw, adamw, 2,
+                                                                             "float32")

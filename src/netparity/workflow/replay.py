@@ -31,6 +31,7 @@ from netparity.analyzers.replay import (
     normwise_error,
     plan,
 )
+from netparity.compare.noise import coarser, unit_roundoff
 from netparity.compare.results import CallResult, CompareResult
 from netparity.errors import NetparityError
 from netparity.trace import open_trace
@@ -545,9 +546,47 @@ def _replay_one(k: int, ref: _Side, cand: _Side, chain: _Chain, ref_to_cand: dic
             continue
         e = delta_entry(n, c, p0, d_ref, d_cand, dt, cdt)
         e["replay_noise"] = float(np.linalg.norm(_values(moved[n], dt) - p0 - d_ref)) / nr
+        e["step_size_floor"] = _step_size_floor(ref.opt, cand.opt, k + 1,
+                                                coarser(dt, cdt))
         e["replay_bound"] = (NOISE_K * e["replay_noise"] + 3.0 * e["round_noise"]
-                             + e["arith_floor"])
+                             + e["arith_floor"] + e["step_size_floor"])
         deltas.append(e)
     if not deltas:
         return [], "no parameter's update could be paired with the candidate's", info
     return deltas, "", info
+
+
+def _betas(opt: Any) -> tuple[float, float] | None:
+    """An Adam-type optimizer's (beta1, beta2): PyTorch's ``param_groups[..]["betas"]``,
+    MindSpore's ``beta1`` / ``beta2``; None for other optimizers."""
+    groups = getattr(opt, "param_groups", None)
+    if isinstance(groups, list) and groups and isinstance(groups[0], dict) \
+            and "betas" in groups[0]:
+        b1, b2 = groups[0]["betas"]
+        return float(b1), float(b2)
+    b1, b2 = getattr(opt, "beta1", None), getattr(opt, "beta2", None)
+    if b1 is None or b2 is None:
+        return None
+    try:
+        vals = [float(np.asarray(b.asnumpy() if hasattr(b, "asnumpy") else b).ravel()[0])
+                for b in (b1, b2)]
+    except (TypeError, ValueError, IndexError, AttributeError):
+        return None
+    return vals[0], vals[1]
+
+
+def _step_size_floor(ref_opt: Any, cand_opt: Any, t: int, dtype: str) -> float:
+    """How far two faithful Adam implementations' updates may differ, relative to the update,
+    from computing the bias corrections in ``dtype``: ``1 - beta2**t`` cancels (0.002 at
+    t = 2 with beta2 = 0.999), so one rounding of ``beta2**t`` -- MindSpore evaluates it in
+    float32, PyTorch in float64 -- moves ``sqrt(1 - beta2**t)`` by
+    ``eps * beta2**t / (1 - beta2**t) / 2`` relative, and ``1 - beta1**t`` by
+    ``eps * beta1**t / (1 - beta1**t)``. A uniform difference of that size across parameters is
+    arithmetic, not a learning-rate or optimizer mistake (those differ by orders of magnitude
+    more). 0 for optimizers without betas."""
+    betas = _betas(ref_opt) or _betas(cand_opt)
+    if betas is None:
+        return 0.0
+    b1, b2 = (min(max(b, 0.0), 1.0 - 1e-12) for b in betas)
+    eps = unit_roundoff(dtype)
+    return eps * (b2**t / (1.0 - b2**t) / 2.0 + b1**t / (1.0 - b1**t))

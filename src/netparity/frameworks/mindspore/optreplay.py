@@ -84,7 +84,8 @@ def replay_step(optimizer: Any, model: Any, state: Any, grads: Mapping[str, np.n
             a = (np.array(g, copy=True).reshape(p.shape) if g is not None
                  else np.zeros(p.shape, np.float32))
             gs.append(ms.Tensor(a).astype(p.dtype))
-        optimizer(tuple(gs))
+        # mutable: constant tensors in a tuple make a graph-compiled optimizer warn and recompile
+        optimizer(ms.mutable(tuple(gs)))
         if keep_state:
             after = _values(own)
     finally:
