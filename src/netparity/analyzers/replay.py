@@ -83,9 +83,7 @@ def plan(r0: CompareResult, direction: str = "forward",
     from the loss back), with the module around each *introduced* call (see below). When more
     than ``limit`` are wanted, the introduced calls and the containers around them come first:
     they decide whether the phase's difference is anyone's own."""
-    first = min((x.step for x in r0.calls), default=0)
-    same = [c for c in r0.calls if c.direction == direction and c.level == level
-            and c.step == first]
+    same = _first_step_calls(r0, direction, level)
     calls = sorted((c for c in same if c.status in ("fail", "warn")
                     and (level == "module" or ("+" not in c.op and "+" not in c.cand_op))),
                    key=lambda c: c.order)
@@ -117,6 +115,13 @@ def plan(r0: CompareResult, direction: str = "forward",
         if all(c is not x for x in chosen):
             chosen.append(c)
     return sorted(chosen, key=lambda c: c.order)
+
+
+def _first_step_calls(r0: CompareResult, direction: str, level: str) -> list[CallResult]:
+    """The calls of ``direction`` and ``level`` in the comparison's first step."""
+    first = min((x.step for x in r0.calls), default=0)
+    return [c for c in r0.calls if c.direction == direction and c.level == level
+            and c.step == first]
 
 
 def _contains(outer: str, inner: str) -> bool:
@@ -268,9 +273,8 @@ def _explained(phase: Any, outcomes: list[ReplayOutcome], r0: CompareResult) -> 
     from netparity.analyzers.step import module_of
 
     direction = phase.name
-    first = min((x.step for x in r0.calls), default=0)
-    bad = [c for c in r0.calls if c.direction == direction and c.level == "module"
-           and c.step == first and c.status in ("fail", "warn")]
+    same = _first_step_calls(r0, direction, "module")
+    bad = [c for c in same if c.status in ("fail", "warn")]
     intro = [c for c in bad if c.origin == "introduced"]
     ok = [o.module for o in outcomes if o.verdict == "reproduces" and o.direction == direction]
     if not intro or not all(any(_contains(m, c.module) for m in ok) for c in intro):
@@ -278,6 +282,7 @@ def _explained(phase: Any, outcomes: list[ReplayOutcome], r0: CompareResult) -> 
     grads = [g for g in r0.divergent_params("grad") if g.status == "fail"] \
         if direction == "backward" else []
     status = {p.key: p.status for p in r0.pairs if p.direction == direction}
+    first = same[0].step if same else 0
     carried = {c.module for c in r0.calls if c.direction == direction and c.step == first
                and any(status.get(k) in ("fail", "warn") for k in (*c.inputs, *c.outputs))}
     if any(module_of(g.module) not in carried for g in grads):

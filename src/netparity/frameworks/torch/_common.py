@@ -240,3 +240,28 @@ class TorchCaptureBase(CaptureSession):
         def _on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
 
         def record_loss(self, loss: Any) -> None: ...
+
+
+def hook_forward(hooks: list[Any], model: torch.nn.Module | None, names: dict[int, str],
+                 global_mode: bool, global_pre: Callable[..., Any],
+                 global_post: Callable[..., Any], pre: Callable[..., Any],
+                 post: Callable[..., Any]) -> None:
+    """Forward pre/post hooks for a capture, appended to ``hooks``: on every module there is
+    (``global_mode``: ``global_pre(module, args)`` / ``global_post(module, args, kwargs,
+    output)``), else on each module of ``model`` (``pre(path, module, args, kwargs)`` /
+    ``post(path, module, args, kwargs, output)``, ``path`` from ``names``). The post hooks run
+    even when the forward raises."""
+    import functools
+
+    mm = torch.nn.modules.module
+    if global_mode:
+        hooks.append(mm.register_module_forward_pre_hook(global_pre))
+        hooks.append(mm.register_module_forward_hook(global_post, with_kwargs=True,
+                                                     always_call=True))
+    elif model is not None:
+        for m in model.modules():
+            path = names[id(m)]
+            hooks.append(m.register_forward_pre_hook(functools.partial(pre, path),
+                                                     with_kwargs=True))
+            hooks.append(m.register_forward_hook(functools.partial(post, path),
+                                                 with_kwargs=True, always_call=True))

@@ -44,7 +44,7 @@ import torch.optim.optimizer as _optim_mod
 
 from netparity.capture.policy import CapturePolicy
 from netparity.errors import UsageError
-from netparity.frameworks.torch._common import _TLS, _flatten, _Tensor
+from netparity.frameworks.torch._common import _TLS, _flatten, _Tensor, hook_forward
 from netparity.frameworks.torch.adapter import TorchAdapter
 from netparity.frameworks.torch.attribution import BackwardAttribution
 from netparity.frameworks.torch.loss_scale import ScalerWatch
@@ -160,21 +160,12 @@ class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDi
             raise UsageError("this capture is closed; create a new one")
         self._installed = True
         try:
-            mm = torch.nn.modules.module
             if self.light:
                 self._install_light()
-            elif self.global_mode:
-                self._hooks.append(mm.register_module_forward_pre_hook(self._global_pre))
-                self._hooks.append(mm.register_module_forward_hook(
-                    self._global_post, with_kwargs=True, always_call=True))
-            elif self.model is not None:
-                for m in self.model.modules():
-                    path = self._names[id(m)]
-                    self._hooks.append(m.register_forward_pre_hook(
-                        functools.partial(self._pre_hook, path), with_kwargs=True))
-                    self._hooks.append(m.register_forward_hook(
-                        functools.partial(self._post_hook, path), with_kwargs=True,
-                        always_call=True))
+            else:
+                hook_forward(self._hooks, self.model, self._names, self.global_mode,
+                             self._global_pre, self._global_post, self._pre_hook,
+                             self._post_hook)
                 # Parameter gradients as backward produces them (before any unscaling, clipping
                 # or zeroing by the training loop): the same moment MindSpore's
                 # Parameter.register_hook sees, so loss-scaled runs compare like for like.

@@ -52,7 +52,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from netparity import hoststats
 from netparity.capture.nonfinite import NonFiniteStop, save_origin, stop_message
-from netparity.frameworks.torch._common import _flatten, _flatten_call, _in_backward
+from netparity.frameworks.torch._common import _flatten, _flatten_call, _in_backward, hook_forward
 from netparity.frameworks.torch.adapter import _HOST_READY, _kernel_view
 from netparity.frameworks.torch.nonfinite import computed_outputs
 
@@ -205,18 +205,9 @@ class LightGuard:
         self._lg_hooked: dict[int, torch.Tensor] = {}  # tensors whose gradient is checked
         self._lg_replay: list[str] | None = None  # module paths while a replay runs
         self._lg_last: _LCall | None = None  # the last root call (its outputs feed the loss)
-        mm = torch.nn.modules.module
-        if self.global_mode:
-            self._hooks.append(mm.register_module_forward_pre_hook(self._lg_gpre))
-            self._hooks.append(mm.register_module_forward_hook(
-                self._lg_gpost, with_kwargs=True, always_call=True))
-        elif self.model is not None:
-            for m in self.model.modules():
-                path = self._names[id(m)]
-                self._hooks.append(m.register_forward_pre_hook(
-                    functools.partial(self._lg_pre, path), with_kwargs=True))
-                self._hooks.append(m.register_forward_hook(
-                    functools.partial(self._lg_post, path), with_kwargs=True, always_call=True))
+        hook_forward(self._hooks, self.model, self._names, self.global_mode, self._lg_gpre,
+                     self._lg_gpost, self._lg_pre, self._lg_post)
+        if not self.global_mode and self.model is not None:
             # float16/bfloat16 parameters only: a float32 weight gradient made from a finite
             # output gradient and finite inputs (both checked) cannot overflow short of 3e38;
             # one made non-finite inside a module (a reparametrised weight) is caught at the
