@@ -166,6 +166,7 @@ class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDi
                 hook_forward(self._hooks, self.model, self._names, self.global_mode,
                              self._global_pre, self._global_post, self._pre_hook,
                              self._post_hook)
+            if not self.light and not self.global_mode and self.model is not None:
                 # Parameter gradients as backward produces them (before any unscaling, clipping
                 # or zeroing by the training loop): the same moment MindSpore's
                 # Parameter.register_hook sees, so loss-scaled runs compare like for like.
