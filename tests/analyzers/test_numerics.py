@@ -150,6 +150,28 @@ def test_parameter_left_out_of_optimizer(tmp_path: Path) -> None:
     assert not r
 
 
+def test_bfloat16_weights_that_round_their_updates_away(tmp_path: Path) -> None:
+    """Pure bf16 training: a LayerNorm weight of 1.0 moves in steps of 2^-7, so an SGD update
+    of ~1e-4 is rounded away every step. The finding names the dtype, not a missing optimizer."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8),
+                                torch.nn.Linear(8, 1)).to(torch.bfloat16)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(1)
+    with netparity.capture(model, tmp_path / "t", level="module", optimizer=opt) as cap:
+        for _ in range(3):
+            x = torch.randn(16, 8, generator=g).to(torch.bfloat16)
+            opt.zero_grad()
+            model(x).float().pow(2).mean().backward()
+            opt.step()
+            cap.step()
+    assert model[1].weight.grad.abs().max() > 0 and torch.all(model[1].weight == 1)
+    stuck = {p.name: p for p in analyze(tmp_path / "t").not_updating}
+    assert "1.weight" in stuck
+    reason = stuck["1.weight"].reason
+    assert "bfloat16" in reason and "master weights" in reason and "optimizer" not in reason
+
+
 def test_frozen_parameter_warns_only(tmp_path: Path) -> None:
     model = _net()
     model[0].bias.requires_grad_(False)

@@ -116,6 +116,26 @@ def _delta(tr: Trace, a: Record, b: Record) -> tuple[float, bool]:
     return (abs(nb - na) / na if na else math.inf), False
 
 
+#: mantissa bits of the low-precision float types whose updates can round away
+_MANTISSA = {"bfloat16": 7, "float16": 10}
+
+
+def _frozen_reason(p: Record) -> str:
+    """Why a parameter whose gradient arrives never changes: in a 16-bit float type an update
+    below half a unit in the last place of the weight is rounded away (pure bf16/fp16
+    training without float32 master weights); otherwise it is not being stepped."""
+    bits = _MANTISSA.get(p.dtype)
+    big = max(abs(float(p.stats.get("min") or 0.0)), abs(float(p.stats.get("max") or 0.0)))
+    if bits is not None and big > 0 and math.isfinite(big):
+        ulp = 2.0 ** (math.floor(math.log2(big)) - bits)
+        return (f"its gradient arrives but the value never changes: it is stored in {p.dtype}, "
+                f"where a weight of magnitude {big:.3g} moves only in steps of {ulp:.2g}, so "
+                "every smaller update is rounded away -- keep float32 master weights (mixed "
+                "precision) or check the learning rate")
+    return ("its gradient arrives but the value never changes: excluded from the optimizer, "
+            "learning rate 0, or restored after the step")
+
+
 def weight_updates(trace: Trace | str | os.PathLike[str], *, rank: int = 0,
                    far: float = 100.0) -> tuple[list[ParamUpdate], list[ParamUpdate]]:
     """Per-parameter update ratios, and the parameters that are not updating.
@@ -174,8 +194,7 @@ def weight_updates(trace: Trace | str | os.PathLike[str], *, rank: int = 0,
                 row.severity, row.reason = "fail", "gradient is exactly zero at every step"
             elif gs:
                 row.severity = "fail"
-                row.reason = ("its gradient arrives but the value never changes: excluded from "
-                              "the optimizer, learning rate 0, or restored after the step")
+                row.reason = _frozen_reason(ps[0])
             elif leaf not in _BUFFER_LEAVES:
                 row.severity = "warn"
                 row.reason = ("no gradient and the value never changes: frozen "
