@@ -31,7 +31,7 @@ def _pynative_sgd(net: Any, out: int) -> tuple[Any, Any, Any, Any]:
             ms.Tensor(np.zeros((4, out), np.float32)))
 
 
-def _ms_run(path: Path) -> None:
+def _sleepy_net() -> Any:
     from mindspore import nn
 
     class Sleepy(nn.Cell):  # type: ignore[misc]
@@ -50,7 +50,11 @@ def _ms_run(path: Path) -> None:
         def construct(self, x: Any) -> Any:
             return self.head(self.extra(self.act(self.fc1(x))))
 
-    net = Net()
+    return Net()
+
+
+def _ms_run(path: Path) -> None:
+    net = _sleepy_net()
     opt, grad_fn, x, y = _pynative_sgd(net, 4)
     with netparity.profile(net, str(path), optimizer=opt) as prof:
         for _ in range(4):
@@ -148,3 +152,36 @@ def test_mindspore_profiler_output_is_read_ops_and_casts(tmp_path: Path) -> None
     casts = r.conversions["per_step"]["cast"]
     assert casts["count"] >= 3 and casts["seconds"] > 0  # (no step markers: the whole run)
     assert not [f for f in r.findings if f.kind in ("host-overhead", "first-step")]
+
+
+def test_mindspore_capture_with_timing_records_both_into_one_trace(tmp_path: Path) -> None:
+    net = _sleepy_net()
+    opt, grad_fn, x, y = _pynative_sgd(net, 4)
+    with netparity.capture(net, str(tmp_path / "t"), timing=True, optimizer=opt) as cap:
+        for _ in range(3):
+            _, grads = grad_fn(x, y)
+            opt(grads)
+            cap.step()
+    assert not net.extra._forward_pre_hook and not net._forward_hook  # hooks removed
+    tr = open_trace(tmp_path / "t")
+    assert tr.count(kind="module") > 0 and tr.count(kind="timing") > 0  # accuracy and timing
+    assert tr.manifest["timing"] == "light" and tr.manifest["mode"] == "pynative"
+    cap_steps = sorted(set(tr.scan(["step"], kind="module")["step"].tolist()))
+    r = analyze(tr)
+    assert [s["step"] for s in r.steps] == cap_steps == [0, 1, 2]  # the capture's steps
+    # the sleeping Cell leads its siblings (the root's self time holds the capture's own work
+    # on the root's inputs and outputs, tens of ms on a loaded machine)
+    inner = [m for m in r.modules if m.module]
+    assert inner[0].module == "extra" and inner[0].self_time >= SLEEP
+    assert all(s["forward"] >= SLEEP and s["optimizer"] > 0 for s in r.steps)
+    # GRAPH_MODE would compile the hooks: refused with one line, nothing written
+    from mindspore import nn
+
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        with pytest.raises(netparity.UsageError, match="PyNative"):
+            netparity.capture(nn.Dense(2, 2), str(tmp_path / "g"), timing=True)
+    finally:
+        ms.set_context(mode=mode)
+    assert not (tmp_path / "g").exists()
