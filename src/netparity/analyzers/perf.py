@@ -53,6 +53,7 @@ HOT_OP_SHARE = 0.10
 COMM_SHARE = 0.05  # an exposed all-reduce tail above this share of the step is worth a split
 HOT_SHARE = 0.10  # a hot module (forward or backward self time) of its phase
 MEM_MODULE_SHARE = 0.25  # a module's forward memory rise of the whole forward's
+DEVICE_IDLE_SHARE = 0.20  # the device idle above this share of the step (profiler traces)
 
 
 @dataclass
@@ -118,6 +119,7 @@ class PerfResult:
     ops: list[OpTime] = field(default_factory=list)  # kineto: per op, most self time first
     conversions: dict[str, Any] = field(default_factory=dict)  # kineto: casts, copies, layout
     memory: dict[str, Any] = field(default_factory=dict)  # peak bytes per phase
+    device: dict[str, Any] = field(default_factory=dict)  # kineto with GPU events: busy/idle
     params: list[tuple[str, tuple[int, ...]]] = field(default_factory=list, repr=False)
     spans: list[tuple[int, str, str, str, float, float]] = field(default_factory=list, repr=False)
 
@@ -142,7 +144,7 @@ class PerfResult:
                 "modules": [m.to_json() for m in self.modules], "loader": self.loader,
                 "allreduce": self.allreduce.to_json() if self.allreduce else None,
                 "source": self.source, "ops": [o.to_json() for o in self.ops[:50]],
-                "conversions": self.conversions, "memory": self.memory}
+                "conversions": self.conversions, "memory": self.memory, "device": self.device}
 
 
 # a module call read from the trace: step, "module", path, class, start, seconds, self seconds,
@@ -480,6 +482,7 @@ def analyze_kineto(path: str | os.PathLike[str]) -> PerfResult:
             o.self_time / med["step"],
             f"{o.calls:.0f} call(s) per step, self {o.self_time * 1e3:.2f} ms; shapes "
             f"{o.shapes or '(record_shapes=False)'}"))
+    findings += _device_findings(k["device"], med["step"], framework)
     findings.sort(key=lambda f: -f.seconds)
     first = {"seconds": rows[0]["step"], "steady_median": med["step"],
              "ratio": rows[0]["step"] / med["step"] if med["step"] > 0 else None,
@@ -488,7 +491,49 @@ def analyze_kineto(path: str | os.PathLike[str]) -> PerfResult:
              for r in rows]
     return PerfResult(k["path"], framework, steps, breakdown, first, [], findings, {}, None,
                       source="kineto", ops=ops, conversions=conv, memory=k["memory"],
-                      spans=k["spans"])
+                      spans=k["spans"], device=k["device"])
+
+
+_IDLE_ADVICE = {
+    "data": "the device waits for the data loader: {loader}",
+    "sync": "the host blocks on the device inside the step and the device then waits for the "
+            "next launches: remove synchronisations from the step (.item(), .cpu(), .tolist(), "
+            "printing tensors, torch.cuda.synchronize(), nonzero/boolean masks, blocking "
+            ".to(device) copies without pin_memory/non_blocking), or do them every N steps",
+    "host": "host-bound: the device runs each kernel as soon as the host launches it and then "
+            "waits for the next; give it fewer, larger kernels (a larger batch, fused ops, "
+            "torch.compile), replay the step as a CUDA graph (torch.compile(mode="
+            "'reduce-overhead') or torch.cuda.CUDAGraph), and move Python work out of the step",
+    "none": "the host thread is outside any traced op while the device idles: Python between "
+            "ops, logging, garbage collection; profile with with_stack=True to see where",
+}
+
+
+def _device_findings(device: dict[str, Any], step: float, framework: str) -> list[Finding]:
+    """``device-idle``: a device idle > 20 % of the steady step (profiler traces with device
+    events), with what the host was doing meanwhile and the advice for the main cause."""
+    out: list[Finding] = []
+    if not device or step <= 0:
+        return out
+    for name, d in device.get("devices", {}).items():
+        idle = float(d["idle"])
+        if idle <= DEVICE_IDLE_SHARE * step:
+            continue
+        by = d["idle_by_host"]
+        cause = max(by, key=lambda c: by[c])
+        label = {"data": "loading data", "sync": "synchronising with the device",
+                 "host": "running ops and launching kernels", "none": "in nothing traced"}
+        ev = (f"device busy {d['busy'] / step:.0%} of the step; {d['gaps']:.0f} gap(s) per "
+              f"step, longest {d['longest_gap'] * 1e3:.2f} ms; while it idled the host was "
+              + ", ".join(f"{label[c]} {by[c] * 1e3:.2f} ms" for c in
+                          sorted(by, key=lambda c: -by[c]) if by[c] >= 5e-6))
+        lat = device.get("launch_delay_median")
+        if lat is not None:
+            ev += f"; median launch-to-kernel delay {lat * 1e6:.0f} us"
+        out.append(Finding("device-idle", name, idle,
+                           _IDLE_ADVICE[cause].format(loader=_loader_advice(framework, {})),
+                           idle / step, ev))
+    return out
 
 
 def _comm_spans(tr: Trace, rank: int) -> list[tuple[int, str, str, str, float, float]]:

@@ -175,6 +175,30 @@ def memory(r: PerfResult, **_: Any) -> Section | None:
                    blocks=blocks)
 
 
+@section("PerfResult", "device")
+def device(r: PerfResult, **_: Any) -> Section | None:
+    """Profiler traces with device events: busy and idle time per device, and what the host
+    did while the device idled."""
+    devs = (r.device or {}).get("devices")
+    if not devs:
+        return None
+    step = r.steady["step"]
+    rows = [[name, _ms(d["busy"]), _ms(d["idle"]), f"{d['idle'] / step:.0%}" if step > 0
+             else "", fmt(d["gaps"]), _ms(d["longest_gap"]),
+             *[_ms(d["idle_by_host"].get(c, 0.0)) for c in ("data", "sync", "host", "none")]]
+            for name, d in devs.items()]
+    lat = r.device.get("launch_delay_median")
+    return Section("device", title="Device activity",
+                   headline=f"{len(devs)} device(s); median launch-to-kernel delay "
+                            + ("-" if lat is None else f"{lat * 1e6:.0f} us"),
+                   blocks=[Table("per steady step (device events inside the host's step "
+                                 "window); idle split by what the host thread was doing",
+                                 ["device", "busy", "idle", "idle share", "gaps",
+                                  "longest gap", "idle: data", "idle: sync",
+                                  "idle: host ops", "idle: untraced"], rows,
+                                 numeric=("busy", "idle", "gaps", "longest gap"))])
+
+
 @section("PerfComparison", "verdict")
 def side_verdict(c: PerfComparison, **_: Any) -> Section:
     """The slowdown and the costliest extra."""
