@@ -185,3 +185,54 @@ def test_mindspore_capture_with_timing_records_both_into_one_trace(tmp_path: Pat
     finally:
         ms.set_context(mode=mode)
     assert not (tmp_path / "g").exists()
+
+
+@pytest.mark.slow
+def test_side_by_side_of_the_demo_resnet50_torch_vs_mindspore(tmp_path: Path) -> None:
+    """The demo's two ResNet-50s (netparity.examples.resnet), 3 steps each at batch 2, 32x32:
+    every module with parameters pairs across the frameworks, and a delay put into the
+    candidate's ``layer3.1`` tops the module side by side."""
+    from mindspore import nn
+
+    from netparity.examples.resnet import ms_resnet, torch_resnet
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        m = torch_resnet.resnet50(num_classes=10)
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        x, y = torch.randn(2, 3, 32, 32), torch.tensor([1, 2])
+        with netparity.profile(m, str(tmp_path / "pt"), optimizer=opt):
+            for _ in range(3):
+                torch.nn.functional.cross_entropy(m(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+    finally:
+        torch.set_num_threads(threads)
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    net = ms_resnet.resnet50(num_classes=10)
+    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    mopt = nn.SGD(net.trainable_params(), 0.01)
+    grad_fn = ms.value_and_grad(lambda a, b: loss_fn(net(a), b), None, mopt.parameters)
+    xa = ms.Tensor(np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32))
+    ya = ms.Tensor(np.array([1, 2], np.int32))
+    delay = 0.5
+    with netparity.profile(net, str(tmp_path / "ms"), optimizer=mopt):
+        # registered after the profile's own pre-hook: the delay is inside layer3.1's time
+        h = net.layer3[1].register_forward_pre_hook(lambda *_: time.sleep(delay))
+        for _ in range(3):
+            _, grads = grad_fn(xa, ya)
+            mopt(grads)
+        h.remove()
+    c = compare(tmp_path / "pt", tmp_path / "ms")
+    paired = {r["name"]: r["cand_name"] for r in c.modules if not r["only"]}
+    assert len(paired) == 149
+    # only parameterless modules stay unpaired (PyTorch's ReLU/pooling, MindSpore's flatten)
+    assert {r["name"] for r in c.modules if r["only"] == "ref"} == {"relu", "avgpool"}
+    assert {r["name"] for r in c.modules if r["only"] == "cand"} == {"flatten"}
+    assert paired["fc"] == "end_point" and paired["layer3.1.conv2"] == "layer3.1.conv2"
+    top = [r for r in c.slower if r["what"] == "module"][0]
+    assert top["name"] == "layer3.1" and top["extra"] > 0.8 * delay
+    # PyTorch's modules carry their backward time; MindSpore's Cells have none to compare
+    assert all(r["ref_bwd"] is not None and r["extra_bwd"] is None
+               for r in c.modules if not r["only"] and r["name"])
