@@ -4,6 +4,7 @@ runs with deliberate, large effects -- a module whose backward sleeps, a module 
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -152,6 +153,8 @@ def test_memory_peak_per_module_names_the_module_that_allocates(runs: dict[str, 
                for f in doc["findings"])
     text = html.read_text()
     assert "memory rise" in text and "memory-module" in text and "backward self" in text
+    # the step breakdown as stacked bars: one forward segment per step
+    assert len(re.findall(r"<title>\d+ forward: ", text)) == len(r.steps) == 4
 
 
 def test_side_by_side_lists_the_module_slower_in_backward(runs: dict[str, Path]) -> None:

@@ -63,9 +63,8 @@ def breakdown(r: PerfResult, **_: Any) -> Section:
                                  numeric=("steady median", "share", "first step")),
                            Plot("seconds per phase, each step",
                                 [(k, [float(x["step"]) for x in r.steps],
-                                  [float(x[k if k != "step" else "seconds"]) for x in r.steps])
-                                 for k in ("step", *PHASES)], x_label="step",
-                                y_label="seconds")])
+                                  [float(x[k]) for x in r.steps]) for k in PHASES],
+                                x_label="step", y_label="seconds", stacked=True)])
 
 
 @section("PerfResult", "findings")
@@ -218,10 +217,14 @@ def side_phases(c: PerfComparison, **_: Any) -> Section:
     """Per phase: steady medians of both runs and the candidate's extra seconds."""
     rows = [[p["name"], _ms(p["ref"]), _ms(p["cand"]), _ms(p["extra"]), fmt(p["ratio"], 3)]
             for p in c.phases]
+    order = [p for p in PHASES]
+    bars = Plot("steady step, median seconds per phase",
+                [(k, [0.0, 1.0], [c.ref.steady[k], c.cand.steady[k]]) for k in order],
+                labels=["reference", "candidate"], y_label="seconds", stacked=True, height=240)
     return Section("phases", title="Phases side by side",
                    headline=f"reference {_ms(c.ref.steady['step'])}, candidate "
                             f"{_ms(c.cand.steady['step'])} per steady step",
-                   blocks=[Table("phases (extra = candidate - reference)",
+                   blocks=[bars, Table("phases (extra = candidate - reference)",
                                  ["phase", "reference", "candidate", "extra", "ratio"], rows,
                                  status=["warn" if p["extra"] > 0 else "" for p in c.phases],
                                  numeric=("reference", "candidate", "extra", "ratio"))])
