@@ -295,11 +295,14 @@ def _device_of(model: Any) -> str:
 
 def profile(model: Any, path: str | os.PathLike[str], *, optimizer: Any = None,
             loader: Iterable[Any] | None = None, modules: bool = True, overwrite: bool = False,
-            manifest: dict[str, Any] | None = None) -> TorchTiming:
+            manifest: dict[str, Any] | None = None, module_memory_steps: int = 3
+            ) -> TorchTiming:
     """Time each training step of ``model`` into the trace directory ``path`` (light mode).
 
     ``optimizer``: its ``step()`` ends each step (else call ``prof.step()``); ``loader``: its
     ``next()`` waits are the data phase (the loader keeps working unchanged; restored on close).
+    ``module_memory_steps``: each module's forward memory peak is read in this many first
+    steps (two reads and resets per module call; 0: never).
     Read the result with ``netparity perf PATH`` or :func:`netparity.analyzers.perf.analyze`.
 
     Example:
@@ -311,4 +314,5 @@ def profile(model: Any, path: str | os.PathLike[str], *, optimizer: Any = None,
         1
     """
     return TorchTiming(model, path, optimizer=optimizer, loader=loader, modules=modules,
-                       overwrite=overwrite, manifest=manifest).install()
+                       overwrite=overwrite, manifest=manifest,
+                       module_memory_steps=module_memory_steps).install()
