@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 import netparity  # noqa: E402
 from netparity.analyzers.perf import analyze, compare  # noqa: E402
 from netparity.cli import main  # noqa: E402
+from netparity.trace import open_trace  # noqa: E402
 
 SLEEP = 0.2  # seconds: far above the per-op stalls of a loaded machine (tens of ms seen)
 BIG = 256 << 20  # bytes of the temporary
@@ -163,3 +164,21 @@ def test_side_by_side_lists_the_module_slower_in_backward(runs: dict[str, Path])
     assert rows and rows[0]["name"] == "block" and rows[0]["extra"] > 0.8 * SLEEP
     blk = next(m for m in c.modules if m["name"] == "block")
     assert blk["ref_bwd"] is not None and blk["extra_bwd"] > 0.8 * SLEEP
+
+
+def test_per_module_backward_and_memory_can_be_left_out(tmp_path: Path) -> None:
+    model = _Net(slow=False, big=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with netparity.profile(model, str(tmp_path / "p"), optimizer=opt, module_backward=False,
+                           module_memory_steps=1):
+        for _ in range(3):
+            model(torch.randn(8, 16)).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    r = analyze(tmp_path / "p")
+    assert r.modules and all(m.backward is None and m.backward_self is None for m in r.modules)
+    assert all(s["backward"] > 0 for s in r.steps)  # the phase itself is still timed
+    c = open_trace(tmp_path / "p").scan(["step", "module", "extra"], kind="timing")
+    read = {s for s, mod, e in zip(c["step"].tolist(), c["module"].objects(),
+                                   c["extra"].objects()) if mod and '"mem"' in e}
+    assert read == ({0} if sys.platform.startswith("linux") else set())  # first step only

@@ -45,7 +45,8 @@ class TorchTiming(StepTimer):
                  loader: Iterable[Any] | None = None, modules: bool = True,
                  overwrite: bool = False, manifest: dict[str, Any] | None = None,
                  global_optimizer: bool = False, comm: bool = True, writer: Any = None,
-                 step_of: Any = None, rank: int | None = None, module_memory_steps: int = 3):
+                 step_of: Any = None, rank: int | None = None, module_memory_steps: int = 3,
+                 module_backward: bool = True):
         import torch
         import torch.distributed as dist
 
@@ -57,6 +58,7 @@ class TorchTiming(StepTimer):
         self.model = model
         self.optimizer = optimizer
         self._tensor = torch.Tensor
+        self._module_backward = module_backward and modules
         # without an optimizer object (``netparity run --profile``): every optimizer's step
         self._global_optimizer = global_optimizer and optimizer is None
         self._comm = comm
@@ -126,15 +128,19 @@ class TorchTiming(StepTimer):
         # the module's backward begins when the gradient reaches its output's autograd node
         # and (with the parameters it owns, whose accumulation is the module's first op's
         # node) ends when that node is done; node hooks die with the graph: nothing to remove
-        if not self._handles:
+        if not self._handles or not self._module_backward:
             return
+        # a module with parameters ends with their gradients (after its output's node): only
+        # a parameterless one needs the node's end (half the hooks on a ResNet)
+        ends = not self._owned.get(row[0])
         outs = out if isinstance(out, (tuple, list)) else (out,)
         for o in outs:
             if isinstance(o, self._tensor):
                 node = o.grad_fn
                 if node is not None:
                     node.register_prehook(functools.partial(self._bwd_begins, row))
-                    node.register_hook(functools.partial(self._bwd_ends, row))
+                    if ends:
+                        node.register_hook(functools.partial(self._bwd_ends, row))
 
     def _hook_ddp(self, model: Any) -> None:
         from torch.nn.parallel import DistributedDataParallel
@@ -295,14 +301,16 @@ def _device_of(model: Any) -> str:
 
 def profile(model: Any, path: str | os.PathLike[str], *, optimizer: Any = None,
             loader: Iterable[Any] | None = None, modules: bool = True, overwrite: bool = False,
-            manifest: dict[str, Any] | None = None, module_memory_steps: int = 3
-            ) -> TorchTiming:
+            manifest: dict[str, Any] | None = None, module_memory_steps: int = 3,
+            module_backward: bool = True) -> TorchTiming:
     """Time each training step of ``model`` into the trace directory ``path`` (light mode).
 
     ``optimizer``: its ``step()`` ends each step (else call ``prof.step()``); ``loader``: its
     ``next()`` waits are the data phase (the loader keeps working unchanged; restored on close).
     ``module_memory_steps``: each module's forward memory peak is read in this many first
-    steps (two reads and resets per module call; 0: never).
+    steps (two reads and resets per module call; 0: never). ``module_backward=False`` leaves
+    out the per-module backward times (one autograd-node hook per module call: ~0.1 ms each
+    on this machine's ResNet-50, see docs/perf.md).
     Read the result with ``netparity perf PATH`` or :func:`netparity.analyzers.perf.analyze`.
 
     Example:
@@ -315,4 +323,5 @@ def profile(model: Any, path: str | os.PathLike[str], *, optimizer: Any = None,
     """
     return TorchTiming(model, path, optimizer=optimizer, loader=loader, modules=modules,
                        overwrite=overwrite, manifest=manifest,
-                       module_memory_steps=module_memory_steps).install()
+                       module_memory_steps=module_memory_steps,
+                       module_backward=module_backward).install()
