@@ -4,6 +4,7 @@ runs with deliberate, large effects -- a module whose backward sleeps, a module 
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import time
@@ -145,8 +146,6 @@ def test_memory_peak_per_module_names_the_module_that_allocates(runs: dict[str, 
     out = tmp_path / "p.json"
     html = tmp_path / "p.html"
     assert main(["perf", str(runs["cand"]), "--json", str(out), "--html", str(html)]) == 0
-    import json
-
     doc = json.loads(out.read_text())
     hm = next(m for m in doc["modules"] if m["module"] == "hungry")
     assert hm["mem_rise"] > 0.9 * BIG and hm["backward"] is not None
@@ -164,6 +163,21 @@ def test_side_by_side_lists_the_module_slower_in_backward(runs: dict[str, Path])
     assert rows and rows[0]["name"] == "block" and rows[0]["extra"] > 0.8 * SLEEP
     blk = next(m for m in c.modules if m["name"] == "block")
     assert blk["ref_bwd"] is not None and blk["extra_bwd"] > 0.8 * SLEEP
+
+
+
+def test_chrome_trace_shows_each_module_backward(runs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    assert main(["perf", str(runs["cand"]), "--chrome", str(out)]) == 0
+    ev = json.loads(out.read_text())["traceEvents"]
+    tid = next(e["tid"] for e in ev if e.get("ph") == "M" and e["args"]["name"]
+               == "modules (backward)")
+    bwd = [e for e in ev if e.get("ph") == "X" and e["tid"] == tid]
+    blocks = [e for e in bwd if e["name"] == "block"]
+    assert len(blocks) == 4 and all(e["dur"] >= 0.8 * SLEEP * 1e6 for e in blocks)
+    fwd = {e["args"]["step"]: e for e in ev if e.get("ph") == "X" and e["name"] == "block"
+           and e["tid"] != tid}
+    assert all(b["ts"] > fwd[b["args"]["step"]]["ts"] for b in blocks)  # backward after forward
 
 
 def test_per_module_backward_and_memory_can_be_left_out(tmp_path: Path) -> None:

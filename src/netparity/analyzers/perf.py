@@ -164,7 +164,7 @@ def _read(tr: Trace, rank: int) -> tuple[list[dict[str, float]], list[_ModRow]]:
         if op == "module":
             mods.append((s, "module", mod, cls, float(e.get("t", 0.0)), float(e.get("d", 0.0)),
                          float(e.get("self", 0.0)),
-                         {k: e[k] for k in ("bd", "bself", "mem", "mem_rise") if k in e}))
+                         {k: e[k] for k in ("bt", "bd", "bself", "mem", "mem_rise") if k in e}))
         elif op in TIMING_PHASES:  # (grads, allreduce, comm_probe: the bucket advice's)
             row = steps.setdefault(s, {"index": float(s)})
             row[op] = float(e.get("d", 0.0))
@@ -402,6 +402,8 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int = 0) -> PerfResu
     spans = [(int(r["index"]), "phase", k, "", r[f"t_{k}"], r[k])
              for r in rows for k in ("step", *PHASES) if f"t_{k}" in r and k != "other"]
     spans += [(s, "module", path or "(root)", cls, t, d) for s, _, path, cls, t, d, _, _ in mods]
+    spans += [(s, "module-backward", path or "(root)", cls, float(ex["bt"]), float(ex["bd"]))
+              for s, _, path, cls, _t, _d, _, ex in mods if "bt" in ex and "bd" in ex]
     params = [(str(n), tuple(int(d) for d in shape))
               for n, shape in tr.manifest.get("params") or []]
     spans += _comm_spans(tr, rank) if allreduce is not None or comm > 0 else []
@@ -698,14 +700,15 @@ def chrome_trace(result: PerfResult | PerfComparison) -> dict[str, Any]:
     for pid, run in enumerate(runs, start=1):
         events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
                        "args": {"name": f"{run.framework} {run.path}"}})
-        for tid, label in ((1, "steps"), (2, "phases"), (3, "modules"), (4, "all-reduce")):
+        for tid, label in ((1, "steps"), (2, "phases"), (3, "modules"), (4, "all-reduce"),
+                           (5, "modules (backward)")):
             events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
                            "args": {"name": label}})
         for step, what, name, cls, t, d in run.spans:
             if not (math.isfinite(t) and math.isfinite(d)) or d <= 0:
                 continue
             tid = 1 if name == "step" and what == "phase" else \
-                {"phase": 2, "module": 3, "comm": 4}.get(what, 3)
+                {"phase": 2, "module": 3, "comm": 4, "module-backward": 5}.get(what, 3)
             ev = {"name": f"step {step}" if tid == 1 else name, "cat": what, "ph": "X",
                   "pid": pid, "tid": tid, "ts": round(t * 1e6, 3), "dur": round(d * 1e6, 3),
                   "args": {"step": step, **({"class": cls} if cls else {})}}
