@@ -99,7 +99,7 @@ class _StepMarks:
         self.compile_total = 0.0  # graph compilation (MindSpore GRAPH_MODE: Cell.compile)
         self.mem: dict[str, int] = {}  # memory peak readings at phase ends (memory= reader)
         self.compile_first: float | None = None
-        # one row per module call, in call order (see _ROW); filled by the forward post-hook
+        # one row per module call, in call order (columns _RPATH..): filled by the forward hooks
         # and, for the backward columns, by the framework's autograd-node hooks
         self.modules: list[list[Any]] = []
         self.grads: list[tuple[int, float]] = []  # parameter index, gradient accumulated at
