@@ -4,7 +4,8 @@ Budget (issue 19): <= 1.05x an uninstrumented step measured in the same run.
 
 Usage:
     PYTHONPATH=src python benchmarks/timing_overhead.py [--quick] [--steps N] [--no-modules]
-        [--device cpu|cuda] [--clock wall|cpu] [--profiler]
+        [--device cpu|cuda] [--clock wall|cpu] [--profiler] [--module-memory-steps N]
+        [--no-module-backward]
 
 ``--profiler`` also times the profiler-backed mode in the same run: blocks of uninstrumented
 steps alternate with blocks run inside one ``torch.profiler.profile`` session (CPU activity, and
@@ -62,6 +63,11 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=None,
                     help="image side; --batch 1 --size 32 isolates the hooks' fixed cost per "
                          "step (same modules and parameters, little compute)")
+    ap.add_argument("--module-memory-steps", type=int, default=10**9,
+                    help="timed steps that read each module's memory peak (default: all, the "
+                    "cost of the first steps of a run; 0: the steady state after them)")
+    ap.add_argument("--no-module-backward", action="store_true",
+                    help="no per-module backward times (no autograd-node hooks)")
     ap.add_argument("--profiler", action="store_true",
                     help="also the profiler-backed mode (torch.profiler, record_shapes)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
@@ -85,14 +91,19 @@ def main() -> None:
     step = make_step(model, opt, x, y, sync)
     print(f"ResNet-50 training step, {dev}, batch {batch}, {size}x{size}, "
           f"threads {torch.get_num_threads()}, torch {torch.__version__}, "
-          f"module hooks {'off' if args.no_modules else 'on'}, clock {args.clock}")
+          f"module hooks {'off' if args.no_modules else 'on'}, module memory read in "
+          f"{min(args.module_memory_steps, args.steps)} of {args.steps} timed steps, module "
+          f"backward {'off' if args.no_module_backward else 'on'}, "
+          f"clock {args.clock}")
     for _ in range(args.warmup):
         step()
 
     base: list[float] = []
     timed: list[float] = []
     with tempfile.TemporaryDirectory(prefix="netparity-timing-") as d:
-        prof = profile(model, d, optimizer=opt, modules=not args.no_modules, overwrite=True)
+        prof = profile(model, d, optimizer=opt, modules=not args.no_modules, overwrite=True,
+                       module_memory_steps=args.module_memory_steps,
+                       module_backward=not args.no_module_backward)
         try:
             for _ in range(args.steps):
                 prof.uninstall()

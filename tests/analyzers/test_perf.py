@@ -147,7 +147,7 @@ def test_cli_json_and_chrome_outputs(runs: dict[str, Path], tmp_path: Path) -> N
     with ch.open() as f:
         chrome = json.load(f)
     xs = [e for e in chrome["traceEvents"] if e["ph"] == "X"]
-    assert {e["cat"] for e in xs} == {"phase", "module"}
+    assert {e["cat"] for e in xs} == {"phase", "module", "module-backward"}
     assert {"step 0", "data", "forward", "fc1"} <= {e["name"] for e in xs}
     assert all(e["dur"] > 0 and e["ts"] >= 0 for e in xs)
     js2, html = tmp_path / "side.json", tmp_path / "side.html"

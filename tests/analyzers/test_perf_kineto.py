@@ -81,6 +81,7 @@ def test_step_breakdown_from_profiler_steps(runs: dict[str, Path]) -> None:
     # memory per phase from profile_memory's events (CPU allocator)
     peaks = r.memory["peak_allocated"]["cpu"]
     assert peaks["forward"] > 0 and peaks["backward"] > 0
+    assert r.device == {} and not any(f.kind == "device-idle" for f in r.findings)  # no GPU
 
 
 def test_bf16_autocast_conversions_are_counted_against_fp32(runs: dict[str, Path]) -> None:

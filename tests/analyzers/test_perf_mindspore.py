@@ -31,7 +31,7 @@ def _pynative_sgd(net: Any, out: int) -> tuple[Any, Any, Any, Any]:
             ms.Tensor(np.zeros((4, out), np.float32)))
 
 
-def _ms_run(path: Path) -> None:
+def _sleepy_net() -> Any:
     from mindspore import nn
 
     class Sleepy(nn.Cell):  # type: ignore[misc]
@@ -50,7 +50,11 @@ def _ms_run(path: Path) -> None:
         def construct(self, x: Any) -> Any:
             return self.head(self.extra(self.act(self.fc1(x))))
 
-    net = Net()
+    return Net()
+
+
+def _ms_run(path: Path) -> None:
+    net = _sleepy_net()
     opt, grad_fn, x, y = _pynative_sgd(net, 4)
     with netparity.profile(net, str(path), optimizer=opt) as prof:
         for _ in range(4):
@@ -148,3 +152,87 @@ def test_mindspore_profiler_output_is_read_ops_and_casts(tmp_path: Path) -> None
     casts = r.conversions["per_step"]["cast"]
     assert casts["count"] >= 3 and casts["seconds"] > 0  # (no step markers: the whole run)
     assert not [f for f in r.findings if f.kind in ("host-overhead", "first-step")]
+
+
+def test_mindspore_capture_with_timing_records_both_into_one_trace(tmp_path: Path) -> None:
+    net = _sleepy_net()
+    opt, grad_fn, x, y = _pynative_sgd(net, 4)
+    with netparity.capture(net, str(tmp_path / "t"), timing=True, optimizer=opt) as cap:
+        for _ in range(3):
+            _, grads = grad_fn(x, y)
+            opt(grads)
+            cap.step()
+    assert not net.extra._forward_pre_hook and not net._forward_hook  # hooks removed
+    tr = open_trace(tmp_path / "t")
+    assert tr.count(kind="module") > 0 and tr.count(kind="timing") > 0  # accuracy and timing
+    assert tr.manifest["timing"] == "light" and tr.manifest["mode"] == "pynative"
+    cap_steps = sorted(set(tr.scan(["step"], kind="module")["step"].tolist()))
+    r = analyze(tr)
+    assert [s["step"] for s in r.steps] == cap_steps == [0, 1, 2]  # the capture's steps
+    # the sleeping Cell leads its siblings (the root's self time holds the capture's own work
+    # on the root's inputs and outputs, tens of ms on a loaded machine)
+    inner = [m for m in r.modules if m.module]
+    assert inner[0].module == "extra" and inner[0].self_time >= SLEEP
+    assert all(s["forward"] >= SLEEP and s["optimizer"] > 0 for s in r.steps)
+    # GRAPH_MODE would compile the hooks: refused with one line, nothing written
+    from mindspore import nn
+
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        with pytest.raises(netparity.UsageError, match="PyNative"):
+            netparity.capture(nn.Dense(2, 2), str(tmp_path / "g"), timing=True)
+    finally:
+        ms.set_context(mode=mode)
+    assert not (tmp_path / "g").exists()
+
+
+@pytest.mark.slow
+def test_side_by_side_of_the_demo_resnet50_torch_vs_mindspore(tmp_path: Path) -> None:
+    """The demo's two ResNet-50s (netparity.examples.resnet), 3 steps each at batch 2, 32x32:
+    every module with parameters pairs across the frameworks, and a delay put into the
+    candidate's ``layer3.1`` tops the module side by side."""
+    from mindspore import nn
+
+    from netparity.examples.resnet import ms_resnet, torch_resnet
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        m = torch_resnet.resnet50(num_classes=10)
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        x, y = torch.randn(2, 3, 32, 32), torch.tensor([1, 2])
+        with netparity.profile(m, str(tmp_path / "pt"), optimizer=opt):
+            for _ in range(3):
+                torch.nn.functional.cross_entropy(m(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+    finally:
+        torch.set_num_threads(threads)
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    net = ms_resnet.resnet50(num_classes=10)
+    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    mopt = nn.SGD(net.trainable_params(), 0.01)
+    grad_fn = ms.value_and_grad(lambda a, b: loss_fn(net(a), b), None, mopt.parameters)
+    xa = ms.Tensor(np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32))
+    ya = ms.Tensor(np.array([1, 2], np.int32))
+    delay = 0.5
+    with netparity.profile(net, str(tmp_path / "ms"), optimizer=mopt):
+        # registered after the profile's own pre-hook: the delay is inside layer3.1's time
+        h = net.layer3[1].register_forward_pre_hook(lambda *_: time.sleep(delay))
+        for _ in range(3):
+            _, grads = grad_fn(xa, ya)
+            mopt(grads)
+        h.remove()
+    c = compare(tmp_path / "pt", tmp_path / "ms")
+    paired = {r["name"]: r["cand_name"] for r in c.modules if not r["only"]}
+    assert len(paired) == 149
+    # only parameterless modules stay unpaired (PyTorch's ReLU/pooling, MindSpore's flatten)
+    assert {r["name"] for r in c.modules if r["only"] == "ref"} == {"relu", "avgpool"}
+    assert {r["name"] for r in c.modules if r["only"] == "cand"} == {"flatten"}
+    assert paired["fc"] == "end_point" and paired["layer3.1.conv2"] == "layer3.1.conv2"
+    top = [r for r in c.slower if r["what"] == "module"][0]
+    assert top["name"] == "layer3.1" and top["extra"] > 0.8 * delay
+    # PyTorch's modules carry their backward time; MindSpore's Cells have none to compare
+    assert all(r["ref_bwd"] is not None and r["extra_bwd"] is None
+               for r in c.modules if not r["only"] and r["name"])

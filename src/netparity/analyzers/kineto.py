@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import os
@@ -287,11 +288,148 @@ def summarize(path: str | os.PathLike[str]) -> dict[str, Any]:
                                                         key=lambda kv: -kv[1][1])],
     }
     memory = _memory(events, steps, rows) if facts.get("profile_memory") else {}
+    device = device_activity(xs, steps, steady)
     spans = [(int(r["index"]), "phase", ph, "", r[f"t_{ph}"], r[ph]) for r in rows
              for ph in ("step", "data", "forward", "backward", "optimizer") if r[ph] > 0]
     return {"path": str(p), "framework": facts.get("framework", "torch"), "marked": marked,
             "rows": rows, "ops": op_rows, "conversions": conversions,
-            "memory": memory, "spans": spans, "facts": facts}
+            "memory": memory, "spans": spans, "facts": facts, "device": device}
+
+
+_DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+_SYNC = re.compile(r"cuda(?:Device|Stream|Event)Synchronize|cudaStreamWaitEvent|cudaMemcpy$|"
+                   r"cuCtxSynchronize|cuStreamSynchronize|cuEventSynchronize")
+_LAUNCH = re.compile(r"cudaLaunchKernel|cuLaunchKernel|cudaLaunchCooperativeKernel|"
+                     r"cudaGraphLaunch|cudaMemcpyAsync|cudaMemsetAsync")
+GAP_MIN_US = 1.0  # device gaps shorter than this are the hardware's, not idleness
+
+
+def _merge(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(iv):
+        if out and a <= out[-1][1]:
+            if b > out[-1][1]:
+                out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+def _clip(iv: list[tuple[float, float]], lo: float, hi: float,
+          starts: list[float] | None = None) -> list[tuple[float, float]]:
+    """The parts of merged intervals ``iv`` (their ``starts``, for a long list) inside
+    ``[lo, hi)``."""
+    i = max(bisect.bisect_right(starts if starts is not None else [a for a, _ in iv], lo) - 1,
+            0)
+    out = []
+    while i < len(iv) and iv[i][0] < hi:
+        a, b = max(iv[i][0], lo), min(iv[i][1], hi)
+        if b > a:
+            out.append((a, b))
+        i += 1
+    return out
+
+
+_Cat = tuple[str, list[tuple[float, float]], list[float]]  # name, merged intervals, starts
+
+
+def _cat(name: str, events: list[dict[str, Any]]) -> _Cat:
+    iv = _merge([(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events])
+    return name, iv, [a for a, _ in iv]
+
+
+def _attribute(lo: float, hi: float, cats: list[_Cat]) -> dict[str, float]:
+    """Split ``[lo, hi)`` among host activities (merged intervals, in priority order); what
+    none covers is ``none``."""
+    pts = {lo, hi}
+    clipped = []
+    for name, iv, starts in cats:
+        c = _clip(iv, lo, hi, starts)
+        clipped.append((name, c))
+        for a, b in c:
+            pts.update((a, b))
+    xs = sorted(pts)
+    out = {name: 0.0 for name, _, _ in cats}
+    out["none"] = 0.0
+    for x0, x1 in zip(xs, xs[1:]):
+        mid = (x0 + x1) / 2
+        for name, c in clipped:
+            if any(a <= mid < b for a, b in c):
+                out[name] += x1 - x0
+                break
+        else:
+            out["none"] += x1 - x0
+    return out
+
+
+def device_activity(xs: list[dict[str, Any]], steps: list[tuple[int, float, float, Any]],
+                    steady: set[int]) -> dict[str, Any]:
+    """GPU activity per steady step from the trace's device events (``kernel``, ``gpu_memcpy``,
+    ``gpu_memset``; CUDA: Kineto puts them on the device's own timeline, aligned to the host
+    clock): busy time (the union of the device's events inside the host's step window), idle
+    time and gaps, and what the host's step thread was doing while the device sat idle --
+    ``data`` (``enumerate(DataLoader)``), ``sync`` (``cuda*Synchronize``, blocking
+    ``cudaMemcpy``), ``host`` (ops and kernel launches: the device waits for the host to feed
+    it), ``none`` (nothing traced: Python between ops). Also the median delay from a kernel's
+    launch call to its start (correlation ids): near zero, the device's queue is empty.
+    ``{}`` without device events (a CPU run)."""
+    dev = [e for e in xs if e.get("cat") in _DEVICE_CATS]
+    if not dev:
+        return {}
+    by_dev: dict[str, list[tuple[float, float]]] = {}
+    for e in dev:
+        a = e.get("args") or {}
+        d = a.get("device", e.get("pid"))
+        t = float(e["ts"])
+        by_dev.setdefault(f"cuda:{d}", []).append((t, t + float(e.get("dur", 0.0))))
+    launches = {(e.get("args") or {}).get("correlation"): float(e["ts"]) for e in xs
+                if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                and _LAUNCH.match(str(e.get("name", "")))}
+    delays = sorted(float(e["ts"]) - launches[c] for e in dev if e.get("cat") == "kernel"
+                    and (c := (e.get("args") or {}).get("correlation")) in launches)
+    host_cat = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
+    per_tid: dict[Any, list[_Cat]] = {}
+
+    def host_of(tid: Any) -> list[_Cat]:  # the step thread's activities, by priority
+        if tid not in per_tid:
+            host = [e for e in xs if e.get("cat") in host_cat
+                    and (tid is None or e.get("tid") == tid)]
+            per_tid[tid] = [
+                _cat("data", [e for e in host if _DATA.match(str(e.get("name", "")))]),
+                _cat("sync", [e for e in host if _SYNC.match(str(e.get("name", "")))]),
+                _cat("host", [e for e in host if not _STEP.fullmatch(str(e.get("name", "")))])]
+        return per_tid[tid]
+
+    out: dict[str, Any] = {}
+    for name, ivs in sorted(by_dev.items()):
+        busy_iv = _merge(ivs)
+        busy_starts = [x for x, _ in busy_iv]
+        acc = {"busy": 0.0, "idle": 0.0, "gaps": 0.0, "longest_gap": 0.0, "events": 0.0}
+        cause = {"data": 0.0, "sync": 0.0, "host": 0.0, "none": 0.0}
+        for k, (_, a, b, tid) in enumerate(steps):
+            if k not in steady:
+                continue
+            cats = host_of(tid)
+            inside = _clip(busy_iv, a, b, busy_starts)
+            acc["busy"] += sum(y - x for x, y in inside)
+            acc["events"] += sum(1 for x, y in ivs if a <= x < b)
+            edges = [a, *[v for iv in inside for v in iv], b]
+            for lo, hi in zip(edges[0::2], edges[1::2]):
+                if hi - lo < GAP_MIN_US:
+                    continue
+                acc["idle"] += hi - lo
+                acc["gaps"] += 1
+                acc["longest_gap"] = max(acc["longest_gap"], hi - lo)
+                for c, v in _attribute(lo, hi, cats).items():
+                    cause[c] += v
+        n = max(len(steady), 1)
+        out[name] = {"busy": acc["busy"] / 1e6 / n, "idle": acc["idle"] / 1e6 / n,
+                     "gaps": acc["gaps"] / n, "longest_gap": acc["longest_gap"] / 1e6,
+                     "events": acc["events"] / n,
+                     "idle_by_host": {c: v / 1e6 / n for c, v in cause.items()}}
+    return {"devices": out, "launch_delay_median": (delays[len(delays) // 2] / 1e6
+                                                     if delays else None),
+            "source": "profiler device events (kernel, gpu_memcpy, gpu_memset)"}
 
 
 def _memory(events: list[dict[str, Any]], steps: list[tuple[int, float, float, Any]],

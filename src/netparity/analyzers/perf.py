@@ -51,6 +51,9 @@ OPTIMIZER_SHARE = 0.30
 CONVERSION_SHARE = 0.05  # conversion ops above this share of forward + backward
 HOT_OP_SHARE = 0.10
 COMM_SHARE = 0.05  # an exposed all-reduce tail above this share of the step is worth a split
+HOT_SHARE = 0.10  # a hot module (forward or backward self time) of its phase
+MEM_MODULE_SHARE = 0.25  # a module's forward memory rise of the whole forward's
+DEVICE_IDLE_SHARE = 0.20  # the device idle above this share of the step (profiler traces)
 
 
 @dataclass
@@ -63,6 +66,7 @@ class Finding:
     advice: str
     share: float | None = None  # of the steady step
     evidence: str = ""
+    bytes: int | None = None  # memory findings: the bytes in question
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,13 +74,21 @@ class Finding:
 
 @dataclass
 class ModuleTime:
-    """A module's forward time per steady step (median over steps): total, self, calls."""
+    """A module's forward time per steady step (median over steps): total, self, calls; its
+    backward time (PyTorch light mode: from the gradient reaching its output to its parameters'
+    gradients accumulated; ``None`` where not measured) and self backward time (less its
+    child modules'); its forward memory peak and the peak's rise above the memory at its
+    start (bytes, the highest over the steps read; ``None`` where not read)."""
 
     module: str
     cls: str
     total: float
     self_time: float
     calls: float
+    backward: float | None = None
+    backward_self: float | None = None
+    mem_peak: int | None = None
+    mem_rise: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -107,6 +119,7 @@ class PerfResult:
     ops: list[OpTime] = field(default_factory=list)  # kineto: per op, most self time first
     conversions: dict[str, Any] = field(default_factory=dict)  # kineto: casts, copies, layout
     memory: dict[str, Any] = field(default_factory=dict)  # peak bytes per phase
+    device: dict[str, Any] = field(default_factory=dict)  # kineto with GPU events: busy/idle
     params: list[tuple[str, tuple[int, ...]]] = field(default_factory=list, repr=False)
     spans: list[tuple[int, str, str, str, float, float]] = field(default_factory=list, repr=False)
 
@@ -131,22 +144,27 @@ class PerfResult:
                 "modules": [m.to_json() for m in self.modules], "loader": self.loader,
                 "allreduce": self.allreduce.to_json() if self.allreduce else None,
                 "source": self.source, "ops": [o.to_json() for o in self.ops[:50]],
-                "conversions": self.conversions, "memory": self.memory}
+                "conversions": self.conversions, "memory": self.memory, "device": self.device}
 
 
-def _read(tr: Trace, rank: int) -> tuple[list[dict[str, float]],
-                                          list[tuple[int, str, str, str, float, float, float]]]:
+# a module call read from the trace: step, "module", path, class, start, seconds, self seconds,
+# then the extra facts (backward ``bd``/``bself``, memory ``mem``/``mem_rise``) as a dict
+_ModRow = tuple[int, str, str, str, float, float, float, dict[str, float]]
+
+
+def _read(tr: Trace, rank: int) -> tuple[list[dict[str, float]], list[_ModRow]]:
     if tr.count(rank=rank, kind="timing") == 0:
         raise UsageError(f"{tr.path}: no timing records (record them with netparity.profile)")
     c = tr.scan(["step", "op", "module", "native", "extra"], rank=rank, kind="timing")
     steps: dict[int, dict[str, float]] = {}
-    mods: list[tuple[int, str, str, str, float, float, float]] = []
+    mods: list[_ModRow] = []
     for s, op, mod, cls, ex in zip(c["step"].tolist(), c["op"].objects(), c["module"].objects(),
                                    c["native"].objects(), c["extra"].objects()):
         e = json.loads(ex) if ex else {}
         if op == "module":
             mods.append((s, "module", mod, cls, float(e.get("t", 0.0)), float(e.get("d", 0.0)),
-                         float(e.get("self", 0.0))))
+                         float(e.get("self", 0.0)),
+                         {k: e[k] for k in ("bt", "bd", "bself", "mem", "mem_rise") if k in e}))
         elif op in TIMING_PHASES:  # (grads, allreduce, comm_probe: the bucket advice's)
             row = steps.setdefault(s, {"index": float(s)})
             row[op] = float(e.get("d", 0.0))
@@ -163,25 +181,38 @@ def _read(tr: Trace, rank: int) -> tuple[list[dict[str, float]],
     return rows, mods
 
 
-def _modules(mods: list[tuple[int, str, str, str, float, float, float]],
-             steady: set[int]) -> list[ModuleTime]:
+def _modules(mods: list[_ModRow], steady: set[int]) -> list[ModuleTime]:
     per: dict[str, dict[int, list[float]]] = {}
     cls: dict[str, str] = {}
-    for s, _, path, c, _t, d, sf in mods:
+    bwd: set[str] = set()  # modules whose backward was measured
+    mem: dict[str, list[int]] = {}  # the highest forward peak and rise (any step read)
+    for s, _, path, c, _t, d, sf, ex in mods:
+        if "mem" in ex:
+            m = mem.setdefault(path, [0, 0])
+            m[0] = max(m[0], int(ex["mem"]))
+            m[1] = max(m[1], int(ex.get("mem_rise", 0)))
         if s not in steady:
             continue
-        acc = per.setdefault(path, {}).setdefault(s, [0.0, 0.0, 0.0])
+        acc = per.setdefault(path, {}).setdefault(s, [0.0, 0.0, 0.0, 0.0, 0.0])
         acc[0] += d
         acc[1] += sf
         acc[2] += 1
+        if "bd" in ex:
+            acc[3] += float(ex["bd"])
+            acc[4] += float(ex.get("bself", 0.0))
+            bwd.add(path)
         cls[path] = c
     n = len(steady)
     out = []
     for path, by in per.items():
-        vals = list(by.values()) + [[0.0, 0.0, 0.0]] * (n - len(by))  # steps it did not run
+        vals = list(by.values()) + [[0.0] * 5] * (n - len(by))  # steps it did not run
         arr = np.array(vals)
+        b = path in bwd
         out.append(ModuleTime(path, cls[path], float(np.median(arr[:, 0])),
-                              float(np.median(arr[:, 1])), float(np.median(arr[:, 2]))))
+                              float(np.median(arr[:, 1])), float(np.median(arr[:, 2])),
+                              float(np.median(arr[:, 3])) if b else None,
+                              float(np.median(arr[:, 4])) if b else None,
+                              *mem.get(path, (None, None))))
     out.sort(key=lambda m: -m.self_time)
     return out
 
@@ -205,7 +236,8 @@ def _loader_advice(framework: str, loader: dict[str, Any]) -> str:
 def _findings(framework: str, steps: list[dict[str, float]], steady_rows: list[dict[str, float]],
               breakdown: dict[str, float], modules: list[ModuleTime],
               loader: dict[str, Any], mode: str = "",
-              allreduce: BucketAdvice | None = None) -> list[Finding]:
+              allreduce: BucketAdvice | None = None, memory_source: str = ""
+              ) -> list[Finding]:
     out: list[Finding] = []
     med = {k: float(np.median([r[k] for r in steady_rows])) for k in ("step", *PHASES)}
     data_share = breakdown.get("data", 0.0)
@@ -280,11 +312,57 @@ def _findings(framework: str, steps: list[dict[str, float]], steady_rows: list[d
         out.append(Finding("optimizer", "optimizer.step", med["optimizer"],
                            "use the optimizer's foreach=True or fused=True implementation",
                            breakdown["optimizer"]))
+    bwd = med["backward"]
+    timed = [m for m in modules if m.backward_self is not None]
+    if timed and bwd > 0:
+        top = max(timed, key=lambda m: m.backward_self or 0.0)
+        bs = top.backward_self or 0.0
+        if bs >= HOT_SHARE * bwd:
+            out.append(Finding(
+                "hot-module-backward", top.module or "(root)", bs,
+                "its backward: custom autograd Functions and ops with slow gradients (scatter/"
+                "index, unfused normalisation), recomputation (gradient checkpointing re-runs "
+                "its forward here); check its dtypes and shapes as for the forward",
+                bs / med["step"] if med["step"] > 0 else None,
+                f"{top.cls}: backward self {bs:.3g} s per step (its gradients in, its "
+                f"parameters' gradients out, less its child modules), {bs / bwd:.0%} of the "
+                f"backward phase; forward self {top.self_time:.3g} s"))
+    mem = memory_finding(modules, memory_source)
+    if mem is not None:
+        out.append(mem)
     # hot-module is a pointer for the forward, not a problem on its own: rank it by seconds
     # with the rest, but keep it only when it is worth a look (>= 10 % of the forward)
-    out = [f for f in out if f.kind != "hot-module" or f.seconds >= 0.1 * fwd]
+    out = [f for f in out if f.kind != "hot-module" or f.seconds >= HOT_SHARE * fwd]
     out.sort(key=lambda f: -f.seconds)
     return out
+
+
+def memory_finding(modules: list[ModuleTime], source: str) -> Finding | None:
+    """``memory-module``: the module (not the root) whose forward raises the memory most above
+    what it had at its start, when that is >= 25 % of the whole forward's rise (the root's) and
+    >= 1 MiB: activations, temporaries or caches made there. ``seconds`` is 0 (memory, not
+    time); ``bytes`` the rise."""
+    read = [m for m in modules if m.mem_rise is not None]
+    root = next((m for m in read if m.module == ""), None)
+    inner = [m for m in read if m.module != ""]
+    if not inner or root is None or not root.mem_rise:
+        return None
+    top = max(inner, key=lambda m: m.mem_rise or 0)
+    rise = top.mem_rise or 0
+    if rise < MEM_MODULE_SHARE * root.mem_rise or rise < 1 << 20:
+        return None
+    what = {"rss_peak": "resident set (VmHWM) peak", "cuda.max_memory_allocated":
+            "CUDA allocator peak"}.get(source, source)
+    return Finding(
+        "memory-module", top.module, 0.0,
+        "the largest memory rise of the forward: activations kept for backward or "
+        "temporaries; lower the batch, recompute it in backward (torch.utils.checkpoint / "
+        "MindSpore recompute), keep activations in bf16/fp16, free intermediate tensors "
+        "(in-place ops where safe)",
+        None, f"{top.cls}: forward peak {rise / 2**20:.1f} MiB above its start "
+              f"({what}; peak {(top.mem_peak or 0) / 2**20:.1f} MiB), "
+              f"{rise / root.mem_rise:.0%} of the whole forward's rise "
+              f"{root.mem_rise / 2**20:.1f} MiB", bytes=rise)
 
 
 def analyze(trace: Trace | str | os.PathLike[str], *, rank: int = 0) -> PerfResult:
@@ -313,7 +391,8 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int = 0) -> PerfResu
     allreduce = advise(tr, rank, steady, {int(r["index"]): r["t_backward"] for r in rows
                                           if "t_backward" in r}, comm)
     findings = _findings(framework, rows, steady_rows, breakdown, modules, loader,
-                         str(tr.manifest.get("mode", "")), allreduce)
+                         str(tr.manifest.get("mode", "")), allreduce,
+                         str(tr.manifest.get("module_memory") or ""))
     med = float(np.median([r["step"] for r in steady_rows]))
     first = {"seconds": rows[0]["step"], "steady_median": med,
              "ratio": rows[0]["step"] / med if med > 0 else None,
@@ -322,7 +401,9 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int = 0) -> PerfResu
              for r in rows]
     spans = [(int(r["index"]), "phase", k, "", r[f"t_{k}"], r[k])
              for r in rows for k in ("step", *PHASES) if f"t_{k}" in r and k != "other"]
-    spans += [(s, "module", path or "(root)", cls, t, d) for s, _, path, cls, t, d, _ in mods]
+    spans += [(s, "module", path or "(root)", cls, t, d) for s, _, path, cls, t, d, _, _ in mods]
+    spans += [(s, "module-backward", path or "(root)", cls, float(ex["bt"]), float(ex["bd"]))
+              for s, _, path, cls, _t, _d, _, ex in mods if "bt" in ex and "bd" in ex]
     params = [(str(n), tuple(int(d) for d in shape))
               for n, shape in tr.manifest.get("params") or []]
     spans += _comm_spans(tr, rank) if allreduce is not None or comm > 0 else []
@@ -403,6 +484,7 @@ def analyze_kineto(path: str | os.PathLike[str]) -> PerfResult:
             o.self_time / med["step"],
             f"{o.calls:.0f} call(s) per step, self {o.self_time * 1e3:.2f} ms; shapes "
             f"{o.shapes or '(record_shapes=False)'}"))
+    findings += _device_findings(k["device"], med["step"], framework)
     findings.sort(key=lambda f: -f.seconds)
     first = {"seconds": rows[0]["step"], "steady_median": med["step"],
              "ratio": rows[0]["step"] / med["step"] if med["step"] > 0 else None,
@@ -411,7 +493,49 @@ def analyze_kineto(path: str | os.PathLike[str]) -> PerfResult:
              for r in rows]
     return PerfResult(k["path"], framework, steps, breakdown, first, [], findings, {}, None,
                       source="kineto", ops=ops, conversions=conv, memory=k["memory"],
-                      spans=k["spans"])
+                      spans=k["spans"], device=k["device"])
+
+
+_IDLE_ADVICE = {
+    "data": "the device waits for the data loader: {loader}",
+    "sync": "the host blocks on the device inside the step and the device then waits for the "
+            "next launches: remove synchronisations from the step (.item(), .cpu(), .tolist(), "
+            "printing tensors, torch.cuda.synchronize(), nonzero/boolean masks, blocking "
+            ".to(device) copies without pin_memory/non_blocking), or do them every N steps",
+    "host": "host-bound: the device runs each kernel as soon as the host launches it and then "
+            "waits for the next; give it fewer, larger kernels (a larger batch, fused ops, "
+            "torch.compile), replay the step as a CUDA graph (torch.compile(mode="
+            "'reduce-overhead') or torch.cuda.CUDAGraph), and move Python work out of the step",
+    "none": "the host thread is outside any traced op while the device idles: Python between "
+            "ops, logging, garbage collection; profile with with_stack=True to see where",
+}
+
+
+def _device_findings(device: dict[str, Any], step: float, framework: str) -> list[Finding]:
+    """``device-idle``: a device idle > 20 % of the steady step (profiler traces with device
+    events), with what the host was doing meanwhile and the advice for the main cause."""
+    out: list[Finding] = []
+    if not device or step <= 0:
+        return out
+    for name, d in device.get("devices", {}).items():
+        idle = float(d["idle"])
+        if idle <= DEVICE_IDLE_SHARE * step:
+            continue
+        by = d["idle_by_host"]
+        cause = max(by, key=lambda c: by[c])
+        label = {"data": "loading data", "sync": "synchronising with the device",
+                 "host": "running ops and launching kernels", "none": "in nothing traced"}
+        ev = (f"device busy {d['busy'] / step:.0%} of the step; {d['gaps']:.0f} gap(s) per "
+              f"step, longest {d['longest_gap'] * 1e3:.2f} ms; while it idled the host was "
+              + ", ".join(f"{label[c]} {by[c] * 1e3:.2f} ms" for c in
+                          sorted(by, key=lambda c: -by[c]) if by[c] >= 5e-6))
+        lat = device.get("launch_delay_median")
+        if lat is not None:
+            ev += f"; median launch-to-kernel delay {lat * 1e6:.0f} us"
+        out.append(Finding("device-idle", name, idle,
+                           _IDLE_ADVICE[cause].format(loader=_loader_advice(framework, {})),
+                           idle / step, ev))
+    return out
 
 
 def _comm_spans(tr: Trace, rank: int) -> list[tuple[int, str, str, str, float, float]]:
@@ -451,6 +575,8 @@ class PerfComparison:
         """Rows (phases, then modules) where the candidate costs more, costliest first."""
         rows = [dict(r, what="phase") for r in self.phases if r["extra"] > 0] + \
                [dict(r, what="module") for r in self.modules if r["extra"] > 0] + \
+               [dict(r, what="module backward", extra=r["extra_bwd"]) for r in self.modules
+                if (r.get("extra_bwd") or 0.0) > 0] + \
                [dict(r, what="op") for r in self.ops if r["extra"] > 0]
         return sorted(rows, key=lambda r: -r["extra"])
 
@@ -519,14 +645,21 @@ def compare(ref: Trace | str | os.PathLike[str] | PerfResult,
             used.add(cm.module)
             modules.append({"name": m.module, "cand_name": cm.module, "cls": cm.cls,
                             "ref": m.self_time, "cand": cm.self_time,
-                            "extra": cm.self_time - m.self_time, "only": ""})
+                            "extra": cm.self_time - m.self_time, "only": "",
+                            "ref_bwd": m.backward_self, "cand_bwd": cm.backward_self,
+                            "extra_bwd": (cm.backward_self - m.backward_self
+                                          if cm.backward_self is not None
+                                          and m.backward_self is not None else None)})
         else:
             modules.append({"name": m.module, "cand_name": "", "cls": m.cls, "ref": m.self_time,
-                            "cand": 0.0, "extra": -m.self_time, "only": "ref"})
+                            "cand": 0.0, "extra": -m.self_time, "only": "ref",
+                            "ref_bwd": m.backward_self, "cand_bwd": None, "extra_bwd": None})
     for cm in c.modules:
         if cm.module not in used:
             modules.append({"name": cm.module, "cand_name": cm.module, "cls": cm.cls, "ref": 0.0,
-                            "cand": cm.self_time, "extra": cm.self_time, "only": "cand"})
+                            "cand": cm.self_time, "extra": cm.self_time, "only": "cand",
+                            "ref_bwd": None, "cand_bwd": cm.backward_self,
+                            "extra_bwd": cm.backward_self})
     modules.sort(key=lambda x: -x["extra"])
     slowdown = cs["step"] / rs["step"] if rs["step"] > 0 else None
     return PerfComparison(r, c, phases, modules, slowdown, _ops_side(r, c))
@@ -567,14 +700,15 @@ def chrome_trace(result: PerfResult | PerfComparison) -> dict[str, Any]:
     for pid, run in enumerate(runs, start=1):
         events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
                        "args": {"name": f"{run.framework} {run.path}"}})
-        for tid, label in ((1, "steps"), (2, "phases"), (3, "modules"), (4, "all-reduce")):
+        for tid, label in ((1, "steps"), (2, "phases"), (3, "modules"), (4, "all-reduce"),
+                           (5, "modules (backward)")):
             events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
                            "args": {"name": label}})
         for step, what, name, cls, t, d in run.spans:
             if not (math.isfinite(t) and math.isfinite(d)) or d <= 0:
                 continue
             tid = 1 if name == "step" and what == "phase" else \
-                {"phase": 2, "module": 3, "comm": 4}.get(what, 3)
+                {"phase": 2, "module": 3, "comm": 4, "module-backward": 5}.get(what, 3)
             ev = {"name": f"step {step}" if tid == 1 else name, "cat": what, "ph": "X",
                   "pid": pid, "tid": tid, "ts": round(t * 1e6, 3), "dur": round(d * 1e6, 3),
                   "args": {"step": step, **({"class": cls} if cls else {})}}

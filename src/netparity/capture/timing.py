@@ -75,6 +75,13 @@ class _TimedIterator:
         return len(self._it)  # type: ignore[arg-type]
 
 
+# a module call's row in _StepMarks.modules: path, class, forward start, forward seconds (None
+# until its post-hook ran), forward self seconds, parent row (-1: a root), backward start and end
+# (the gradient reaching its output / leaving it; None when unseen), forward memory peak and the
+# peak's rise above the memory at its start (bytes; None when not read)
+_RPATH, _RCLS, _RT, _RDUR, _RSELF, _RPARENT, _RBT0, _RBT1, _RMPEAK, _RMRISE = range(10)
+
+
 class _StepMarks:
     """What the hooks saw during one step (seconds since the profile started)."""
 
@@ -92,7 +99,9 @@ class _StepMarks:
         self.compile_total = 0.0  # graph compilation (MindSpore GRAPH_MODE: Cell.compile)
         self.mem: dict[str, int] = {}  # memory peak readings at phase ends (memory= reader)
         self.compile_first: float | None = None
-        self.modules: list[tuple[str, str, float, float, float]] = []  # path, cls, t, dur, self
+        # one row per module call, in call order (columns _RPATH..): filled by the forward hooks
+        # and, for the backward columns, by the framework's autograd-node hooks
+        self.modules: list[list[Any]] = []
         self.grads: list[tuple[int, float]] = []  # parameter index, gradient accumulated at
         # all-reduce buckets: index, start (bucket ready), end (reduced), bytes, parameter indices
         self.comm: list[tuple[int, float, float, int, list[int]]] = []
@@ -114,11 +123,23 @@ class StepTimer:
                  loader: Iterable[Any] | None = None, modules: bool = True,
                  overwrite: bool = False, rank: int = 0, writer: TraceWriter | None = None,
                  step_of: Callable[[], int] | None = None,
-                 memory: tuple[str, Callable[[], int], Callable[[], None] | None] | None = None):
+                 memory: tuple[str, Callable[[], int], Callable[[], None] | None] | None = None,
+                 module_memory: Callable[[], tuple[int, int]] | None = None,
+                 module_memory_steps: int = 3, owned: dict[str, list[int]] | None = None):
         self.loader = loader
         # ``memory``: (what, read the peak in bytes, reset the peak or None): read at the end
         # of forward, backward and optimizer (reset at each phase start when it can be)
         self._mem = memory
+        # ``module_memory``: read (peak since the last reset, current) in bytes, with
+        # ``memory``'s reset: each module call's forward peak, nested (a child's reset folds the
+        # peak so far into its parent's). Read in the first ``module_memory_steps`` steps only
+        # (two reads and resets per module call: ~0.1 ms each through /proc)
+        self._mm = module_memory if memory is not None and memory[2] is not None else None
+        self._mm_steps = module_memory_steps
+        self._mm_on = self._mm is not None and module_memory_steps > 0
+        # ``owned``: module path -> indices of the parameters under it: its backward ends no
+        # earlier than their gradients are accumulated (the module's first op's node)
+        self._owned = owned or {}
         self._modules = modules
         # ``writer``: an accuracy capture's (``capture(..., timing=True)``): the timing records
         # go into its trace, numbered by its step counter (``step_of``); it stays open here
@@ -210,7 +231,18 @@ class StepTimer:
             t = _clock() - self._t0
             if not stack:
                 self._forward_begins(t)
-            stack.append([path, cls, t, 0.0])
+            rows = self._cur.modules
+            # frame: path, class, start, children's seconds, row, peak so far, memory at start
+            frame = [path, cls, t, 0.0, len(rows), 0, 0]
+            rows.append([path, cls, t, None, 0.0, stack[-1][4] if stack else -1, None, None,
+                         None, None])
+            if self._mm_on:
+                peak, now = self._mm()  # type: ignore[misc]
+                self._mem[2]()  # type: ignore[index,misc]
+                if stack:  # the parent's peak up to here
+                    stack[-1][5] = max(stack[-1][5], peak)
+                frame[5] = frame[6] = now
+            stack.append(frame)
 
         return pre
 
@@ -224,19 +256,45 @@ class StepTimer:
                 stack.pop()
             if not stack:
                 return
-            _, cls, start, child = stack.pop()
+            _, cls, start, child, slot, peak, base = stack.pop()
             dur = t - start
-            self._cur.modules.append((path, cls, start, dur, dur - child))
+            c = self._cur
+            row = c.modules[slot]
+            row[_RDUR] = dur
+            row[_RSELF] = dur - child
+            if self._mm_on:
+                now_peak, _ = self._mm()  # type: ignore[misc]
+                self._mem[2]()  # type: ignore[index,misc]
+                peak = max(peak, now_peak)
+                row[_RMPEAK], row[_RMRISE] = peak, peak - base
+                if stack:
+                    stack[-1][5] = max(stack[-1][5], peak)
+            self._watch_backward(out, row)
             if stack:
                 stack[-1][3] += dur
             else:
-                c = self._cur
                 c.fwd_last = t
                 c.fwd_total += dur
-                if self._mem is not None:
+                if self._mm_on:  # the nested resets split the phase: its peak is the root's
+                    c.mem["forward"] = max(c.mem.get("forward", 0), peak)
+                elif self._mem is not None:
                     self._mem_mark("forward")
 
         return post
+
+    def _watch_backward(self, out: Any, row: list[Any]) -> None:
+        """Framework units hook the autograd nodes of ``out`` so that the module's backward
+        start and end land in ``row`` (:meth:`_bwd_begins`, :meth:`_bwd_ends`)."""
+
+    def _bwd_begins(self, row: list[Any], *_: Any) -> None:
+        t = _clock() - self._t0
+        if row[_RBT0] is None or t < row[_RBT0]:
+            row[_RBT0] = t
+
+    def _bwd_ends(self, row: list[Any], *_: Any) -> None:
+        t = _clock() - self._t0
+        if row[_RBT1] is None or t > row[_RBT1]:
+            row[_RBT1] = t
 
     def _forward_begins(self, t: float) -> None:
         c = self._cur
@@ -340,6 +398,7 @@ class StepTimer:
         self.steps += 1
         self._cur = _StepMarks(end)
         self._stack.clear()
+        self._mm_on = self._mm is not None and self.steps < self._mm_steps
 
     def _write_step(self, c: _StepMarks, end: float) -> None:
         fwd_first = c.fwd_first if c.fwd_first is not None else end
@@ -378,12 +437,12 @@ class StepTimer:
         if "start" in c.mem:  # the reading before the forward (a high-water's baseline)
             recs[0].extra["mem0"] = c.mem["start"]
         calls: dict[str, int] = {}
-        for path, cls, t, d, s in c.modules:
+        for path, cls, t, d, s, extra in self._module_rows(c):
             n = calls.get(path, 0)
             calls[path] = n + 1
             recs.append(Record(kind="timing", op="module", native=cls, module=path, call=n,
                                step=step, direction="forward", role="output", rank=self.rank,
-                               extra={"t": t, "d": d, "self": s}))
+                               extra={"t": t, "d": d, "self": s, **extra}))
         if c.grads:  # when each gradient was ready (one record: 161 for a ResNet-50)
             recs.append(Record(kind="timing", op="grads", step=step, direction="backward",
                                role="grad", rank=self.rank,
@@ -395,6 +454,46 @@ class StepTimer:
                                extra={"t": t0, "d": t1 - t0, "bytes": nbytes,
                                       "params": params}))
         self._writer.add_many(recs)
+
+    def _module_rows(self, c: _StepMarks) -> list[tuple[str, str, float, float, float,
+                                                          dict[str, Any]]]:
+        """Each finished module call with its extra facts: backward start ``bt``, seconds ``bd``
+        and self seconds ``bself`` (less its child modules' backward), forward memory ``mem``
+        (peak) and ``mem_rise`` (above its start)."""
+        rows = c.modules
+        ready: dict[int, float] = {}
+        if self._owned:
+            for i, t in c.grads:
+                ready[i] = t
+        bd: list[float | None] = [None] * len(rows)
+        for k, r in enumerate(rows):
+            if r[_RDUR] is None or r[_RBT0] is None:
+                continue
+            end = r[_RBT1]
+            for i in self._owned.get(r[_RPATH], ()):
+                g = ready.get(i)
+                if g is not None and (end is None or g > end):
+                    end = g
+            if end is not None and end >= r[_RBT0]:
+                bd[k] = end - r[_RBT0]
+        child = [0.0] * len(rows)
+        for k, r in enumerate(rows):
+            d = bd[k]
+            if d is not None and r[_RPARENT] >= 0:
+                child[r[_RPARENT]] += d
+        out = []
+        for k, r in enumerate(rows):
+            if r[_RDUR] is None:  # its forward raised: no post-hook
+                continue
+            extra: dict[str, Any] = {}
+            d = bd[k]
+            if d is not None:
+                extra = {"bt": r[_RBT0], "bd": d, "bself": max(d - child[k], 0.0)}
+            if r[_RMPEAK] is not None:
+                extra["mem"] = int(r[_RMPEAK])
+                extra["mem_rise"] = int(r[_RMRISE])
+            out.append((r[_RPATH], r[_RCLS], r[_RT], r[_RDUR], r[_RSELF], extra))
+        return out
 
     def record_probe(self, sizes: list[int], seconds: list[float], what: str = "allreduce"
                      ) -> None:

@@ -70,6 +70,29 @@ def esc(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
+def _svg_open(width: int, height: int, title: str, ml: int) -> list[str]:
+    """An SVG's opening tag, white background and title (left-aligned at ``ml``)."""
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title)}">',
+           f'<rect width="{width}" height="{height}" fill="#fff"/>']
+    if title:
+        out.append(f'<text x="{ml}" y="18" font-size="13" font-weight="bold">{esc(title)}</text>')
+    return out
+
+
+def _axis_labels(x_label: str, y_label: str, x_mid: float, x_y: float, y_mid: float
+                 ) -> list[str]:
+    """The x axis label centred at ``(x_mid, x_y)``, the y label rotated at ``(12, y_mid)``."""
+    out = []
+    if x_label:
+        out.append(f'<text x="{x_mid}" y="{x_y}" font-size="11" '
+                   f'text-anchor="middle">{esc(x_label)}</text>')
+    if y_label:
+        out.append(f'<text x="12" y="{y_mid}" font-size="11" text-anchor="middle" '
+                   f'transform="rotate(-90 12 {y_mid})">{esc(y_label)}</text>')
+    return out
+
+
 def svg_line_plot(
     series: Mapping[str, Sequence[float]] | Sequence[tuple[str, Sequence[float], Sequence[float]]],
     *,
@@ -111,11 +134,7 @@ def svg_line_plot(
         clean.append((name, pts))
         pts_all += [(p[1], p[2]) for p in pts]
     ml, mr, mt, mb = 64, 16, 28, 40
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title)}">',
-           f'<rect width="{width}" height="{height}" fill="#fff"/>']
-    if title:
-        out.append(f'<text x="{ml}" y="18" font-size="13" font-weight="bold">{esc(title)}</text>')
+    out = _svg_open(width, height, title, ml)
     if not pts_all:
         out.append(f'<text x="{ml}" y="{height // 2}" fill="#777">no data</text></svg>')
         return "".join(out)
@@ -149,12 +168,7 @@ def svg_line_plot(
         xv = x0 + (x1 - x0) * k / nt
         out.append(f'<text x="{sx(xv):.1f}" y="{mt + ph + 14}" font-size="10" '
                    f'text-anchor="middle">{esc(fmt(round(xv, 2)))}</text>')
-    if x_label:
-        out.append(f'<text x="{ml + pw / 2}" y="{height - 6}" font-size="11" '
-                   f'text-anchor="middle">{esc(x_label)}</text>')
-    if y_label:
-        out.append(f'<text x="12" y="{mt + ph / 2}" font-size="11" text-anchor="middle" '
-                   f'transform="rotate(-90 12 {mt + ph / 2})">{esc(y_label)}</text>')
+    out += _axis_labels(x_label, y_label, ml + pw / 2, height - 6, mt + ph / 2)
     for si, (name, pts) in enumerate(clean):
         col = PALETTE[si % len(PALETTE)]
         if pts:
@@ -171,6 +185,63 @@ def svg_line_plot(
         out.append(f'<rect x="{ml + pw - 150}" y="{mt + 4 + 14 * si}" width="10" height="10" '
                    f'fill="{col}"/><text x="{ml + pw - 136}" y="{mt + 13 + 14 * si}" '
                    f'font-size="11">{esc(name)}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def svg_stacked_bars(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], *,
+                     title: str = "", labels: Sequence[str] = (), width: int = 720,
+                     height: int = 260, x_label: str = "", y_label: str = "") -> str:
+    """An inline SVG stacked bar chart: one bar per x (the first series' xs, or ``labels``),
+    each series a segment; non-finite or negative values count as 0.
+
+    Example:
+        >>> svg_stacked_bars([("a", [0, 1], [1.0, 2.0]), ("b", [0, 1], [0.5, 0.5])]).count(
+        ...     "<rect x=")
+        6
+    """
+    items = [(str(n), list(xs), [max(float(y), 0.0) if math.isfinite(float(y)) else 0.0
+                                 for y in ys]) for n, xs, ys in series]
+    n = max((len(ys) for _, _, ys in items), default=0)
+    names = list(labels) or [fmt(x) for x in (items[0][1] if items else [])]
+    tops = [sum(ys[i] for _, _, ys in items if i < len(ys)) for i in range(n)]
+    ml, mr, mt, mb = 64, 160, 28, 40
+    out = _svg_open(width, height, title, ml)
+    ymax = max(tops, default=0.0)
+    if n == 0 or ymax <= 0:
+        out.append(f'<text x="{ml}" y="{height // 2}" fill="#777">no data</text></svg>')
+        return "".join(out)
+    pw, ph = width - ml - mr, height - mt - mb
+    out.append(f'<line x1="{ml}" y1="{mt + ph}" x2="{ml + pw}" y2="{mt + ph}" stroke="#444"/>')
+    for k in range(6):
+        yv = ymax * k / 5
+        y = mt + ph - ph * k / 5
+        out.append(f'<line x1="{ml}" y1="{y:.1f}" x2="{ml + pw}" y2="{y:.1f}" stroke="#eee"/>'
+                   f'<text x="{ml - 4}" y="{y + 4:.1f}" font-size="10" text-anchor="end">'
+                   f'{esc(fmt(yv))}</text>')
+    slot = pw / n
+    bw = max(min(slot * 0.7, 60.0), 1.0)
+    for i in range(n):
+        x = ml + slot * i + (slot - bw) / 2
+        base = 0.0
+        for si, (name, _, ys) in enumerate(items):
+            v = ys[i] if i < len(ys) else 0.0
+            if v <= 0:
+                continue
+            y_top = mt + ph - (base + v) / ymax * ph
+            out.append(f'<rect x="{x:.1f}" y="{y_top:.1f}" width="{bw:.1f}" '
+                       f'height="{v / ymax * ph:.1f}" fill="{PALETTE[si % len(PALETTE)]}">'
+                       f'<title>{esc(names[i] if i < len(names) else i)} {esc(name)}: '
+                       f'{esc(fmt(v))}</title></rect>')
+            base += v
+        if n <= 40 and i < len(names):
+            out.append(f'<text x="{x + bw / 2:.1f}" y="{mt + ph + 14}" font-size="10" '
+                       f'text-anchor="middle">{esc(names[i])}</text>')
+    for si, (name, _, _) in enumerate(items):
+        out.append(f'<rect x="{ml + pw + 12}" y="{mt + 4 + 14 * si}" width="10" height="10" '
+                   f'fill="{PALETTE[si % len(PALETTE)]}"/><text x="{ml + pw + 26}" '
+                   f'y="{mt + 13 + 14 * si}" font-size="11">{esc(name)}</text>')
+    out += _axis_labels(x_label, y_label, ml + pw / 2, height - 6, mt + ph / 2)
     out.append("</svg>")
     return "".join(out)
 
@@ -220,6 +291,9 @@ def _text(x: Text) -> str:
 
 
 def _plot(p: Plot) -> str:
+    if p.stacked:
+        return svg_stacked_bars(p.series, title=p.title, labels=p.labels, x_label=p.x_label,
+                                y_label=p.y_label, height=p.height)
     return svg_line_plot(p.series, title=p.title, log_y=p.log_y, x_label=p.x_label,
                          y_label=p.y_label, markers=p.markers, highlight=p.highlight,
                          height=p.height)

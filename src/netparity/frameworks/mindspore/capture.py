@@ -158,6 +158,7 @@ class MindSporeCapture(CaptureSession):
         self._opt_ids: set[int] = set()
         self._graph: GraphProbes | None = None
         self._graph_native: dict[str, tuple[str, str]] = {}
+        self._timer: Any = None  # capture(..., timing=True): the MindSporeTiming sharing the writer
 
     # ---- install / remove ------------------------------------------------------------------
     def install(self) -> MindSporeCapture:
@@ -181,6 +182,10 @@ class MindSporeCapture(CaptureSession):
                                   "(the manifest's launch_blocking fact was not applied)")
             self._install_graph()
             return self
+        if self._timer is not None:
+            # first: its pre-hooks run before the capture's, its post-hooks after (its module
+            # times then hold the capture's work, as PyTorch's capture(timing=True) does)
+            self._timer.install()
         if self.launch_blocking and not _launch_blocking_is_set():
             # one way: MindSpore has no call that turns it off again
             ms.runtime.launch_blocking()
@@ -263,6 +268,8 @@ class MindSporeCapture(CaptureSession):
             return
         self._installed = False
         errors: list[BaseException] = []
+        if self._timer is not None:
+            self._timer.uninstall()
         if self._graph is not None:
             try:
                 self._drain_graph()
@@ -296,6 +303,8 @@ class MindSporeCapture(CaptureSession):
 
     def close(self) -> None:
         try:
+            if self._timer is not None:
+                self._timer.close()  # its last step and hooks (the writer is the capture's)
             self.remove()
         finally:
             if self.writer is not None and (self.notes or self.errors):
@@ -348,6 +357,8 @@ class MindSporeCapture(CaptureSession):
 
     def step(self) -> None:
         """Record parameters after the update, then start the next step."""
+        if self._timer is not None:  # a timed step not ended by an optimizer ends here
+            self._timer.step()
         self._drain_graph()
         if self.active:
             for p in self.model.get_parameters():
@@ -601,6 +612,8 @@ def capture(
     launch_blocking: bool = False,
     stop_on_nonfinite: bool = False,
     scaler: Any = None,
+    timing: bool = False,
+    loader: Any = None,
 ) -> MindSporeCapture:
     """Capture a MindSpore network's Cells, primitives, loss, parameters and gradients.
 
@@ -634,6 +647,13 @@ def capture(
             ``_train_network`` that ``Model(..., loss_scale_manager=...)`` builds -- or a
             ``DynamicLossScaleUpdateCell``); those inside ``model`` are found without it. The
             scale and overflow of each call are recorded (see :mod:`.loss_scale`).
+        timing: PyNative only: also record the light timing of each step
+            (``netparity.profile``'s records: phases, Cell times; ``netparity perf`` reads
+            them) into the same trace, numbered by this capture's steps. The optimizer Cell's
+            call ends a timed step (without ``optimizer``: :meth:`step`). The times include the
+            capture's own work: compare them only with runs captured the same way.
+        loader: with ``timing``, the dataset/iterator whose ``next()`` waits are the data
+            phase (as for ``profile``).
 
     Returns:
         A :class:`MindSporeCapture`; use it with ``with`` or as a decorator.
@@ -659,7 +679,28 @@ def capture(
         rank = int(os.environ.get("RANK_ID", "0") or 0)
     if world_size is None:
         world_size = int(os.environ.get("RANK_SIZE", "1") or 1)
-    return MindSporeCapture(model, path, policy, optimizer=optimizer, rank=rank,
-                            world_size=world_size, manifest=manifest, overwrite=overwrite,
-                            launch_blocking=launch_blocking,
-                            stop_on_nonfinite=stop_on_nonfinite, scaler=scaler)
+    if not timing:
+        return MindSporeCapture(model, path, policy, optimizer=optimizer, rank=rank,
+                                world_size=world_size, manifest=manifest, overwrite=overwrite,
+                                launch_blocking=launch_blocking,
+                                stop_on_nonfinite=stop_on_nonfinite, scaler=scaler)
+    import mindspore as ms
+
+    from netparity.capture.timing import loader_facts
+    from netparity.frameworks.mindspore.timing import MindSporeTiming, timing_facts
+
+    if ms.get_context("mode") != ms.PYNATIVE_MODE:
+        raise UsageError("capture(..., timing=True) needs PyNative mode (GRAPH_MODE compiles "
+                         "the hooks into the graph): time a GRAPH_MODE run with "
+                         "netparity.profile(train_cell, DIR) instead")
+    cap = MindSporeCapture(model, path, policy, optimizer=optimizer, rank=rank,
+                           world_size=world_size,
+                           manifest={**timing_facts(model), "timing": "light",
+                                     "loader": loader_facts(loader), **(manifest or {})},
+                           overwrite=overwrite, launch_blocking=launch_blocking,
+                           stop_on_nonfinite=stop_on_nonfinite, scaler=scaler)
+    if cap.writer is not None:  # (a rank the policy leaves out writes nothing)
+        cap._timer = MindSporeTiming(model, path, optimizer=optimizer, loader=loader,
+                                     writer=cap.writer, step_of=lambda: cap.step_no,
+                                     rank=cap.rank)
+    return cap

@@ -30,7 +30,7 @@ from typing import Any
 from netparity.capture.timing import StepTimer
 from netparity.errors import UsageError
 
-__all__ = ["MindSporeTiming", "profile"]
+__all__ = ["MindSporeTiming", "profile", "timing_facts"]
 
 
 class MindSporeTiming(StepTimer):
@@ -38,7 +38,8 @@ class MindSporeTiming(StepTimer):
 
     def __init__(self, model: Any, path: str | os.PathLike[str], *, optimizer: Any = None,
                  loader: Iterable[Any] | None = None, modules: bool = True,
-                 overwrite: bool = False, manifest: dict[str, Any] | None = None):
+                 overwrite: bool = False, manifest: dict[str, Any] | None = None,
+                 writer: Any = None, step_of: Any = None, rank: int = 0):
         import mindspore as ms
         from mindspore import nn
 
@@ -49,13 +50,13 @@ class MindSporeTiming(StepTimer):
                              f"{type(optimizer).__name__}")
         self.model = model
         self.optimizer = optimizer
-        mode = "pynative" if ms.get_context("mode") == ms.PYNATIVE_MODE else "graph"
-        self._graph = mode == "graph"
         facts = {"framework": "mindspore", "framework_version": ms.__version__,
-                 "device": str(ms.get_context("device_target")).lower(), "mode": mode,
-                 "params": [[p.name, list(p.shape)] for p in model.get_parameters()],
-                 **(manifest or {})}
-        super().__init__(path, facts, loader=loader, modules=modules, overwrite=overwrite)
+                 "device": str(ms.get_context("device_target")).lower(),
+                 **timing_facts(model), **(manifest or {})}
+        self._graph = facts["mode"] == "graph"
+        # ``writer``/``step_of``: an accuracy capture's (``capture(..., timing=True)``)
+        super().__init__(path, facts, loader=loader, modules=modules, overwrite=overwrite,
+                         writer=writer, step_of=step_of, rank=rank)
 
     def _register(self) -> list[Any]:
         root = self.model
@@ -105,6 +106,22 @@ class _GraphTimer:
     def remove(self) -> None:
         for name in ("compile", "compile_and_run"):
             self.cell.__dict__.pop(name, None)
+
+
+def timing_facts(model: Any, loader: Any = None) -> dict[str, Any]:
+    """The manifest facts a timed MindSpore trace carries: the mode, the parameters (name and
+    shape, for pairing Cells with modules by ownership); with ``loader``, the light mode's
+    ``timing`` and ``loader`` facts too (for a capture that records timing as well)."""
+    import mindspore as ms
+
+    out: dict[str, Any] = {
+        "mode": "pynative" if ms.get_context("mode") == ms.PYNATIVE_MODE else "graph",
+        "params": [[p.name, list(p.shape)] for p in model.get_parameters()]}
+    if loader is not None:
+        from netparity.capture.timing import loader_facts
+
+        out.update(timing="light", loader=loader_facts(loader))
+    return out
 
 
 def profile(model: Any, path: str | os.PathLike[str], *, optimizer: Any = None,

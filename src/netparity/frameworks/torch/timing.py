@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Iterable
@@ -44,7 +45,8 @@ class TorchTiming(StepTimer):
                  loader: Iterable[Any] | None = None, modules: bool = True,
                  overwrite: bool = False, manifest: dict[str, Any] | None = None,
                  global_optimizer: bool = False, comm: bool = True, writer: Any = None,
-                 step_of: Any = None, rank: int | None = None):
+                 step_of: Any = None, rank: int | None = None, module_memory_steps: int = 3,
+                 module_backward: bool = True):
         import torch
         import torch.distributed as dist
 
@@ -55,6 +57,8 @@ class TorchTiming(StepTimer):
                              f"{type(optimizer).__name__}")
         self.model = model
         self.optimizer = optimizer
+        self._tensor = torch.Tensor
+        self._module_backward = module_backward and modules
         # without an optimizer object (``netparity run --profile``): every optimizer's step
         self._global_optimizer = global_optimizer and optimizer is None
         self._comm = comm
@@ -65,6 +69,9 @@ class TorchTiming(StepTimer):
         if rank is None:
             rank = dist.get_rank() if distributed else 0
         memory = _memory_reader(_device_of(model))
+        # the parameters under each module: its backward ends with their gradients
+        owned = {name: [self._param_index[id(p)] for p in mod.parameters()]
+                 for name, mod in model.named_modules()} if modules else {}
         facts = {"framework": "torch", "framework_version": torch.__version__,
                  "device": _device_of(model),
                  # (name, shape) in creation order: the side by side pairs modules by the
@@ -72,6 +79,7 @@ class TorchTiming(StepTimer):
                  "params": [[n, list(p.shape)] for n, p in model.named_parameters()],
                  "param_bytes": [p.numel() * p.element_size() for p in params],
                  "memory": memory[0],
+                 "module_memory": memory[0] if memory[3] is not None else None,
                  **({"world_size": dist.get_world_size(), "backend": dist.get_backend()}
                     if distributed else {}),
                  **(manifest or {})}
@@ -83,7 +91,9 @@ class TorchTiming(StepTimer):
             dist.barrier()
         try:
             super().__init__(path, facts, loader=loader, modules=modules, overwrite=overwrite,
-                             rank=rank, writer=writer, step_of=step_of, memory=memory)
+                             rank=rank, writer=writer, step_of=step_of, memory=memory[:3],
+                             module_memory=memory[3], module_memory_steps=module_memory_steps,
+                             owned=owned)
         finally:
             if ordered and rank == 0:
                 dist.barrier()
@@ -113,6 +123,24 @@ class TorchTiming(StepTimer):
             h.append(register_optimizer_step_post_hook(self._opt_post))
         return h
 
+
+    def _watch_backward(self, out: Any, row: list[Any]) -> None:
+        # the module's backward begins when the gradient reaches its output's autograd node
+        # and (with the parameters it owns, whose accumulation is the module's first op's
+        # node) ends when that node is done; node hooks die with the graph: nothing to remove
+        if not self._handles or not self._module_backward:
+            return
+        # a module with parameters ends with their gradients (after its output's node): only
+        # a parameterless one needs the node's end (half the hooks on a ResNet)
+        ends = not self._owned.get(row[0])
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        for o in outs:
+            if isinstance(o, self._tensor):
+                node = o.grad_fn
+                if node is not None:
+                    node.register_prehook(functools.partial(self._bwd_begins, row))
+                    if ends:
+                        node.register_hook(functools.partial(self._bwd_ends, row))
 
     def _hook_ddp(self, model: Any) -> None:
         from torch.nn.parallel import DistributedDataParallel
@@ -179,7 +207,7 @@ class TorchTiming(StepTimer):
         return out
 
 
-def _memory_reader(device: str) -> tuple[str, Any, Any]:
+def _memory_reader(device: str) -> tuple[str, Any, Any, Any]:
     """What the memory peak per phase reads: CUDA's allocator peak on a CUDA model; else the
     process's peak resident set (Linux ``/proc/self/status`` ``VmHWM``, reset at each phase
     start by writing 5 to ``/proc/self/clear_refs``); else (no /proc) the ``getrusage``
@@ -189,15 +217,46 @@ def _memory_reader(device: str) -> tuple[str, Any, Any]:
     if device.startswith("cuda") and torch.cuda.is_available():  # (untested: no GPU here)
         dev = torch.device(device)
         return ("cuda.max_memory_allocated", lambda: int(torch.cuda.max_memory_allocated(dev)),
-                lambda: torch.cuda.reset_peak_memory_stats(dev))
+                lambda: torch.cuda.reset_peak_memory_stats(dev),
+                lambda: (int(torch.cuda.max_memory_allocated(dev)),
+                         int(torch.cuda.memory_allocated(dev))))
     if _vm_hwm() is not None and _reset_hwm():
-        return ("rss_peak", _vm_hwm, _reset_hwm)
+        pm = _ProcMemory()
+        return ("rss_peak", _vm_hwm, pm.reset, pm.read)
     import resource
     import sys
 
     scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
     return ("rss_high_water", lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
-            None)
+            None, None)
+
+
+class _ProcMemory:
+    """``VmHWM`` and ``VmRSS`` in one read of ``/proc/self/status`` through a descriptor kept
+    open (``pread`` at 0: ~45 us against ~100 us for open/read/close), for the per-module
+    forward peaks."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self._clear: int | None = None
+
+    def reset(self) -> None:
+        """``VmHWM`` back to the current resident set (``_reset_hwm``, descriptor kept)."""
+        if self._clear is None:
+            self._clear = os.open("/proc/self/clear_refs", os.O_WRONLY)
+        os.write(self._clear, b"5")
+
+    def read(self) -> tuple[int, int]:
+        if self._fd is None:
+            self._fd = os.open("/proc/self/status", os.O_RDONLY)
+        b = os.pread(self._fd, 8192, 0)
+        i, j = b.find(b"VmHWM:"), b.find(b"VmRSS:")
+        return (int(b[i + 6:b.index(b"kB", i)]) * 1024, int(b[j + 6:b.index(b"kB", j)]) * 1024)
+
+    def __del__(self, _close: Any = os.close) -> None:  # (os may be gone at shutdown)
+        for fd in (self._fd, self._clear):
+            if fd is not None:
+                _close(fd)
 
 
 def _vm_hwm() -> Any:
@@ -227,10 +286,11 @@ def timing_facts(model: Any, loader: Any = None) -> dict[str, Any]:
     from netparity.capture.timing import loader_facts
 
     params = list(model.parameters())
+    mem = _memory_reader(_device_of(model))
     return {"timing": "light", "loader": loader_facts(loader),
             "params": [[n, list(p.shape)] for n, p in model.named_parameters()],
             "param_bytes": [p.numel() * p.element_size() for p in params],
-            "memory": _memory_reader(_device_of(model))[0]}
+            "memory": mem[0], "module_memory": mem[0] if mem[3] is not None else None}
 
 
 def _device_of(model: Any) -> str:
@@ -241,11 +301,16 @@ def _device_of(model: Any) -> str:
 
 def profile(model: Any, path: str | os.PathLike[str], *, optimizer: Any = None,
             loader: Iterable[Any] | None = None, modules: bool = True, overwrite: bool = False,
-            manifest: dict[str, Any] | None = None) -> TorchTiming:
+            manifest: dict[str, Any] | None = None, module_memory_steps: int = 3,
+            module_backward: bool = True) -> TorchTiming:
     """Time each training step of ``model`` into the trace directory ``path`` (light mode).
 
     ``optimizer``: its ``step()`` ends each step (else call ``prof.step()``); ``loader``: its
     ``next()`` waits are the data phase (the loader keeps working unchanged; restored on close).
+    ``module_memory_steps``: each module's forward memory peak is read in this many first
+    steps (two reads and resets per module call; 0: never). ``module_backward=False`` leaves
+    out the per-module backward times (one autograd-node hook per module call: ~0.1 ms each
+    on this machine's ResNet-50, see docs/perf.md).
     Read the result with ``netparity perf PATH`` or :func:`netparity.analyzers.perf.analyze`.
 
     Example:
@@ -257,4 +322,6 @@ def profile(model: Any, path: str | os.PathLike[str], *, optimizer: Any = None,
         1
     """
     return TorchTiming(model, path, optimizer=optimizer, loader=loader, modules=modules,
-                       overwrite=overwrite, manifest=manifest).install()
+                       overwrite=overwrite, manifest=manifest,
+                       module_memory_steps=module_memory_steps,
+                       module_backward=module_backward).install()

@@ -74,7 +74,9 @@ class Table:
 
 @dataclass
 class Plot:
-    """A line chart: ``series`` of ``(name, xs, ys)``; ``markers`` colour points per series."""
+    """A line chart: ``series`` of ``(name, xs, ys)``; ``markers`` colour points per series.
+    ``stacked``: bars instead, one per x, each series a segment stacked on the previous
+    ones (the x values label the bars; non-numeric labels go in ``labels``)."""
 
     title: str
     series: list[tuple[str, list[float], list[float]]]
@@ -85,6 +87,8 @@ class Plot:
     highlight: tuple[str, int] | None = None
     height: int = 260
     only: tuple[str, ...] = ("json", "html")
+    stacked: bool = False
+    labels: list[str] = field(default_factory=list)
 
 
 @dataclass

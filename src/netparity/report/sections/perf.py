@@ -24,6 +24,10 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1e3:.1f} ms"
 
 
+def _mib(x: float | None) -> str:
+    return "-" if x is None else f"{x / 2**20:.1f} MiB"
+
+
 @section("PerfResult", "verdict")
 def verdict(r: PerfResult, **_: Any) -> Section:
     """One line: the costliest finding, or none."""
@@ -32,7 +36,9 @@ def verdict(r: PerfResult, **_: Any) -> Section:
                        headline=f"no performance finding: {r.path} ({len(r.steps)} step(s))")
     f = r.findings[0]
     return Section("verdict", title="Verdict", status="warn",
-                   headline=f"{f.kind} at {f.where}: {_ms(f.seconds)} per step"
+                   headline=f"{f.kind} at {f.where}: "
+                            + (_mib(f.bytes) if f.bytes is not None else
+                               f"{_ms(f.seconds)} per step")
                             + (f" ({f.share:.0%} of the step)" if f.share is not None else "")
                             + (f"; {len(r.findings) - 1} more finding(s)"
                                if len(r.findings) > 1 else ""))
@@ -57,9 +63,8 @@ def breakdown(r: PerfResult, **_: Any) -> Section:
                                  numeric=("steady median", "share", "first step")),
                            Plot("seconds per phase, each step",
                                 [(k, [float(x["step"]) for x in r.steps],
-                                  [float(x[k if k != "step" else "seconds"]) for x in r.steps])
-                                 for k in ("step", *PHASES)], x_label="step",
-                                y_label="seconds")])
+                                  [float(x[k]) for x in r.steps]) for k in PHASES],
+                                x_label="step", y_label="seconds", stacked=True)])
 
 
 @section("PerfResult", "findings")
@@ -67,8 +72,9 @@ def findings(r: PerfResult, **_: Any) -> Section | None:
     """Each finding with its evidence and advice, costliest first."""
     if not r.findings:
         return None
-    rows = [[f.kind, f.where, _ms(f.seconds), "" if f.share is None else f"{f.share:.0%}",
-             f.evidence, f.advice] for f in r.findings]
+    rows = [[f.kind, f.where, _mib(f.bytes) if f.bytes is not None else _ms(f.seconds),
+             "" if f.share is None else f"{f.share:.0%}", f.evidence, f.advice]
+            for f in r.findings]
     return Section("findings", title="Findings", status="warn",
                    headline=f"{len(r.findings)} finding(s)",
                    blocks=[Table("findings (seconds per steady step)",
@@ -83,14 +89,31 @@ def modules(r: PerfResult, top: int = 10, **_: Any) -> Section | None:
     if not r.modules:
         return None
     fwd = r.steady["forward"]
-    rows = [[m.module or "(root)", m.cls, _ms(m.self_time), _ms(m.total),
-             f"{m.self_time / fwd:.0%}" if fwd > 0 else "", fmt(m.calls)]
-            for m in r.modules[:top]]
+    bwd = any(m.backward_self is not None for m in r.modules)
+    mem = any(m.mem_rise is not None for m in r.modules)
+    cols = ["module", "class", "self", "total", "of forward", "calls"]
+    if bwd:
+        cols += ["backward self", "backward"]
+    if mem:
+        cols += ["memory rise"]
+    rows = []
+    for m in r.modules[:top]:
+        row = [m.module or "(root)", m.cls, _ms(m.self_time), _ms(m.total),
+               f"{m.self_time / fwd:.0%}" if fwd > 0 else "", fmt(m.calls)]
+        if bwd:
+            row += [_ms(m.backward_self), _ms(m.backward)]
+        if mem:
+            row += [_mib(m.mem_rise)]
+        rows.append(row)
     return Section("modules", title="Hot modules",
-                   headline=f"top {len(rows)} of {len(r.modules)} modules by forward self time",
-                   blocks=[Table("modules (forward, median per steady step)",
-                                 ["module", "class", "self", "total", "of forward", "calls"],
-                                 rows, mono=("module",), numeric=("self", "total", "calls"))])
+                   headline=f"top {len(rows)} of {len(r.modules)} modules by forward self time"
+                            + ("; backward per module from autograd-node hooks" if bwd else "")
+                            + ("; memory rise: the forward's peak above the module's start"
+                               if mem else ""),
+                   blocks=[Table("modules (median per steady step; memory: highest)",
+                                 cols, rows, mono=("module",),
+                                 numeric=("self", "total", "calls", "backward self", "backward",
+                                          "memory rise"))])
 
 
 @section("PerfResult", "ops")
@@ -136,9 +159,43 @@ def memory(r: PerfResult, **_: Any) -> Section | None:
     phases = ("forward", "backward", "optimizer", "step")
     rows = [[dev, *[fmt(d.get(p, 0) / 2**20, 4) + " MiB" if p in d else "-" for p in phases]]
             for dev, d in peaks.items()]
-    return Section("memory", title="Memory per phase",
-                   headline=f"peak allocated per phase ({r.memory.get('source', '')})",
-                   blocks=[Table("peak allocated", ["device", *phases], rows)])
+    blocks: list[Any] = [Table("peak allocated", ["device", *phases], rows)]
+    mods = sorted((m for m in r.modules if m.mem_rise is not None and m.module),
+                  key=lambda m: -(m.mem_rise or 0))[:10]
+    if mods:
+        blocks.append(Table("modules: forward peak above the module's start (highest over the "
+                            "steps read)", ["module", "class", "rise", "peak"],
+                            [[m.module, m.cls, _mib(m.mem_rise), _mib(m.mem_peak)]
+                             for m in mods], mono=("module",), numeric=("rise", "peak")))
+    return Section("memory", title="Memory per phase and per module",
+                   headline=f"peak allocated per phase ({r.memory.get('source', '')})"
+                            + (f"; top module {mods[0].module} +{_mib(mods[0].mem_rise)}"
+                               if mods else ""),
+                   blocks=blocks)
+
+
+@section("PerfResult", "device")
+def device(r: PerfResult, **_: Any) -> Section | None:
+    """Profiler traces with device events: busy and idle time per device, and what the host
+    did while the device idled."""
+    devs = (r.device or {}).get("devices")
+    if not devs:
+        return None
+    step = r.steady["step"]
+    rows = [[name, _ms(d["busy"]), _ms(d["idle"]), f"{d['idle'] / step:.0%}" if step > 0
+             else "", fmt(d["gaps"]), _ms(d["longest_gap"]),
+             *[_ms(d["idle_by_host"].get(c, 0.0)) for c in ("data", "sync", "host", "none")]]
+            for name, d in devs.items()]
+    lat = r.device.get("launch_delay_median")
+    return Section("device", title="Device activity",
+                   headline=f"{len(devs)} device(s); median launch-to-kernel delay "
+                            + ("-" if lat is None else f"{lat * 1e6:.0f} us"),
+                   blocks=[Table("per steady step (device events inside the host's step "
+                                 "window); idle split by what the host thread was doing",
+                                 ["device", "busy", "idle", "idle share", "gaps",
+                                  "longest gap", "idle: data", "idle: sync",
+                                  "idle: host ops", "idle: untraced"], rows,
+                                 numeric=("busy", "idle", "gaps", "longest gap"))])
 
 
 @section("PerfComparison", "verdict")
@@ -160,10 +217,14 @@ def side_phases(c: PerfComparison, **_: Any) -> Section:
     """Per phase: steady medians of both runs and the candidate's extra seconds."""
     rows = [[p["name"], _ms(p["ref"]), _ms(p["cand"]), _ms(p["extra"]), fmt(p["ratio"], 3)]
             for p in c.phases]
+    order = [p for p in PHASES]
+    bars = Plot("steady step, median seconds per phase",
+                [(k, [0.0, 1.0], [c.ref.steady[k], c.cand.steady[k]]) for k in order],
+                labels=["reference", "candidate"], y_label="seconds", stacked=True, height=240)
     return Section("phases", title="Phases side by side",
                    headline=f"reference {_ms(c.ref.steady['step'])}, candidate "
                             f"{_ms(c.cand.steady['step'])} per steady step",
-                   blocks=[Table("phases (extra = candidate - reference)",
+                   blocks=[bars, Table("phases (extra = candidate - reference)",
                                  ["phase", "reference", "candidate", "extra", "ratio"], rows,
                                  status=["warn" if p["extra"] > 0 else "" for p in c.phases],
                                  numeric=("reference", "candidate", "extra", "ratio"))])
@@ -175,18 +236,22 @@ def side_modules(c: PerfComparison, top: int = 10, **_: Any) -> Section | None:
     if not c.modules:
         return None
     rows = [[m["name"] or "(root)", m["cand_name"] if m["cand_name"] != m["name"] else "",
-             m["cls"], _ms(m["ref"]), _ms(m["cand"]), _ms(m["extra"]),
+             m["cls"], _ms(m["ref"]), _ms(m["cand"]), _ms(m["extra"]), _ms(m.get("ref_bwd")),
+             _ms(m.get("cand_bwd")), _ms(m.get("extra_bwd")),
              {"cand": "candidate only", "ref": "reference only"}.get(m["only"], "")]
             for m in c.modules[:top]]
     return Section("modules", title="Modules side by side",
                    headline=f"{sum(1 for m in c.modules if m['extra'] > 0)} module(s) slower in "
                             f"the candidate",
-                   blocks=[Table("modules (forward self time per steady step)",
+                   blocks=[Table("modules (self time per steady step: forward, then backward "
+                                 "where both runs measured it)",
                                  ["module", "candidate name", "class", "reference", "candidate",
-                                  "extra", "note"], rows, mono=("module", "candidate name"),
-                                 status=["warn" if m["extra"] > 0 else ""
-                                         for m in c.modules[:top]],
-                                 numeric=("reference", "candidate", "extra"))])
+                                  "extra", "ref backward", "cand backward", "extra backward",
+                                  "note"], rows, mono=("module", "candidate name"),
+                                 status=["warn" if m["extra"] > 0 or (m.get("extra_bwd") or 0) > 0
+                                         else "" for m in c.modules[:top]],
+                                 numeric=("reference", "candidate", "extra", "ref backward",
+                                          "cand backward", "extra backward"))])
 
 
 @section("PerfComparison", "ops")
