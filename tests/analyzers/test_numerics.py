@@ -137,6 +137,28 @@ def test_cli_bad_input_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
+class Scratch(torch.nn.Module):
+    """Writes into a fresh uninitialised buffer, as autograd's backward of strided ops does
+    (timm ConvNeXt's downsampling conv: ``new_empty_strided``, NaN garbage in both runs)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        buf = x.new_empty((64,))
+        buf.copy_(x.reshape(-1))
+        return buf.reshape(x.shape) * 2
+
+
+def test_uninitialised_memory_is_not_taken_for_a_nan(tmp_path: Path) -> None:
+    x = torch.randn(8, 8)
+    model = Scratch()
+    with netparity.capture(model, tmp_path / "u", level="op") as cap:
+        model(x)
+        cap.step()
+    ops = {r.op for r in netparity.open_trace(tmp_path / "u").load_records(kind="op")}
+    assert "mul" in ops and ops & {"copy", "copy_"}
+    assert not ops & {"new_empty", "empty", "empty_like", "new_empty_strided"}
+    assert analyze(tmp_path / "u").first_nonfinite is None
+
+
 def test_parameter_left_out_of_optimizer(tmp_path: Path) -> None:
     model = _net()
     opt = torch.optim.SGD(list(model[0].parameters()) + list(model[2].parameters())[:1], lr=0.05)

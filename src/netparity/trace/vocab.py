@@ -100,6 +100,12 @@ ALIASES: dict[str, str] = {
 VIEW_OPS = frozenset({"reshape", "transpose", "broadcast", "expand_dims", "squeeze", "slice",
                       "identity", "split", "flatten"})
 
+#: Canonical ops that allocate a tensor without initialising it (``empty``, autograd's
+#: ``new_empty_strided``): their output is whatever the memory held -- NaN included -- until
+#: the next op fills it, so it is neither captured nor judged nor taken for a NaN's origin.
+UNINITIALISED_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
+                               "new_empty_strided", "empty_permuted"})
+
 #: Ops whose data input is not their first argument (normalised native name -> argument
 #: position): ``addmm(bias, x, w)`` and its relatives take the added term first. Alignment
 #: matches a call's *primary* input against the other side's (``addmm``'s ``x`` against

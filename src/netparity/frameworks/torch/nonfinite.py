@@ -30,7 +30,7 @@ from netparity.capture.nonfinite import NonFiniteStop, classify, save_origin, st
 from netparity.frameworks.torch._common import _flatten, _flatten_call, _in_backward
 from netparity.frameworks.torch.adapter import _HOST_READY, _kernel_view, kernel_threads
 from netparity.frameworks.torch.op_dispatch import _OpMode
-from netparity.trace.vocab import canonical_op
+from netparity.trace.vocab import UNINITIALISED_OPS, canonical_op
 
 #: aten ops that only move, select or compare values: finite in, finite out, so their outputs
 #: need no check (a value that arrives non-finite is caught at the next op that computes, as
@@ -43,7 +43,7 @@ _MOVES = frozenset({
     "new_zeros", "new_ones", "empty_strided", "lift_fresh", "relu", "relu_", "threshold",
     "threshold_backward", "max_pool2d_with_indices", "cat", "stack", "index_select", "gather",
     "embedding", "narrow", "chunk", "zero_",
-})
+}) | UNINITIALISED_OPS  # an allocation's output is unwritten memory, not a computed NaN
 #: per op overload: True when it is one of the moves (decided once per overload)
 _SAFE: dict[Any, bool] = {}
 

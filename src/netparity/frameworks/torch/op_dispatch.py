@@ -22,7 +22,7 @@ from netparity.frameworks.torch._common import (
     _reuse_key,
 )
 from netparity.trace.schema import Record
-from netparity.trace.vocab import canonical_op
+from netparity.trace.vocab import UNINITIALISED_OPS, canonical_op
 
 # Ops that write into an input without declaring it in their schema, so autograd's version
 # counter does not move: training-mode batch norm updates running_mean/running_var in place.
@@ -76,6 +76,8 @@ class OpDispatch(TorchCaptureBase):
         if not p.wants_direction(direction):
             return func(*args, **kwargs)
         native, op = self._names_of_op(func)
+        if op in UNINITIALISED_OPS:  # its output is memory nobody has written yet
+            return func(*args, **kwargs)
         if direction == "update":
             module, mcall, idx = "", self._update_no, self._update_ops
             self._update_ops += 1
