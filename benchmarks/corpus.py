@@ -11,12 +11,14 @@ Pairs:
   an independent MindSpore port (faithful, four mistakes; ``--op`` adds op level);
 * transformers' GPT-2 (nobody here wrote it) as a causal LM with AdamW, gradient clipping and
   warmup: against itself in float64 and on another thread count (faithful), five mistakes;
+* timm's ConvNeXt, EfficientNet and RegNet (nobody here wrote them): against themselves in
+  float64, bfloat16 with AdamW, another thread count, at op level; a norm-eps mistake each;
 * torchvision's MobileNetV2 (nobody here wrote it) -> a PyTorch port with its conv+BN+ReLU6
   groups flattened (another module tree), through ``netparity compare``: faithful, and with the
   stem's BatchNorm eps copied from a Keras MobileNet (1e-3).
 
 Run (a few minutes per ResNet pair on 2 cores):
-    .venv/bin/python benchmarks/corpus.py [--depth 18] [--only resnet|mobilenet|vit|msvit|gpt2] [--op]
+    .venv/bin/python benchmarks/corpus.py [--depth 18] [--only resnet|mobilenet|vit|msvit|gpt2|timmcnn] [--op]
 """
 
 from __future__ import annotations
@@ -142,6 +144,30 @@ def gpt2_rows() -> list[tuple[str, ...]]:
                       gpt2_spec.FOUND_AT)
 
 
+def timm_cnn_rows() -> list[tuple[str, ...]]:
+    """timm's ConvNeXt, EfficientNet and RegNet against themselves in float64, bfloat16 with
+    AdamW, on another thread count and at op level, and with one norm-eps mistake each
+    (``tests/corpus/timm_cnn_spec.py``)."""
+    from tests.corpus import timm_cnn_spec
+
+    spec = str(Path(timm_cnn_spec.__file__))
+    rows = []
+    for arch, name, ropt, copt, level in (
+            ("convnext_atto", "faithful float64 candidate", {}, {"dtype": "float64"}, "module"),
+            ("convnext_atto", "faithful float64, op level", {}, {"dtype": "float64"}, "op"),
+            ("convnext_atto", "faithful bfloat16 + AdamW", {"opt": "adamw"},
+             {"dtype": "bfloat16"}, "module"),
+            ("efficientnet_b0", "faithful float64 candidate", {}, {"dtype": "float64"},
+             "module"),
+            ("regnetx_002", "faithful 1 vs 2 threads", {}, {"threads": 2}, "module"),
+            ("efficientnet_b0", "bn-eps", {}, {"bug": "bn-eps"}, "module"),
+            ("convnext_atto", "ln-eps", {}, {"bug": "ln-eps"}, "module")):
+        ropt = {"arch": arch, **ropt}
+        rows += _step_rows(f"timm {arch} -> itself (torch)", spec, spec,
+                           [(name, ropt, {**ropt, **copt}, level)], timm_cnn_spec.FOUND_AT)
+    return rows
+
+
 def _step_rows(pair: str, ref: str, cand: str, cases: list[tuple[str, dict, dict, str]],
                found: dict) -> list[tuple[str, ...]]:
     """One ``netparity step`` run (3 steps, no eval) per case: (name, reference options,
@@ -178,7 +204,8 @@ def _verdict(want: tuple, got: tuple) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--depth", type=int, default=18)
-    ap.add_argument("--only", choices=("resnet", "mobilenet", "vit", "msvit", "gpt2"))
+    ap.add_argument("--only", choices=("resnet", "mobilenet", "vit", "msvit", "gpt2",
+                                       "timmcnn"))
     ap.add_argument("--op", action="store_true", help="also op level (ResNet)")
     ap.add_argument("--bugs", help="comma-separated subset of the demo bugs")
     args = ap.parse_args()
@@ -188,6 +215,8 @@ def main() -> int:
         rows += mobilenet_rows()
     if args.only in (None, "vit"):
         rows += vit_rows(ms=False, op=args.op)
+    if args.only in (None, "timmcnn"):
+        rows += timm_cnn_rows()
     if args.only in (None, "gpt2"):
         rows += gpt2_rows()
     if args.only in (None, "msvit"):
