@@ -36,13 +36,25 @@ def test_faithful_port_passes_clean(tmp_path, level, steps):
     r = _run(tmp_path, level, None, steps)
     assert r.first_phase is None, [(p.name, p.status, p.summary) for p in r.phases]
     assert not [p for p in r.phases if p.status == "warn"]
-    # mapped by netparity itself: Meta's names and MindSpore's embedding_table onto
-    # transformers' (w1/w2/w3 are gate/down/up, not transformers' order)
-    pairs = {p.ref: p.cand for p in r.setup.name_map.pairs} if r.setup.name_map else {}
+    assert r.phase("setup").evidence["name_map"]["how"] == "automatic"
+
+
+@pytest.mark.slow
+def test_weights_are_mapped_by_netparity_alone():
+    """Meta's names and MindSpore's ``embedding_table`` onto transformers' names, with no
+    ``name_map`` in the spec: w1/w2/w3 are gate/down/up, not transformers' gate/up/down order
+    (up and down tell apart by shape)."""
+    from netparity.ckpt.mapping import map_names
+    from netparity.workflow.spec import load_spec
+
+    nm = map_names(load_spec(REF).model, load_spec(CAND).model)
+    pairs = {p.ref: p.cand for p in nm.pairs}
+    assert len(pairs) == 21 and not nm.ambiguous
     assert pairs["model.embed_tokens.weight"] == "tok_embeddings.embedding_table"
     assert pairs["model.layers.1.mlp.up_proj.weight"] == "layers.1.feed_forward.w3.weight"
     assert pairs["model.layers.1.mlp.down_proj.weight"] == "layers.1.feed_forward.w2.weight"
-    assert len(pairs) == 21
+    assert pairs["model.layers.0.post_attention_layernorm.weight"] == \
+        "layers.0.ffn_norm.weight"
 
 
 @pytest.mark.slow
