@@ -15,10 +15,14 @@ Pairs:
   float64, bfloat16 with AdamW, another thread count, at op level; a norm-eps mistake each;
 * torchvision's MobileNetV2 (nobody here wrote it) -> a PyTorch port with its conv+BN+ReLU6
   groups flattened (another module tree), through ``netparity compare``: faithful, and with the
-  stem's BatchNorm eps copied from a Keras MobileNet (1e-3).
+  stem's BatchNorm eps copied from a Keras MobileNet (1e-3);
+* transformers' LLaMA (GQA, rotary, RMSNorm) with AdamW, clipping and warmup -> an independent
+  MindSpore port with Meta's module names: faithful, six LLM-port mistakes (``--op`` adds op
+  level).
 
 Run (a few minutes per ResNet pair on 2 cores):
-    .venv/bin/python benchmarks/corpus.py [--depth 18] [--only resnet|mobilenet|vit|msvit|gpt2|timmcnn] [--op]
+    .venv/bin/python benchmarks/corpus.py [--depth 18]
+        [--only resnet|mobilenet|vit|msvit|gpt2|llama|timmcnn] [--op]
 """
 
 from __future__ import annotations
@@ -168,6 +172,23 @@ def timm_cnn_rows() -> list[tuple[str, ...]]:
     return rows
 
 
+def llama_rows(op: bool) -> list[tuple[str, ...]]:
+    """transformers' LLaMA (GQA, rotary, RMSNorm; AdamW, clipping, warmup) against an
+    independent MindSpore port with Meta's module names (``tests/corpus/llama_spec.py``,
+    ``tests/corpus/ms_llama_spec.py``): faithful and six classic LLM-port mistakes at module
+    level; with ``op`` the faithful port and the forward mistakes at op level too."""
+    from tests.corpus import llama_spec, ms_llama_spec
+
+    cases: list[tuple[str, dict, dict, str]] = [("faithful", {}, {}, "module")]
+    cases += [(b, {}, {"bug": b}, "module") for b in ms_llama_spec.BUGS]
+    if op:
+        cases += [("faithful", {}, {}, "op")]
+        cases += [(b, {}, {"bug": b}, "op") for b in ms_llama_spec.BUGS
+                  if ms_llama_spec.FOUND_AT[b][0] == "forward"]
+    return _step_rows("llama transformers -> mindspore port", str(Path(llama_spec.__file__)),
+                      str(Path(ms_llama_spec.__file__)), cases, ms_llama_spec.FOUND_AT)
+
+
 def _step_rows(pair: str, ref: str, cand: str, cases: list[tuple[str, dict, dict, str]],
                found: dict) -> list[tuple[str, ...]]:
     """One ``netparity step`` run (3 steps, no eval) per case: (name, reference options,
@@ -204,9 +225,10 @@ def _verdict(want: tuple, got: tuple) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--depth", type=int, default=18)
-    ap.add_argument("--only", choices=("resnet", "mobilenet", "vit", "msvit", "gpt2",
+    ap.add_argument("--only", choices=("resnet", "mobilenet", "vit", "msvit", "gpt2", "llama",
                                        "timmcnn"))
-    ap.add_argument("--op", action="store_true", help="also op level (ResNet)")
+    ap.add_argument("--op", action="store_true",
+                    help="also op level (ResNet, the MindSpore ViT and LLaMA ports)")
     ap.add_argument("--bugs", help="comma-separated subset of the demo bugs")
     args = ap.parse_args()
     print("pair | case | level | expected | netparity said | verdict | time")
@@ -221,6 +243,8 @@ def main() -> int:
         rows += gpt2_rows()
     if args.only in (None, "msvit"):
         rows += vit_rows(ms=True, op=args.op)
+    if args.only in (None, "llama"):
+        rows += llama_rows(op=args.op)
     if args.only in (None, "resnet"):
         rows += resnet_rows(args.depth, args.op, args.bugs.split(",") if args.bugs else None)
     faithful = [r for r in rows if r[1].startswith("faithful")]

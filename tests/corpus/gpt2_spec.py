@@ -55,6 +55,39 @@ def transformers_module() -> Any:
     return transformers
 
 
+def causal_lm_step(model: Any, optimizer: Any, lrs: list[float], vocab: int, *,
+                   shift: bool = True, clip: float = 1.0) -> Any:
+    """The one-step callable of a causal LM trained as LLM users train one: the step's
+    learning rate from ``lrs``, next-token cross-entropy on the float32 logits (``shift=False``:
+    each position predicts itself, a mistake), backward, clipping to global norm ``clip``, the
+    optimizer's step. Shared by the GPT-2 and LLaMA specs."""
+    import torch
+
+    class Step:
+        def __init__(self) -> None:
+            self.k = 0
+
+        def __call__(self, ids: Any, _labels: Any) -> float:
+            model.train()
+            for g in optimizer.param_groups:
+                g["lr"] = lrs[min(self.k, len(lrs) - 1)]
+            optimizer.zero_grad(set_to_none=True)
+            x = torch.as_tensor(ids)
+            logits = model(x).logits.float()
+            if shift:
+                loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, vocab),
+                                                         x[:, 1:].reshape(-1))
+            else:
+                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), x.reshape(-1))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimizer.step()
+            self.k += 1
+            return float(loss.detach())
+
+    return Step()
+
+
 def build(**options: Any) -> dict[str, Any]:
     """Build GPT-2, its token batches, AdamW and the one-step callable (module docstring)."""
     import numpy as np
@@ -86,29 +119,7 @@ def build(**options: Any) -> dict[str, Any]:
     groups = ([{"params": decay + flat, "weight_decay": 0.01}] if bug == "decay-all" else
               [{"params": decay, "weight_decay": 0.01}, {"params": flat, "weight_decay": 0.0}])
     optimizer = torch.optim.AdamW(groups, lr=lrs[0])
-
-    class Step:
-        def __init__(self) -> None:
-            self.k = 0
-
-        def __call__(self, ids: Any, _labels: Any) -> float:
-            model.train()
-            for g in optimizer.param_groups:
-                g["lr"] = lrs[min(self.k, steps - 1)]
-            optimizer.zero_grad(set_to_none=True)
-            x = torch.as_tensor(ids)
-            logits = model(x).logits.float()
-            if bug == "no-shift":
-                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), x.reshape(-1))
-            else:
-                loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, VOCAB),
-                                                         x[:, 1:].reshape(-1))
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            self.k += 1
-            return float(loss.detach())
-
     return {"framework": "torch", "model": model, "batches": batches, "optimizer": optimizer,
-            "lr_schedule": lrs, "train_step": Step(),
+            "lr_schedule": lrs,
+            "train_step": causal_lm_step(model, optimizer, lrs, VOCAB, shift=bug != "no-shift"),
             "description": f"transformers GPT-2 (2 blocks, 64 wide), AdamW + clipping, {dtype}"}

@@ -13,6 +13,8 @@ so a pair is only worth making when ``cost < 2 * GAP = 2``. That threshold encod
 * same shapes but unrelated statistics (distance > ``STATS_VETO``)        -> not matched;
 * same op, different shapes (e.g. a padding bug) but related statistics  -> matched, so the
   comparison can report the shape difference;
+* two different ops whose outputs are single values (scalars: one number each) and not
+  within :data:`SCALAR_LIMIT`                                              -> never matched;
 * an op that only rearranges its input (a view, reshape, transpose, alias: ``vocab.VIEW_OPS``)
   and an op that computes                                                  -> never matched
   (whatever their statistics: a view of a layer norm's input looks like its output).
@@ -50,6 +52,12 @@ TAU = 0.25
 STATS_WEIGHT = 2.0
 #: statistics this far apart are unrelated data: never paired by cost, whatever the names
 STATS_VETO = 0.75
+#: two *different* ops whose outputs are single values (scalars or constants: one number, no
+#: distribution to compare) pair only this close (statistics distance ~1.6x their relative
+#: difference: 6e-4 apart, far beyond rounding, far below a coincidence); same for an N:M group
+#: ending on them. Unrelated scalars (a squared gradient norm, 2.51; a clipping norm, 2.80)
+#: otherwise pair by coincidence.
+SCALAR_LIMIT = 1e-3
 #: columns of the statistics matrix
 _COLS = ("mean", "std", "min", "max")
 _NO_STATS = 0.5  # distance used when either side has no statistics (neutral: shapes decide)
@@ -318,4 +326,11 @@ def cost_matrix(A: Feats, ia: np.ndarray, B: Feats, ib: np.ndarray, modules: boo
         c += np.where(A.leaf[ia][:, None] == B.leaf[ib][None, :], 0.0, 0.5)
         return np.where(d > STATS_VETO, np.inf, c)
     veto = (d > STATS_VETO) | (A.view[ia][:, None] != B.view[ib][None, :])
+    veto |= ((na != nb) & (d >= SCALAR_LIMIT) & single_valued(A.stats[ia])[:, None]
+             & single_valued(B.stats[ib])[None, :])
     return np.where(veto, np.inf, c)
+
+
+def single_valued(stats: np.ndarray) -> np.ndarray:
+    """Rows of an ``(n, 5)`` statistics matrix whose tensor holds one value (min == max)."""
+    return np.asarray(stats[:, 2] == stats[:, 3])

@@ -47,11 +47,13 @@ import numpy as np
 from netparity.align.features import (
     GAP,
     MATCH_LIMIT,
+    SCALAR_LIMIT,
     STATS_VETO,
     STATS_WEIGHT,
     Feats,
     cost_matrix,
     row_distance,
+    single_valued,
     stats_distance,
 )
 from netparity.sequences import longest_increasing
@@ -271,6 +273,13 @@ def _groups_in_region(A: Feats, ra: list[int], B: Feats, rb: list[int],
     din = np.where(A.in_shape[ia][:, None] == B.in_shape[ib][None, :], din, np.inf)
     dout = stats_distance(A.stats[ia], B.stats[ib])
     dout = np.where(A.out_shape[ia][:, None] == B.out_shape[ib][None, :], dout, np.inf)
+    # An output that is a single value (a scalar, or a constant) has no distribution to
+    # compare: two unrelated scalars fall within the group limit by coincidence (a LLaMA port's
+    # first squared gradient norm, 2.51, against the reference's clipping norm, 2.80, grouped
+    # the loss with the clipping and failed a faithful port), so a group ending on such outputs
+    # needs them to agree as a computation does.
+    flat = single_valued(A.stats[ia])[:, None] & single_valued(B.stats[ib])[None, :]
+    dout = np.where(flat & (dout >= SCALAR_LIMIT), np.inf, dout)
     found: list[Pair] = []
     t0 = 0
     s = 0

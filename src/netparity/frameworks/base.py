@@ -63,25 +63,42 @@ class CheckpointData:
 
 def call_arguments(inputs: Sequence[tuple[str, Any]]) -> tuple[list[Any], dict[str, Any]]:
     """Positional and keyword arguments of a call from ``(argument path, value)`` pairs as a
-    capture records them (``0``, ``1``: positional; ``kw.name``: keyword).
+    capture records them (``0``, ``1``: positional; ``kw.name``: keyword; ``kw.name.0``,
+    ``kw.name.1``: the elements of a tuple argument, rebuilt as a tuple -- transformers passes
+    the rotary ``position_embeddings=(cos, sin)`` that way).
 
-    Raises :class:`FrameworkError` for what tensors alone cannot rebuild: nested arguments
-    (``0.1``) or a gap in the positions (a non-tensor argument in between).
+    Raises :class:`FrameworkError` for what tensors alone cannot rebuild: arguments nested
+    twice (``0.1.2``), a tuple with a gap, or a gap in the positions (a non-tensor argument in
+    between).
 
     Example:
-        >>> call_arguments([("0", "x"), ("kw.mask", "m")])
-        (['x'], {'mask': 'm'})
+        >>> call_arguments([("0", "x"), ("kw.mask", "m"), ("kw.pe.0", "c"), ("kw.pe.1", "s")])
+        (['x'], {'mask': 'm', 'pe': ('c', 's')})
     """
     pos: dict[int, Any] = {}
     kw: dict[str, Any] = {}
+    parts: dict[tuple[bool, str], dict[int, Any]] = {}
     for arg, v in inputs:
-        if arg.startswith("kw.") and "." not in arg[3:]:
-            kw[arg[3:]] = v
+        is_kw = arg.startswith("kw.")
+        top, _, rest = (arg[3:] if is_kw else arg).partition(".")
+        if rest.isdigit() and (is_kw or top.isdigit()):
+            parts.setdefault((is_kw, top), {})[int(rest)] = v
+        elif is_kw and not rest:
+            kw[top] = v
         elif arg.isdigit():
             pos[int(arg)] = v
         else:
             raise FrameworkError(f"argument {arg or '<single>'!r} is nested; the call cannot be "
                                  "rebuilt from its tensors")
+    for (is_kw, top), elems in parts.items():
+        if sorted(elems) != list(range(len(elems))) or (top in kw if is_kw else int(top) in pos):
+            raise FrameworkError(f"argument {top!r} is nested with a non-tensor element; the "
+                                 "call cannot be rebuilt from its tensors")
+        value = tuple(elems[i] for i in range(len(elems)))
+        if is_kw:
+            kw[top] = value
+        else:
+            pos[int(top)] = value
     if sorted(pos) != list(range(len(pos))):
         raise FrameworkError("a positional argument is not a tensor; the call cannot be rebuilt "
                              "from its tensors")

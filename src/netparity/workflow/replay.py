@@ -131,7 +131,7 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
             outcomes.append(o)
             try:
                 ins, gout, want = _call_tensors(c, direction, ref)
-                cand_ins = _cand_dtypes(c, ins, cand)
+                cand_ins, in_names = _cand_inputs(c, ins, cand)
                 ref_g = [(a, v) for a, v, _ in gout]
                 own = normwise_error([v for _, v, _ in want],
                                      _in_order(want, run(ref_model, c.module, ins, ref_g)))
@@ -144,8 +144,10 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
                 noisy = with_moved_weights(c.module, functools.partial(
                     run, ref_model, c.module, _moved(ins, rng), moved_g))
                 noise = max(normwise_error([v for _, v, _ in want], _in_order(want, noisy)), own)
-                got = run(cand_model, c.cand_module, cand_ins, ref_g)
-                local = normwise_error([v for _, v, _ in want], _in_order(want, got))
+                got = run(cand_model, c.cand_module, cand_ins, _cand_grads(c, gout, cand))
+                if direction == "backward":  # gradients w.r.t. the inputs, under their names
+                    got = [(in_names.get(a, a), v) for a, v in got]
+                local = normwise_error(*_paired(want, got))
                 judge(o, local, noise, want[0][2], _cand_out_dtype(c, direction, cand,
                                                                    want[0][2]))
             except NetparityError as e:
@@ -277,13 +279,72 @@ def _call_tensors(c: CallResult, direction: str, ref: _Calls) -> tuple[Tensors, 
     return fwd_ins, gout, gin
 
 
-def _cand_dtypes(c: CallResult, ins: Tensors, cand: _Calls) -> Tensors:
-    """The reference's inputs in the candidate's own dtypes (as its capture recorded them)."""
+def _cand_records(c: CallResult, cand: _Calls, role: str) -> list[Any]:
+    """The candidate's recorded forward ``role`` records of the call ``c`` pairs with."""
     call, _ = _call_index(c)
-    own = {r.arg: r.dtype for r in cand.recs("forward", c.cand_module,
-                                             call if c.direction == "forward" else 0)
-           if r.role == "input"}
-    return [(a, v, own.get(a, d)) for a, v, d in ins]
+    return [r for r in cand.recs("forward", c.cand_module,
+                                 call if c.direction == "forward" else 0) if r.role == role]
+
+
+def _by_shape(ref: Tensors, own: list[tuple[str, tuple[int, ...]]]) -> dict[str, int]:
+    """Each of the candidate's arguments ``(path, shape)`` -> the index of the first unused
+    reference tensor of that shape, in order (those without one are left out)."""
+    used: dict[str, int] = {}
+    for a, shape in own:
+        k = next((i for i, (_, v, _) in enumerate(ref)
+                  if i not in used.values() and tuple(np.shape(v)) == shape), None)
+        if k is not None:
+            used[a] = k
+    return used
+
+
+def _cand_inputs(c: CallResult, ins: Tensors, cand: _Calls) -> tuple[Tensors, dict[str, str]]:
+    """The reference's inputs as the candidate's module takes them, in its own dtypes (as its
+    capture recorded them), and the candidate's argument paths -> the reference's.
+
+    When the two calls' argument paths differ -- transformers' LLaMA attention is called with
+    ``hidden_states=``, the mask and the rotary tables; a port's attention takes ``x`` and
+    builds the rest itself -- each of the candidate's recorded inputs takes the first unused
+    reference input of the same shape, in order."""
+    own = _cand_records(c, cand, "input")
+    if not own or {r.arg for r in own} == {a for a, _, _ in ins}:
+        dt = {r.arg: r.dtype for r in own}
+        return [(a, v, dt.get(a, d)) for a, v, d in ins], {a: a for a, _, _ in ins}
+    match = _by_shape(ins, [(r.arg, tuple(r.shape)) for r in own])
+    missing = [r.arg for r in own if r.arg not in match]
+    if missing:
+        raise _NotReplayable(f"the candidate's input {missing[0]!r} has no reference input of "
+                             "its shape")
+    return ([(r.arg, ins[match[r.arg]][1], r.dtype) for r in own],
+            {r.arg: ins[match[r.arg]][0] for r in own})
+
+
+def _cand_grads(c: CallResult, gout: Tensors, cand: _Calls) -> list[tuple[str, np.ndarray]]:
+    """The reference's output gradients under the candidate's output paths (by shape, in order,
+    where the paths differ: a reference module may also return its attention weights)."""
+    own = _cand_records(c, cand, "output")
+    if not gout or not own or {r.arg for r in own} == {a for a, _, _ in gout}:
+        return [(a, v) for a, v, _ in gout]
+    match = _by_shape(gout, [(r.arg, tuple(r.shape)) for r in own])
+    return [(a, gout[k][1]) for a, k in match.items()]
+
+
+def _paired(want: Tensors, got: list[tuple[str, np.ndarray]]) -> tuple[list[np.ndarray],
+                                                                         list[np.ndarray]]:
+    """The reference's results and the candidate's replay, paired: by path, else by position
+    when they are as many, else each candidate result with the first unused reference result of
+    its shape (the pairs the comparison made; the rest has no counterpart to judge), or by path
+    when the candidate's are a subset of the reference's."""
+    if {a for a, _ in got} == {a for a, _, _ in want} or len(got) == len(want):
+        return [v for _, v, _ in want], _in_order(want, got)
+    named = {a: v for a, v, _ in want}
+    if got and all(a in named for a, _ in got):  # a subset, by path (gradients w.r.t. inputs)
+        return [named[a] for a, _ in got], [v for _, v in got]
+    match = _by_shape(want, [(a, tuple(np.shape(v))) for a, v in got])
+    if not match:
+        return [v for _, v, _ in want], [v for _, v in got]  # no counterpart: inf
+    vals = dict(got)
+    return [want[k][1] for k in match.values()], [vals[a] for a in match]
 
 
 def _cand_out_dtype(c: CallResult, direction: str, cand: _Calls, default: str) -> str:
