@@ -106,6 +106,22 @@ class RecordSource:
                 got = self._made[key]
             return got
 
+    def prefetch(self, keys: list[tuple[int, int, int]]) -> None:
+        """Make the records of the calls ``keys`` now, in one pass (the comparison engine's
+        N:M groups and odd calls: a minority of the calls, whose rows are then picked from
+        the scan's arrays at once instead of call by call)."""
+        with self.lock:
+            if self.calls is None:
+                self._read()
+            if self._rows is None:
+                return
+            calls = self.calls
+            assert calls is not None
+            todo = list(dict.fromkeys(k for k in keys if k in calls and k not in self._made))
+            if todo:
+                with paused_gc():
+                    self._make(todo)
+
     def rows(self) -> tuple[fastrows.ScannedRows, list[int],
                             dict[tuple[int, int, int], tuple[int, int, int]]] | None:
         """The scan every record of this side is a row of, the grouped order of its rows and

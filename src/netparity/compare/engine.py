@@ -598,6 +598,7 @@ def compare(
                     fast = rowpairs.fast_calls(sides, al.matches, cross_fw, AUX_OUTPUT_OPS)
                     fat = fast.at
                     acc.fast(fast)
+                    rowpairs.prefetch(sides, al.matches, fat)
             unmatched["calls_ref"] += [_call_dict(c) for c in al.unmatched_ref]
             unmatched["calls_cand"] += [_call_dict(c) for c in al.unmatched_cand]
             for mi, m in enumerate(al.matches):

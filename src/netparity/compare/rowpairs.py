@@ -346,3 +346,13 @@ def fast_calls(sides: tuple[Side, Side], matches: list[Any], cross_fw: bool,
     out.order, out.n_in, out.n_out = order.tolist(), n_in.tolist(), n_out.tolist()
     out.n_out_ref, out.aux = n_out_ref.tolist(), aux_f.tolist()
     return out
+
+
+def prefetch(sides: tuple[Side, Side], matches: list[Any], at: list[int]) -> None:
+    """Make the records of the calls of the matches not paired as rows (``at[k] < 0``: N:M
+    groups, odd calls), both sides in one pass each."""
+    for side, which in ((sides[0], "ref"), (sides[1], "cand")):
+        keys = [(d.get("rank"), d.get("step"), d.get("event"))
+                for k, m in enumerate(matches) if at[k] < 0
+                for d in (c.__dict__ for c in getattr(m, which))]
+        side.source.prefetch(keys)

@@ -169,8 +169,9 @@ class ScannedRows:
 
     ``cols`` (the scan) stays available: the comparison engine pairs the common case's tensors
     as row numbers of it (:mod:`netparity.compare.pairtable`) and asks for records only of the
-    few pairs it shows. The Python lists every record is made from are built once, when more
-    than :data:`_FEW_ROWS` rows have been asked for; fewer rows are picked from the arrays."""
+    few pairs it shows. The Python lists every record is made from are built once, for a
+    request of a large share of the rows (:data:`_FEW`); fewer rows are picked from the
+    arrays."""
 
     def __init__(self, cols: Any):
         if not FAST_OK:
@@ -181,7 +182,6 @@ class ScannedRows:
         self._extra = [ex.values[k] if ex.values[k] else None for k in range(len(ex.values))]
         self._lists: list[list[Any]] | None = None
         self._shapes: list[tuple[int, ...]] | None = None
-        self._asked = 0  # rows made from the arrays so far
 
     def __len__(self) -> int:
         return int(self.cols.n)
@@ -194,8 +194,8 @@ class ScannedRows:
 
     def _columns(self, rows: list[int]) -> list[Any]:
         """The values of rows ``rows`` column by column (what ``zip`` makes records of)."""
-        if self._lists is None and self._asked + len(rows) <= _FEW_ROWS:
-            self._asked += len(rows)
+        if self._lists is None and len(rows) * _FEW < len(self):
+            # a minority of the rows: picked from the arrays (no list of every row)
             return _base_lists(self.cols, self.shapes(), np.asarray(rows, dtype=np.int64))
         if self._lists is None:
             self._lists = _base_lists(self.cols, self.shapes())
@@ -233,8 +233,9 @@ class ScannedRows:
         return out
 
 
-#: rows a :class:`ScannedRows` picks from its arrays before it builds the lists of every row
-_FEW_ROWS = 256
+#: a request for fewer than 1/_FEW of a scan's rows picks them from the arrays; a larger one
+#: builds the Python lists of every row once (then every request picks from those)
+_FEW = 4
 
 
 def _base_lists(cols: Any, shapes: list[tuple[int, ...]] | None = None,
