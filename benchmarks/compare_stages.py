@@ -1,10 +1,12 @@
 """CPU time per stage of a statistics comparison, as the ``netparity compare`` CLI runs it.
 
 Stages (``time.process_time``, one process, no profiler): ``check_rows`` of both traces,
-``align_traces`` at op level, making the matched calls' records, then the whole
-``netparity.compare.engine.compare`` (which aligns and reads the records again, then pairs the
-tensors of each matched call and judges them), localisation, and the ``-q`` summary lines.
-Pairing + judging is the engine's time minus the alignment and records measured before it.
+``align_traces`` at op level, then the whole ``netparity.compare.engine.compare`` (which
+aligns again, then pairs the tensors of each matched call -- as rows of the traces' scans in
+the common case, records only for N:M groups and odd calls -- and judges them), localisation,
+and the ``-q`` summary lines. Pairing + judging is the engine's time minus the alignment
+measured before it. ``--records`` also times making every matched call's records (what the
+engine did before it paired rows; not part of the engine's time any more).
 
 Run:  PYTHONPATH=src python benchmarks/compare_stages.py REF CAND
 (e.g. on the 100k-op pair that ``benchmarks/align_speed.py`` writes; keep those traces by
@@ -29,6 +31,8 @@ def main() -> int:
     ap.add_argument("ref")
     ap.add_argument("cand")
     ap.add_argument("--level", default="op", choices=("module", "op"))
+    ap.add_argument("--records", action="store_true",
+                    help="also time making every matched call's records")
     args = ap.parse_args()
     clock = time.process_time
     t0 = clock()
@@ -38,8 +42,9 @@ def main() -> int:
     t1 = clock()
     al = align_traces(tr, tc, level=args.level)
     t2 = clock()
-    for m in al.matches:  # the calls' records, read on first access
-        _ = m.ref[0].inputs, m.cand[0].inputs
+    if args.records:
+        for m in al.matches:  # the calls' records, read on first access
+            _ = m.ref[0].inputs, m.cand[0].inputs
     t3 = clock()
     del al
     t4 = clock()
@@ -49,9 +54,10 @@ def main() -> int:
     t6 = clock()
     summary_lines(result)
     t7 = clock()
-    rows = [("check_rows", t1 - t0), ("align_traces", t2 - t1), ("records", t3 - t2),
+    rows = [("check_rows", t1 - t0), ("align_traces", t2 - t1),
+            *([("records", t3 - t2)] if args.records else []),
             ("engine.compare", t5 - t4),
-            ("= pairing + judging", (t5 - t4) - (t2 - t1) - (t3 - t2)),
+            ("= pairing + judging", (t5 - t4) - (t2 - t1)),
             ("localise", t6 - t5), ("summary", t7 - t6)]
     for name, s in rows:
         print(f"{name:>22} {s:8.2f} s CPU")

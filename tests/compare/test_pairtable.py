@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -93,9 +95,33 @@ def _both(tmp: Path, spec: list, seed: int) -> tuple[Path, Path]:
     return ref, cand
 
 
+@contextmanager
+def _records_path():
+    """The engine's record path: every pair from records, none as rows of the scans."""
+    was = engine.ROW_MODE
+    engine.ROW_MODE = False
+    try:
+        yield
+    finally:
+        engine.ROW_MODE = was
+
+
+def _same_as_record_path(fast: CompareResult, ref: Path, cand: Path, level: str,
+                         **kw: object) -> None:
+    """A localised row-mode result equals the record path's, JSON and summary."""
+    assert fast.table is not None and fast.table.sides is not None  # row mode
+    with _records_path():
+        rec = localise(engine.compare(ref, cand, level=level, **kw))  # type: ignore[arg-type]
+    assert rec.table is not None and rec.table.sides is None
+    assert summary_lines(fast) == summary_lines(rec)
+    assert json.dumps(fast.to_json()) == json.dumps(rec.to_json())
+
+
 def _check(ref: Path, cand: Path, **kw: object) -> CompareResult:
     fast = engine.compare(ref, cand, level="op", **kw)  # type: ignore[arg-type]
     assert fast.table is not None
+    _same_as_record_path(localise(engine.compare(ref, cand, level="op", **kw)),  # type: ignore[arg-type]
+                         ref, cand, "op", **kw)
     slow = engine.compare(ref, cand, level="op", **kw)  # type: ignore[arg-type]
     objects = slow.pairs  # made now: the per-pair path from here on
     assert slow.table is None and len(objects) == fast.n_pairs() - len(fast.params) - len(
@@ -223,3 +249,69 @@ def test_terminal_report_reads_the_table(tmp_path):
             assert len(r.table.made) <= 8  # the worst pairs and the divergences' evidence
         texts.append(buf.getvalue())
     assert texts[0] == texts[1] and "worst" in texts[0]
+
+
+def test_row_mode_cross_framework(tmp_path):
+    """Two frameworks' traces (``benchmarks/align_speed.py``'s synthetic pair: different
+    native names, N:M groups, batch norm's auxiliary outputs, inserted ops, float noise):
+    the pairs made as rows of the scans give the record path's result, pair for pair."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from align_speed import Gen
+
+    ref, cand = tmp_path / "ref", tmp_path / "cand"
+    Gen(ref, "torch", 130, False).run()
+    Gen(cand, "mindspore", 130, False).run()
+    for level in ("op", "module"):
+        fast = localise(engine.compare(ref, cand, level=level))
+        t = fast.table
+        assert t is not None and t.sides is not None and len(t) > 100
+        assert fast.counts()["fail"] and fast.counts()["pass"]
+        if level == "op":  # N:M groups (linear -> MatMul + BiasAdd, layer norm) took part
+            assert any("+" in c.cand_op for c in fast.calls)
+        _same_as_record_path(fast, ref, cand, level)
+
+
+def test_row_mode_odd_calls(tmp_path):
+    """Calls the row path leaves to records: a call one of whose records names another
+    module, 1:1 calls whose tensors pair by shape and value (another count, another order);
+    and a level "both" comparison (record path)."""
+    from netparity.trace import TraceWriter
+
+    def write(path: Path, side: int) -> None:
+        rng = np.random.default_rng(3)
+        with TraceWriter(path, manifest=build_manifest(framework=("numpy", "torch")[side],
+                                                       device="cpu")) as w:
+            for k in range(6):
+                ev = w.next_event()
+                base = dict(kind="op", module=f"m{k}", op="mul", native=f"n{side}.mul",
+                            call=0, event=ev, dtype="float32")
+                shapes = [(4, 3), (3,)] if (side or k % 2) else [(3,), (4, 3)]
+                for j, shp in enumerate(shapes):
+                    s = _stats(rng, int(np.prod(shp)), 1.0)
+                    w.add(Record(role="input", arg=str(j), shape=shp, stats=s, **base))
+                extra = [(4, 3)] * (2 if side and k == 3 else 1)
+                for j, shp in enumerate(extra):
+                    s = _stats(rng, 12, 1.0 + 0.1 * (k == 4))
+                    rec = dict(base, module="other" if (k == 5 and j == 0 and side) else
+                               base["module"])
+                    w.add(Record(role="output", arg=str(j) if len(extra) > 1 else "",
+                                 shape=shp, stats=s, **rec))
+
+    ref, cand = tmp_path / "ref", tmp_path / "cand"
+    write(ref, 0)
+    write(cand, 1)
+    fast = localise(engine.compare(ref, cand, level="op"))
+    assert fast.counts()["fail"] >= 1 and len(fast.calls) >= 4
+    _same_as_record_path(fast, ref, cand, "op")
+    # some calls went to records, the others were paired as rows
+    from netparity.align import align_traces
+    from netparity.compare import rowpairs
+    from netparity.trace import open_trace
+
+    al = align_traces(open_trace(ref), open_trace(cand), level="op")
+    sides = rowpairs.sides_of(al)
+    assert sides is not None
+    at = rowpairs.fast_calls(sides, al.matches, True, engine.AUX_OUTPUT_OPS).at
+    assert 0 < sum(a < 0 for a in at) < len(at)
+    both = engine.compare(ref, cand, level="both")
+    assert both.table is not None and both.table.sides is None

@@ -183,3 +183,56 @@ def test_recheck_of_a_result_with_strings_for_numbers(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(strings(json.loads(res.read_text()))))
     assert_one_line_error(run_cli("recheck", str(bad)), str(bad))
+
+
+@pytest.mark.parametrize("sql, needle", [
+    ("UPDATE records SET call = 'abc'", "bad call"),
+    ("UPDATE records SET s_mean = 'abc'", "bad s_mean"),
+    ("UPDATE records SET shape = '[-3]'", "bad shape"),
+])
+def test_corrupt_rows_found_through_the_columnar_copy(tmp_path, sql, needle):
+    """An index with bad rows is not compacted (the copy would record a clean check_rows,
+    which then does not scan the index again while the copy is current): one line naming
+    the row, and every command that reads the trace still says which row is bad."""
+    from netparity.errors import TraceError
+    from netparity.trace import open_trace
+    from netparity.trace.columnar import compact, store
+
+    out = make_trace(tmp_path / "t")
+    db = _unconstrained(out)
+    db.execute(sql)
+    db.commit()
+    db.close()
+    with pytest.raises(TraceError, match=f"{needle}.*not compacted"):
+        compact(out)
+    tr = open_trace(out)
+    assert store(tr, 0) is None
+    with pytest.raises(TraceError, match=needle):
+        tr.check_rows()
+    for argv in (("inspect", str(out)), ("export", str(out), "-o", str(tmp_path / "x.npz")),
+                 ("compare", str(out), str(out)), ("align", str(out), str(out))):
+        assert_one_line_error(run_cli(*argv), "corrupt trace index", needle)
+
+
+def test_clean_copy_records_a_clean_check(tmp_path):
+    """A compacted clean trace: the copy says check_rows found nothing; an index edited
+    afterwards is checked by SQL again (the copy is no longer current)."""
+    from netparity.errors import TraceError
+    from netparity.trace import open_trace
+    from netparity.trace.columnar import compact, store
+
+    out = make_trace(tmp_path / "t")
+    compact(out)
+    tr = open_trace(out)
+    st = store(tr, 0)
+    assert st is not None and st.bad_row() == (True, None)
+    tr.check_rows()
+    tr.close()
+    db = _unconstrained(out)
+    db.execute("UPDATE records SET kind = NULL")
+    db.commit()
+    db.close()
+    tr = open_trace(out)
+    assert store(tr, 0) is None
+    with pytest.raises(TraceError, match="bad kind"):
+        tr.check_rows()

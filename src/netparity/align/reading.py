@@ -61,6 +61,13 @@ def check_rank(trace: Trace, rank: int) -> None:
 
 # ---- calls whose records are read on first access ----------------------------------------------
 
+#: the share of a kind's calls whose records are made call by call, when asked for (the
+#: comparison engine pairs most calls from the rows and asks for the records of N:M groups and
+#: odd calls: ~20 % of an op-level trace); past it, the next call asked for makes those of
+#: every call of that kind at once (a caller that reads them all)
+_ALONE = 0.5
+
+
 class RecordSource:
     """Reads the records of one side's calls: the index once, when the first call is asked for
     (the comparison engine asks for nearly all; ``netparity align`` for none), then each call's
@@ -77,6 +84,8 @@ class RecordSource:
         self._rows: fastrows.ScannedRows | None = None
         self._order: list[int] = []
         self._kind: dict[tuple[int, int, int], str] = {}  # a call's kind (module, op)
+        self._one_by_one: dict[str, int] = {}  # per kind: calls whose records were made alone
+        self._n_kind: dict[str, int] = {}  # per kind: how many calls
 
     def get(self, key: tuple[int, int, int]) -> tuple[list[Record], list[Record]]:
         with self.lock:
@@ -87,16 +96,52 @@ class RecordSource:
                 kind = self._kind.get(key)
                 if kind is None or self._rows is None:
                     return [], []
-                with paused_gc():  # ~10^5 records and no garbage (as in _read)
-                    self._make_kind(kind)
+                alone = self._one_by_one.get(kind, 0)
+                if alone < _ALONE * self._n_kind.get(kind, 0):  # one call: alone
+                    self._one_by_one[kind] = alone + 1
+                    self._make([key])
+                else:
+                    with paused_gc():  # ~10^5 records and no garbage (as in _read)
+                        self._make_kind(kind)
                 got = self._made[key]
             return got
 
+    def prefetch(self, keys: list[tuple[int, int, int]]) -> None:
+        """Make the records of the calls ``keys`` now, in one pass (the comparison engine's
+        N:M groups and odd calls: a minority of the calls, whose rows are then picked from
+        the scan's arrays at once instead of call by call)."""
+        with self.lock:
+            if self.calls is None:
+                self._read()
+            if self._rows is None:
+                return
+            calls = self.calls
+            assert calls is not None
+            todo = list(dict.fromkeys(k for k in keys if k in calls and k not in self._made))
+            if todo:
+                with paused_gc():
+                    self._make(todo)
+
+    def rows(self) -> tuple[fastrows.ScannedRows, list[int],
+                            dict[tuple[int, int, int], tuple[int, int, int]]] | None:
+        """The scan every record of this side is a row of, the grouped order of its rows and
+        each call's span in that order (see :func:`group_calls`); None where records are not
+        read by a column scan (the schema has columns the fast loader does not know)."""
+        with self.lock:
+            if self.calls is None:
+                self._read()
+            if self._rows is None:
+                return None
+            return self._rows, self._order, self.calls  # type: ignore[return-value]
+
     def _make_kind(self, kind: str) -> None:
-        """Make the records of every call of ``kind`` at once (one pass; a comparison asks
-        for the calls of its level, nearly all of them) and hand each call its slices."""
+        """Make the records of every call of ``kind`` at once (one pass; a comparison that
+        asks for most calls of its level) and hand each call its slices."""
+        self._make([k for k, kd in self._kind.items() if kd == kind and k not in self._made])
+
+    def _make(self, keys: list[tuple[int, int, int]]) -> None:
+        """Make the records of the calls ``keys``."""
         assert self.calls is not None and self._rows is not None
-        keys = [k for k, kd in self._kind.items() if kd == kind]
         spans = [self.calls[k] for k in keys]
         order = self._order
         recs = self._rows.records([i for s, _, e in spans for i in order[s:e]])
@@ -122,6 +167,8 @@ class RecordSource:
             self._order, self.calls = group_calls(cols)
             kinds = cols["kind"].tolist()
             self._kind = {k: kinds[self._order[s]] for k, (s, _, _) in self.calls.items()}
+            for kd in self._kind.values():
+                self._n_kind[kd] = self._n_kind.get(kd, 0) + 1
 
 
 def group_calls(cols: Columns) -> tuple[list[int], dict[tuple[int, int, int],

@@ -118,6 +118,18 @@ def pair_tensors(rs: Sequence[Record], cs: Sequence[Record], *, group: bool = Fa
     free = list(range(len(cs)))
     got: list[tuple[int, int]] = []
     left: list[int] = []
+    dmat: list[list[float]] = []
+
+    def dist(i: int, j: int) -> float:
+        """:func:`_distance` of ``rs[i]`` and ``cs[j]``: the whole matrix at once, on first
+        use (the same element-wise float operations as one pair at a time)."""
+        if not dmat:
+            a = np.array([stat_row(x) for x in rs], dtype=np.float64).reshape(len(rs), 5)
+            b = np.array([stat_row(x) for x in cs], dtype=np.float64).reshape(len(cs), 5)
+            m = row_distance(a[:, None, :], b[None, :, :])
+            dmat.extend(np.where(np.isfinite(m), m, 1.0).tolist())
+        return dmat[i][j]
+
     shapes_r = Counter(squeezed(a.shape) for a in rs)
     shapes_c = Counter(squeezed(b.shape) for b in cs)
     for i, a in enumerate(rs[:1] if first_only else rs):
@@ -129,7 +141,7 @@ def pair_tensors(rs: Sequence[Record], cs: Sequence[Record], *, group: bool = Fa
         for j in free:
             if squeezed(cs[j].shape) != shape:
                 continue
-            d = _distance(a, cs[j])
+            d = dist(i, j)
             if group and d > STATS_VETO:
                 continue
             if best is None or d < best[0]:
@@ -146,9 +158,9 @@ def pair_tensors(rs: Sequence[Record], cs: Sequence[Record], *, group: bool = Fa
         if not a.has_payload or (group and not sizes_r[a.numel] == sizes_c[a.numel] == 1):
             continue
         fits = [j for j in free if cs[j].has_payload and cs[j].numel == a.numel
-                and not (group and _distance(a, cs[j]) > STATS_VETO)]
+                and not (group and dist(i, j) > STATS_VETO)]
         if fits:
-            j = min(fits, key=lambda j: _distance(a, cs[j]))
+            j = min(fits, key=lambda j: dist(i, j))
             free.remove(j)
             got.append((i, j))
     if primary and rs and cs and 0 in free and all(i != 0 for i, _ in got):

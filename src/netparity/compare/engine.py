@@ -19,10 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from netparity.compare import rowpairs
 from netparity.compare.argpairs import group_inputs, pair_tensors
 from netparity.compare.metrics import (
     records_rms,
     stats_batch,
+    stats_batch_arrays,
     stats_metrics,
     stats_metrics_many,
     stats_present,
@@ -40,6 +42,9 @@ from netparity.gcpause import paused_gc
 from netparity.trace import Record, Trace, open_trace
 
 LEVELS = ("module", "op", "both")
+#: whether the engine pairs the common case as rows of the traces' scans when it can
+#: (:mod:`netparity.compare.rowpairs`); tests flip it to compare with the record path
+ROW_MODE = True
 #: pairs from which a comparison freezes its objects for the garbage collector (see compare)
 _FREEZE_PAIRS = 50_000
 #: unit roundoff per dtype: the fp64 mode's floor is eps * rms(fp64 reference)
@@ -102,7 +107,8 @@ def _noise_class(rec: Record) -> str | None:
     return None
 
 
-def _treat_rounding_noise(jobs: list[_Job], table: PairTable | None = None) -> int:
+def _treat_rounding_noise(jobs: list[_Job], table: PairTable | None = None,
+                          sides: Any = None) -> int:
     """Pass the diverging pairs whose two sides are both rounding noise of a zero value.
 
     A gradient that is zero mathematically (a conv bias before training-mode batch norm: the
@@ -114,7 +120,8 @@ def _treat_rounding_noise(jobs: list[_Job], table: PairTable | None = None) -> i
     one side still fails: the other side is not noise. Returns the number of pairs changed.
 
     ``jobs`` are pairs judged one by one; ``table``'s pairs judged as arrays take part too
-    (a pair of them that changes is made into its object, which holds the change).
+    (a pair of them that changes is made into its object, which holds the change; ``sides``:
+    a row-mode table's, whose rows are read from the scans' columns).
     """
     # only tensors of a noise class take part (forward activations never do): pick them once
     classed = [(j, c) for j, c in zip(jobs, map(_noise_class, [j.ref for j in jobs]))
@@ -122,26 +129,45 @@ def _treat_rounding_noise(jobs: list[_Job], table: PairTable | None = None) -> i
     tclassed: list[tuple[int, str]] = []
     trefs, tcands = (table.refs, table.cands) if table is not None else ([], [])
     if table is not None and table.batch is not None:
-        at = np.nonzero(table.brow >= 0)[0].tolist()
-        tclassed = [(i, c) for i, c in zip(at, map(_noise_class, [trefs[i] for i in at]))
-                    if c is not None]
+        at = np.nonzero(table.brow >= 0)[0]
+        cls: list[str | None] = (rowpairs.noise_classes(sides[0], table.rrow[at])
+                                 if sides is not None
+                                 else [_noise_class(trefs[i]) for i in at.tolist()])
+        tclassed = [(i, c) for i, c in zip(at.tolist(), cls) if c is not None]
     if not classed and not tclassed:
         return 0
-    refs = [j.ref for j, _ in classed] + [trefs[i] for i, _ in tclassed]
-    cands = [j.cand for j, _ in classed] + [tcands[i] for i, _ in tclassed]
-    rms, rms_c = records_rms(refs), records_rms(cands)
+    # per pair: (ref dtype, cand dtype, step) and both RMS values
+    facts = [(j.ref.dtype, j.cand.dtype, j.ref.step) for j, _ in classed]
+    rms = records_rms([j.ref for j, _ in classed])
+    rms_c = records_rms([j.cand for j, _ in classed])
+    if sides is not None and tclassed and table is not None:
+        ti = np.array([i for i, _ in tclassed], dtype=np.int64)
+        rr, cr = table.rrow[ti], table.crow[ti]
+        facts += list(zip(rowpairs.texts(sides[0], "dtype", rr),
+                          rowpairs.texts(sides[1], "dtype", cr),
+                          sides[0].cols["step"][rr].tolist()))
+        for side, rows, out in ((sides[0], rr, rms), (sides[1], cr, rms_c)):
+            v, miss = rowpairs.rms(side, rows)
+            out += [None if m else x for x, m in zip(v.tolist(), miss.tolist())]
+    else:
+        trs = [trefs[i] for i, _ in tclassed]
+        tcs = [tcands[i] for i, _ in tclassed]
+        facts += [(a.dtype, b.dtype, a.step) for a, b in zip(trs, tcs)]
+        rms += records_rms(trs)
+        rms_c += records_rms(tcs)
     scale: dict[tuple[int, str], list[float]] = {}
-    for ref, (_, c), r in zip(refs, [*classed, *tclassed], rms):
+    for (_, _, step), (_, c), r in zip(facts, [*classed, *tclassed], rms):
         if r:
-            scale.setdefault((ref.step, c), []).append(r)
+            scale.setdefault((step, c), []).append(r)
     med = {k: median(v) for k, v in scale.items()}
     changed = 0
 
-    def noise_of(ref: Record, cand: Record, c: str, a: float, b: float) -> tuple[float, str] | None:
-        floor = NOISE_FLOOR.get(lower_precision(ref.dtype, cand.dtype))
+    def noise_of(fact: tuple[str, str, int], c: str, a: float,
+                 b: float) -> tuple[float, str] | None:
+        floor = NOISE_FLOOR.get(lower_precision(fact[0], fact[1]))
         if floor is None:
             return None
-        m = med.get((ref.step, c), 0.0)
+        m = med.get((fact[2], c), 0.0)
         # both far below the step's typical size, and of one order (noise of the same zero);
         # a 1024x loss-scale mismatch of tiny gradients is not noise
         if m > 0 and a <= floor * m and b <= floor * m and max(a, b) <= 10 * min(a, b):
@@ -150,12 +176,13 @@ def _treat_rounding_noise(jobs: list[_Job], table: PairTable | None = None) -> i
                                "arithmetic, e.g. a bias before batch norm")
         return None
 
-    for (j, c), a, b in zip(classed, rms, rms_c):
+    n0 = len(classed)
+    for (j, c), fact, a, b in zip(classed, facts, rms, rms_c):
         pr = j.result
         if pr.status in ("pass", "unknown") or pr.fp64 \
                 or pr.metrics.get("nan_mismatch") or pr.metrics.get("inf_mismatch"):
             continue
-        got = noise_of(j.ref, j.cand, c, a or 0.0, b or 0.0)
+        got = noise_of(fact, c, a or 0.0, b or 0.0)
         if got is not None:
             pr.metrics["noise_floor"], pr.reason = got
             pr.status = "pass"
@@ -164,11 +191,10 @@ def _treat_rounding_noise(jobs: list[_Job], table: PairTable | None = None) -> i
         nan_m, inf_m = table.batch.nonfinite_mismatch()
         nf = ((nan_m != 0) | (inf_m != 0)).tolist()
         brow, code = table.brow, table.code
-        n0 = len(classed)
-        for (i, c), a, b in zip(tclassed, rms[n0:], rms_c[n0:]):
+        for (i, c), fact, a, b in zip(tclassed, facts[n0:], rms[n0:], rms_c[n0:]):
             if code[i] in (0, 3) or nf[brow[i]]:
                 continue
-            got = noise_of(trefs[i], tcands[i], c, a or 0.0, b or 0.0)
+            got = noise_of(fact, c, a or 0.0, b or 0.0)
             if got is not None:
                 pr = table.get(i)  # made now: the object holds the change
                 pr.metrics["noise_floor"], pr.reason = got
@@ -290,39 +316,159 @@ def _make_pair(ref: Record, cand: Record, tol: Tol, idx: str, call_key: str) -> 
     return make_pair(ref, cand, tol.rtol, tol.atol, tol.source, idx, call_key)
 
 
-def _scale_tolerances(table: PairTable) -> None:
+def _scale_tolerances(table: PairTable, sides: Any = None) -> None:
     """Multiply the ``atol`` of the table's pairs that the cross profile scales by their
     pair's RMS, as :meth:`Tolerances.resolve
     <netparity.compare.tolerances.Tolerances.resolve>` does, with the RMS values computed for
-    all of them at once."""
+    all of them at once (``sides``: a row-mode table's, :mod:`netparity.compare.rowpairs`)."""
     at = [i for i, s in enumerate(table.scaled) if s]
     if not at:
         return
     refs, cands, tols = table.refs, table.cands, table.tols
+    if sides is not None:
+        ix = np.asarray(at, dtype=np.int64)
+        factor = np.array([tols[i].atol for i in at], dtype=np.float64)
+        table.set_atol(at, rowpairs.scaled_atol(sides[0], sides[1], table.rrow[ix],
+                                                table.crow[ix], factor))
+        return
     rr = records_rms([refs[i] for i in at])
     rc = records_rms([cands[i] for i in at])
     table.set_atol(at, [tols[i].atol * (a or b or 0.0) for i, a, b in zip(at, rr, rc)])
 
 
-def _batch_stats_pairs(table: PairTable) -> list[int]:
+def _batch_stats_pairs(table: PairTable, sides: Any = None) -> list[int]:
     """Judge the table's statistics-basis pairs as whole arrays (they stay columns of the
     table); returns the positions of the pairs left to judge one by one.
 
     Same metrics and verdicts as :func:`_evidence` + :func:`judge` per pair (see
     :func:`netparity.compare.metrics.stats_batch` and :meth:`StatsBatch.status
-    <netparity.compare.metrics.StatsBatch.status>`).
+    <netparity.compare.metrics.StatsBatch.status>`). ``sides``: a row-mode table's (the
+    same from the scans' columns, :mod:`netparity.compare.rowpairs`).
     """
     refs, cands, tols, atol = table.refs, table.cands, table.tols, table.atol
-    cand = [i for i, (a, b) in enumerate(zip(refs, cands)) if _stats_only(a, b)]
-    if len(cand) < 2:
-        return list(range(len(table)))
-    b = stats_batch([refs[i] for i in cand], [cands[i] for i in cand],
-                    [tols[i].rtol for i in cand], [atol[i] for i in cand])
-    handled = np.asarray(cand, dtype=np.int64)[b.at]
+    if sides is not None:
+        ca = np.nonzero(rowpairs.stats_only(sides[0], sides[1], table.rrow, table.crow))[0]
+        if len(ca) < 2:
+            return list(range(len(table)))
+        rr, cr = table.rrow[ca], table.crow[ca]
+        xr, okr = rowpairs.stat_rows(sides[0], rr)
+        xc, okc = rowpairs.stat_rows(sides[1], cr)
+        both = np.nonzero(okr & okc)[0]
+        cal = ca.tolist()
+        b = stats_batch_arrays(
+            xr, okr, xc, okc, sides[0].cols["numel"][rr[both]].tolist(),
+            rowpairs.complex_rows(sides[0], rr[both]), [tols[i].rtol for i in cal],
+            [atol[i] for i in cal])
+        handled = ca[b.at]
+    else:
+        cand = [i for i, (a, c) in enumerate(zip(refs, cands)) if _stats_only(a, c)]
+        if len(cand) < 2:
+            return list(range(len(table)))
+        b = stats_batch([refs[i] for i in cand], [cands[i] for i in cand],
+                        [tols[i].rtol for i in cand], [atol[i] for i in cand])
+        handled = np.asarray(cand, dtype=np.int64)[b.at]
     table.set_batch(handled, b)
     rest = np.ones(len(table), dtype=bool)
     rest[handled] = False
     return np.nonzero(rest)[0].tolist()  # type: ignore[no-any-return]
+
+
+class _RowAcc:
+    """The pairs of a row-mode comparison (:mod:`netparity.compare.rowpairs`) as they are
+    made: rows of both scans, position key, key, call key, call position, role -- the
+    common case's as whole arrays (:class:`~netparity.compare.rowpairs.FastCalls`, with the
+    keys and call positions the engine adds call by call), the others pair by pair."""
+
+    def __init__(self) -> None:
+        self.rr: list[int] = []
+        self.cr: list[int] = []
+        self.idx: list[str] = []
+        self.keys: list[str] = []
+        self.cks: list[str] = []
+        self.cpos: list[int] = []
+        self.out: list[bool] = []
+        self.chunks: list[tuple[rowpairs.FastCalls, list[int]]] = []
+        self.fidx: list[str] = []
+        self.fkeys: list[str] = []
+        self.fcks: list[str] = []
+        self._ix: dict[str, list[str]] = {"in": [], "out": []}
+
+    def add(self, rr: list[int], cr: list[int], idx: list[str], keys: list[str], ck: str,
+            cpos: int, is_out: bool) -> None:
+        n = len(rr)
+        self.rr += rr
+        self.cr += cr
+        self.idx += idx
+        self.keys += keys
+        self.cks += [ck] * n
+        self.cpos += [cpos] * n
+        self.out += [is_out] * n
+
+    def fast(self, calls: rowpairs.FastCalls) -> None:
+        """The pairs of ``calls``; :meth:`fast_call` then adds each one's keys in order."""
+        self.chunks.append((calls, []))
+
+    def _names(self, role: str, n: int) -> list[str]:
+        got = self._ix[role]
+        while len(got) < n:
+            got.append(f"{role}{len(got)}")
+        return got[:n]
+
+    def fast_call(self, kin: list[str], kout: list[str], ck: str, cpos: int) -> None:
+        """The keys, call key and call position of the next call of the last :meth:`fast`."""
+        self.fkeys += kin
+        self.fkeys += kout
+        self.fidx += self._names("in", len(kin))
+        self.fidx += self._names("out", len(kout))
+        self.fcks += [ck] * (len(kin) + len(kout))
+        self.chunks[-1][1].append(cpos)
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every pair's ref row, cand row, call position and role (the common case first)."""
+        i64 = np.int64
+        rr = np.concatenate([c.rr for c, _ in self.chunks] + [np.array(self.rr, dtype=i64)])
+        cr = np.concatenate([c.cr for c, _ in self.chunks] + [np.array(self.cr, dtype=i64)])
+        cpos = np.concatenate([np.array(p, dtype=i64)[c.call_of] if p else
+                               np.zeros(0, dtype=i64) for c, p in self.chunks]
+                              + [np.array(self.cpos, dtype=i64)])
+        out = np.concatenate([c.is_out for c, _ in self.chunks]
+                             + [np.array(self.out, dtype=bool)])
+        return rr, cr, cpos, out
+
+    def table(self, sides: tuple[rowpairs.Side, rowpairs.Side], tols: Tolerances) -> PairTable:
+        rr, cr, cpos, out = self.columns()
+        tl, sc = rowpairs.resolve_tolerances(tols, sides[0], sides[1], rr, cr)
+        return PairTable.of_rows(sides[0].rows, sides[1].rows, rr, cr, tl, sc,
+                                 self.fidx + self.idx, self.fkeys + self.keys,
+                                 self.fcks + self.cks, cpos, out)
+
+    def as_objects(self, sides: tuple[rowpairs.Side, rowpairs.Side],
+                   resolve: Any) -> list[tuple[Any, ...]]:
+        """The pairs so far as the object rows of :class:`PairTable` (records made)."""
+        rr, cr, cpos, outs = self.columns()
+        refs = sides[0].rows.records(rr.tolist())
+        cands = sides[1].rows.records(cr.tolist())
+        out = []
+        for a, b, ix, key, ck, cp, o in zip(refs, cands, self.fidx + self.idx,
+                                            self.fkeys + self.keys, self.fcks + self.cks,
+                                            cpos.tolist(), outs.tolist()):
+            tol, scaled = resolve(a, b)
+            out.append((a, b, tol, scaled, ix, key, ck, cp, o))
+        self.__init__()  # type: ignore[misc]
+        return out
+
+
+def _call_rows(sides: tuple[rowpairs.Side, rowpairs.Side], r: Any, c: Any) -> Any:
+    """Rows of a 1:1 matched call's ``((ref inputs, ref outputs), (cand inputs, cand
+    outputs))``; None when either call is not a call of the sides' scans whose rows all hold
+    its key columns (then: records)."""
+    d, e = r.__dict__, c.__dict__
+    sr = sides[0].spans.get((d.get("rank"), d.get("step"), d.get("event")))
+    sc = sides[1].spans.get((e.get("rank"), e.get("step"), e.get("event")))
+    if sr is None or sc is None or not (sides[0].uniform[sr[0]] and sides[1].uniform[sc[0]]):
+        return None
+    o, p = sides[0].order, sides[1].order
+    return ((o[sr[0]:sr[1]], o[sr[1]:sr[2]]), (p[sc[0]:sc[1]], p[sc[1]:sc[2]]))
 
 
 def _same_setup(ref: Trace, cand: Trace) -> bool:
@@ -428,32 +574,79 @@ def compare(
             raise UsageError(f"step(s) {missing} not in both traces (common: {sorted(both)})")
 
     result = CompareResult()
-    # pairs of matched calls: one tuple each, columns of a PairTable (compare.pairtable)
+    # pairs of matched calls: one tuple each, columns of a PairTable (compare.pairtable) --
+    # or, in row mode (compare.rowpairs: one alignment whose calls come from one column scan
+    # per side), row numbers of the two scans, with no record made for the common case
     rows: list[tuple[Any, ...]] = []
+    acc = _RowAcc()
     pjobs: list[_Job] = []  # param / grad / loss / data pairs (few): objects, as ever
     levels = ["module", "op"] if level == "both" else [level]
     unmatched: dict[str, list[dict[str, Any]]] = {
         "calls_ref": [], "calls_cand": [], "params_ref": [], "params_cand": [], "tensors": [],
     }
     resolve = tols.resolve_unscaled
+    row_mode = ROW_MODE and len(levels) == 1 and len(step_list) == 1 and fp64_ref is None
+    sides: tuple[rowpairs.Side, rowpairs.Side] | None = None
     for st in step_list:
         params_done = False  # both levels' alignments hold the same params: take them once
         for lv in levels:
             al = align_traces(ref_tr, cand_tr, level=lv, step=st, rank=rank, mapping=mapping)
+            fast = None
+            if row_mode:
+                sides = rowpairs.sides_of(al)
+                if sides is not None:  # the common case's pairs, as arrays
+                    fast = rowpairs.fast_calls(sides, al.matches, cross_fw, AUX_OUTPUT_OPS)
+                    fat = fast.at
+                    acc.fast(fast)
+                    rowpairs.prefetch(sides, al.matches, fat)
             unmatched["calls_ref"] += [_call_dict(c) for c in al.unmatched_ref]
             unmatched["calls_cand"] += [_call_dict(c) for c in al.unmatched_cand]
-            for m in al.matches:
+            for mi, m in enumerate(al.matches):
                 r0, c0 = m.ref[0], m.cand[0]
                 rl, cl = m.ref[-1], m.cand[-1]
                 ck = f"{lv}|{r0.step}|{r0.rank}|{r0.direction}|{r0.module}|{r0.op}|{r0.call}|{r0.event}"
-                outs_r, outs_c = rl.outputs, cl.outputs
+                if fast is not None and (fi := fat[mi]) >= 0:
+                    # paired as rows (compare.rowpairs.fast_calls): keys, then the call
+                    ni, no = fast.n_in[fi], fast.n_out[fi]
+                    pre = (f"{lv}|{r0.step}|{r0.rank}|{r0.kind}|{r0.direction}|{r0.module}|"
+                           f"{r0.op}|{r0.call}|")
+                    ev = f"|{r0.event}"
+                    kin = [f"{pre}in{j}{ev}" for j in range(ni)]
+                    kout = [f"{pre}out{j}{ev}" for j in range(no)]
+                    acc.fast_call(kin, kout, ck, len(result.calls))
+                    call = _new(CallResult)
+                    call.__dict__ = {
+                        "key": ck, "level": lv, "module": r0.module, "op": r0.op,
+                        "native": r0.native, "cand_module": c0.module, "cand_op": c0.op,
+                        "direction": r0.direction, "step": r0.step, "rank": r0.rank,
+                        "source": r0.source, "cand_source": c0.source,
+                        "order": fast.order[fi], "inputs": kin, "outputs": kout,
+                        "status": "pass", "origin": "", "note": "", "method": m.method,
+                        "confidence": float(m.confidence), "in_error": 0.0, "out_error": 0.0,
+                    }
+                    if fast.aux[fi] and fast.n_out_ref[fi] > 1:
+                        unmatched["tensors"].append(
+                            {"call": call.name, "role": "outputs",
+                             "ref": fast.n_out_ref[fi], "cand": fast.n_out_ref[fi],
+                             "direction": call.direction, "step": call.step,
+                             "note": "auxiliary outputs differ by framework"})
+                    result.calls.append(call)
+                    continue
                 # tensors pair by meaning, not position (compare.argpairs)
                 grouped = len(m.ref) > 1 or len(m.cand) > 1
-                # a single call's inputs are its inputs (group_inputs' copy is not needed:
-                # nothing below changes the lists)
-                ins_r, ins_c = ((group_inputs(m.ref), group_inputs(m.cand)) if grouped
-                                else (r0.inputs, c0.inputs))
-                order = min((o.seq for o in outs_r), default=r0.seq)
+                io: Any = None  # row mode: the rows of (inputs, outputs) of both sides
+                if sides is not None and not grouped:
+                    io = _call_rows(sides, r0, c0)
+                if io is not None:
+                    order = min((sides[0].seq[i] for i in io[0][1]),  # type: ignore[index]
+                                default=r0.seq)
+                else:
+                    outs_r, outs_c = rl.outputs, cl.outputs
+                    # a single call's inputs are its inputs (group_inputs' copy is not
+                    # needed: nothing below changes the lists)
+                    ins_r, ins_c = ((group_inputs(m.ref), group_inputs(m.cand)) if grouped
+                                    else (r0.inputs, c0.inputs))
+                    order = min((o.seq for o in outs_r), default=r0.seq)
                 cpos = len(result.calls)
                 # CallResult(...) without the dataclass __init__ (one per matched call, ~200k
                 # at 100k ops): exactly the attributes it sets, defaults included
@@ -469,10 +662,37 @@ def compare(
                     "method": m.method, "confidence": float(m.confidence), "in_error": 0.0,
                     "out_error": 0.0,
                 }
-                for role, rs, cs in (("in", ins_r, ins_c), ("out", outs_r, outs_c)):
+                for role in ("in", "out"):
                     is_out = role == "out"
                     aux = (is_out and cross_fw and len(m.ref) == 1 and len(m.cand) == 1
                            and r0.op in AUX_OUTPUT_OPS and c0.op == r0.op)
+                    keys = call.outputs if is_out else call.inputs
+                    if io is not None:
+                        ra, ca = io[0][is_out], io[1][is_out]
+                        if len(ra) == len(ca) and (
+                                r0.native == c0.native
+                                or [sides[0].shape[i] for i in ra]  # type: ignore[index]
+                                == [sides[1].shape[i] for i in ca]):  # type: ignore[index]
+                            # pair_tensors' common case (by position), as rows
+                            npair = 1 if aux and ra else len(ra)
+                            pre = (f"{lv}|{r0.step}|{r0.rank}|{r0.kind}|{r0.direction}|"
+                                   f"{r0.module}|{r0.op}|{r0.call}|{role}")
+                            ev = f"|{r0.event}"
+                            ixs = [f"{role}{j}" for j in range(npair)]
+                            ks = [f"{pre}{j}{ev}" for j in range(npair)]
+                            acc.add(ra[:npair], ca[:npair], ixs, ks, ck, cpos, is_out)
+                            keys.extend(ks)
+                            if aux and len(ra) > 1:
+                                unmatched["tensors"].append(
+                                    {"call": call.name, "role": role + "puts", "ref": len(ra),
+                                     "cand": len(ca), "direction": call.direction,
+                                     "step": call.step,
+                                     "note": "auxiliary outputs differ by framework"})
+                            continue
+                        rs, cs = ((rl.outputs, cl.outputs) if is_out
+                                  else (r0.inputs, c0.inputs))
+                    else:
+                        rs, cs = (outs_r, outs_c) if is_out else (ins_r, ins_c)
                     if not grouped and len(rs) == len(cs) and (
                             r0.native == c0.native
                             or all(a.shape == b.shape for a, b in zip(rs, cs))):
@@ -486,11 +706,19 @@ def compare(
                     # keyed by the reference tensor's position: the noise run's pairs (same
                     # framework, by position) carry the same keys
                     at = {id(r): k for k, r in enumerate(rs)}
-                    keys = call.outputs if is_out else call.inputs
                     for a, b in tensor_pairs[:1] if aux else tensor_pairs:
-                        tol, scaled = resolve(a, b)
                         ix = f"{role}{at[id(a)]}"
                         key = f"{lv}|{_pair_key(a, ix)}|{r0.event}"
+                        if sides is not None:
+                            ar, br = sides[0].row_of(a), sides[1].row_of(b)
+                            if ar >= 0 and br >= 0:
+                                acc.add([ar], [br], [ix], [key], ck, cpos, is_out)
+                                keys.append(key)
+                                continue
+                            # a record of no scan: every pair as objects from here on
+                            rows = acc.as_objects(sides, resolve)
+                            sides = fast = None
+                        tol, scaled = resolve(a, b)
                         rows.append((a, b, tol, scaled, ix, key, ck, cpos, is_out))
                         keys.append(key)
                     if len(tensor_pairs) < max(len(rs), len(cs)) or (aux and len(rs) > 1):
@@ -509,14 +737,15 @@ def compare(
                     pjobs.append(_Job(pp.ref, pp.cand, tol, pr))
                 params_done = True
 
-    table = PairTable(rows)
-    del rows
-    _scale_tolerances(table)
+    table = acc.table(sides, tols) if sides is not None else PairTable(rows)
+    del rows, acc
+    _scale_tolerances(table, sides)
     fp64_tr = _open(fp64_ref, "fp64_ref") if fp64_ref is not None else None
     # the pairs judged one by one: payloads on both sides, statistics the batch does not
     # take, everything in the fp64 mode; the rest -- statistics pairs, the bulk of a
     # statistics trace -- are judged as whole arrays and stay columns of the table
-    one_by_one = _batch_stats_pairs(table) if fp64_tr is None else list(range(len(table)))
+    one_by_one = (_batch_stats_pairs(table, sides) if fp64_tr is None
+                  else list(range(len(table))))
     jobs = [_Job(table.refs[i], table.cands[i], table.tol(i), table.new_object(i))
             for i in one_by_one] + pjobs
     if fp64_tr is not None:
@@ -578,7 +807,7 @@ def compare(
     for j in light:
         run(j)
 
-    noise = _treat_rounding_noise(jobs, table)
+    noise = _treat_rounding_noise(jobs, table, sides)
     table.refresh()
     table.finish()
     result.set_table(table)

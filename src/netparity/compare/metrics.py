@@ -756,6 +756,18 @@ _NORM_AT, _BAD_AT = STAT_FIELDS.index("norm"), [STAT_FIELDS.index(k)
                                                  for k in ("nan", "posinf", "neginf")]
 
 
+def table_stat_rows(table: StatTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_stat_rows` of rows ``rows`` of a :class:`~netparity.trace.fastrows.StatTable`
+    (records whose statistics were never made into a dict)."""
+    sub = table.floats[rows][:, _ALL_AT]
+    total = np.zeros(len(rows), dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for k in range(sub.shape[1]):  # left to right, as Python's sum adds them
+            total = total + sub[:, k]
+    good = ~table.null[rows][:, _ALL_AT].any(axis=1) & np.isfinite(total)
+    return sub, good
+
+
 def _stat_rows(recs: list[Record]) -> tuple[np.ndarray, np.ndarray]:
     """The statistics :func:`_clean_stats` reads, as a ``(len(recs), 8)`` float matrix, and
     which rows are clean (all present, finite sum) -- from the stat tables of scanned records
@@ -766,14 +778,7 @@ def _stat_rows(recs: list[Record]) -> tuple[np.ndarray, np.ndarray]:
     ok = np.zeros(n, dtype=bool)
     groups, others = _by_table(recs)
     for table, pos, rows in groups.values():
-        sub = table.floats[np.asarray(rows)][:, _ALL_AT]
-        total = np.zeros(len(rows), dtype=np.float64)
-        with np.errstate(invalid="ignore", over="ignore"):
-            for k in range(sub.shape[1]):  # left to right, as Python's sum adds them
-                total = total + sub[:, k]
-        good = ~table.null[np.asarray(rows)][:, _ALL_AT].any(axis=1) & np.isfinite(total)
-        vals[pos] = sub
-        ok[pos] = good
+        vals[pos], ok[pos] = table_stat_rows(table, np.asarray(rows))
     for i in others:
         x = _clean_stats(recs[i])
         if x is not None:
@@ -782,21 +787,28 @@ def _stat_rows(recs: list[Record]) -> tuple[np.ndarray, np.ndarray]:
     return vals, ok
 
 
+def table_rms(table: StatTable, rows: np.ndarray, cplx: np.ndarray) -> tuple[np.ndarray,
+                                                                              np.ndarray]:
+    """:func:`record_rms` of rows ``rows`` of a stat table (``cplx``: complex dtype, per row):
+    the values (float64, bit-identical) and where it is unknown (None: the norm is NULL)."""
+    r = np.asarray(rows)
+    norm = table.floats[r, _NORM_AT]
+    bad_null = table.null[r][:, _BAD_AT]
+    bad = np.where(bad_null, 0, table.floats[r][:, _BAD_AT]).astype(np.int64).sum(axis=1)
+    cnt = table.numel[r] - bad
+    cnt = np.where(cplx, 2 * cnt, cnt)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rms = np.where(cnt > 0, norm / np.sqrt(np.maximum(cnt, 1).astype(np.float64)), 0.0)
+    return rms, table.null[r, _NORM_AT]
+
+
 def records_rms(recs: list[Record]) -> list[float | None]:
     """:func:`record_rms` of many records (bit-identical), vectorised over scanned records."""
     out: list[float | None] = [None] * len(recs)
     groups, others = _by_table(recs)
     for table, pos, rows in groups.values():
-        r = np.asarray(rows)
-        norm = table.floats[r, _NORM_AT]
-        bad_null = table.null[r][:, _BAD_AT]
-        bad = np.where(bad_null, 0, table.floats[r][:, _BAD_AT]).astype(np.int64).sum(axis=1)
-        cnt = table.numel[r] - bad
         cplx = np.array([recs[i].dtype.startswith("complex") for i in pos], dtype=bool)
-        cnt = np.where(cplx, 2 * cnt, cnt)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rms = np.where(cnt > 0, norm / np.sqrt(np.maximum(cnt, 1).astype(np.float64)), 0.0)
-        missing = table.null[r, _NORM_AT]
+        rms, missing = table_rms(table, np.asarray(rows), cplx)
         for i, v, miss in zip(pos, rms.tolist(), missing.tolist()):
             out[i] = None if miss else v
     for i in others:
@@ -919,9 +931,20 @@ def stats_batch(refs: list[Record], cands: list[Record], rtol: list[float],
     The rest -- missing or non-finite statistics, where Python's ``max`` and ``or`` have their
     own NaN/None rules -- are not handled (``ok`` False): judge those one by one.
     """
-    out = StatsBatch(len(refs))
     xr, okr = _stat_rows(refs)
     xc, okc = _stat_rows(cands)
+    sel = [refs[i] for i in np.nonzero(okr & okc)[0].tolist()]
+    return stats_batch_arrays(xr, okr, xc, okc, [p.numel for p in sel],
+                              [p.dtype.startswith("complex") for p in sel], rtol, atol)
+
+
+def stats_batch_arrays(xr: np.ndarray, okr: np.ndarray, xc: np.ndarray, okc: np.ndarray,
+                       numels: list[int], cplx: Any, rtol: Any, atol: Any) -> StatsBatch:
+    """:func:`stats_batch` of pairs given as their statistics matrices and clean flags
+    (:func:`table_stat_rows`); ``numels`` and ``cplx`` (complex dtype) are those of the
+    reference side of the pairs both sides of which are clean, ``rtol``/``atol`` per pair
+    (a list: the values land in the metrics as given)."""
+    out = StatsBatch(len(xr))
     both = okr & okc
     out.ok = both
     ok = np.nonzero(both)[0]
@@ -931,10 +954,8 @@ def stats_batch(refs: list[Record], cands: list[Record], rtol: list[float],
     k = len(_STAT_ALL)
     r, c = xr[both], xc[both]
     okl = ok.tolist()
-    sel = [refs[i] for i in okl]
-    numels = [p.numel for p in sel]
     numel = np.array(numels, dtype=np.float64)
-    cplx = np.array([p.dtype.startswith("complex") for p in sel], dtype=bool)
+    cplx = np.asarray(cplx, dtype=bool)
     out.rtol_in = [rtol[i] for i in okl]
     out.atol_in = [atol[i] for i in okl]
     rt = np.array(out.rtol_in, dtype=np.float64)

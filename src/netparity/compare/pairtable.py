@@ -7,7 +7,11 @@ comparison's time, while what a user sees of them is a handful (the first diverg
 worst pairs) -- unless they ask for JSON, CSV or HTML, which list every pair. So the engine
 keeps the pairs of matched calls in a :class:`PairTable`:
 
-* every pair has its two records, tolerance, key, call and role;
+* every pair has its two records, tolerance, key, call and role; in *row mode*
+  (:meth:`PairTable.of_rows`, what the engine builds when both traces were read by one
+  column scan each) the records are row numbers of the two scans
+  (:class:`~netparity.trace.fastrows.ScannedRows`), made into records only for the pairs
+  someone asks for;
 * pairs judged from statistics in one batch (the common case: statistics traces) keep their
   metrics as columns (:class:`~netparity.compare.metrics.StatsBatch`) and a status code;
 * every other pair (payloads, odd statistics, the fp64 mode) is a ``PairResult`` judged as
@@ -36,6 +40,7 @@ from netparity.compare.metrics import StatsBatch
 from netparity.compare.results import PairResult
 from netparity.compare.tolerances import Tol
 from netparity.compare.verdicts import judge, judge_stats
+from netparity.trace.fastrows import ScannedRows
 from netparity.trace.schema import Record
 
 #: status -> code of :attr:`PairTable.code`, and back
@@ -98,6 +103,29 @@ class PairTable:
         self.batch: StatsBatch | None = None
         self.brow = np.full(self.n, -1, dtype=np.int64)  # row in ``batch``, -1: not in it
         self.perm: list[int] = []  # result.pairs order: (step, order), stable
+        #: row mode: the two scans and each pair's row in them (None: records given)
+        self.sides: tuple[ScannedRows, ScannedRows] | None = None
+        self.rrow = self.crow = np.zeros(0, dtype=np.int64)
+
+    @classmethod
+    def of_rows(cls, ref: ScannedRows, cand: ScannedRows, rrow: np.ndarray, crow: np.ndarray,
+                tols: list[Tol], scaled: list[bool], idx: list[str], keys: list[str],
+                call_keys: list[str], call: np.ndarray, is_out: np.ndarray) -> PairTable:
+        """A table in row mode: pair ``i`` is row ``rrow[i]`` of ``ref`` and row ``crow[i]``
+        of ``cand``; the other columns as in :class:`PairTable`'s ``rows``."""
+        t = cls([])
+        t.n = len(rrow)
+        t.sides = (ref, cand)
+        t.rrow, t.crow = rrow, crow
+        t.refs = _RowRecords(ref, rrow)  # type: ignore[assignment]
+        t.cands = _RowRecords(cand, crow)  # type: ignore[assignment]
+        t.tols, t.scaled, t.idx, t.keys, t.call_keys = tols, scaled, idx, keys, call_keys
+        t.call, t.is_out = call, is_out
+        t.atol = [x.atol for x in tols]
+        t.obj = [None] * t.n
+        t.code = np.zeros(t.n, dtype=np.int8)
+        t.brow = np.full(t.n, -1, dtype=np.int64)
+        return t
 
     def __len__(self) -> int:
         return self.n
@@ -136,8 +164,12 @@ class PairTable:
 
     def finish(self) -> None:
         """Fix the order of ``result.pairs`` (step, then reference sequence number; stable)."""
-        step = np.array([r.step for r in self.refs], dtype=np.int64)
-        seq = np.array([r.seq for r in self.refs], dtype=np.int64)
+        if self.sides is not None:
+            cols = self.sides[0].cols
+            step, seq = cols["step"][self.rrow], cols["seq"][self.rrow]
+        else:
+            step = np.array([r.step for r in self.refs], dtype=np.int64)
+            seq = np.array([r.seq for r in self.refs], dtype=np.int64)
         self.perm = np.lexsort((seq, step)).tolist() if self.n else []
 
     # ---- reading -------------------------------------------------------------------------
@@ -160,6 +192,9 @@ class PairTable:
 
     def pairs(self) -> list[PairResult]:
         """Every pair as a :class:`PairResult`, in ``result.pairs`` order."""
+        if self.sides is not None:  # every record is asked for: made in one pass per side
+            self.refs.warm(self.perm)  # type: ignore[attr-defined]
+            self.cands.warm(self.perm)  # type: ignore[attr-defined]
         get = self.get
         return [get(i) for i in self.perm]
 
@@ -215,6 +250,34 @@ class PairTable:
         for i in self.made:
             out[i] = row_of(obj[i])  # type: ignore[arg-type]
         return [out[i] for i in self.perm]
+
+
+class _RowRecords:
+    """The records of one side of a row-mode table, made on first request (then the same
+    object)."""
+
+    def __init__(self, rows: ScannedRows, at: np.ndarray):
+        self.rows, self.at = rows, at
+        self._made: dict[int, Record] = {}
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def __getitem__(self, i: int) -> Record:
+        r = self._made.get(i)
+        if r is None:
+            r = self._made[i] = self.rows.records([int(self.at[i])])[0]
+        return r
+
+    def __iter__(self) -> Any:
+        return (self[i] for i in range(len(self.at)))
+
+    def warm(self, idx: list[int]) -> None:
+        """Make the records of pairs ``idx`` at once (those not made yet)."""
+        made = self._made
+        need = [i for i in idx if i not in made]
+        for i, r in zip(need, self.rows.records(self.at[need].tolist() if need else [])):
+            made[i] = r
 
 
 def row_of(p: PairResult) -> tuple[Any, ...]:

@@ -62,6 +62,7 @@ class Store:
 
     def __init__(self, path: Path, meta: dict[str, Any], npz: Any):
         self.path, self.n, self.max_seq = path, int(meta["n"]), int(meta["max_seq"])
+        self.meta = meta
         self._npz = npz
         self._cols: dict[str, Any] = {}
         self._nulls: dict[str, np.ndarray | None] = {}
@@ -95,6 +96,16 @@ class Store:
         """NULL mask of column ``name`` (None: no row is NULL)."""
         self.column(name)
         return self._nulls[name]
+
+    def bad_row(self) -> tuple[bool, tuple[Any, str] | None]:
+        """What :meth:`Trace.check_rows <netparity.trace.reader.Trace.check_rows>` found in
+        the index when this copy was written: ``(True, None)`` nothing (:func:`compact`
+        refuses an index with bad rows), ``(True, (seq, column))`` a bad row; ``(False,
+        None)`` for a copy written before the check was recorded (check the index itself)."""
+        if "bad_row" not in self.meta:
+            return False, None
+        got = self.meta["bad_row"]
+        return True, (None if got is None else (got[0], str(got[1])))
 
 
 #: open stores per trace object and rank (dropped with the trace)
@@ -168,7 +179,7 @@ def compact(path: str | os.PathLike[str], ranks: Iterable[int] | None = None) ->
     Raises:
         TraceError: not a trace, or a corrupt index. An unwritable directory is an OSError.
     """
-    from netparity.trace.reader import open_trace
+    from netparity.trace.reader import _BAD_ROW_SQL, open_trace
     from netparity.trace.scan import Strings, _scan_sql
 
     tr = open_trace(path)
@@ -179,6 +190,13 @@ def compact(path: str | os.PathLike[str], ranks: Iterable[int] | None = None) ->
                 raise TraceError(f"{tr.path}: no rank {rank} index to compact")
             stamp = _index_stamp(tr.path / f"rank{rank}")
             n, max_seq = _extent(tr, rank)
+            # check_rows' scan first: a copy is made of clean rows only, and says so (while
+            # it is current -- the index unchanged -- the check reads that instead of
+            # scanning the index again)
+            bad = tr._query(_BAD_ROW_SQL, (), rank)
+            if bad:
+                raise TraceError(f"{tr.path}/rank{rank}: corrupt trace index (record "
+                                 f"{bad[0][0]!r:.40}: bad {bad[0][1]}); not compacted")
             cols = _scan_sql(tr, rank, list(COLUMN_NAMES), {})
             if cols.n != n or stamp is None or _index_stamp(tr.path / f"rank{rank}") != stamp:
                 raise TraceError(f"{tr.path}/rank{rank}: the index changed while being read")
@@ -195,7 +213,8 @@ def compact(path: str | os.PathLike[str], ranks: Iterable[int] | None = None) ->
                     arrays[f"n.{c}"] = null
             arrays["meta"] = _json_bytes({"format": FORMAT, "schema_version": SCHEMA_VERSION,
                                           "columns": list(COLUMN_NAMES), "n": n,
-                                          "max_seq": max_seq, "index_stamp": stamp})
+                                          "max_seq": max_seq, "index_stamp": stamp,
+                                          "bad_row": None})
             _save_atomic(tr.path / f"rank{rank}" / COLUMNS_FILE, arrays)
         return len(todo)
     finally:

@@ -165,18 +165,44 @@ _FIELD_ORDER = tuple(f.name for f in dataclasses.fields(Record))
 class ScannedRows:
     """Every row of a scan of every index column, made into :class:`ScannedRecord`\\ s a few
     at a time: a comparison asks for the records of the calls it compares, and at op level
-    the module calls' records (a third of the rows) are never made."""
+    the module calls' records (a third of the rows) are never made.
+
+    ``cols`` (the scan) stays available: the comparison engine pairs the common case's tensors
+    as row numbers of it (:mod:`netparity.compare.pairtable`) and asks for records only of the
+    few pairs it shows. The Python lists every record is made from are built once, for a
+    request of a large share of the rows (:data:`_FEW`); fewer rows are picked from the
+    arrays."""
 
     def __init__(self, cols: Any):
         if not FAST_OK:
             raise NotImplementedError("the schema has columns the fast loader does not know")
+        self.cols = cols
         self.table = StatTable(cols)
         ex = cols["extra"]
         self._extra = [ex.values[k] if ex.values[k] else None for k in range(len(ex.values))]
-        self._lists = [*_base_lists(cols), cols["numel"].tolist()]
+        self._lists: list[list[Any]] | None = None
+        self._shapes: list[tuple[int, ...]] | None = None
 
     def __len__(self) -> int:
-        return len(self._lists[0])
+        return int(self.cols.n)
+
+    def shapes(self) -> list[tuple[int, ...]]:
+        """The shape tuple of each distinct ``shape`` value (index: the column's codes)."""
+        if self._shapes is None:
+            self._shapes = [tuple(json.loads(s)) for s in self.cols["shape"].values]
+        return self._shapes
+
+    def _columns(self, rows: list[int]) -> list[Any]:
+        """The values of rows ``rows`` column by column (what ``zip`` makes records of)."""
+        if self._lists is None and len(rows) * _FEW < len(self):
+            # a minority of the rows: picked from the arrays (no list of every row)
+            return _base_lists(self.cols, self.shapes(), np.asarray(rows, dtype=np.int64))
+        if self._lists is None:
+            self._lists = _base_lists(self.cols, self.shapes())
+        if len(rows) == 1:
+            return [(lst[rows[0]],) for lst in self._lists]
+        pick = operator.itemgetter(*rows)
+        return [pick(lst) for lst in self._lists]
 
     def records(self, rows: Iterable[int]) -> list[Record]:
         """The records of rows ``rows`` (positions in the scan), in that order."""
@@ -184,11 +210,7 @@ class ScannedRows:
         if not rows:
             return []
         # the rows' values column by column, picked in C (no tuple per row of the whole scan)
-        if len(rows) == 1:
-            vals = [(lst[rows[0]],) for lst in self._lists]
-        else:
-            pick = operator.itemgetter(*rows)
-            vals = [pick(lst) for lst in self._lists]
+        vals = self._columns(rows)
         new = object.__new__
         loads = json.loads
         st, extra = self.table, self._extra
@@ -211,25 +233,45 @@ class ScannedRows:
         return out
 
 
-def _base_lists(cols: Any) -> list[list[Any]]:
+#: a request for fewer than 1/_FEW of a scan's rows picks them from the arrays; a larger one
+#: builds the Python lists of every row once (then every request picks from those)
+_FEW = 4
+
+
+def _base_lists(cols: Any, shapes: list[tuple[int, ...]] | None = None,
+                rows: np.ndarray | None = None) -> list[list[Any]]:
     """The non-statistics columns of a full scan as Python lists in :class:`Record` field
-    order (shapes as tuples, NULLs as None; ``extra`` as codes into its value table)."""
-    shapes = [tuple(json.loads(s)) for s in cols["shape"].values]
+    order (shapes as tuples, NULLs as None; ``extra`` as codes into its value table), then
+    ``numel``; of rows ``rows`` only when given."""
+    if shapes is None:
+        shapes = [tuple(json.loads(s)) for s in cols["shape"].values]
+    sel: Any = slice(None) if rows is None else rows
+
+    def ints(c: str) -> list[Any]:
+        return cols[c][sel].tolist()  # type: ignore[no-any-return]
+
+    def texts(c: str) -> list[Any]:
+        s = cols[c]
+        if rows is not None:  # a few rows: no table of every distinct value
+            vals = s.values
+            return [vals[k] for k in s.codes[rows].tolist()]
+        table = np.empty(len(s.values), dtype=object)
+        table[:] = s.values
+        return table[s.codes].tolist()  # type: ignore[no-any-return]
+
     table = np.empty(len(shapes) + 1, dtype=object)
     table[:-1] = shapes
-    shape_l = table[cols["shape"].codes].tolist() if cols.n else []
+    shape_l = table[cols["shape"].codes[sel]].tolist() if cols.n else []
     tail = []
     for c in ("shard", "offset", "nbytes", "hash"):
-        lst = cols[c].tolist()
-        for i in np.nonzero(cols.null(c))[0].tolist():
+        lst = cols[c][sel].tolist() if c in ("offset", "nbytes") else texts(c)
+        for i in np.nonzero(cols.null(c)[sel])[0].tolist():
             lst[i] = None
         tail.append(lst)
-    return [cols["seq"].tolist(), cols["step"].tolist(), cols["rank"].tolist(),
-            cols["kind"].tolist(), cols["op"].tolist(), cols["native"].tolist(),
-            cols["module"].tolist(), cols["call"].tolist(), cols["module_call"].tolist(),
-            cols["direction"].tolist(), cols["role"].tolist(), cols["arg"].tolist(),
-            cols["event"].tolist(), cols["dtype"].tolist(), shape_l, *tail,
-            cols["source"].tolist(), cols["extra"].codes.tolist()]
+    return [ints("seq"), ints("step"), ints("rank"), texts("kind"), texts("op"),
+            texts("native"), texts("module"), ints("call"), ints("module_call"),
+            texts("direction"), texts("role"), texts("arg"), ints("event"), texts("dtype"),
+            shape_l, *tail, texts("source"), cols["extra"].codes[sel].tolist(), ints("numel")]
 
 
 def columns_to_records(cols: Any, *, lazy_stats: bool = False) -> list[Record]:
@@ -254,7 +296,7 @@ def columns_to_records(cols: Any, *, lazy_stats: bool = False) -> list[Record]:
     stat_l = [cols[f"s_{k}"].tolist() for k in _STATS]
     keys = _STATS
     for (seq, step, rank, kind, op, native, module, call, module_call, direction, role, arg,
-         event, dtype, shp, shard, offset, nbytes, hsh, source, ec, *stv) in zip(
+         event, dtype, shp, shard, offset, nbytes, hsh, source, ec, _n, *stv) in zip(
             *_base_lists(cols), *stat_l):
         rec = new(Record)
         rec.__dict__ = {

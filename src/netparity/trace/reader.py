@@ -187,13 +187,21 @@ class Trace:
 
         Not run by :func:`open_trace`: it reads every row (about a second per 100k rows, as
         much as a comparison's own column scan), so the commands that read whole traces run it
-        (``compare``, ``align``, ``inspect``, ``export``, ``recheck``).
+        (``compare``, ``align``, ``inspect``, ``export``, ``recheck``). A rank whose columnar
+        copy is current (:mod:`netparity.trace.columnar`: the index has not changed since the
+        copy was written) is not scanned again: the copy records what this check found in
+        the index then, and it holds for every reader of that index, SQL ones included.
 
         Raises:
             TraceError: the first bad row, with its ``seq`` and column.
         """
+        from netparity.trace import columnar
+
         for rank in self.ranks:
-            bad = self._query(_BAD_ROW_SQL, (), rank)
+            st = columnar.store(self, rank)
+            known, found = st.bad_row() if st is not None else (False, None)
+            bad = ([found] if found is not None else []) if known else self._query(
+                _BAD_ROW_SQL, (), rank)
             if bad:
                 seq, col = bad[0]
                 raise TraceError(f"{self.path}/rank{rank}/{INDEX_FILE}: corrupt trace index "

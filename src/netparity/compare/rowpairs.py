@@ -1,0 +1,358 @@
+"""The tensor pairs of matched calls as row numbers of the two traces' scans (the engine's
+row mode): no record object per tensor for the common case.
+
+A statistics comparison of two 100k-op traces pairs ~300k tensors; making a record for each
+(and a Python tuple, key lookups and a tolerance resolution per pair) was a third of its time,
+while what is compared are rows of two column scans
+(:class:`~netparity.trace.fastrows.ScannedRows`, which the alignment's
+:class:`~netparity.align.reading.RecordSource` reads once per side). So, when every call of an
+alignment comes from one scan per side, the engine pairs the tensors of a 1:1 matched call as
+row numbers -- :func:`~netparity.compare.argpairs.pair_tensors`' positional rule (as many
+tensors on both sides, and the same native op or the same shapes) -- and gives the rest (N:M
+groups, calls whose tensors pair by shape and value) to ``pair_tensors`` with records, as
+before, then keeps their rows too. Tolerances are resolved once per distinct signature (the
+dtypes, the direction; with named overrides also the names), statistics metrics and RMS
+scaling are computed from the scans' statistic arrays, and the
+:class:`~netparity.compare.pairtable.PairTable` holds row numbers (records are made for the
+few pairs someone asks for).
+
+The values are those of the record path, bit for bit: every quantity reads the same columns
+the records would have been made of (``tests/compare/test_pairtable.py`` checks it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from netparity.compare.metrics import table_rms, table_stat_rows
+from netparity.compare.tolerances import Tol, Tolerances
+from netparity.trace.fastrows import ScannedRows
+from netparity.trace.schema import Record
+
+#: the columns a pair key is made of (besides the event): equal on every row of a call whose
+#: key prefix the engine builds from the call (a call with a row that differs: record path)
+_KEY_COLUMNS = ("step", "rank", "kind", "direction", "module", "op", "call")
+
+
+class Side:
+    """One trace's side: its scan, the grouped order of its rows and each call's span in it
+    (:meth:`RecordSource.rows <netparity.align.reading.RecordSource.rows>`), and the
+    per-row lists the engine's loop reads."""
+
+    def __init__(self, source: Any, got: tuple[ScannedRows, list[int], dict[Any, Any]],
+                 shape_ids: dict[tuple[int, ...], int]):
+        self.source = source
+        self.rows, self.order, self.spans = got
+        cols = self.rows.cols
+        self.cols = cols
+        self.table = self.rows.table
+        self.seq: list[int] = cols["seq"].tolist()
+        # shapes as ids shared by both sides (equal ids: equal shape tuples)
+        gid = np.array([shape_ids.setdefault(s, len(shape_ids)) for s in self.rows.shapes()]
+                       or [0], dtype=np.int64)
+        self.shape: list[int] = gid[cols["shape"].codes].tolist() if cols.n else []
+        self.uniform = self._uniform()
+
+    def _uniform(self) -> list[bool]:
+        """Per position of ``order`` that starts a call: whether every row of the call holds
+        the call's key columns (those of its first row in execution order, which the call's
+        fields come from)."""
+        n = len(self.order)
+        out = np.zeros(n, dtype=bool)
+        if not n or not self.spans:
+            return out.tolist()  # type: ignore[no-any-return]
+        o = np.asarray(self.order, dtype=np.int64)
+        sp = np.array(sorted((s, e) for s, _, e in self.spans.values()), dtype=np.int64)
+        starts, lens = sp[:, 0], sp[:, 1] - sp[:, 0]
+        if int(lens.sum()) != n or (lens <= 0).any():  # not a partition: no call is uniform
+            return out.tolist()  # type: ignore[no-any-return]
+        first = np.repeat(np.minimum.reduceat(o, starts), lens)
+        same = np.ones(n, dtype=bool)
+        for c in _KEY_COLUMNS:
+            v = self.cols[c]
+            a = v if isinstance(v, np.ndarray) else v.codes
+            same &= a[o] == a[first]
+        out[starts] = np.logical_and.reduceat(same, starts)
+        return out.tolist()  # type: ignore[no-any-return]
+
+    def row_of(self, rec: Record) -> int:
+        """The row of a record this side's scan made (-1 for any other record)."""
+        d = rec.__dict__
+        if d.get("_table") is not self.table or "_row" not in d:
+            return -1
+        return int(d["_row"])
+
+    def text(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Codes of a text column at ``rows`` (into ``self.cols[name].values``)."""
+        return self.cols[name].codes[rows]  # type: ignore[no-any-return]
+
+
+def sides_of(al: Any) -> tuple[Side, Side] | None:
+    """The two sides of an alignment whose calls all come from one column scan per side
+    (:class:`~netparity.align.reading.LazyCall`\\ s of one source each); None otherwise."""
+    if not al.matches:
+        return None
+    src_r = al.matches[0].ref[0].__dict__.get("_source")
+    src_c = al.matches[0].cand[0].__dict__.get("_source")
+    if src_r is None or src_c is None or not hasattr(src_r, "rows"):
+        return None
+    for m in al.matches:
+        for c in m.ref:
+            if c.__dict__.get("_source") is not src_r:
+                return None
+        for c in m.cand:
+            if c.__dict__.get("_source") is not src_c:
+                return None
+    got_r, got_c = src_r.rows(), src_c.rows()
+    if got_r is None or got_c is None:
+        return None
+    ids: dict[tuple[int, ...], int] = {}
+    return Side(src_r, got_r, ids), Side(src_c, got_c, ids)
+
+
+def _codes(side: Side, name: str, rows: np.ndarray, pool: dict[str, int]) -> np.ndarray:
+    """A text column at ``rows`` as ids shared by both sides (``pool``)."""
+    vals = side.cols[name].values
+    table = np.array([pool.setdefault(v, len(pool)) for v in vals] or [0], dtype=np.int64)
+    return table[side.cols[name].codes[rows]]  # type: ignore[no-any-return]
+
+
+def resolve_tolerances(tols: Tolerances, ref: Side, cand: Side, rr: np.ndarray,
+                       cr: np.ndarray) -> tuple[list[Tol], list[bool]]:
+    """:meth:`Tolerances.resolve_unscaled
+    <netparity.compare.tolerances.Tolerances.resolve_unscaled>` of every pair, resolved once
+    per distinct signature (what the resolution reads: the dtypes, whether the reference is
+    a gradient/backward tensor, and with named overrides the names) on one pair's records."""
+    n = len(rr)
+    if not n:
+        return [], []
+    pool: dict[str, int] = {}
+    back = ((ref.text("direction", rr) == ref.cols["direction"].code("backward"))
+            | np.isin(ref.text("kind", rr),
+                      [ref.cols["kind"].code("grad"), ref.cols["kind"].code("param")]))
+    parts = [_codes(ref, "dtype", rr, pool), _codes(cand, "dtype", cr, pool),
+             back.astype(np.int64)]
+    if tols._named:
+        parts += [_codes(ref, c, rr, pool) for c in ("module", "op", "native")]
+        parts += [_codes(cand, c, cr, pool) for c in ("module", "native")]
+    key = np.stack(parts, axis=1)
+    _, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    got = [tols.resolve_unscaled(ref.rows.records([int(rr[i])])[0],
+                                 cand.rows.records([int(cr[i])])[0]) for i in first.tolist()]
+    tl = [g[0] for g in got]
+    sc = [g[1] for g in got]
+    ks = inv.tolist()
+    return [tl[k] for k in ks], [sc[k] for k in ks]
+
+
+def _complex(side: Side, rows: np.ndarray) -> np.ndarray:
+    vals = side.cols["dtype"].values
+    table = np.array([v.startswith("complex") for v in vals] or [False], dtype=bool)
+    return table[side.cols["dtype"].codes[rows]]  # type: ignore[no-any-return]
+
+
+def rms(side: Side, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~netparity.compare.metrics.record_rms` of ``rows``: values and where unknown."""
+    return table_rms(side.table, rows, _complex(side, rows))
+
+
+def scaled_atol(ref: Side, cand: Side, rr: np.ndarray, cr: np.ndarray,
+                factor: np.ndarray) -> list[float]:
+    """``factor * (record_rms(ref) or record_rms(cand) or 0.0)`` per pair (the cross
+    profile's RMS-relative atol; Python's ``or``: None and 0.0 fall through, NaN does not)."""
+    a, a_miss = rms(ref, rr)
+    b, b_miss = rms(cand, cr)
+    use_a = ~a_miss & (a != 0)
+    use_b = ~b_miss & (b != 0)
+    v = np.where(use_a, a, np.where(use_b, b, 0.0))
+    return (factor * v).tolist()  # type: ignore[no-any-return]
+
+
+def stats_only(ref: Side, cand: Side, rr: np.ndarray, cr: np.ndarray) -> np.ndarray:
+    """Mask of the pairs the engine's ``_stats_only`` accepts (judged from statistics),
+    from the columns: not a payload on both sides, the same shape (or the same size and
+    squeezed shape), not an equal hash of one dtype, a norm on the reference side."""
+    rc, cc = ref.cols, cand.cols
+    payload = ~rc.null("shard")[rr] & ~cand.cols.null("shard")[cr]
+    sr = np.asarray(ref.shape, dtype=np.int64)[rr] if len(rr) else np.zeros(0, np.int64)
+    sc = np.asarray(cand.shape, dtype=np.int64)[cr] if len(cr) else np.zeros(0, np.int64)
+    shape_ok = sr == sc
+    odd = np.nonzero(~shape_ok)[0]
+    if len(odd):
+        rnum, cnum = rc["numel"][rr[odd]], cc["numel"][cr[odd]]
+        shapes_r = ref.rows.shapes()
+        shapes_c = cand.rows.shapes()
+        sq_r = [_squeeze(shapes_r[k]) for k in rc["shape"].codes[rr[odd]].tolist()]
+        sq_c = [_squeeze(shapes_c[k]) for k in cc["shape"].codes[cr[odd]].tolist()]
+        shape_ok[odd] = (rnum == cnum) & np.array([a == b for a, b in zip(sq_r, sq_c)],
+                                                  dtype=bool)
+    # an equal hash of the same dtype is judged as such (rare in a statistics trace)
+    hashed = np.nonzero(~rc.null("hash")[rr] & ~cc.null("hash")[cr])[0]
+    same_hash = np.zeros(len(rr), dtype=bool)
+    if len(hashed):
+        hv_r, hv_c = rc["hash"].values, cc["hash"].values
+        dv_r, dv_c = rc["dtype"].values, cc["dtype"].values
+        for i in hashed.tolist():
+            a, b = int(rr[i]), int(cr[i])
+            h1, h2 = hv_r[rc["hash"].codes[a]], hv_c[cc["hash"].codes[b]]
+            same_hash[i] = bool(h1 and h2 and h1 == h2
+                                and dv_r[rc["dtype"].codes[a]] == dv_c[cc["dtype"].codes[b]])
+    norm_ok = ~ref.table.null[rr, _NORM]
+    return ~payload & shape_ok & ~same_hash & norm_ok  # type: ignore[no-any-return]
+
+
+_NORM = 4  # STAT_FIELDS.index("norm")
+
+
+def _squeeze(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(d) for d in shape if int(d) != 1)
+
+
+def stat_rows(side: Side, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~netparity.compare.metrics.table_stat_rows` of ``rows``."""
+    return table_stat_rows(side.table, rows)
+
+
+def complex_rows(side: Side, rows: np.ndarray) -> np.ndarray:
+    """Whether each row's dtype is complex."""
+    return _complex(side, rows)
+
+
+def noise_classes(side: Side, rows: np.ndarray) -> list[str | None]:
+    """The engine's ``_noise_class`` of each row: ``param``/``grad`` by kind, ``backward``
+    by direction, else None."""
+    kinds = side.cols["kind"].values
+    dirs = side.cols["direction"].values
+    k = side.text("kind", rows).tolist()
+    d = side.text("direction", rows).tolist()
+    out: list[str | None] = []
+    for a, b in zip(k, d):
+        kind = kinds[a]
+        out.append(kind if kind in ("param", "grad") else
+                   "backward" if dirs[b] == "backward" else None)
+    return out
+
+
+def texts(side: Side, name: str, rows: np.ndarray) -> list[str]:
+    """A text column's values at ``rows``."""
+    vals = side.cols[name].values
+    return [vals[k] for k in side.text(name, rows).tolist()]
+
+
+class FastCalls:
+    """The 1:1 matched calls of an alignment whose tensors pair by position, found and paired
+    as whole arrays (:func:`fast_calls`).
+
+    ``at[k]``: match ``k``'s position among them (-1: the engine pairs its records). Per fast
+    call: ``order`` (the sequence number of its first output, else of the call),
+    ``n_in`` / ``n_out`` (pairs of inputs / outputs: one output only for the auxiliary-output
+    ops across frameworks), ``n_out_ref`` (the reference's outputs). Per pair, call by call,
+    inputs then outputs: ``rr`` / ``cr`` rows of the two scans, ``call_of`` (fast call) and
+    ``is_out``.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.at: list[int] = [-1] * n
+        self.order: list[int] = []
+        self.n_in: list[int] = []
+        self.n_out: list[int] = []
+        self.n_out_ref: list[int] = []
+        self.aux: list[bool] = []
+        z = np.zeros(0, dtype=np.int64)
+        self.rr, self.cr, self.call_of = z, z, z
+        self.is_out = np.zeros(0, dtype=bool)
+
+
+def _segments(off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For segments ``[off, off + length)``: each element's segment and position in it."""
+    seg = np.repeat(np.arange(len(length)), length)
+    pos = np.arange(int(length.sum())) - np.repeat(np.cumsum(length) - length, length)
+    return seg, pos
+
+
+def fast_calls(sides: tuple[Side, Side], matches: list[Any], cross_fw: bool,
+               aux_ops: frozenset[str]) -> FastCalls:
+    """The matches whose tensors the engine pairs as rows: 1:1, both calls of the sides'
+    scans with uniform key columns (:class:`Side`), and for inputs and for outputs
+    :func:`~netparity.compare.argpairs.pair_tensors`' positional rule -- as many tensors on
+    both sides, and the same native op or the same shape at every position. Auxiliary-output
+    ops (``aux_ops``, same canonical op, across frameworks) pair their first output only."""
+    ref, cand = sides
+    out = FastCalls(len(matches))
+    sp_r, sp_c, un_r, un_c = ref.spans, cand.spans, ref.uniform, cand.uniform
+    ks: list[int] = []
+    spans: list[tuple[int, int, int, int, int, int]] = []
+    nat: list[bool] = []
+    aux: list[bool] = []
+    for k, m in enumerate(matches):
+        if len(m.ref) != 1 or len(m.cand) != 1:
+            continue
+        d, e = m.ref[0].__dict__, m.cand[0].__dict__
+        a = sp_r.get((d.get("rank"), d.get("step"), d.get("event")))
+        b = sp_c.get((e.get("rank"), e.get("step"), e.get("event")))
+        if a is None or b is None or not (un_r[a[0]] and un_c[b[0]]):
+            continue
+        ks.append(k)
+        spans.append((*a, *b))
+        nat.append(d["native"] == e["native"])
+        aux.append(cross_fw and d["op"] in aux_ops and e["op"] == d["op"])
+    if not ks:
+        return out
+    sp = np.array(spans, dtype=np.int64).reshape(len(ks), 6)
+    s_r, m_r, e_r, s_c, m_c, e_c = sp.T
+    same_native = np.array(nat, dtype=bool)
+    ord_r = np.asarray(ref.order, dtype=np.int64)
+    ord_c = np.asarray(cand.order, dtype=np.int64)
+    gs_r = np.asarray(ref.shape, dtype=np.int64)[ord_r]  # shape id per position of order
+    gs_c = np.asarray(cand.shape, dtype=np.int64)[ord_c]
+
+    def positional(off_r: np.ndarray, off_c: np.ndarray, n_r: np.ndarray,
+                   n_c: np.ndarray) -> np.ndarray:
+        eq = n_r == n_c
+        seg, pos = _segments(off_r, np.where(eq, n_r, 0))
+        differ = gs_r[off_r[seg] + pos] != gs_c[off_c[seg] + pos]
+        bad = np.bincount(seg[differ], minlength=len(n_r)) > 0
+        return eq & (same_native | ~bad)  # type: ignore[no-any-return]
+
+    ok = (positional(s_r, s_c, m_r - s_r, m_c - s_c)
+          & positional(m_r, m_c, e_r - m_r, e_c - m_c))
+    f = np.nonzero(ok)[0]
+    if not len(f):
+        return out
+    aux_f = np.array(aux, dtype=bool)[f]
+    n_in = (m_r - s_r)[f]
+    n_out_ref = (e_r - m_r)[f]
+    n_out = np.where(aux_f & (n_out_ref > 0), 1, n_out_ref)
+    # the first output's sequence number (the smallest of the outputs), else the call's
+    seq_r = np.asarray(ref.cols["seq"], dtype=np.int64)[ord_r]
+    seg, pos = _segments(m_r[f], n_out_ref)
+    first = np.full(len(f), np.iinfo(np.int64).max)
+    np.minimum.at(first, seg, seq_r[m_r[f][seg] + pos])
+    call_seq = [matches[ks[i]].ref[0].seq for i in f.tolist()]
+    order = np.where(n_out_ref > 0, first, np.array(call_seq, dtype=np.int64))
+    # pairs: call by call, inputs then outputs
+    total = n_in + n_out
+    seg, pos = _segments(np.zeros(len(f), dtype=np.int64), total)
+    is_out = pos >= n_in[seg]
+    j = np.where(is_out, pos - n_in[seg], pos)
+    out.rr = ord_r[np.where(is_out, m_r[f][seg], s_r[f][seg]) + j]
+    out.cr = ord_c[np.where(is_out, m_c[f][seg], s_c[f][seg]) + j]
+    out.call_of, out.is_out = seg, is_out
+    for i, k in enumerate(f.tolist()):
+        out.at[ks[k]] = i
+    out.order, out.n_in, out.n_out = order.tolist(), n_in.tolist(), n_out.tolist()
+    out.n_out_ref, out.aux = n_out_ref.tolist(), aux_f.tolist()
+    return out
+
+
+def prefetch(sides: tuple[Side, Side], matches: list[Any], at: list[int]) -> None:
+    """Make the records of the calls of the matches not paired as rows (``at[k] < 0``: N:M
+    groups, odd calls), both sides in one pass each."""
+    for side, which in ((sides[0], "ref"), (sides[1], "cand")):
+        keys = [(d.get("rank"), d.get("step"), d.get("event"))
+                for k, m in enumerate(matches) if at[k] < 0
+                for d in (c.__dict__ for c in getattr(m, which))]
+        side.source.prefetch(keys)
