@@ -152,6 +152,28 @@ def test_mindspore_profiler_output_is_read_ops_and_casts(tmp_path: Path) -> None
     casts = r.conversions["per_step"]["cast"]
     assert casts["count"] >= 3 and casts["seconds"] > 0  # (no step markers: the whole run)
     assert not [f for f in r.findings if f.kind in ("host-overhead", "first-step")]
+    # side by side with a torch.profiler trace of the same layer in fp32 (neither has step
+    # markers: each whole run is one step): op classes from both vocabularies
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    fc = torch.nn.Linear(16, 8)
+    topt = torch.optim.SGD(fc.parameters(), lr=0.01)
+    with torch_profile(activities=[ProfilerActivity.CPU]) as tp:
+        for _ in range(3):
+            torch.nn.functional.mse_loss(fc(torch.ones(4, 16)), torch.zeros(4, 8)).backward()
+            topt.step()
+            topt.zero_grad()
+    tp.export_chrome_trace(str(tmp_path / "torch.json"))
+    c = compare(tmp_path / "torch.json", r)
+    rows = {x["name"]: x for x in c.classes}
+    assert rows["matmul-linear"]["ref_calls"] >= 3 and rows["matmul-linear"]["cand_calls"] >= 3
+    assert rows["optimizer"]["ref"] > 0 and rows["optimizer"]["cand"] > 0  # SGD both sides
+    assert rows["reduction"]["cand_calls"] >= 3  # ReduceMean of the loss
+    conv = rows["data movement & conversion"]
+    assert conv["cand_calls"] >= 6 + sum(o.calls for o in r.ops if o.op == "Tile")  # casts
+    assert [x["extra"] for x in c.classes] == sorted((x["extra"] for x in c.classes),
+                                                     reverse=True)
 
 
 def test_mindspore_capture_with_timing_records_both_into_one_trace(tmp_path: Path) -> None:
