@@ -92,6 +92,62 @@ def test_mindspore_pynative_timing_and_side_by_side_with_torch(tmp_path: Path) -
     assert paired["fc1"] == "fc1" and paired["fc2"] == "head"  # Linear <-> Dense
 
 
+_BACKWARD_SCRIPT = """
+import sys
+import numpy as np
+import mindspore as ms
+from mindspore import nn
+import netparity
+
+# synchronous PyNative (set before any op runs: later it does not take effect): each Cell's
+# time is its kernels', not their dispatch
+ms.set_context(mode=ms.PYNATIVE_MODE, pynative_synchronize=True)
+
+class Net(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Dense(16, 1024)
+        self.big = nn.Dense(1024, 1024)  # its gradient: two 512x1024x1024 matmuls
+        self.head = nn.Dense(1024, 4)
+
+    def construct(self, x):
+        return self.head(self.big(self.fc1(x)))
+
+net, loss_fn = Net(), nn.MSELoss()
+opt = nn.SGD(net.trainable_params(), 0.01)
+grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, opt.parameters)
+x, y = ms.Tensor(np.ones((512, 16), np.float32)), ms.Tensor(np.zeros((512, 4), np.float32))
+with netparity.profile(net, sys.argv[1], optimizer=opt, module_backward=True):
+    for _ in range(4):
+        _, grads = grad_fn(x, y)
+        opt(grads)
+assert not net.big._backward_hook and not net.big._backward_pre_hook  # removed
+"""
+
+
+def test_mindspore_per_cell_backward_names_the_cell_with_the_costliest_gradient(
+        tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "bwd.py"
+    script.write_text(_BACKWARD_SCRIPT)
+    src = str(Path(netparity.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    subprocess.run([sys.executable, str(script), str(tmp_path / "t")], check=True, env=env)
+    tr = open_trace(tmp_path / "t")
+    assert tr.manifest["pynative_synchronize"] is True
+    r = analyze(tr)
+    by = {m.module: m for m in r.modules}
+    big, small = by["big"].backward_self, [by[k].backward_self for k in ("fc1", "head")]
+    assert big is not None and all(b is not None and big > 2 * b for b in small), by
+    # the root's backward spans its Cells' (the big one's included)
+    assert by[""].backward is not None and by[""].backward >= by["big"].backward
+    f = next(f for f in r.findings if f.kind == "hot-module-backward")
+    assert f.where == "big"
+
+
 def test_mindspore_graph_mode_compile_time_is_separated_from_the_steps(tmp_path: Path) -> None:
     from mindspore import nn
 
