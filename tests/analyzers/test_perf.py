@@ -199,10 +199,15 @@ def test_zero_code_profile_of_an_unmodified_script(tmp_path: Path) -> None:
         "class Slow(torch.nn.Module):\n"
         "    def forward(self, x):\n"
         f"        time.sleep({SLEEP}); return x\n"
+        "class Data(torch.utils.data.Dataset):\n"
+        "    def __len__(self): return 3\n"
+        "    def __getitem__(self, i):\n"
+        f"        time.sleep({SLEEP}); return torch.ones(8)\n"
         "m = torch.nn.Sequential(torch.nn.Linear(8, 8), Slow(), torch.nn.ReLU())\n"
         "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
-        "for _ in range(3):\n"
-        "    m(torch.ones(2, 8)).sum().backward(); opt.step(); opt.zero_grad()\n")
+        "time.sleep(0.2)  # set-up before the loop: not part of the first step\n"
+        "for x in torch.utils.data.DataLoader(Data(), batch_size=1):\n"
+        "    m(x).sum().backward(); opt.step(); opt.zero_grad()\n")
     out = tmp_path / "prof"
     assert main(["run", "--profile", "-o", str(out), "--", sys.executable, str(script)]) == 0
     r = analyze(out)
@@ -210,6 +215,10 @@ def test_zero_code_profile_of_an_unmodified_script(tmp_path: Path) -> None:
     assert r.modules[0].module == "1" and r.modules[0].cls == "Slow"
     assert all(s["optimizer"] > 0 and s["forward"] >= r.modules[0].total * 0.9
                for s in r.steps)
+    # the DataLoader's waits are the data phase, the first step's too (its clock starts at
+    # the wait that fetched its batch, not at the first model call nor at the script's start)
+    assert all(SLEEP * 0.9 <= s["data"] < SLEEP + 0.15 for s in r.steps), r.steps
+    assert r.steps[0]["other"] < 0.2, r.steps  # the set-up sleep is not in it
 
 
 def test_capture_with_timing_records_both_into_one_trace(tmp_path: Path) -> None:

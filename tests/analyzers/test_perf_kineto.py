@@ -119,3 +119,28 @@ def test_cli_reads_profiler_traces_and_refuses_bad_ones(runs: dict[str, Path],
     other = tmp_path / "other.json"
     other.write_text('{"a": 1}')
     assert main(["perf", str(other)]) == 2
+
+
+def test_op_classes_side_by_side_fp32_vs_bf16(runs: dict[str, Path]) -> None:
+    ref, cand = analyze(runs["fp32"]), analyze(runs["bf16"])
+    for r in (ref, cand):
+        # the classes split the ops' self time: nothing lost, nothing counted twice
+        assert sum(v["self"] for v in r.op_classes.values()) == \
+            pytest.approx(sum(o.self_time for o in r.ops), rel=1e-6)
+        assert sum(v["calls"] for v in r.op_classes.values()) == \
+            pytest.approx(sum(o.calls for o in r.ops), rel=1e-6)
+        # the Linears' addmm/mm, the SGD step (inside its Optimizer.step annotation)
+        assert r.op_classes["matmul-linear"]["calls"] >= 2 * LINEARS  # forward and backward
+        assert r.op_classes["optimizer"]["self"] > 0
+        assert r.op_classes["activation"]["calls"] >= 2  # ReLU (and its backward)
+    c = compare(runs["fp32"], runs["bf16"])
+    assert [x["extra"] for x in c.classes] == sorted((x["extra"] for x in c.classes),
+                                                     reverse=True)
+    conv = next(x for x in c.classes if x["name"] == "data movement & conversion")
+    # autocast's casts (weight, bias and input of each Linear, with their copies inside)
+    assert conv["cand_calls"] >= conv["ref_calls"] + 3 * LINEARS
+    # (its time: a few microseconds per cast on this small model, within the noise of the
+    # reference's own data movement, the collate's stack included: not asserted)
+    assert {x["name"] for x in c.slower if x["what"] == "op class"} == \
+        {x["name"] for x in c.classes if x["extra"] > 0}
+    assert c.to_json()["classes"] == c.classes

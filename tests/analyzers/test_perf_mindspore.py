@@ -92,6 +92,62 @@ def test_mindspore_pynative_timing_and_side_by_side_with_torch(tmp_path: Path) -
     assert paired["fc1"] == "fc1" and paired["fc2"] == "head"  # Linear <-> Dense
 
 
+_BACKWARD_SCRIPT = """
+import sys
+import numpy as np
+import mindspore as ms
+from mindspore import nn
+import netparity
+
+# synchronous PyNative (set before any op runs: later it does not take effect): each Cell's
+# time is its kernels', not their dispatch
+ms.set_context(mode=ms.PYNATIVE_MODE, pynative_synchronize=True)
+
+class Net(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Dense(16, 1024)
+        self.big = nn.Dense(1024, 1024)  # its gradient: two 512x1024x1024 matmuls
+        self.head = nn.Dense(1024, 4)
+
+    def construct(self, x):
+        return self.head(self.big(self.fc1(x)))
+
+net, loss_fn = Net(), nn.MSELoss()
+opt = nn.SGD(net.trainable_params(), 0.01)
+grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, opt.parameters)
+x, y = ms.Tensor(np.ones((512, 16), np.float32)), ms.Tensor(np.zeros((512, 4), np.float32))
+with netparity.profile(net, sys.argv[1], optimizer=opt, module_backward=True):
+    for _ in range(4):
+        _, grads = grad_fn(x, y)
+        opt(grads)
+assert not net.big._backward_hook and not net.big._backward_pre_hook  # removed
+"""
+
+
+def test_mindspore_per_cell_backward_names_the_cell_with_the_costliest_gradient(
+        tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "bwd.py"
+    script.write_text(_BACKWARD_SCRIPT)
+    src = str(Path(netparity.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    subprocess.run([sys.executable, str(script), str(tmp_path / "t")], check=True, env=env)
+    tr = open_trace(tmp_path / "t")
+    assert tr.manifest["pynative_synchronize"] is True
+    r = analyze(tr)
+    by = {m.module: m for m in r.modules}
+    big, small = by["big"].backward_self, [by[k].backward_self for k in ("fc1", "head")]
+    assert big is not None and all(b is not None and big > 2 * b for b in small), by
+    # the root's backward spans its Cells' (the big one's included)
+    assert by[""].backward is not None and by[""].backward >= by["big"].backward
+    f = next(f for f in r.findings if f.kind == "hot-module-backward")
+    assert f.where == "big"
+
+
 def test_mindspore_graph_mode_compile_time_is_separated_from_the_steps(tmp_path: Path) -> None:
     from mindspore import nn
 
@@ -152,6 +208,28 @@ def test_mindspore_profiler_output_is_read_ops_and_casts(tmp_path: Path) -> None
     casts = r.conversions["per_step"]["cast"]
     assert casts["count"] >= 3 and casts["seconds"] > 0  # (no step markers: the whole run)
     assert not [f for f in r.findings if f.kind in ("host-overhead", "first-step")]
+    # side by side with a torch.profiler trace of the same layer in fp32 (neither has step
+    # markers: each whole run is one step): op classes from both vocabularies
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    fc = torch.nn.Linear(16, 8)
+    topt = torch.optim.SGD(fc.parameters(), lr=0.01)
+    with torch_profile(activities=[ProfilerActivity.CPU]) as tp:
+        for _ in range(3):
+            torch.nn.functional.mse_loss(fc(torch.ones(4, 16)), torch.zeros(4, 8)).backward()
+            topt.step()
+            topt.zero_grad()
+    tp.export_chrome_trace(str(tmp_path / "torch.json"))
+    c = compare(tmp_path / "torch.json", r)
+    rows = {x["name"]: x for x in c.classes}
+    assert rows["matmul-linear"]["ref_calls"] >= 3 and rows["matmul-linear"]["cand_calls"] >= 3
+    assert rows["optimizer"]["ref"] > 0 and rows["optimizer"]["cand"] > 0  # SGD both sides
+    assert rows["reduction"]["cand_calls"] >= 3  # ReduceMean of the loss
+    conv = rows["data movement & conversion"]
+    assert conv["cand_calls"] >= 6 + sum(o.calls for o in r.ops if o.op == "Tile")  # casts
+    assert [x["extra"] for x in c.classes] == sorted((x["extra"] for x in c.classes),
+                                                     reverse=True)
 
 
 def test_mindspore_capture_with_timing_records_both_into_one_trace(tmp_path: Path) -> None:
@@ -236,3 +314,77 @@ def test_side_by_side_of_the_demo_resnet50_torch_vs_mindspore(tmp_path: Path) ->
     # PyTorch's modules carry their backward time; MindSpore's Cells have none to compare
     assert all(r["ref_bwd"] is not None and r["extra_bwd"] is None
                for r in c.modules if not r["only"] and r["name"])
+
+
+_ZERO_CODE_SCRIPT = '''
+import sys, time
+import numpy as np
+import mindspore as ms
+from mindspore import nn
+import mindspore.dataset as ds
+
+style = sys.argv[1]
+ms.set_context(mode=ms.GRAPH_MODE if style == "graph" else ms.PYNATIVE_MODE)
+
+class Sleepy(nn.Cell):
+    def construct(self, x):
+        time.sleep(SLEEP)
+        return x
+
+class Net(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Dense(16, 32)
+        self.extra = nn.Identity() if style == "graph" else Sleepy()
+        self.head = nn.Dense(32, 4)
+    def construct(self, x):
+        return self.head(self.extra(self.fc1(x)))
+
+def batches():
+    for _ in range(4):
+        time.sleep(SLEEP)
+        yield np.ones(16, np.float32), np.zeros(4, np.float32)
+
+data = ds.GeneratorDataset(batches, ["x", "y"], shuffle=False)
+net, loss_fn = Net(), nn.MSELoss()
+opt = nn.SGD(net.trainable_params(), 0.01)
+if style == "pynative":
+    grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, opt.parameters)
+    for x, y in data:
+        loss, grads = grad_fn(x, y)
+        opt(grads)
+else:  # a training-step Cell: PyNative or GRAPH_MODE
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), opt)
+    for x, y in data:
+        train(x, y)
+'''
+
+
+@pytest.mark.parametrize("style", ["pynative", pytest.param("graph", marks=pytest.mark.slow)])
+def test_zero_code_profile_of_an_unmodified_mindspore_script(tmp_path: Path, style: str
+                                                             ) -> None:
+    import sys
+
+    from netparity.cli import main
+
+    script = tmp_path / "train_ms.py"
+    script.write_text(_ZERO_CODE_SCRIPT.replace("SLEEP", repr(SLEEP)))
+    out = tmp_path / "prof"
+    assert main(["run", "--profile", "-o", str(out), "--", sys.executable, str(script),
+                 style]) == 0
+    tr = open_trace(out)
+    assert tr.manifest["framework"] == "mindspore"
+    assert tr.manifest["mode"] == ("graph" if style == "graph" else "pynative")
+    r = analyze(tr)
+    assert len(r.steps) == 4  # one per optimizer call (PyNative) / per graph call
+    # the dataset's waits are the data phase, the first step's too (its clock starts at the
+    # wait that fetched its batch, not at the first Cell call); later batches are prefetched
+    # by the dataset's own thread while the step runs
+    assert r.steps[0]["data"] >= SLEEP * 0.9, r.steps[0]
+    if style == "pynative":
+        assert r.modules[0].module == "extra" and r.modules[0].self_time >= SLEEP * 0.9
+        assert all(s["optimizer"] > 0 and s["backward"] > 0 for s in r.steps)
+    else:  # compile time apart from the steps: the first step's graph build, measured
+        assert r.steps[0]["compile"] > 0.1 and r.steps[0]["compile"] > r.steps[0]["forward"]
+        assert all(s["compile"] < r.steps[0]["compile"] / 10 for s in r.steps[1:])
+        assert all(s["forward"] > 0 for s in r.steps)

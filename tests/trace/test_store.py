@@ -202,7 +202,8 @@ def test_reader_handles_older_rows_without_optional_fields(tmp_path):
     with TraceWriter(tmp_path / "t") as w:
         w.add(Record(kind="loss", dtype="float32", shape=()))
     db = sqlite3.connect(tmp_path / "t" / "rank0" / "index.sqlite")
-    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "1"
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == \
+        str(SCHEMA_VERSION)
     db.close()
     (r,) = open_trace(tmp_path / "t").records()
     assert r.kind == "loss" and not r.has_payload and r.stats["nan"] is None

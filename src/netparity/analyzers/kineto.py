@@ -42,7 +42,8 @@ import numpy as np
 
 from netparity.errors import UsageError
 
-__all__ = ["OpTime", "find_kineto", "is_kineto", "load_events", "summarize"]
+__all__ = ["OP_CLASSES", "OpTime", "find_kineto", "is_kineto", "load_events", "op_class",
+           "summarize"]
 
 _BACKWARD = "autograd::engine::evaluate_function"
 _DATA = re.compile(r"enumerate\(DataLoader\)#")
@@ -56,6 +57,67 @@ _DTYPE = {"float": "float32", "double": "float64", "c10::Half": "float16",
 _LAYOUT = ("aten::contiguous", "aten::clone")
 _MS_VIEW = "ASCEND_PROFILER_OUTPUT/trace_view.json"
 _MS_OP = re.compile(r"(?:.*/)?([A-Za-z0-9_]+?)(?:-op\d+)?")  # Default/SGD-op1 -> SGD
+
+
+#: op classes of the side by side, in the order they are tried on an op's name (squashed:
+#: lower case, no ``aten::``/``_``, no backward/grad suffix, ``ConvolutionBackward0`` -> conv)
+_CLASS_RULES = (
+    ("communication", r"allreduce|allgather|reducescatter|broadcast|alltoall|nccl|gloo|c10d|"
+                      r"hcom|^send$|^recv$|barrier"),
+    ("optimizer", r"^(?:foreach|fusedadam|fusedsgd|fusedadagrad|apply(?:momentum|adam|rmsprop|"
+                  r"adagrad|ftrl|gradientdescent|proximal)|sgd$|adamw?$|adamweightdecay|lamb$|"
+                  r"lars)"),
+    ("conv", r"conv|depthwise"),
+    ("matmul-linear", r"matmul|^(?:mm|bmm|addmm|baddbmm|addbmm|addmv|mv|linear|dense|einsum|"
+                      r"mkldnnlinear|mkldnnmatmul)$|attention|flashattention"),
+    ("norm", r"batchnorm|layernorm|groupnorm|instancenorm|rmsnorm|^bn(?:training|infer)|"
+             r"^(?:normalize|localresponsenorm)$"),
+    ("reduction", r"loss|crossentropy|^(?:sum|mean|amax|amin|max|min|argmax|argmin|prod|var|"
+                  r"std|varmean|norm|linalgvectornorm|logsumexp|cumsum|all|any|topk|sort|"
+                  r"argmaxwithvalue|argminwithvalue)$|^reduce|pool"),
+    ("activation", r"relu|gelu|silu|swish|sigmoid|tanh|softmax|softplus|^elu$|hardswish|"
+                   r"hardsigmoid|mish|threshold|leaky|glu$|^celu$|^selu$"),
+    ("data movement & conversion",
+     r"^(?:tocopy|to|copy|contiguous|clone|cast|transdata|transpose|permute|view|reshape|"
+     r"reshapealias|t|asstrided|expand|expandas|expanddims|slice|select|narrow|unsqueeze|"
+     r"squeeze|flatten|unflatten|cat|concat|stack|split|chunk|splitwithsizes|unbind|"
+     r"indexselect|gather|gatherd|gathernd|scatter|scatternd|index|indexput|tile|repeat|"
+     r"stridedslice|pad|constantpadnd|alias|detach|liftfresh|embedding|maskedselect|roll|flip|"
+     r"unsafeview|viewas|broadcastto|identity|depend|tensorcopyslices|padv3)$"),
+    ("elementwise",
+     r"^(?:add|sub|rsub|mul|div|realdiv|truediv|floordiv|pow|sqrt|rsqrt|exp|log|log1p|neg|"
+     r"abs|where|select|clamp|clampmin|clampmax|clip|fill|zero|zeros|ones|zeroslike|oneslike|"
+     r"fillslike|"
+     r"addcmul|addcdiv|lerp|dropout|nativedropout|maximum|minimum|square|reciprocal|sign|"
+     r"floor|ceil|round|eq|ne|lt|le|gt|ge|equal|notequal|greater|greaterequal|less|lessequal|"
+     r"logicaland|logicalor|logicalnot|bitwiseand|bitwiseor|addn|biasadd|maskedfill|sin|cos|"
+     r"erf|erfinv|mulnonan|assign|assignadd|assignsub|squaresumall|sqrtgrad|rsqrtgrad|"
+     r"tensoradd|muls|adds|divs|subs)$"),
+)
+OP_CLASSES = (*[c for c, _ in _CLASS_RULES], "other")
+_CLASS_RE = [(c, re.compile(r)) for c, r in _CLASS_RULES]
+_SQUASH = re.compile(r"^(?:aten|c10d|mkldnn|cudnn|native|miopen|_)+::|[^a-z0-9]")
+_SUFFIX = re.compile(r"(?:ext|backward\d*|grad(?:input|filter|weight)?|backprop\w*|v\d|\d+)$")
+
+
+def op_class(name: str) -> str:
+    """The class of an op of a Kineto or MindSpore Profiler trace, by its name (one of
+    :data:`OP_CLASSES`; ``other`` when no rule knows it).
+
+    Example:
+        >>> [op_class(n) for n in ("aten::addmm", "ConvolutionBackward0", "BatchNormGrad",
+        ...                        "aten::_to_copy", "Cast", "aten::relu_", "ReduceMean")]
+        ['matmul-linear', 'conv', 'norm', 'data movement & conversion', \
+'data movement & conversion', 'activation', 'reduction']
+    """
+    n = name.rsplit(": ", 1)[-1]  # autograd::engine::evaluate_function: XBackward0
+    n = n.split("::", 1)[-1].lower()
+    n = _SQUASH.sub("", n)
+    stem = _SUFFIX.sub("", n) or n
+    for c, rx in _CLASS_RE:
+        if rx.search(stem) or rx.search(n):
+            return c
+    return "other"
 
 
 @dataclass
@@ -170,7 +232,7 @@ def _conversion(e: dict[str, Any]) -> str:
 
 
 class _Node:
-    __slots__ = ("children", "conv_parent", "e", "end", "start")
+    __slots__ = ("children", "conv_parent", "e", "end", "in_opt", "start")
 
     def __init__(self, e: dict[str, Any]):
         self.e = e
@@ -178,6 +240,7 @@ class _Node:
         self.end = self.start + float(e.get("dur", 0.0))
         self.children = 0.0
         self.conv_parent = False
+        self.in_opt = False  # inside an ``Optimizer.step#`` annotation
 
 
 def summarize(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -214,6 +277,7 @@ def summarize(path: str | os.PathLike[str]) -> dict[str, Any]:
             if stack:
                 stack[-1].children += n.end - n.start
                 n.conv_parent = stack[-1].conv_parent or bool(_conversion(stack[-1].e))
+                n.in_opt = stack[-1].in_opt or bool(_OPT.match(stack[-1].e["name"]))
             else:
                 top.append(n)
             stack.append(n)
@@ -252,12 +316,20 @@ def summarize(path: str | os.PathLike[str]) -> dict[str, Any]:
     agg: dict[tuple[str, str, str], list[float]] = {}
     conv: dict[str, list[float]] = {"cast": [0, 0.0], "copy": [0, 0.0], "layout": [0, 0.0]}
     conv_rows: dict[tuple[str, str, str], list[float]] = {}
+    classes: dict[str, list[float]] = {}
     for n in nodes:
         if n.e.get("cat") != "cpu_op":
             continue
         where = step_of(n.start)
         if where is None or where not in steady:
             continue
+        # self time by class: inside the optimizer's step everything is the optimizer's, inside
+        # a conversion (an allocation and copy under aten::_to_copy) the conversion's
+        oc = "optimizer" if n.in_opt else "data movement & conversion" if n.conv_parent \
+            else op_class(n.e["name"])
+        ca = classes.setdefault(oc, [0, 0.0])
+        ca[0] += 1
+        ca[1] += max(n.end - n.start - n.children, 0.0)
         args = n.e.get("args") or {}
         dts, shp = _dtypes(args), _shapes(args)
         key = (n.e["name"], ",".join(dts), ";".join("x".join(map(str, s)) for s in shp))
@@ -287,12 +359,14 @@ def summarize(path: str | os.PathLike[str]) -> dict[str, Any]:
                 for (kind, name, dts), (c, s) in sorted(conv_rows.items(),
                                                         key=lambda kv: -kv[1][1])],
     }
+    op_classes = {c: {"calls": classes[c][0] / ns, "self": classes[c][1] / 1e6 / ns}
+                  for c in OP_CLASSES if c in classes}
     memory = _memory(events, steps, rows) if facts.get("profile_memory") else {}
     device = device_activity(xs, steps, steady)
     spans = [(int(r["index"]), "phase", ph, "", r[f"t_{ph}"], r[ph]) for r in rows
              for ph in ("step", "data", "forward", "backward", "optimizer") if r[ph] > 0]
     return {"path": str(p), "framework": facts.get("framework", "torch"), "marked": marked,
-            "rows": rows, "ops": op_rows, "conversions": conversions,
+            "rows": rows, "ops": op_rows, "conversions": conversions, "op_classes": op_classes,
             "memory": memory, "spans": spans, "facts": facts, "device": device}
 
 

@@ -33,7 +33,7 @@ import numpy as np
 from netparity.align.names import norm_path
 from netparity.align.ownership import modules_by_ownership
 from netparity.analyzers.allreduce import BucketAdvice, advise
-from netparity.analyzers.kineto import OpTime, is_kineto, summarize
+from netparity.analyzers.kineto import OP_CLASSES, OpTime, is_kineto, summarize
 from netparity.errors import MappingError, UsageError
 from netparity.mapfile import Mapping, load_mapping
 from netparity.trace import Trace, open_trace
@@ -120,6 +120,8 @@ class PerfResult:
     conversions: dict[str, Any] = field(default_factory=dict)  # kineto: casts, copies, layout
     memory: dict[str, Any] = field(default_factory=dict)  # peak bytes per phase
     device: dict[str, Any] = field(default_factory=dict)  # kineto with GPU events: busy/idle
+    # profiler traces: self seconds and calls per steady step per op class (kineto.OP_CLASSES)
+    op_classes: dict[str, dict[str, float]] = field(default_factory=dict)
     params: list[tuple[str, tuple[int, ...]]] = field(default_factory=list, repr=False)
     spans: list[tuple[int, str, str, str, float, float]] = field(default_factory=list, repr=False)
 
@@ -144,7 +146,8 @@ class PerfResult:
                 "modules": [m.to_json() for m in self.modules], "loader": self.loader,
                 "allreduce": self.allreduce.to_json() if self.allreduce else None,
                 "source": self.source, "ops": [o.to_json() for o in self.ops[:50]],
-                "conversions": self.conversions, "memory": self.memory, "device": self.device}
+                "conversions": self.conversions, "memory": self.memory, "device": self.device,
+                "op_classes": self.op_classes}
 
 
 # a module call read from the trace: step, "module", path, class, start, seconds, self seconds,
@@ -493,7 +496,7 @@ def analyze_kineto(path: str | os.PathLike[str]) -> PerfResult:
              for r in rows]
     return PerfResult(k["path"], framework, steps, breakdown, first, [], findings, {}, None,
                       source="kineto", ops=ops, conversions=conv, memory=k["memory"],
-                      spans=k["spans"], device=k["device"])
+                      spans=k["spans"], device=k["device"], op_classes=k["op_classes"])
 
 
 _IDLE_ADVICE = {
@@ -566,6 +569,7 @@ class PerfComparison:
     modules: list[dict[str, Any]]
     slowdown: float | None
     ops: list[dict[str, Any]] = field(default_factory=list)
+    classes: list[dict[str, Any]] = field(default_factory=list)  # per op class, as ``ops``
 
     def __bool__(self) -> bool:
         return not self.slower
@@ -577,12 +581,14 @@ class PerfComparison:
                [dict(r, what="module") for r in self.modules if r["extra"] > 0] + \
                [dict(r, what="module backward", extra=r["extra_bwd"]) for r in self.modules
                 if (r.get("extra_bwd") or 0.0) > 0] + \
+               [dict(r, what="op class") for r in self.classes if r["extra"] > 0] + \
                [dict(r, what="op") for r in self.ops if r["extra"] > 0]
         return sorted(rows, key=lambda r: -r["extra"])
 
     def to_json(self) -> dict[str, Any]:
         return {"ref": self.ref.to_json(), "cand": self.cand.to_json(), "slowdown": self.slowdown,
                 "phases": self.phases, "modules": self.modules, "ops": self.ops[:50],
+                "classes": self.classes,
                 "conversions": {"ref": self.ref.conversions.get("count"),
                                 "cand": self.cand.conversions.get("count")},
                 "slower": self.slower}
@@ -662,7 +668,24 @@ def compare(ref: Trace | str | os.PathLike[str] | PerfResult,
                             "extra_bwd": cm.backward_self})
     modules.sort(key=lambda x: -x["extra"])
     slowdown = cs["step"] / rs["step"] if rs["step"] > 0 else None
-    return PerfComparison(r, c, phases, modules, slowdown, _ops_side(r, c))
+    return PerfComparison(r, c, phases, modules, slowdown, _ops_side(r, c), _classes_side(r, c))
+
+
+def _classes_side(r: PerfResult, c: PerfResult) -> list[dict[str, Any]]:
+    """Per op class (conv, matmul-linear, norm, ...; :func:`netparity.analyzers.kineto.op_class`):
+    self seconds and calls per steady step of both runs, the candidate's extra first
+    (profiler traces on both sides; empty otherwise)."""
+    if not r.op_classes or not c.op_classes:
+        return []
+    zero = {"self": 0.0, "calls": 0.0}
+    rows: list[dict[str, Any]] = []
+    for k in OP_CLASSES:
+        if k in r.op_classes or k in c.op_classes:
+            a, b = r.op_classes.get(k, zero), c.op_classes.get(k, zero)
+            rows.append({"name": k, "ref": a["self"], "cand": b["self"],
+                         "extra": b["self"] - a["self"], "ref_calls": a["calls"],
+                         "cand_calls": b["calls"]})
+    return sorted(rows, key=lambda x: -float(x["extra"]))
 
 
 def _ops_side(r: PerfResult, c: PerfResult) -> list[dict[str, Any]]:

@@ -183,6 +183,17 @@ class StepTimer:
         self._stack.clear()
         return self
 
+    def backdate(self, start: float, waits: Iterable[tuple[float, float]] = ()) -> None:
+        """Begin the first step (and the clock ``t``) at clock value ``start`` instead of at
+        :meth:`install`, with ``waits`` (clock pairs) as its data waits: the zero-code launcher
+        installs at the first model call, after the loader wait that fetched the batch."""
+        if self.steps or self._cur.active or self._stack:
+            return
+        self._t0 = start
+        self._cur = _StepMarks(0.0)
+        for s, e in waits:
+            self._data_wait(s, e)
+
     def uninstall(self) -> None:
         """Remove every hook and give the loader its class back (the trace stays open:
         :meth:`install` resumes timing, e.g. to pair timed and untimed steps in a benchmark)."""
@@ -321,10 +332,8 @@ class StepTimer:
 
     def _grad_hook_for(self, index: int) -> Any:
         """A gradient-accumulated hook that also notes which parameter (bucket advice)."""
-        t0 = self._t0
-
         def hook(*_: Any) -> None:
-            t = _clock() - t0
+            t = _clock() - self._t0  # read here: backdate() may move it after install
             c = self._cur
             if c.grad_first is None:
                 c.grad_first = t

@@ -40,7 +40,8 @@ def register(subparsers: Any) -> None:
                    "its inputs saved under OUTPUT/nonfinite/); without --level it checks "
                    "module outputs and gradients only and replays the module that made one")
     p.add_argument("--profile", action="store_true",
-                   help="light step timing instead of a capture (read it with netparity perf)")
+                   help="light step timing instead of a capture (read it with netparity perf); "
+                   "PyTorch and MindSpore (PyNative; GRAPH_MODE: steps and compile time) scripts")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS")
     p.set_defaults(func=run)
 

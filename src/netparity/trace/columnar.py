@@ -132,7 +132,9 @@ def _open(trace: Trace, rank: int) -> Store | None:
         npz = np.load(path, allow_pickle=False)
         meta = json.loads(bytes(npz["meta"]).decode("utf-8"))
         fresh = (meta.get("format") == FORMAT and meta.get("columns") == list(COLUMN_NAMES)
-                 and meta.get("schema_version") == SCHEMA_VERSION)
+                 # an older version's copy has the same layout (schema.SCHEMA_HISTORY)
+                 and type(meta.get("schema_version")) is int
+                 and 1 <= meta["schema_version"] <= SCHEMA_VERSION)
     except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         return None  # unreadable copy: SQLite still has everything
     if not fresh:

@@ -41,8 +41,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Bump when the index layout or record semantics change. Readers refuse newer versions.
-SCHEMA_VERSION = 1
+#: Bump when the index layout or record semantics change. Readers refuse newer versions and
+#: read every older one (:data:`SCHEMA_HISTORY`).
+SCHEMA_VERSION = 2
+#: what each version added; the layout (columns, files) is the same in all of them
+SCHEMA_HISTORY = {
+    1: "records of kinds module, op, param, grad, loss, custom, data",
+    2: "records of kind timing (step phases, module calls, gradient-ready times, all-reduce "
+       "buckets: docs/perf.md); a version-1 reader would misread them as tensors",
+}
 
 KINDS = ("module", "op", "param", "grad", "loss", "custom", "data", "timing")
 #: phases of a step in ``timing`` records (``step`` is the whole step; ``other`` the rest)

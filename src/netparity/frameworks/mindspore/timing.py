@@ -39,7 +39,8 @@ class MindSporeTiming(StepTimer):
     def __init__(self, model: Any, path: str | os.PathLike[str], *, optimizer: Any = None,
                  loader: Iterable[Any] | None = None, modules: bool = True,
                  overwrite: bool = False, manifest: dict[str, Any] | None = None,
-                 writer: Any = None, step_of: Any = None, rank: int = 0):
+                 writer: Any = None, step_of: Any = None, rank: int = 0,
+                 module_backward: bool = False):
         import mindspore as ms
         from mindspore import nn
 
@@ -54,6 +55,12 @@ class MindSporeTiming(StepTimer):
                  "device": str(ms.get_context("device_target")).lower(),
                  **timing_facts(model), **(manifest or {})}
         self._graph = facts["mode"] == "graph"
+        self._module_backward = module_backward and modules and not self._graph
+        # per-Cell backward: the forward rows of each Cell path waiting for their backward
+        # (popped last-called first), and the row whose backward is running
+        self._bw_marks: Any = None
+        self._bw_waiting: dict[str, list[list[Any]]] = {}
+        self._bw_running: dict[str, list[Any]] = {}
         # ``writer``/``step_of``: an accuracy capture's (``capture(..., timing=True)``)
         super().__init__(path, facts, loader=loader, modules=modules, overwrite=overwrite,
                          writer=writer, step_of=step_of, rank=rank)
@@ -67,10 +74,41 @@ class MindSporeTiming(StepTimer):
         for name, cell in cells:
             h.append(cell.register_forward_pre_hook(self._pre_hook(name, type(cell).__name__)))
             h.append(cell.register_forward_hook(self._post_hook(name)))
+            if self._module_backward:
+                h.append(cell.register_backward_pre_hook(self._cell_bwd(name, True)))
+                h.append(cell.register_backward_hook(self._cell_bwd(name, False)))
         if self.optimizer is not None:
             h.append(self.optimizer.register_forward_pre_hook(self._opt_pre))
             h.append(self.optimizer.register_forward_hook(self._opt_post))
         return h
+
+
+    def _watch_backward(self, out: Any, row: list[Any]) -> None:
+        if not self._module_backward or not self._handles:
+            return
+        if self._bw_marks is not self._cur:  # a new step: the last one's rows are written
+            self._bw_marks = self._cur
+            self._bw_waiting.clear()
+            self._bw_running.clear()
+        self._bw_waiting.setdefault(row[0], []).append(row)
+
+    def _cell_bwd(self, path: str, begins: bool) -> Any:
+        """A Cell backward (pre-)hook: the gradient reaches the Cell's output (``begins``) or
+        leaves its inputs; the row is its latest forward call not yet gone backward."""
+        waiting, running = self._bw_waiting, self._bw_running
+
+        def hook(cell: Any, *_: Any) -> None:
+            if begins:
+                rows = waiting.get(path)
+                if rows:
+                    row = running[path] = rows.pop()
+                    self._bwd_begins(row)
+            else:
+                done = running.pop(path, None)
+                if done is not None:
+                    self._bwd_ends(done)
+
+        return hook
 
 
 class _GraphTimer:
@@ -116,6 +154,8 @@ def timing_facts(model: Any, loader: Any = None) -> dict[str, Any]:
 
     out: dict[str, Any] = {
         "mode": "pynative" if ms.get_context("mode") == ms.PYNATIVE_MODE else "graph",
+        # synchronous PyNative: Cell times are their kernels' (else mostly their dispatch)
+        "pynative_synchronize": bool(ms.get_context("pynative_synchronize")),
         "params": [[p.name, list(p.shape)] for p in model.get_parameters()]}
     if loader is not None:
         from netparity.capture.timing import loader_facts
@@ -126,15 +166,21 @@ def timing_facts(model: Any, loader: Any = None) -> dict[str, Any]:
 
 def profile(model: Any, path: str | os.PathLike[str], *, optimizer: Any = None,
             loader: Iterable[Any] | None = None, modules: bool = True, overwrite: bool = False,
-            manifest: dict[str, Any] | None = None) -> MindSporeTiming:
+            manifest: dict[str, Any] | None = None, module_backward: bool = False
+            ) -> MindSporeTiming:
     """Time each PyNative training step of ``model`` into the trace directory ``path``.
 
     ``optimizer``: its call ends each step (else call ``prof.step()``); ``loader``: a dataset
-    whose ``next()`` waits are the data phase (or iterate ``prof.timed(iterator)``).
+    whose ``next()`` waits are the data phase (or iterate ``prof.timed(iterator)``);
+    ``module_backward``: each Cell's backward through ``register_backward_pre_hook`` /
+    ``register_backward_hook`` (PyNative; off by default: a Cell with a backward hook runs
+    through a slower path, tens of ms per call here; meaningful with
+    ``pynative_synchronize=True``, else the times are mostly dispatch).
 
     Example:
         >>> # with profile(net, "runs/ms", optimizer=opt) as prof:
         >>> #     loss, grads = grad_fn(x, y); opt(grads)
     """
     return MindSporeTiming(model, path, optimizer=optimizer, loader=loader, modules=modules,
-                           overwrite=overwrite, manifest=manifest).install()
+                           overwrite=overwrite, manifest=manifest,
+                           module_backward=module_backward).install()

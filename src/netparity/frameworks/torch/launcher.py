@@ -37,6 +37,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -98,24 +99,30 @@ def run_captured(cmd: Sequence[str], path: str | os.PathLike[str],
 
 
 # ---- inside the captured process ------------------------------------------------------------
-class _TorchWatcher(importlib.abc.MetaPathFinder):
-    """Finds nothing itself; when ``torch`` is imported, runs ``_on_torch`` after it loads."""
+class ImportWatcher(importlib.abc.MetaPathFinder):
+    """Finds nothing itself; when module ``name`` is imported, runs ``on_import`` after it
+    loads (never breaking the program: an error disables netparity with one line)."""
+
+    def __init__(self, name: str, on_import: Any):
+        self.name = name
+        self.on_import = on_import
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != "torch":
+        if name != self.name:
             return None
         if self in sys.meta_path:
             sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")
+        spec = importlib.util.find_spec(name)
         loader = getattr(spec, "loader", None)
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
         orig = loader.exec_module
+        then = self.on_import
 
         def exec_module(module: Any) -> None:
             orig(module)
             try:
-                _on_torch()
+                then()
             except Exception as e:  # never break the user's program
                 print(f"netparity: capture disabled ({e})", file=sys.stderr)
 
@@ -133,7 +140,11 @@ def activate_from_env() -> None:
     if "torch" in sys.modules:
         _on_torch()
     else:
-        sys.meta_path.insert(0, _TorchWatcher())
+        sys.meta_path.insert(0, ImportWatcher("torch", _on_torch))
+    if _state["policy"].get("profile"):  # MindSpore scripts: step timing only
+        from netparity.frameworks.mindspore.launcher import arm_profile
+
+        arm_profile(_state["policy"], _state["pid"])
 
 
 def _on_torch() -> None:
@@ -150,6 +161,33 @@ def _on_torch() -> None:
         (cap._lg_gpre if cap.light else cap._global_pre)(module, args)
 
     handle = mm.register_module_forward_pre_hook(first_call)
+    if _state["policy"].get("profile"):
+        _time_loader_waits()
+
+
+def _time_loader_waits() -> None:
+    """Time every ``DataLoader`` iterator's ``next()`` (class-level wrapper): the data phase
+    of ``--profile`` is the waits, and the first step starts at the wait that fetched its
+    batch (waits before the first model call are kept until the timing starts)."""
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    waits: list[tuple[float, float]] = []
+    _state["waits"] = waits
+    orig = _BaseDataLoaderIter.__next__
+    clock = time.perf_counter
+
+    def __next__(it: Any) -> Any:  # noqa: N807 - the dunder being wrapped
+        t = clock()
+        try:
+            return orig(it)
+        finally:
+            timer = _state.get("cap")
+            if timer is not None:
+                timer._data_wait(t, clock())
+            elif os.getpid() == _state.get("pid"):
+                waits[:] = [(t, clock())]  # only the latest: the batch the first step uses
+
+    _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign,assignment]
 
 
 def _start() -> Any:
@@ -185,6 +223,8 @@ def _start_profile(module: Any, args: Any) -> None:
     timer = TorchTiming(module, pol["path"], overwrite=bool(pol.get("overwrite", False)),
                         manifest={"launcher": "netparity run --profile"},
                         global_optimizer=True).install()
+    if _state.get("waits"):  # the first step began with the loader wait that fetched its batch
+        timer.backdate(_state["waits"][-1][0], _state["waits"])
     # this call's own pre-hooks were collected before ours existed: enter the root by hand
     timer._pre_hook("", type(module).__name__)(module, args)
     _state["cap"] = timer
@@ -208,8 +248,13 @@ def _one_line_stop() -> None:
 
 
 def _finish() -> None:
-    cap = _state.get("cap")
-    if cap is None or os.getpid() != _state.get("pid"):
+    close_at_exit(_state.get("cap"), _state.get("pid"))
+
+
+def close_at_exit(cap: Any, pid: Any) -> None:
+    """Close ``cap`` (a capture or timer) in the process that opened it (``pid``), with one
+    line instead of a traceback when that fails."""
+    if cap is None or os.getpid() != pid:
         return
     try:
         cap.close()

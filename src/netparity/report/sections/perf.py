@@ -254,6 +254,26 @@ def side_modules(c: PerfComparison, top: int = 10, **_: Any) -> Section | None:
                                           "cand backward", "extra backward"))])
 
 
+@section("PerfComparison", "classes")
+def side_classes(c: PerfComparison, **_: Any) -> Section | None:
+    """Profiler traces on both sides: self time and calls per step per op class, the
+    candidate's extra first."""
+    if not c.classes:
+        return None
+    rows = [[o["name"], _ms(o["ref"]), _ms(o["cand"]), _ms(o["extra"]), fmt(o["ref_calls"]),
+             fmt(o["cand_calls"])] for o in c.classes]
+    top = c.classes[0]
+    return Section("classes", title="Op classes side by side",
+                   headline=f"{top['name']}: {_ms(top['extra'])} more per step in the candidate"
+                   if top["extra"] > 0 else "no op class costs the candidate more",
+                   blocks=[Table("op classes (self time per steady step)",
+                                 ["class", "reference", "candidate", "extra", "ref calls",
+                                  "cand calls"], rows,
+                                 status=["warn" if o["extra"] > 0 else "" for o in c.classes],
+                                 numeric=("reference", "candidate", "extra", "ref calls",
+                                          "cand calls"))])
+
+
 @section("PerfComparison", "ops")
 def side_ops(c: PerfComparison, top: int = 10, **_: Any) -> Section | None:
     """Profiler traces: per op name, self time and calls per step, costliest extra first."""
