@@ -33,7 +33,6 @@ def build(**options: Any) -> dict[str, Any]:
     """Build the timm model, its data, the optimizer and one-step callable."""
     import numpy as np
     import torch
-
     from tests.corpus.vit_spec import make_batches, timm_module
 
     dtype = {"float32": torch.float32, "float64": torch.float64,
