@@ -71,6 +71,12 @@ class ReplayOutcome:
     def introduced(self) -> bool:
         return self.verdict == "introduced"
 
+    @property
+    def unit(self) -> str:
+        """What was replayed, in words: an ``operator`` (op-level call keys start ``op|``)
+        or a ``module``."""
+        return "operator" if self.key.startswith("op|") else "module"
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -230,19 +236,22 @@ def refine(phase: Any, outcomes: list[ReplayOutcome], r0: CompareResult | None =
     replayed = [o for o in outcomes if o.verdict != "not replayed"]
     what = ("fed the reference's inputs and weights" if culprit is None
             or culprit.direction == "forward" else
-            "fed the reference's inputs, weights and output gradients")
+            "fed the reference's inputs, weights and output gradients"
+            if culprit.unit == "module" else
+            "fed the reference's captured gradients and saved tensors")
     if culprit is not None:
         before = phase.where
         phase.status, phase.where, phase.step = "fail", culprit.module or "<root>", 0
         kind = "" if culprit.direction == "forward" else " backward"
+        unit = culprit.unit
         phase.summary = (
             f"{culprit.module or '<root>'} ({culprit.op}) introduces the{kind} divergence: "
-            f"{what}, the candidate's module differs by {culprit.local:.3g} (its noise bound "
+            f"{what}, the candidate's {unit} differs by {culprit.local:.3g} (its noise bound "
             f"{culprit.bound:.3g}; accumulated error there {culprit.accumulated:.3g})")
         passed = [o.module or "<root>" for o in replayed if o is not culprit
                   and outcomes.index(o) < outcomes.index(culprit)]
         if passed:
-            phase.summary += (f"; {len(passed)} earlier diverging module(s) reproduce the "
+            phase.summary += (f"; {len(passed)} earlier diverging {unit}(s) reproduce the "
                               f"reference on its inputs (first: {passed[0]})")
         if before and before != phase.where:
             phase.evidence["compare_pointed_at"] = before
@@ -251,10 +260,14 @@ def refine(phase: Any, outcomes: list[ReplayOutcome], r0: CompareResult | None =
     if replayed and phase.status == "fail":
         if r0 is not None and _explained(phase, outcomes, r0):
             return
-        phase.summary += (f"; replay: none of the {len(replayed)} diverging module(s) replayed "
-                          "differs beyond its noise on the reference's tensors -- the "
-                          "difference enters between modules (code outside any replayed "
-                          "module) or with the inputs")
+        where = ("between modules (code outside any replayed module)"
+                 if replayed[0].unit == "module" else
+                 "in code no replayed operator covers (an operator the capture does not see, "
+                 "a group of several operators)")
+        phase.summary += (f"; replay: none of the {len(replayed)} diverging "
+                          f"{replayed[0].unit}(s) replayed differs beyond its noise on the "
+                          f"reference's tensors -- the difference enters {where} or with the "
+                          "inputs")
 
 
 def _explained(phase: Any, outcomes: list[ReplayOutcome], r0: CompareResult) -> bool:

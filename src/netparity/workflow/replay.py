@@ -162,18 +162,20 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
 
 
 class _Ops:
-    """Step 0's forward op records of one trace: by (module, op index, event), and each
-    (module, canonical op)'s calls in execution order (to find a call's counterpart)."""
+    """Step 0's op records of one trace: by (direction, module, op index, event), and each
+    (direction, module, canonical op)'s calls in execution order (to find a call's
+    counterpart)."""
 
     def __init__(self, trace: str) -> None:
         self.tr = open_trace(trace)
-        self.by: dict[tuple[str, int, int], list[Any]] = {}
+        self.by: dict[tuple[str, str, int, int], list[Any]] = {}
         for r in self.tr.records(step=0, kind="op"):
-            if r.direction == "forward":
-                self.by.setdefault((r.module, int(r.call), int(r.event)), []).append(r)
-        self.seq: dict[tuple[str, str], list[tuple[str, int, int]]] = {}
+            if r.direction in ("forward", "backward"):
+                self.by.setdefault((r.direction, r.module, int(r.call), int(r.event)),
+                                   []).append(r)
+        self.seq: dict[tuple[str, str, str], list[tuple[str, str, int, int]]] = {}
         for key in sorted(self.by, key=lambda k: min(r.seq for r in self.by[k])):
-            self.seq.setdefault((key[0], self.by[key][0].op), []).append(key)
+            self.seq.setdefault((key[0], key[1], self.by[key][0].op), []).append(key)
 
     def tensors(self, recs: list[Any], role: str) -> Tensors:
         if not all(r.has_payload for r in recs):
@@ -185,19 +187,122 @@ class _Ops:
         return next((dict(r.extra["scalars"]) for r in recs
                      if isinstance(r.extra, dict) and r.extra.get("scalars")), {})
 
+    @staticmethod
+    def op_info(recs: list[Any]) -> dict[str, Any] | None:
+        """What the capture recorded about the operator itself (MindSpore: the primitive's
+        class and constructor arguments)."""
+        return next((dict(r.extra["prim"]) for r in recs
+                     if isinstance(r.extra, dict) and r.extra.get("prim")), None)
+
+
+def _size(v: np.ndarray) -> int:
+    return int(np.asarray(v).size)
+
+
+def _distance(a: np.ndarray, b: np.ndarray) -> float:
+    a64, b64 = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    scale = max(float(np.linalg.norm(a64)), float(np.linalg.norm(b64)), 1e-300)
+    d = a64 - b64
+    d = np.where(np.isfinite(d), d, 0.0)
+    return float(np.linalg.norm(d)) / scale
+
+
+def _layouts(v: np.ndarray, shape: tuple[int, ...]) -> list[np.ndarray]:
+    """``v`` in the layouts one framework's operator may take what the other's takes as
+    ``shape``: as it is, with its last two axes swapped (``MatMul(transpose_b=True)``'s weight
+    against ``mm``'s), or reshaped (same elements, another shape)."""
+    v = np.asarray(v)
+    out = []
+    if v.shape == shape:
+        out.append(v)
+    if v.ndim >= 2 and v.shape[:-2] + (v.shape[-1], v.shape[-2]) == shape:
+        out.append(np.swapaxes(v, -1, -2))
+    if not out and v.size == int(np.prod(shape, dtype=np.int64)):
+        out.append(v.reshape(shape))
+    return out
+
+
+def _as_candidate_inputs(ins: Tensors, cand_ins: Tensors, same_op: bool = False) -> Tensors:
+    """The reference's inputs as the arguments of the candidate's operator.
+
+    The same operator on both sides (``same_op``: one framework, one overload) pairs its
+    arguments by path. Otherwise (another framework's operator: ``native_layer_norm(x, shape, w, b)`` against
+    ``LayerNorm(x, gamma, beta)``) each of the candidate's tensor arguments takes the
+    reference's input, in a layout of the same elements, that is closest to the candidate's own
+    captured value of that argument (weights are equal at step 0, data within the accumulated
+    error): pairs are made closest first, each input used once. A one-element argument of the
+    candidate with no counterpart is a constant of its own code and keeps its own value; a
+    larger one, or a reference input left over, means the two operators do not compute the same
+    thing from the same tensors: not replayable."""
+    own = {a: (v, d) for a, v, d in cand_ins}
+    ref = {a: v for a, v, _ in ins}
+    if same_op and set(own) == set(ref) and all(np.shape(own[a][0]) == np.shape(ref[a])
+                                                for a in ref):
+        return [(a, ref[a], own[a][1]) for a, _, _ in ins]
+    options: list[tuple[float, int, int, np.ndarray]] = []
+    for ci, (_, cv, _) in enumerate(cand_ins):
+        for ri, (_, rv, _) in enumerate(ins):
+            for lay in _layouts(rv, tuple(np.shape(cv))):
+                options.append((_distance(lay, cv), ci, ri, lay))
+    options.sort(key=lambda o: (o[0], o[1], o[2]))
+    chosen: dict[int, np.ndarray] = {}
+    used: set[int] = set()
+    for _, ci, ri, lay in options:
+        if ci not in chosen and ri not in used:
+            chosen[ci] = lay
+            used.add(ri)
+    out: Tensors = []
+    for ci, (a, cv, d) in enumerate(cand_ins):
+        if ci in chosen:
+            out.append((a, chosen[ci], d))
+        elif _size(cv) <= 1:
+            out.append((a, cv, d))
+        else:
+            raise _NotReplayable(f"the candidate's argument {a} {list(np.shape(cv))} has no "
+                                 "counterpart among the reference's inputs")
+    left = [a for ri, (a, v, d) in enumerate(ins)
+            if ri not in used and _size(v) > 1 and d.startswith(("float", "bfloat"))]
+    if left:
+        raise _NotReplayable(f"the reference's input {left[0]} has no counterpart among the "
+                             "candidate operator's arguments (the candidate computes that part "
+                             "in another operator)")
+    return out
+
+
+def _compared(want: Tensors, got: list[tuple[str, np.ndarray]], op: str, same_op: bool
+              ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(reference outputs, replayed outputs) to compare. The same operator on both sides:
+    all outputs. Across implementations, the outputs after the first of a normalisation
+    (PyTorch's layer norm returns (out, mean, rstd), MindSpore's (out, mean, variance)) are
+    by-products saved for backward, compared by neither the comparison nor replay; so is
+    every output beyond the first when the two operators return different numbers of them."""
+    from netparity.compare.engine import AUX_OUTPUT_OPS
+
+    if same_op:
+        return [v for _, v, _ in want], _in_order(want, got)
+    if op in AUX_OUTPUT_OPS or len(want) != len(got):
+        return [want[0][1]], [got[0][1]] if got else []
+    return [v for _, v, _ in want], [g for _, g in got]
+
 
 def replay_ops_step0(r0: CompareResult, ref_trace: str, cand_trace: str, ref_model: Any,
-                     cand_model: Any, seed: int = 0) -> list[ReplayOutcome]:
-    """Op-level replay of step 0's diverging forward op calls (1:1 pairs), in execution
-    order: the reference's operator re-called on its captured inputs and recorded non-tensor
-    arguments (it must reproduce its output), again on inputs one ulp off (its local noise),
-    and the candidate's operator -- its own overload and arguments, from its trace -- on the
-    reference's inputs in the candidate's dtypes (the local error). Stops at the first call
-    that introduces a difference. A framework that cannot call an operator on given tensors
-    (MindSpore primitives here) leaves the call "not replayed", with the reason."""
+                     cand_model: Any, seed: int = 0,
+                     direction: str = "forward") -> list[ReplayOutcome]:
+    """Op-level replay of step 0's diverging op calls (1:1 pairs) of ``direction``, in
+    execution order: the reference's operator re-called on its captured inputs and recorded
+    non-tensor arguments (it must reproduce its output), again on inputs one ulp off (its local
+    noise), and the candidate's operator -- its own overload or primitive and arguments, from
+    its trace -- on the reference's inputs (:func:`_as_candidate_inputs`) in the candidate's
+    dtypes (the local error). Stops at the first call that introduces a difference.
+
+    In ``backward`` the calls are the operators the backward pass ran (PyTorch: the derivative
+    formulas' aten calls, ``gelu_backward``, ``convolution_backward``, and the ops of a custom
+    ``autograd.Function``'s ``backward``), fed the reference's captured gradients: the
+    candidate's backward code judged alone. A call that cannot be made again says why
+    ("not replayed")."""
     from netparity.frameworks.registry import adapter_for
 
-    calls = plan(r0, "forward", level="op")
+    calls = plan(r0, direction, level="op")
     if not calls:
         return []
     ref, cand = _Ops(ref_trace), _Ops(cand_trace)
@@ -205,36 +310,36 @@ def replay_ops_step0(r0: CompareResult, ref_trace: str, cand_trace: str, ref_mod
     rng = np.random.default_rng(seed + 32452843)
     outcomes: list[ReplayOutcome] = []
     for c in calls:
-        o = ReplayOutcome(c.key, c.module, c.cand_module, c.op, accumulated=c.out_error)
+        o = ReplayOutcome(c.key, c.module, c.cand_module, c.op, accumulated=c.out_error,
+                          direction=direction)
         outcomes.append(o)
         try:
             call, ev = _call_index(c)
-            event = int(ev)
-            recs = ref.by.get((c.module, call, event))
+            key = (direction, c.module, call, int(ev))
+            recs = ref.by.get(key)
             if not recs:
                 raise _NotReplayable("the call's records were not found in the reference trace")
-            mine = ref.seq.get((c.module, recs[0].op), [])
-            n = mine.index((c.module, call, event))
-            theirs = cand.seq.get((c.cand_module, c.cand_op), [])
+            n = ref.seq.get((direction, c.module, recs[0].op), []).index(key)
+            theirs = cand.seq.get((direction, c.cand_module, c.cand_op), [])
             if n >= len(theirs):
                 raise _NotReplayable("the candidate's call was not found in its trace")
             crecs = cand.by[theirs[n]]
             ins, want = ref.tensors(recs, "input"), ref.tensors(recs, "output")
             if not ins or not want:
                 raise _NotReplayable("the call's inputs or outputs were not captured")
-            sc = _Ops.scalars(recs)
-            own = normwise_error([v for _, v, _ in want],
-                                 _in_order(want, ra.run_op(recs[0].native, ins, sc)))
+            sc, info = _Ops.scalars(recs), _Ops.op_info(recs)
+            own = normwise_error([v for _, v, _ in want], _in_order(
+                want, ra.run_op(recs[0].native, ins, sc, info)))
             if own > SELF_TOLERANCE:
                 raise _NotReplayable(
                     f"the reference's own replay misses its captured result by {own:.3g}: the "
                     "op depends on random numbers or on state the trace does not hold")
-            noisy = ra.run_op(recs[0].native, _moved(ins, rng), sc)
+            noisy = ra.run_op(recs[0].native, _moved(ins, rng), sc, info)
             noise = max(normwise_error([v for _, v, _ in want], _in_order(want, noisy)), own)
-            cdt = {r.arg: r.dtype for r in crecs if r.role == "input"}
-            got = ca.run_op(crecs[0].native, [(a, v, cdt.get(a, d)) for a, v, d in ins],
-                            _Ops.scalars(crecs))
-            local = normwise_error([v for _, v, _ in want], _in_order(want, got))
+            same = ra.name == ca.name and recs[0].native == crecs[0].native
+            cand_ins = _as_candidate_inputs(ins, cand.tensors(crecs, "input"), same)
+            got = ca.run_op(crecs[0].native, cand_ins, _Ops.scalars(crecs), _Ops.op_info(crecs))
+            local = normwise_error(*_compared(want, got, c.op, same))
             out_dt = next((r.dtype for r in crecs if r.role == "output"), want[0][2])
             judge(o, local, noise, want[0][2], out_dt)
         except NetparityError as e:
