@@ -71,6 +71,12 @@ SPEC = textwrap.dedent('''
         def forward(self, x):
             return _GeluFn.apply(x, self.grad)
 
+    class FormulaGelu(nn.GELU):
+        """GELU written out with the tanh formula, operator by operator."""
+
+        def forward(self, x):
+            return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+
     class Block(nn.Module):
         """Two children and a scaling written in the block's own forward."""
 
@@ -87,13 +93,15 @@ SPEC = textwrap.dedent('''
 
     def build(steps, scale=1.0, p=0.0, bad_grad=False, adam_eps=None, momentum=0.0,
               dampening=0.0, loss_scale=1.0, unscale=True, clip=None, lr1=None, gelu=None,
-              double=False, gelu_grad=None):
+              double=False, gelu_grad=None, gelu_formula=False):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 16), Block(scale, p, bad_grad), nn.Linear(16, 3))
         if gelu is not None:  # an activation whose approximation is an op argument
             model[1].act = nn.GELU(approximate=gelu)
         if gelu_grad is not None:  # the same forward, a hand-written backward
             model[1].act = HandGelu(gelu_grad)
+        if gelu_formula:  # several operators where the reference has one
+            model[1].act = FormulaGelu()
         if double:
             model = model.double()
         opt = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=float(momentum),
@@ -260,6 +268,19 @@ def test_a_changed_operator_is_named_by_op_replay(spec, tmp_path, double):
     # the ops before it reproduce the reference on its tensors (or were not replayed, with why)
     assert all(o["verdict"] in ("reproduces", "not replayed") for o in rows[:-1])
     assert "replay" in fwd.evidence["verdict"]
+
+
+def test_an_operator_written_out_as_several_is_named_by_group_replay(spec, tmp_path):
+    # GELU's tanh formula written out (mul, pow, add, tanh...) against aten.gelu: an N:M group,
+    # replayed as the candidate's operators in order on the reference's input
+    r = _run(spec, tmp_path, options={"gelu": "none", "unscale": False}, level="op",
+             gelu_formula=True, unscale=False)
+    fwd = r.phase("forward")
+    assert (r.first_phase, r.where) == ("forward", "1.act"), _phases(r)
+    culprit = fwd.evidence["replay"][-1]
+    assert culprit["op"] == "gelu" and "tanh" in culprit["cand_op"] and "+" in culprit["cand_op"]
+    assert culprit["verdict"] == "introduced" and culprit["local"] > 10 * culprit["bound"]
+    assert fwd.evidence["verdict"] == "introduced (replay)" and "operators" in fwd.summary
 
 
 @pytest.mark.parametrize("grad", ["none", "tanh"], ids=["faithful", "tanh-derivative"])

@@ -65,8 +65,11 @@ def test_every_captured_primitive_is_made_again_bit_for_bit(tmp_path):
         extra = next(r.extra for r in recs if r.extra)
         got = a.run_op(recs[0].native, ins, extra.get("scalars", {}), extra["prim"])
         assert len(got) == len(want), recs[0].native
-        for (_, g), w in zip(got, want):
-            np.testing.assert_array_equal(g, w, err_msg=recs[0].native)
+        # MindSpore's CPU BatchNorm leaves its outputs 1-2 unwritten: only the normalised
+        # output (and the saved statistics, 3-4) are values
+        for k, ((_, g), w) in enumerate(zip(got, want)):
+            if recs[0].native != "BatchNorm" or k in (0, 3, 4):
+                np.testing.assert_array_equal(g, w, err_msg=f"{recs[0].native} output {k}")
         natives.add(recs[0].native)
     # generated primitives (constructor arguments after the call's), legacy ones (Conv2D) and
     # one that appends its constructor arguments itself (BatchNorm, training mode)
@@ -165,3 +168,42 @@ def test_timm_vit_to_mindspore_port_op_level_replay(tmp_path, bug):
     assert culprit["op"] == {"gelu-tanh": "gelu", "ln-eps": "layer_norm"}[bug]
     assert culprit["local"] > 10 * culprit["bound"]
     assert "operator" in fwd.summary
+
+
+@pytest.mark.parametrize("case", ["carried", "bias"])
+def test_a_linear_against_matmul_and_bias_add_is_replayed_as_a_group(tmp_path, case):
+    """PyTorch's ``addmm(b, x, Wᵀ)`` against MindSpore's ``MatMul(x, W) + BiasAdd(., b)``: an
+    N:M group, replayed as the candidate's two primitives in order on the reference's inputs,
+    weights included (``W`` in MatMul's layout, ``b`` into BiasAdd). A difference carried in by
+    the input reproduces; so does one made by the candidate holding another bias: replay judges
+    the operators, fed the reference's weights (weights are the setup phase's business)."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    from mindspore import nn
+
+    from netparity.workflow.replay import replay_ops_step0
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 4)
+    dense = nn.Dense(8, 4)
+    dense.weight.set_data(ms.Tensor(lin.weight.detach().numpy()))
+    bias = lin.bias.detach().numpy() + (0.05 if case == "bias" else 0.0)
+    dense.bias.set_data(ms.Tensor(bias))
+    x = np.random.default_rng(2).standard_normal((3, 8)).astype(np.float32)
+    xc = x + (0.02 * np.abs(x) if case == "carried" else 0.0)
+    with netparity.capture(lin, tmp_path / "ref", level="op", payload="tensors",
+                           directions=("forward",)) as cap:
+        with torch.no_grad():
+            lin(torch.from_numpy(x))
+        cap.step()
+    with netparity.capture(dense, tmp_path / "cand", level="op", payload="tensors",
+                           directions=("forward",)) as cap:
+        dense(ms.Tensor(xc.astype(np.float32)))
+        cap.step()
+    r0 = netparity.compare(tmp_path / "ref", tmp_path / "cand", level="op")
+    group = [c for c in r0.calls if "+" in c.cand_op]
+    assert group and group[0].status == "fail", [(c.op, c.cand_op, c.status) for c in r0.calls]
+    out = replay_ops_step0(r0, str(tmp_path / "ref"), str(tmp_path / "cand"), lin, dense)
+    row = next(o for o in out if o.key == group[0].key)
+    assert row.verdict == "reproduces", row
+    assert row.local is not None and row.local < 1e-6 and row.accumulated > 1e-3

@@ -66,6 +66,7 @@ class ReplayOutcome:
     bound: float | None = None
     verdict: str = ""  # "introduced" | "reproduces" | "not replayed"
     reason: str = ""
+    cand_op: str = ""  # op level: the candidate's op(s), ``mul+add+...`` for an N:M group
 
     @property
     def introduced(self) -> bool:
@@ -83,16 +84,14 @@ class ReplayOutcome:
 
 def plan(r0: CompareResult, direction: str = "forward",
          limit: int = REPLAY_LIMIT, level: str = "module") -> list[CallResult]:
-    """The calls to replay: the first step's ``level`` calls (module, or op: 1:1 pairs only)
-    of ``direction`` that fail or warn, in execution order (a child finishes before its parent,
+    """The calls to replay: the first step's ``level`` calls (module, or op: single calls and
+    N:M groups) of ``direction`` that fail or warn, in execution order (a child finishes before its parent,
     so a container comes after the children that carried its own difference; backward runs
     from the loss back), with the module around each *introduced* call (see below). When more
     than ``limit`` are wanted, the introduced calls and the containers around them come first:
     they decide whether the phase's difference is anyone's own."""
     same = _first_step_calls(r0, direction, level)
-    calls = sorted((c for c in same if c.status in ("fail", "warn")
-                    and (level == "module" or ("+" not in c.op and "+" not in c.cand_op))),
-                   key=lambda c: c.order)
+    calls = sorted((c for c in same if c.status in ("fail", "warn")), key=lambda c: c.order)
     if level != "module":
         return calls[:limit]
     intro = [c for c in calls if c.origin == "introduced"]
@@ -244,9 +243,14 @@ def refine(phase: Any, outcomes: list[ReplayOutcome], r0: CompareResult | None =
         phase.status, phase.where, phase.step = "fail", culprit.module or "<root>", 0
         kind = "" if culprit.direction == "forward" else " backward"
         unit = culprit.unit
+        theirs = f"candidate's {unit}"
+        if culprit.cand_op.count("+"):
+            theirs = (f"candidate's {culprit.cand_op.count('+') + 1} operators "
+                      f"({culprit.cand_op}) together")
         phase.summary = (
             f"{culprit.module or '<root>'} ({culprit.op}) introduces the{kind} divergence: "
-            f"{what}, the candidate's {unit} differs by {culprit.local:.3g} (its noise bound "
+            f"{what}, the {theirs} differ{'' if culprit.cand_op.count('+') else 's'} by "
+            f"{culprit.local:.3g} (its noise bound "
             f"{culprit.bound:.3g}; accumulated error there {culprit.accumulated:.3g})")
         passed = [o.module or "<root>" for o in replayed if o is not culprit
                   and outcomes.index(o) < outcomes.index(culprit)]
