@@ -283,6 +283,21 @@ def test_an_operator_written_out_as_several_is_named_by_group_replay(spec, tmp_p
     assert fwd.evidence["verdict"] == "introduced (replay)" and "operators" in fwd.summary
 
 
+def test_a_group_fed_by_operators_outside_it_is_not_replayed_and_the_comparison_stands(
+        spec, tmp_path):
+    # the hand-written tanh backward g * (1 - y*y) * 1.01 at op level: alignment groups its
+    # last two multiplications against tanh_backward(g, y); their input 1 - y*y is no input of
+    # the reference's call, so the group cannot be fed the reference's tensors -- not replayed
+    # (never a culprit with a made-up number), and the comparison's place stands
+    r = _run(spec, tmp_path, options={"unscale": False}, level="op", bad_grad=True,
+             unscale=False)
+    assert (r.first_phase, r.where) == ("backward", "1.act"), _phases(r)
+    rows = r.phase("backward").evidence["replay"]
+    row = next(o for o in rows if o["op"] == "tanh_backward")
+    assert row["verdict"] == "not replayed" and "no counterpart" in row["reason"]
+    assert not any(o["verdict"] == "introduced" for o in rows)
+
+
 @pytest.mark.parametrize("grad", ["none", "tanh"], ids=["faithful", "tanh-derivative"])
 def test_a_wrong_hand_written_backward_is_named_at_its_operator_by_backward_op_replay(
         spec, tmp_path, grad):

@@ -130,6 +130,12 @@ def test_the_candidates_arguments_are_paired_with_the_references_by_meaning():
     got = _as_candidate_inputs([("0", x, "float32"), ("1", w.T, "float32")],
                                [("0", x, "float32"), ("1", w, "float32")])
     np.testing.assert_array_equal(got[1][1], w)
+    # a value made outside the call (1 - y*y fed to the rest of a hand-written tanh backward)
+    # is not the reference's y because it has y's shape
+    y = np.tanh(x)
+    with pytest.raises(_NotReplayable, match="no counterpart"):
+        _as_candidate_inputs([("0", x, "float32"), ("1", y, "float32")],
+                             [("0:0", x, "float32"), ("0:1", 1 - y * y, "float32")])
     # a reference input the candidate's op does not take (a bias added by another op)
     with pytest.raises(_NotReplayable, match="no counterpart"):
         _as_candidate_inputs([("0", x, "float32"), ("1", w, "float32"), ("2", b + 1, "float32")],

@@ -240,6 +240,17 @@ def _layouts(v: np.ndarray, shape: tuple[int, ...]) -> list[np.ndarray]:
     return out
 
 
+#: a candidate's argument and the reference input it takes must agree within this (relative,
+#: normwise): weights are equal, data differ by the accumulated error, and a value made by
+#: operators outside the replayed call (``1 - y*y`` fed to a group that starts after it) is not
+#: the reference's ``y`` because it has its shape
+PAIR_DISTANCE = 0.5
+#: a candidate's call on the reference's inputs farther than this many times from the
+#: reference than the candidate's own run was (its accumulated error) was not fed what its
+#: own run was fed: the pairing of arguments is wrong, not the operator
+LOCAL_OVER_ACCUMULATED = 10.0
+
+
 def _same_values(ts: Tensors) -> list[int]:
     """For each tensor, the index of the first one holding the same values (itself if
     none): one input seen by several calls."""
@@ -254,8 +265,9 @@ def _as_candidate_inputs(ins: Tensors, cand_ins: Tensors, same_op: bool = False)
     """The reference's inputs as the arguments of the candidate's operator.
 
     The same operator on both sides (``same_op``: one framework, one overload) pairs its
-    arguments by path. Otherwise (another framework's operator: ``native_layer_norm(x, shape, w, b)`` against
-    ``LayerNorm(x, gamma, beta)``) each of the candidate's tensor arguments takes the
+    arguments by path. Otherwise (another framework's operator:
+    ``native_layer_norm(x, shape, w, b)`` against ``LayerNorm(x, gamma, beta)``, or an N:M
+    group's outside inputs) each of the candidate's tensor arguments takes the
     reference's input, in a layout of the same elements, that is closest to the candidate's own
     captured value of that argument (weights are equal at step 0, data within the accumulated
     error): pairs are made closest first, each input used once. A one-element argument of the
@@ -282,7 +294,9 @@ def _as_candidate_inputs(ins: Tensors, cand_ins: Tensors, same_op: bool = False)
     options.sort(key=lambda o: (o[0], o[1], o[2]))
     chosen: dict[int, np.ndarray] = {}
     used: set[int] = set()
-    for _, ci, ri, lay in options:
+    for dist, ci, ri, lay in options:
+        if dist > PAIR_DISTANCE:
+            break  # not the same tensor, whatever its shape: a value made outside the call
         if ci not in chosen and ri not in used:
             chosen[ci] = lay
             used.add(ri)
@@ -294,8 +308,9 @@ def _as_candidate_inputs(ins: Tensors, cand_ins: Tensors, same_op: bool = False)
             out.append((a, cv, d))
         else:
             raise _NotReplayable(f"the candidate's argument {a} {list(np.shape(cv))} has no "
-                                 "counterpart among the reference's inputs (an operator the "
-                                 "capture does not see made it, e.g. a MindSpore tensor method)")
+                                 "counterpart among the reference's inputs (made by an "
+                                 "operator outside the replayed call, or one the capture does "
+                                 "not see: a MindSpore tensor method)")
     left = [a for ri, (a, v, d) in enumerate(ins)
             if rfirst[ri] not in used and _size(v) > 1 and d.startswith(("float", "bfloat"))]
     if left:
@@ -454,6 +469,12 @@ def replay_ops_step0(r0: CompareResult, ref_trace: str, cand_trace: str, ref_mod
             got = _run_group(ca, cgroup, cinner, _as_candidate_inputs(ins, cins, same))
             op = c.op if len(rgroup) == 1 and len(cgroup) == 1 else ""
             local = normwise_error(*_compared(want, got, op, same))
+            if not same and local > LOCAL_OVER_ACCUMULATED * c.out_error + 1e-6:
+                raise _NotReplayable(
+                    f"on the reference's inputs the candidate differs by {local:.3g}, "
+                    f"{local / max(c.out_error, 1e-300):.3g}x its own run's difference "
+                    f"({c.out_error:.3g}): its arguments were not paired as its operators use "
+                    "them (a value made by operators outside the call)")
             out_dt = next((r.dtype for r in cgroup[-1] if r.role == "output"), want[0][2])
             judge(o, local, noise, want[0][2], out_dt)
         except NetparityError as e:
