@@ -48,6 +48,35 @@ SPEC = textwrap.dedent('''
         def forward(self, x):
             return _TanhFn.apply(x)
 
+    class _GeluFn(torch.autograd.Function):
+        """Exact GELU with a hand-written backward taking the derivative of an approximation
+        (as fused bias-GELU kernels do): a backward-only difference of one operator."""
+
+        @staticmethod
+        def forward(ctx, x, approximate):
+            ctx.save_for_backward(x)
+            ctx.approximate = approximate
+            return nn.functional.gelu(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return torch.ops.aten.gelu_backward(g, x, approximate=ctx.approximate), None
+
+    class HandGelu(nn.GELU):
+        def __init__(self, grad):
+            super().__init__()
+            self.grad = grad
+
+        def forward(self, x):
+            return _GeluFn.apply(x, self.grad)
+
+    class FormulaGelu(nn.GELU):
+        """GELU written out with the tanh formula, operator by operator."""
+
+        def forward(self, x):
+            return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+
     class Block(nn.Module):
         """Two children and a scaling written in the block's own forward."""
 
@@ -64,11 +93,15 @@ SPEC = textwrap.dedent('''
 
     def build(steps, scale=1.0, p=0.0, bad_grad=False, adam_eps=None, momentum=0.0,
               dampening=0.0, loss_scale=1.0, unscale=True, clip=None, lr1=None, gelu=None,
-              double=False):
+              double=False, gelu_grad=None, gelu_formula=False):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 16), Block(scale, p, bad_grad), nn.Linear(16, 3))
         if gelu is not None:  # an activation whose approximation is an op argument
             model[1].act = nn.GELU(approximate=gelu)
+        if gelu_grad is not None:  # the same forward, a hand-written backward
+            model[1].act = HandGelu(gelu_grad)
+        if gelu_formula:  # several operators where the reference has one
+            model[1].act = FormulaGelu()
         if double:
             model = model.double()
         opt = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=float(momentum),
@@ -237,6 +270,56 @@ def test_a_changed_operator_is_named_by_op_replay(spec, tmp_path, double):
     assert "replay" in fwd.evidence["verdict"]
 
 
+def test_an_operator_written_out_as_several_is_named_by_group_replay(spec, tmp_path):
+    # GELU's tanh formula written out (mul, pow, add, tanh...) against aten.gelu: an N:M group,
+    # replayed as the candidate's operators in order on the reference's input
+    r = _run(spec, tmp_path, options={"gelu": "none", "unscale": False}, level="op",
+             gelu_formula=True, unscale=False)
+    fwd = r.phase("forward")
+    assert (r.first_phase, r.where) == ("forward", "1.act"), _phases(r)
+    culprit = fwd.evidence["replay"][-1]
+    assert culprit["op"] == "gelu" and "tanh" in culprit["cand_op"] and "+" in culprit["cand_op"]
+    assert culprit["verdict"] == "introduced" and culprit["local"] > 10 * culprit["bound"]
+    assert fwd.evidence["verdict"] == "introduced (replay)" and "operators" in fwd.summary
+
+
+def test_a_group_fed_by_operators_outside_it_is_not_replayed_and_the_comparison_stands(
+        spec, tmp_path):
+    # the hand-written tanh backward g * (1 - y*y) * 1.01 at op level: alignment groups its
+    # last two multiplications against tanh_backward(g, y); their input 1 - y*y is no input of
+    # the reference's call, so the group cannot be fed the reference's tensors -- not replayed
+    # (never a culprit with a made-up number), and the comparison's place stands
+    r = _run(spec, tmp_path, options={"unscale": False}, level="op", bad_grad=True,
+             unscale=False)
+    assert (r.first_phase, r.where) == ("backward", "1.act"), _phases(r)
+    rows = r.phase("backward").evidence["replay"]
+    row = next(o for o in rows if o["op"] == "tanh_backward")
+    assert row["verdict"] == "not replayed" and "no counterpart" in row["reason"]
+    assert not any(o["verdict"] == "introduced" for o in rows)
+
+
+@pytest.mark.parametrize("grad", ["none", "tanh"], ids=["faithful", "tanh-derivative"])
+def test_a_wrong_hand_written_backward_is_named_at_its_operator_by_backward_op_replay(
+        spec, tmp_path, grad):
+    # a custom autograd.Function computing exact GELU forward, its backward the aten derivative
+    # of the tanh approximation: forward agrees, and at op level the backward operator itself
+    # is re-called on the reference's captured gradient and input -- the faithful hand-written
+    # backward ("none") passes like PyTorch's own
+    r = _run(spec, tmp_path, options={"gelu": "none", "unscale": False}, level="op",
+             gelu_grad=grad, unscale=False)
+    if grad == "none":
+        assert r.first_phase is None, _phases(r)
+        return
+    assert r.phase("forward").status == "pass", _phases(r)
+    bwd = r.phase("backward")
+    assert (r.first_phase, r.where) == ("backward", "1.act"), _phases(r)
+    culprit = bwd.evidence["replay"][-1]
+    assert culprit["op"] == "gelu_backward" and culprit["direction"] == "backward"
+    assert culprit["verdict"] == "introduced" and culprit["local"] > 10 * culprit["bound"]
+    assert bwd.evidence["verdict"] == "introduced (replay)"
+    assert "operator" in bwd.summary
+
+
 def test_op_replay_says_why_when_the_trace_lacks_an_ops_arguments():
     from netparity.frameworks.registry import adapter_for
 
@@ -251,8 +334,11 @@ def test_op_replay_says_why_when_the_trace_lacks_an_ops_arguments():
     out = a.run_op("aten.convolution.default", ins, sc)  # bias None: absent from the paths
     want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1)
     np.testing.assert_array_equal(out[0][1], want.numpy())
-    with pytest.raises(FrameworkError, match="writes into"):
-        a.run_op("aten.relu_.default", [("0", x, "float32")], {})
+    # an in-place op (its inputs recorded before it ran) writes into a copy, not the trace's
+    neg = np.array([[-1.0, 2.0]], np.float32)
+    out = a.run_op("aten.relu_.default", [("0", neg, "float32")], {})
+    np.testing.assert_array_equal(out[0][1], [[0.0, 2.0]])
+    np.testing.assert_array_equal(neg, [[-1.0, 2.0]])
 
 
 def test_a_faithful_pair_runs_no_replay_and_passes(spec, tmp_path):

@@ -66,10 +66,17 @@ class ReplayOutcome:
     bound: float | None = None
     verdict: str = ""  # "introduced" | "reproduces" | "not replayed"
     reason: str = ""
+    cand_op: str = ""  # op level: the candidate's op(s), ``mul+add+...`` for an N:M group
 
     @property
     def introduced(self) -> bool:
         return self.verdict == "introduced"
+
+    @property
+    def unit(self) -> str:
+        """What was replayed, in words: an ``operator`` (op-level call keys start ``op|``)
+        or a ``module``."""
+        return "operator" if self.key.startswith("op|") else "module"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,16 +84,14 @@ class ReplayOutcome:
 
 def plan(r0: CompareResult, direction: str = "forward",
          limit: int = REPLAY_LIMIT, level: str = "module") -> list[CallResult]:
-    """The calls to replay: the first step's ``level`` calls (module, or op: 1:1 pairs only)
-    of ``direction`` that fail or warn, in execution order (a child finishes before its parent,
+    """The calls to replay: the first step's ``level`` calls (module, or op: single calls and
+    N:M groups) of ``direction`` that fail or warn, in execution order (a child finishes before its parent,
     so a container comes after the children that carried its own difference; backward runs
     from the loss back), with the module around each *introduced* call (see below). When more
     than ``limit`` are wanted, the introduced calls and the containers around them come first:
     they decide whether the phase's difference is anyone's own."""
     same = _first_step_calls(r0, direction, level)
-    calls = sorted((c for c in same if c.status in ("fail", "warn")
-                    and (level == "module" or ("+" not in c.op and "+" not in c.cand_op))),
-                   key=lambda c: c.order)
+    calls = sorted((c for c in same if c.status in ("fail", "warn")), key=lambda c: c.order)
     if level != "module":
         return calls[:limit]
     intro = [c for c in calls if c.origin == "introduced"]
@@ -230,19 +235,27 @@ def refine(phase: Any, outcomes: list[ReplayOutcome], r0: CompareResult | None =
     replayed = [o for o in outcomes if o.verdict != "not replayed"]
     what = ("fed the reference's inputs and weights" if culprit is None
             or culprit.direction == "forward" else
-            "fed the reference's inputs, weights and output gradients")
+            "fed the reference's inputs, weights and output gradients"
+            if culprit.unit == "module" else
+            "fed the reference's captured gradients and saved tensors")
     if culprit is not None:
         before = phase.where
         phase.status, phase.where, phase.step = "fail", culprit.module or "<root>", 0
         kind = "" if culprit.direction == "forward" else " backward"
+        unit = culprit.unit
+        theirs = f"candidate's {unit}"
+        if culprit.cand_op.count("+"):
+            theirs = (f"candidate's {culprit.cand_op.count('+') + 1} operators "
+                      f"({culprit.cand_op}) together")
         phase.summary = (
             f"{culprit.module or '<root>'} ({culprit.op}) introduces the{kind} divergence: "
-            f"{what}, the candidate's module differs by {culprit.local:.3g} (its noise bound "
+            f"{what}, the {theirs} differ{'' if culprit.cand_op.count('+') else 's'} by "
+            f"{culprit.local:.3g} (its noise bound "
             f"{culprit.bound:.3g}; accumulated error there {culprit.accumulated:.3g})")
         passed = [o.module or "<root>" for o in replayed if o is not culprit
                   and outcomes.index(o) < outcomes.index(culprit)]
         if passed:
-            phase.summary += (f"; {len(passed)} earlier diverging module(s) reproduce the "
+            phase.summary += (f"; {len(passed)} earlier diverging {unit}(s) reproduce the "
                               f"reference on its inputs (first: {passed[0]})")
         if before and before != phase.where:
             phase.evidence["compare_pointed_at"] = before
@@ -251,10 +264,14 @@ def refine(phase: Any, outcomes: list[ReplayOutcome], r0: CompareResult | None =
     if replayed and phase.status == "fail":
         if r0 is not None and _explained(phase, outcomes, r0):
             return
-        phase.summary += (f"; replay: none of the {len(replayed)} diverging module(s) replayed "
-                          "differs beyond its noise on the reference's tensors -- the "
-                          "difference enters between modules (code outside any replayed "
-                          "module) or with the inputs")
+        where = ("between modules (code outside any replayed module)"
+                 if replayed[0].unit == "module" else
+                 "in code no replayed operator covers (an operator the capture does not see, "
+                 "a group of several operators)")
+        phase.summary += (f"; replay: none of the {len(replayed)} diverging "
+                          f"{replayed[0].unit}(s) replayed differs beyond its noise on the "
+                          f"reference's tensors -- the difference enters {where} or with the "
+                          "inputs")
 
 
 def _explained(phase: Any, outcomes: list[ReplayOutcome], r0: CompareResult) -> bool:

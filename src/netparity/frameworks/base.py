@@ -236,15 +236,18 @@ class FrameworkAdapter(abc.ABC):
             model, path, inputs, grad_outputs, train)
 
     def run_op(self, native: str, inputs: Sequence[tuple[str, np.ndarray, str]],
-               scalars: Mapping[str, Any]) -> list[tuple[str, np.ndarray]]:
+               scalars: Mapping[str, Any],
+               op_info: Mapping[str, Any] | None = None) -> list[tuple[str, np.ndarray]]:
         """Call the operator a capture recorded as ``native`` (PyTorch: the aten overload,
-        ``aten.convolution.default``) on given tensors and its recorded non-tensor arguments
-        (``scalars``: argument path -> value, as the op record's ``extra["scalars"]`` holds
-        them) and return its outputs (``(output argument path, array)``): op-level replay.
+        ``aten.convolution.default``; MindSpore: the primitive's name, built again from
+        ``op_info``) on given tensors and its recorded non-tensor arguments (``scalars``:
+        argument path -> value, as the op record's ``extra["scalars"]`` holds them; ``op_info``:
+        the record's ``extra["prim"]``, MindSpore's primitive class and constructor arguments)
+        and return its outputs (``(output argument path, array)``): op-level replay.
         Raises :class:`FrameworkError` when the call cannot be rebuilt (an argument missing
-        from the trace, an op that writes into its arguments)."""
-        return self._unit("replay", "replaying an operator").run_op(native, inputs,
-                                                                    dict(scalars))
+        from the trace). An op that writes into its arguments writes into copies."""
+        return self._unit("replay", "replaying an operator").run_op(
+            native, inputs, dict(scalars), dict(op_info) if op_info is not None else None)
 
     def watch_steps(self, optimizer: Any) -> Any:
         """Start keeping ``optimizer``'s state as it is just before each of its steps; the

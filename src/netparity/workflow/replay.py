@@ -71,9 +71,18 @@ def _in_order(ref: Tensors, got: list[tuple[str, np.ndarray]]) -> list[np.ndarra
     """The replay's arrays in the order of the reference's (by argument path when both name the
     same ones, else by position)."""
     by_arg = dict(got)
-    if {a for a, _, _ in ref} == set(by_arg):
+    if {a for a, _, _ in ref} <= set(by_arg):
         return [by_arg[a] for a, _, _ in ref]
     return [g for _, g in got]
+
+
+def _primary(ts: Tensors, op: str) -> Tensors:
+    """The outputs of a call that replay compares: a normalisation's first (the others are
+    by-products saved for backward, framework-specific -- and MindSpore's CPU ``BatchNorm``
+    leaves two of them unwritten, so they hold whatever the memory held)."""
+    from netparity.compare.engine import AUX_OUTPUT_OPS
+
+    return ts[:1] if op in AUX_OUTPUT_OPS else ts
 
 
 def _moved(ts: Tensors, rng: np.random.Generator) -> Tensors:
@@ -164,18 +173,29 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
 
 
 class _Ops:
-    """Step 0's forward op records of one trace: by (module, op index, event), and each
-    (module, canonical op)'s calls in execution order (to find a call's counterpart)."""
+    """Step 0's op records of one trace: by (direction, module, op index, event), and each
+    (direction, module, canonical op)'s calls in execution order (to find a call's
+    counterpart)."""
 
     def __init__(self, trace: str) -> None:
         self.tr = open_trace(trace)
-        self.by: dict[tuple[str, int, int], list[Any]] = {}
+        self.by: dict[tuple[str, str, int, int], list[Any]] = {}
         for r in self.tr.records(step=0, kind="op"):
-            if r.direction == "forward":
-                self.by.setdefault((r.module, int(r.call), int(r.event)), []).append(r)
-        self.seq: dict[tuple[str, str], list[tuple[str, int, int]]] = {}
+            if r.direction in ("forward", "backward"):
+                self.by.setdefault((r.direction, r.module, int(r.call), int(r.event)),
+                                   []).append(r)
+        # each (direction, module)'s calls in execution order
+        self.order: dict[tuple[str, str], list[tuple[str, str, int, int]]] = {}
         for key in sorted(self.by, key=lambda k: min(r.seq for r in self.by[k])):
-            self.seq.setdefault((key[0], self.by[key][0].op), []).append(key)
+            self.order.setdefault((key[0], key[1]), []).append(key)
+
+    def runs(self, direction: str, module: str, ops: list[str]) -> list[list[Any]]:
+        """Every run of consecutive calls of ``module`` whose canonical ops are ``ops`` (one
+        op: each call of it), in execution order, as lists of call keys."""
+        keys = self.order.get((direction, module), [])
+        n = len(ops)
+        return [keys[i:i + n] for i in range(len(keys) - n + 1)
+                if [self.by[k][0].op for k in keys[i:i + n]] == ops]
 
     def tensors(self, recs: list[Any], role: str) -> Tensors:
         if not all(r.has_payload for r in recs):
@@ -187,19 +207,231 @@ class _Ops:
         return next((dict(r.extra["scalars"]) for r in recs
                      if isinstance(r.extra, dict) and r.extra.get("scalars")), {})
 
+    @staticmethod
+    def op_info(recs: list[Any]) -> dict[str, Any] | None:
+        """What the capture recorded about the operator itself (MindSpore: the primitive's
+        class and constructor arguments)."""
+        return next((dict(r.extra["prim"]) for r in recs
+                     if isinstance(r.extra, dict) and r.extra.get("prim")), None)
+
+
+def _size(v: np.ndarray) -> int:
+    return int(np.asarray(v).size)
+
+
+def _distance(a: np.ndarray, b: np.ndarray) -> float:
+    a64, b64 = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    scale = max(float(np.linalg.norm(a64)), float(np.linalg.norm(b64)), 1e-300)
+    d = a64 - b64
+    d = np.where(np.isfinite(d), d, 0.0)
+    return float(np.linalg.norm(d)) / scale
+
+
+def _layouts(v: np.ndarray, shape: tuple[int, ...]) -> list[np.ndarray]:
+    """``v`` in the layouts one framework's operator may take what the other's takes as
+    ``shape``: as it is, with its last two axes swapped (``MatMul(transpose_b=True)``'s weight
+    against ``mm``'s), or reshaped (same elements, another shape)."""
+    v = np.asarray(v)
+    out = []
+    if v.shape == shape:
+        out.append(v)
+    if v.ndim >= 2 and v.shape[:-2] + (v.shape[-1], v.shape[-2]) == shape:
+        out.append(np.swapaxes(v, -1, -2))
+    if not out and v.size == int(np.prod(shape, dtype=np.int64)):
+        out.append(v.reshape(shape))
+    return out
+
+
+#: a candidate's argument and the reference input it takes must agree within this (relative,
+#: normwise): weights are equal, data differ by the accumulated error, and a value made by
+#: operators outside the replayed call (``1 - y*y`` fed to a group that starts after it) is not
+#: the reference's ``y`` because it has its shape
+PAIR_DISTANCE = 0.5
+#: a candidate's call on the reference's inputs farther than this many times from the
+#: reference than the candidate's own run was (its accumulated error) was not fed what its
+#: own run was fed: the pairing of arguments is wrong, not the operator
+LOCAL_OVER_ACCUMULATED = 10.0
+
+
+def _same_values(ts: Tensors) -> list[int]:
+    """For each tensor, the index of the first one holding the same values (itself if
+    none): one input seen by several calls."""
+    first: list[int] = []
+    for i, (_, v, _) in enumerate(ts):
+        first.append(next((j for j in range(i) if first[j] == j and ts[j][1].shape == v.shape
+                           and _size(v) > 1 and np.array_equal(ts[j][1], v)), i))
+    return first
+
+
+def _as_candidate_inputs(ins: Tensors, cand_ins: Tensors, same_op: bool = False) -> Tensors:
+    """The reference's inputs as the arguments of the candidate's operator.
+
+    The same operator on both sides (``same_op``: one framework, one overload) pairs its
+    arguments by path. Otherwise (another framework's operator:
+    ``native_layer_norm(x, shape, w, b)`` against ``LayerNorm(x, gamma, beta)``, or an N:M
+    group's outside inputs) each of the candidate's tensor arguments takes the
+    reference's input, in a layout of the same elements, that is closest to the candidate's own
+    captured value of that argument (weights are equal at step 0, data within the accumulated
+    error): pairs are made closest first, each input used once. A one-element argument of the
+    candidate with no counterpart is a constant of its own code and keeps its own value; a
+    larger one, or a reference input left over, means the two operators do not compute the same
+    thing from the same tensors: not replayable."""
+    own = {a: (v, d) for a, v, d in cand_ins}
+    ref = {a: v for a, v, _ in ins}
+    if same_op and set(own) == set(ref) and all(np.shape(own[a][0]) == np.shape(ref[a])
+                                                for a in ref):
+        return [(a, ref[a], own[a][1]) for a, _, _ in ins]
+    # one tensor used by several calls of a group (x in 0.5 * x * (1 + tanh(x ...))) is one
+    # input: arguments holding the same values share their counterpart
+    cfirst, rfirst = _same_values(cand_ins), _same_values(ins)
+    options: list[tuple[float, int, int, np.ndarray]] = []
+    for ci, (_, cv, _) in enumerate(cand_ins):
+        if cfirst[ci] != ci:
+            continue
+        for ri, (_, rv, _) in enumerate(ins):
+            if rfirst[ri] != ri:
+                continue
+            for lay in _layouts(rv, tuple(np.shape(cv))):
+                options.append((_distance(lay, cv), ci, ri, lay))
+    options.sort(key=lambda o: (o[0], o[1], o[2]))
+    chosen: dict[int, np.ndarray] = {}
+    used: set[int] = set()
+    for dist, ci, ri, lay in options:
+        if dist > PAIR_DISTANCE:
+            break  # not the same tensor, whatever its shape: a value made outside the call
+        if ci not in chosen and ri not in used:
+            chosen[ci] = lay
+            used.add(ri)
+    out: Tensors = []
+    for ci, (a, cv, d) in enumerate(cand_ins):
+        if cfirst[ci] in chosen:
+            out.append((a, chosen[cfirst[ci]], d))
+        elif _size(cv) <= 1:
+            out.append((a, cv, d))
+        else:
+            raise _NotReplayable(f"the candidate's argument {a} {list(np.shape(cv))} has no "
+                                 "counterpart among the reference's inputs (made by an "
+                                 "operator outside the replayed call, or one the capture does "
+                                 "not see: a MindSpore tensor method)")
+    left = [a for ri, (a, v, d) in enumerate(ins)
+            if rfirst[ri] not in used and _size(v) > 1 and d.startswith(("float", "bfloat"))]
+    if left:
+        raise _NotReplayable(f"the reference's input {left[0]} has no counterpart among the "
+                             "candidate operator's arguments (the candidate computes that part "
+                             "in another operator)")
+    return out
+
+
+def _compared(want: Tensors, got: list[tuple[str, np.ndarray]], op: str, same_op: bool
+              ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(reference outputs, replayed outputs) to compare. The same operator on both sides:
+    all outputs. Across implementations, the outputs after the first of a normalisation
+    (PyTorch's layer norm returns (out, mean, rstd), MindSpore's (out, mean, variance)) are
+    by-products saved for backward, compared by neither the comparison nor replay; so is
+    every output beyond the first when the two operators return different numbers of them."""
+    from netparity.compare.engine import AUX_OUTPUT_OPS
+
+    if same_op:
+        return [v for _, v, _ in want], _in_order(want, got)
+    if op in AUX_OUTPUT_OPS or len(want) != len(got):
+        return [want[0][1]], [got[0][1]] if got else []
+    return [v for _, v, _ in want], [g for _, g in got]
+
+
+Group = list[list[Any]]  # the records of each call of an N:M group, in execution order
+
+
+def _group_inputs(ops: _Ops, group: Group) -> tuple[Tensors, dict[str, tuple[int, str]]]:
+    """(the group's inputs from outside it, labelled ``member:arg``; the inputs made inside it:
+    label -> (member, output arg)). An input is made inside when it equals, element for
+    element, an output an earlier member recorded (the capture saw the value pass from one
+    operator to the next)."""
+    outs = [ops.tensors(recs, "output") for recs in group]
+    ext: Tensors = []
+    inner: dict[str, tuple[int, str]] = {}
+    for i, recs in enumerate(group):
+        for a, v, d in ops.tensors(recs, "input"):
+            label = f"{i}:{a}"
+            src = next(((j, oa) for j in range(i - 1, -1, -1) for oa, ov, _ in outs[j]
+                        if ov.shape == v.shape and v.size > 1 and np.array_equal(ov, v)), None)
+            if src is not None:
+                inner[label] = src
+            else:
+                ext.append((label, v, d))
+    return ext, inner
+
+
+def _run_group(adapter: Any, group: Group, inner: dict[str, tuple[int, str]],
+               ext: Tensors) -> list[tuple[str, np.ndarray]]:
+    """The group's calls made again in order, each on the outside inputs ``ext`` (labelled as
+    :func:`_group_inputs` does) and its predecessors' replayed outputs; the last call's
+    outputs (what the comparison compares for a group)."""
+    given = {a: (v, d) for a, v, d in ext}
+    done: list[dict[str, np.ndarray]] = []
+    got: list[tuple[str, np.ndarray]] = []
+    for i, recs in enumerate(group):
+        dts = {r.arg: r.dtype for r in recs if r.role == "input"}
+        ins: Tensors = []
+        for r in recs:
+            if r.role != "input":
+                continue
+            label = f"{i}:{r.arg}"
+            if label in inner:
+                j, oa = inner[label]
+                if oa not in done[j]:
+                    raise _NotReplayable(f"call {j} of the group made no output {oa!r} again")
+                ins.append((r.arg, done[j][oa], dts[r.arg]))
+            else:
+                v, d = given[label]
+                ins.append((r.arg, v, d))
+        got = adapter.run_op(recs[0].native, ins, _Ops.scalars(recs), _Ops.op_info(recs))
+        done.append(dict(got))
+    return got
+
+
+def _counterparts(c: CallResult, direction: str, ref: _Ops, cand: _Ops) -> tuple[Group, Group]:
+    """The records of the reference's and the candidate's calls of ``c`` (one each, or the
+    consecutive calls of an N:M group): the reference's from the call's key, the candidate's as
+    the same-numbered run of the same ops in its module."""
+    call, ev = _call_index(c)
+    key = (direction, c.module, call, int(ev))
+    if key not in ref.by:
+        raise _NotReplayable("the call's records were not found in the reference trace")
+    rparts, cparts = c.op.split("+"), c.cand_op.split("+")
+    mine = ref.runs(direction, c.module, rparts)
+    n = next((i for i, run in enumerate(mine) if run[0] == key), None)
+    if n is None:
+        raise _NotReplayable("the group's calls are not consecutive in the reference trace")
+    theirs = cand.runs(direction, c.cand_module, cparts)
+    if n >= len(theirs):
+        raise _NotReplayable("the candidate's call was not found in its trace")
+    return [ref.by[k] for k in mine[n]], [cand.by[k] for k in theirs[n]]
+
 
 def replay_ops_step0(r0: CompareResult, ref_trace: str, cand_trace: str, ref_model: Any,
-                     cand_model: Any, seed: int = 0) -> list[ReplayOutcome]:
-    """Op-level replay of step 0's diverging forward op calls (1:1 pairs), in execution
-    order: the reference's operator re-called on its captured inputs and recorded non-tensor
-    arguments (it must reproduce its output), again on inputs one ulp off (its local noise),
-    and the candidate's operator -- its own overload and arguments, from its trace -- on the
-    reference's inputs in the candidate's dtypes (the local error). Stops at the first call
-    that introduces a difference. A framework that cannot call an operator on given tensors
-    (MindSpore primitives here) leaves the call "not replayed", with the reason."""
+                     cand_model: Any, seed: int = 0,
+                     direction: str = "forward") -> list[ReplayOutcome]:
+    """Op-level replay of step 0's diverging op calls of ``direction``, in execution order:
+    the reference's operator re-called on its captured inputs and recorded non-tensor arguments
+    (it must reproduce its output), again on inputs one ulp off (its local noise), and the
+    candidate's operator -- its own overload or primitive and arguments, from its trace -- on
+    the reference's inputs (:func:`_as_candidate_inputs`) in the candidate's dtypes (the local
+    error). Stops at the first call that introduces a difference.
+
+    An N:M group (``addmm`` against ``MatMul + BiasAdd``) is replayed as its calls in order, each
+    on the group's outside inputs and its predecessors' replayed outputs. The candidate's side
+    must reproduce its *own* captured result from its own inputs first: a group that also runs
+    operators the capture does not see (MindSpore's tensor methods and operators: ``x * 0.5``)
+    cannot be made again from the trace and is "not replayed", never a culprit.
+
+    In ``backward`` the calls are the operators the backward pass ran (PyTorch: the derivative
+    formulas' aten calls, ``gelu_backward``, ``convolution_backward``, and the ops of a custom
+    ``autograd.Function``'s ``backward``), fed the reference's captured gradients: the
+    candidate's backward code judged alone. A call that cannot be made again says why
+    ("not replayed")."""
     from netparity.frameworks.registry import adapter_for
 
-    calls = plan(r0, "forward", level="op")
+    calls = plan(r0, direction, level="op")
     if not calls:
         return []
     ref, cand = _Ops(ref_trace), _Ops(cand_trace)
@@ -207,37 +439,45 @@ def replay_ops_step0(r0: CompareResult, ref_trace: str, cand_trace: str, ref_mod
     rng = np.random.default_rng(seed + 32452843)
     outcomes: list[ReplayOutcome] = []
     for c in calls:
-        o = ReplayOutcome(c.key, c.module, c.cand_module, c.op, accumulated=c.out_error)
+        o = ReplayOutcome(c.key, c.module, c.cand_module, c.op, accumulated=c.out_error,
+                          direction=direction, cand_op=c.cand_op)
         outcomes.append(o)
         try:
-            call, ev = _call_index(c)
-            event = int(ev)
-            recs = ref.by.get((c.module, call, event))
-            if not recs:
-                raise _NotReplayable("the call's records were not found in the reference trace")
-            mine = ref.seq.get((c.module, recs[0].op), [])
-            n = mine.index((c.module, call, event))
-            theirs = cand.seq.get((c.cand_module, c.cand_op), [])
-            if n >= len(theirs):
-                raise _NotReplayable("the candidate's call was not found in its trace")
-            crecs = cand.by[theirs[n]]
-            ins, want = ref.tensors(recs, "input"), ref.tensors(recs, "output")
+            rgroup, cgroup = _counterparts(c, direction, ref, cand)
+            ins, inner = _group_inputs(ref, rgroup)
+            want = _primary(ref.tensors(rgroup[-1], "output"), rgroup[-1][0].op)
             if not ins or not want:
                 raise _NotReplayable("the call's inputs or outputs were not captured")
-            sc = _Ops.scalars(recs)
-            own = normwise_error([v for _, v, _ in want],
-                                 _in_order(want, ra.run_op(recs[0].native, ins, sc)))
+            wanted = [v for _, v, _ in want]
+            own = normwise_error(wanted, _in_order(want, _run_group(ra, rgroup, inner, ins)))
             if own > SELF_TOLERANCE:
                 raise _NotReplayable(
                     f"the reference's own replay misses its captured result by {own:.3g}: the "
                     "op depends on random numbers or on state the trace does not hold")
-            noisy = ra.run_op(recs[0].native, _moved(ins, rng), sc)
-            noise = max(normwise_error([v for _, v, _ in want], _in_order(want, noisy)), own)
-            cdt = {r.arg: r.dtype for r in crecs if r.role == "input"}
-            got = ca.run_op(crecs[0].native, [(a, v, cdt.get(a, d)) for a, v, d in ins],
-                            _Ops.scalars(crecs))
-            local = normwise_error([v for _, v, _ in want], _in_order(want, got))
-            out_dt = next((r.dtype for r in crecs if r.role == "output"), want[0][2])
+            noisy = _run_group(ra, rgroup, inner, _moved(ins, rng))
+            noise = max(normwise_error(wanted, _in_order(want, noisy)), own)
+            cins, cinner = _group_inputs(cand, cgroup)
+            cwant = _primary(cand.tensors(cgroup[-1], "output"), cgroup[-1][0].op)
+            same = (ra.name == ca.name and len(rgroup) == len(cgroup) == 1
+                    and rgroup[0][0].native == cgroup[0][0].native)
+            if len(cgroup) > 1 or ra.name != ca.name:
+                cown = normwise_error([v for _, v, _ in cwant],
+                                      _in_order(cwant, _run_group(ca, cgroup, cinner, cins)))
+                if cown > SELF_TOLERANCE:
+                    raise _NotReplayable(
+                        f"the candidate's own replay misses its captured result by {cown:.3g}: "
+                        "the call depends on operators the capture does not see, random "
+                        "numbers or state the trace does not hold")
+            got = _run_group(ca, cgroup, cinner, _as_candidate_inputs(ins, cins, same))
+            op = c.op if len(rgroup) == 1 and len(cgroup) == 1 else ""
+            local = normwise_error(*_compared(want, got, op, same))
+            if not same and local > LOCAL_OVER_ACCUMULATED * c.out_error + 1e-6:
+                raise _NotReplayable(
+                    f"on the reference's inputs the candidate differs by {local:.3g}, "
+                    f"{local / max(c.out_error, 1e-300):.3g}x its own run's difference "
+                    f"({c.out_error:.3g}): its arguments were not paired as its operators use "
+                    "them (a value made by operators outside the call)")
+            out_dt = next((r.dtype for r in cgroup[-1] if r.role == "output"), want[0][2])
             judge(o, local, noise, want[0][2], out_dt)
         except NetparityError as e:
             o.verdict, o.reason = "not replayed", str(e)

@@ -429,15 +429,20 @@ def run_step_parity(
             refine(ph, replay_step0(result.compare_step0, direction, run.ref_trace,
                                     run.cand_trace, ref.model, cand.model, ref_state0,
                                     cand_state0, seed), result.compare_step0)
-        fwd = result.phase("forward")
-        if level in ("op", "both") and fwd.status == "fail" \
-                and "replay" not in str(fwd.evidence.get("verdict", "")):
-            # op level: the operators themselves, re-called on the reference's tensors
-            from netparity.workflow.replay import replay_ops_step0
+        if level not in ("op", "both"):
+            return
+        from netparity.workflow.replay import replay_ops_step0
 
-            say.stage("replay the diverging operators on the reference's tensors")
-            refine(fwd, replay_ops_step0(result.compare_step0, run.ref_trace, run.cand_trace,
-                                         ref.model, cand.model, seed))
+        for direction in ("forward", "backward"):
+            ph = result.phase(direction)
+            if ph.status != "fail" or "replay" in str(ph.evidence.get("verdict", "")) or (
+                    direction == "backward" and result.phase("forward").status == "fail"):
+                continue
+            # op level: the operators themselves (backward: the operators the backward pass
+            # ran, fed the reference's gradients), re-called on the reference's tensors
+            say.stage(f"replay the diverging operators ({direction}) on the reference's tensors")
+            refine(ph, replay_ops_step0(result.compare_step0, run.ref_trace, run.cand_trace,
+                                        ref.model, cand.model, seed, direction=direction))
 
     if payload == "tensors":
         _replay_optimizers(run, ref, cand, watches, ref_state0, cand_state0, seed, say)

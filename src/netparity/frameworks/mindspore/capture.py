@@ -159,6 +159,7 @@ class MindSporeCapture(CaptureSession):
         self._graph: GraphProbes | None = None
         self._graph_native: dict[str, tuple[str, str]] = {}
         self._timer: Any = None  # capture(..., timing=True): the MindSporeTiming sharing the writer
+        self._prim_info: dict[int, tuple[Any, dict[str, Any]]] = {}
 
     # ---- install / remove ------------------------------------------------------------------
     def install(self) -> MindSporeCapture:
@@ -382,8 +383,10 @@ class MindSporeCapture(CaptureSession):
             self._busy = busy
 
     def _emit_call(self, kind: str, path: str, native: str, op: str, call: int, module_call: int,
-                   direction: str, event: int, inputs: Any, outputs: Any, src: str) -> None:
+                   direction: str, event: int, inputs: Any, outputs: Any, src: str,
+                   extra: dict[str, Any] | None = None) -> None:
         busy, self._busy = self._busy, True
+        pending = [extra] if extra else []  # on the call's first record
         try:
             for role, obj in (("input", inputs), ("output", outputs)):
                 if obj is None:
@@ -391,7 +394,8 @@ class MindSporeCapture(CaptureSession):
                 for arg, t in _flatten(obj, "", self._is_tensor):
                     self.emit(Record(kind=kind, op=op, native=native, module=path, call=call,
                                      module_call=module_call, direction=direction, role=role,
-                                     arg=arg, event=event, source=src), t)
+                                     arg=arg, event=event, source=src,
+                                     extra=pending.pop() if pending else {}), t)
         finally:
             self._busy = busy
 
@@ -551,7 +555,29 @@ class MindSporeCapture(CaptureSession):
         if frame is not None and frame.state:
             args = tuple(frame.state.get(id(a), a) for a in args)
         self._emit_call("op", path, native, op, call, frame.call if frame else 0, direction,
-                        self.next_event(), args, res, user_source(self._skip))
+                        self.next_event(), args, res, user_source(self._skip),
+                        self._op_extra(prim, args))
+
+    def _op_extra(self, prim: Any, args: tuple[Any, ...]) -> dict[str, Any]:
+        """The primitive's class, constructor arguments and non-tensor call arguments (see
+        :mod:`.opcall`): what op-level replay needs to make the call again."""
+        from netparity.frameworks.mindspore.opcall import call_scalars, prim_info
+
+        hit = self._prim_info.get(id(prim))
+        if hit is None or hit[0] is not prim:
+            # primitives are mostly long-lived singletons: describe each once (kept alive here,
+            # so its id is not reused while the capture runs)
+            hit = (prim, prim_info(prim))
+            if len(self._prim_info) < 4096:
+                self._prim_info[id(prim)] = hit
+        info = hit[1]
+        scalars, missing = call_scalars(args, self._is_tensor)
+        if missing:
+            info = {**info, "unrecorded": [*info.get("unrecorded", []), *missing]}
+        out: dict[str, Any] = {"prim": info}
+        if scalars:
+            out["scalars"] = scalars
+        return out
 
 
 def _make_op_context(cap: MindSporeCapture) -> Any:

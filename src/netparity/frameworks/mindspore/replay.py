@@ -93,3 +93,54 @@ def run_module_backward(model: Any, path: str, inputs: Sequence[tuple[str, np.nd
         grads = vjp_fn(cot)
     grads = grads if isinstance(grads, tuple) else (grads,)
     return [(tensors[i][0], _host(grads[i])) for i in floats]
+
+
+def _nest(values: dict[str, Any]) -> list[Any]:
+    """Positional arguments from argument paths (``0``, ``2.1``: the second element of a tuple
+    argument), as the op capture recorded them."""
+    top: dict[int, Any] = {}
+    for path, v in values.items():
+        if path.startswith("kw."):
+            raise FrameworkError(f"keyword argument {path[3:]!r}: primitives take positional "
+                                 "arguments only")
+        head, _, rest = path.partition(".")
+        if not rest:
+            top[int(head)] = v
+            continue
+        if "." in rest:
+            raise FrameworkError(f"argument {path!r} is nested twice; the call cannot be rebuilt")
+        parts = top.setdefault(int(head), {})
+        if not isinstance(parts, dict):
+            raise FrameworkError(f"argument {path!r} is both a value and a tuple")
+        parts[int(rest)] = v
+    if sorted(top) != list(range(len(top))):
+        raise FrameworkError("an argument of the call is missing from the trace")
+    args = []
+    for i in range(len(top)):
+        v = top[i]
+        if isinstance(v, dict):
+            if sorted(v) != list(range(len(v))):
+                raise FrameworkError(f"tuple argument {i} has a gap")
+            v = tuple(v[j] for j in range(len(v)))
+        args.append(v)
+    return args
+
+
+def run_op(native: str, inputs: Sequence[tuple[str, np.ndarray, str]], scalars: dict[str, Any],
+           op_info: dict[str, Any] | None = None) -> list[tuple[str, np.ndarray]]:
+    """See :meth:`netparity.frameworks.base.FrameworkAdapter.run_op`: the primitive is built
+    again from ``op_info`` (its class and constructor arguments, the op record's
+    ``extra["prim"]``) and called on the tensors and the recorded non-tensor arguments."""
+    from netparity.frameworks.mindspore.opcall import build_prim, call_prim, decode_value
+
+    if not op_info or "class" not in op_info:
+        raise FrameworkError(f"{native}: the trace does not say which primitive ran (captured "
+                             "before primitives' classes and arguments were recorded)")
+    if op_info.get("unrecorded"):
+        raise FrameworkError(f"{native}: arguments not recorded: "
+                             f"{', '.join(map(str, op_info['unrecorded']))}")
+    prim = build_prim(op_info)
+    values: dict[str, Any] = {a: t for a, t in _tensors(inputs)}
+    values.update({k: decode_value(v) for k, v in scalars.items() if k not in values})
+    out = call_prim(prim, _nest(values))
+    return [(a, _host(t)) for a, t in _flatten(out, "", _is_tensor)]

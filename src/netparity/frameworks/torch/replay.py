@@ -149,11 +149,14 @@ def _scalar(value: Any, type_str: str) -> Any:
 
 
 def run_op(native: str, inputs: Sequence[tuple[str, np.ndarray, str]],
-           scalars: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
-    """See :meth:`netparity.frameworks.base.FrameworkAdapter.run_op`."""
+           scalars: dict[str, Any], op_info: dict[str, Any] | None = None
+           ) -> list[tuple[str, np.ndarray]]:
+    """See :meth:`netparity.frameworks.base.FrameworkAdapter.run_op` (the aten overload named
+    by ``native`` is the whole description of the operator: ``op_info`` is not needed)."""
     op = _overload(native)
-    if op._schema.is_mutable:
-        raise FrameworkError(f"{native} writes into its arguments; it is not replayed")
+    # An op that writes into its arguments (relu_, add_, out=, batch norm's running statistics)
+    # writes into the fresh copies made here; its inputs were recorded before it ran and its
+    # outputs after, so it is replayed like any other.
     values: dict[str, Any] = {}
     for arg, arr, dtype in inputs:
         want = _TORCH_DTYPES.get(dtype)
