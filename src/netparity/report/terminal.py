@@ -57,7 +57,11 @@ def _table(t: Table) -> RichTable:
         if t.wrap is None:
             rt.add_column(c, overflow="fold")
         else:
-            rt.add_column(c, no_wrap=c not in t.wrap)
+            # a wrapped column keeps room for a verdict word beside long unbroken names
+            # a wrapped column keeps room for a verdict word; long names fold to make it
+            rt.add_column(c, no_wrap=c not in t.wrap and c not in t.mono,
+                          overflow="fold" if c in t.mono else "ellipsis",
+                          min_width=16 if c in t.wrap else None)
     for i, row in enumerate(t.rows):
         st = t.status[i] if i < len(t.status) else ""
         cells: list[Any] = [fmt(v) for v in row]

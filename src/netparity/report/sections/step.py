@@ -121,24 +121,34 @@ def replay(r: StepResult, **_: Any) -> list[Section]:
             continue
         status = ["fail" if o["verdict"] == "introduced" else
                   "pass" if o["verdict"] == "reproduces" else "skipped" for o in rows]
+        # the reasons (a sentence each) go under the table as numbered notes: inline, they
+        # squeezed the verdict column to a few characters beside long module names
+        reasons: list[str] = []
+        verdicts = []
+        for o in rows:
+            v = o["verdict"]
+            if o["reason"]:
+                reasons.append(f"({len(reasons) + 1}) {o['module'] or '<root>'}: {o['reason']}")
+                v += f" ({len(reasons)})"
+            verdicts.append(v)
         table = Table(title="", columns=["module", "candidate", "accumulated",
                                          "local (replay)", "noise bound", "verdict"],
                       rows=[[o["module"] or "<root>", o["cand_module"] or "<root>",
-                             o["accumulated"], o["local"], o["bound"],
-                             o["verdict"] + (f": {o['reason']}" if o["reason"] else "")]
-                            for o in rows],
+                             o["accumulated"], o["local"], o["bound"], v]
+                            for o, v in zip(rows, verdicts)],
                       status=status, id=f"replay-{ph.name}", mono=("module", "candidate"),
                       numeric=("accumulated", "local (replay)", "noise bound"),
                       wrap=("verdict",))
         fed = "inputs" if ph.name == "forward" else "inputs and output gradients"
         note = Text([f"{ph.name}: normwise relative errors, accumulated in the run vs the "
                      "module's own (local) error on the reference's tensors"], style="muted")
+        blocks: list[Any] = [note, table] + ([Text(reasons, style="muted")] if reasons else [])
         # a phase that replay cleared (or that passed anyway) keeps its table out of the
         # terminal's first screen: the evidence stays in the JSON and HTML reports
         quiet = ph.status == "pass"
         out.append(Section(f"replay-{ph.name}",
                            title=f"Replay ({ph.name}): each module fed the reference's {fed}",
-                           blocks=[note, table],
+                           blocks=blocks,
                            only=tuple(o for o in OUTPUTS if o != "terminal") if quiet
                            else OUTPUTS))
     return out
