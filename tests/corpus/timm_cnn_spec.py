@@ -31,17 +31,15 @@ FOUND_AT = {
 
 def build(**options: Any) -> dict[str, Any]:
     """Build the timm model, its data, the optimizer and one-step callable."""
-    import numpy as np
     import torch
-    from tests.corpus.vit_spec import make_batches, timm_module
+    from tests.corpus.vit_spec import (
+        classifier_step,
+        common_options,
+        make_batches,
+        timm_module,
+    )
 
-    dtype = {"float32": torch.float32, "float64": torch.float64,
-             "bfloat16": torch.bfloat16}[options.get("dtype", "float32")]
-    bug = options.get("bug")
-    if bug not in (None, *BUGS):
-        raise ValueError(f"unknown bug {bug!r}; choose from {', '.join(BUGS)}")
-    if options.get("threads"):
-        torch.set_num_threads(int(options["threads"]))
+    dtype, bug = common_options(options, BUGS)
     arch = options.get("arch", "convnext_atto")
     steps, batch = int(options.get("steps", 3)), int(options.get("batch_size", 4))
     size, classes = int(options.get("image_size", 64)), 10
@@ -63,22 +61,7 @@ def build(**options: Any) -> dict[str, Any]:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9,
                                     weight_decay=1e-4)
 
-    def loss_fn(output: torch.Tensor, labels: Any) -> torch.Tensor:
-        return torch.nn.functional.cross_entropy(output, torch.as_tensor(labels).long())
-
-    class Step:
-        def __init__(self) -> None:
-            self.last_grads: dict[str, np.ndarray] = {}
-
-        def __call__(self, images: Any, labels: Any) -> float:
-            model.train()
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(torch.as_tensor(images).to(dtype)), labels)
-            loss.backward()
-            self.last_grads = {n: p.grad.detach().double().numpy()
-                               for n, p in model.named_parameters() if p.grad is not None}
-            optimizer.step()
-            return float(loss.detach())
+    loss_fn, step = classifier_step(model, optimizer, dtype)
 
     return {
         "framework": "torch",
@@ -87,6 +70,6 @@ def build(**options: Any) -> dict[str, Any]:
         "loss_fn": loss_fn,
         "optimizer": optimizer,
         "lr_schedule": [optimizer.param_groups[0]["lr"]] * steps,
-        "train_step": Step(),
+        "train_step": step,
         "description": f"timm {arch}, {type(optimizer).__name__}, {dtype}, bug {bug}",
     }

@@ -61,18 +61,52 @@ def make_batches(seed: int, steps: int, batch: int, size: int, classes: int) -> 
              rng.integers(0, classes, batch).astype(np.int32)) for _ in range(steps)]
 
 
-def build(**options: Any) -> dict[str, Any]:
-    """Build the ViT, its data, AdamW and one-step callable (see the module docstring)."""
-    import numpy as np
+def common_options(options: dict[str, Any], bugs: tuple[str, ...]) -> tuple[Any, str | None]:
+    """The options every torch corpus spec takes: ``dtype`` (returned as a torch dtype),
+    ``bug`` (checked against ``bugs``) and ``threads`` (applied)."""
     import torch
 
     dtype = {"float32": torch.float32, "float64": torch.float64,
              "bfloat16": torch.bfloat16}[options.get("dtype", "float32")]
     bug = options.get("bug")
-    if bug not in (None, *BUGS):
-        raise ValueError(f"unknown bug {bug!r}; choose from {', '.join(BUGS)}")
+    if bug not in (None, *bugs):
+        raise ValueError(f"unknown bug {bug!r}; choose from {', '.join(bugs)}")
     if options.get("threads"):
         torch.set_num_threads(int(options["threads"]))
+    return dtype, bug
+
+
+def classifier_step(model: Any, optimizer: Any, dtype: Any) -> tuple[Any, Any]:
+    """Cross-entropy and the one-step callable of an image classifier (``(loss_fn, step)``;
+    ``step.last_grads`` holds the parameter gradients of its last call)."""
+    import numpy as np
+    import torch
+
+    def loss_fn(output: torch.Tensor, labels: Any) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(output, torch.as_tensor(labels).long())
+
+    class Step:
+        def __init__(self) -> None:
+            self.last_grads: dict[str, np.ndarray] = {}
+
+        def __call__(self, images: Any, labels: Any) -> float:
+            model.train()
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(torch.as_tensor(images).to(dtype)), labels)
+            loss.backward()
+            self.last_grads = {n: p.grad.detach().double().numpy()
+                               for n, p in model.named_parameters() if p.grad is not None}
+            optimizer.step()
+            return float(loss.detach())
+
+    return loss_fn, Step()
+
+
+def build(**options: Any) -> dict[str, Any]:
+    """Build the ViT, its data, AdamW and one-step callable (see the module docstring)."""
+    import torch
+
+    dtype, bug = common_options(options, BUGS)
     steps, batch = int(options.get("steps", 3)), int(options.get("batch_size", 4))
     size, seed, lr = int(options.get("image_size", 32)), int(options.get("seed", 0)), \
         float(options.get("lr", 1e-3))
@@ -104,22 +138,7 @@ def build(**options: Any) -> dict[str, Any]:
     optimizer = (torch.optim.Adam if bug == "adam-l2" else torch.optim.AdamW)(
         groups, lr=lr, betas=betas)
 
-    def loss_fn(output: torch.Tensor, labels: Any) -> torch.Tensor:
-        return torch.nn.functional.cross_entropy(output, torch.as_tensor(labels).long())
-
-    class Step:
-        def __init__(self) -> None:
-            self.last_grads: dict[str, np.ndarray] = {}
-
-        def __call__(self, images: Any, labels: Any) -> float:
-            model.train()
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(torch.as_tensor(images).to(dtype)), labels)
-            loss.backward()
-            self.last_grads = {n: p.grad.detach().double().numpy()
-                               for n, p in model.named_parameters() if p.grad is not None}
-            optimizer.step()
-            return float(loss.detach())
+    loss_fn, step = classifier_step(model, optimizer, dtype)
 
     return {
         "framework": "torch",
@@ -128,6 +147,6 @@ def build(**options: Any) -> dict[str, Any]:
         "loss_fn": loss_fn,
         "optimizer": optimizer,
         "lr_schedule": [lr] * steps,
-        "train_step": Step(),
+        "train_step": step,
         "description": f"timm ViT (4 blocks, {size}px, patch 8), AdamW, {dtype}, bug {bug}",
     }
