@@ -35,7 +35,8 @@ from netparity.report.sections import (
     sections_for,
 )
 
-PALETTE = ("#1565c0", "#c62828", "#2e7d32", "#6a1b9a", "#ef6c00", "#00838f")
+PALETTE = ("#1565c0", "#c62828", "#2e7d32", "#6a1b9a", "#ef6c00", "#00838f", "#9e9e9e", "#f9a825",
+           "#6d4c41", "#ad1457")  # distinct for the step breakdown's 7 phases and more
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5em;color:#222}
