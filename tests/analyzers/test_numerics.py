@@ -139,23 +139,34 @@ def test_cli_bad_input_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 class Scratch(torch.nn.Module):
     """Writes into a fresh uninitialised buffer, as autograd's backward of strided ops does
-    (timm ConvNeXt's downsampling conv: ``new_empty_strided``, NaN garbage in both runs)."""
+    (timm ConvNeXt's downsampling conv: ``new_empty_strided``, NaN garbage in both runs), and
+    into a preallocated one that holds NaN until ``copy_`` overwrites it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out = torch.full((8, 8), math.nan)  # a plain attribute: allocated before capture
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         buf = x.new_empty((64,))
         buf.copy_(x.reshape(-1))
-        return buf.reshape(x.shape) * 2
+        self.out.copy_(x)
+        torch.mul(x, 2.0, out=self.out)
+        return buf.reshape(x.shape) * 2 + self.out
 
 
-def test_uninitialised_memory_is_not_taken_for_a_nan(tmp_path: Path) -> None:
+def test_memory_about_to_be_overwritten_is_not_taken_for_a_nan(tmp_path: Path) -> None:
     x = torch.randn(8, 8)
     model = Scratch()
     with netparity.capture(model, tmp_path / "u", level="op") as cap:
         model(x)
         cap.step()
-    ops = {r.op for r in netparity.open_trace(tmp_path / "u").load_records(kind="op")}
+    recs = netparity.open_trace(tmp_path / "u").load_records(kind="op")
+    ops = {r.op for r in recs}
     assert "mul" in ops and ops & {"copy", "copy_"}
     assert not ops & {"new_empty", "empty", "empty_like", "new_empty_strided"}
+    # the destinations held NaN before they were overwritten (the trace says so) ...
+    assert any(r.role == "input" and r.stats.get("nan") for r in recs)
+    # ... which is no NaN of the computation
     assert analyze(tmp_path / "u").first_nonfinite is None
 
 

@@ -38,7 +38,7 @@ from netparity.analyzers.health import (
 )
 from netparity.capture.nonfinite import FORMATS, HALF, SINGULAR, classify
 from netparity.trace import Trace, open_trace
-from netparity.trace.vocab import UNINITIALISED_OPS
+from netparity.trace.vocab import OVERWRITING_OPS, UNINITIALISED_OPS
 
 _COLUMNS = ("seq", "step", "kind", "direction", "role", "arg", "event", "module", "op", "native",
             "dtype", "numel", "source", "s_min", "s_max", "s_mean", "s_std", "s_nan", "s_posinf",
@@ -190,8 +190,14 @@ class _Rows:
                 v = np.where(cols.null(c), 0, v)  # a count that was never computed is no count
             self.a[c] = v
         self.bad = (self.a["s_nan"] + self.a["s_posinf"] + self.a["s_neginf"]) > 0
-        if self.bad.any():  # traces from before such ops were skipped hold their garbage
-            self.bad &= ~np.isin(self.a["op"], list(UNINITIALISED_OPS))
+        if self.bad.any():
+            # memory nobody wrote yet: an allocation's output (traces from before those ops
+            # were skipped), and the destination an op is about to overwrite whole (``copy_``'s
+            # first argument, an ``out=`` tensor) -- often that allocation's garbage
+            op, role, arg = self.a["op"], self.a["role"], self.a["arg"]
+            overwritten = (role == "input") & (
+                (np.isin(op, list(OVERWRITING_OPS)) & (arg == "0")) | (arg == "kw.out"))
+            self.bad &= ~(np.isin(op, list(UNINITIALISED_OPS)) | overwritten)
 
     def __getitem__(self, c: str) -> np.ndarray:
         return self.a[c]

@@ -106,6 +106,10 @@ VIEW_OPS = frozenset({"reshape", "transpose", "broadcast", "expand_dims", "squee
 UNINITIALISED_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
                                "new_empty_strided", "empty_permuted"})
 
+#: Canonical in-place ops that overwrite their first argument whole, whatever it held (its value
+#: before the op is not an input of the computation: often an allocation's garbage)
+OVERWRITING_OPS = frozenset({"copy", "fill", "zero"})
+
 #: Ops whose data input is not their first argument (normalised native name -> argument
 #: position): ``addmm(bias, x, w)`` and its relatives take the added term first. Alignment
 #: matches a call's *primary* input against the other side's (``addmm``'s ``x`` against
