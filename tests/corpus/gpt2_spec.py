@@ -92,13 +92,9 @@ def build(**options: Any) -> dict[str, Any]:
     """Build GPT-2, its token batches, AdamW and the one-step callable (module docstring)."""
     import numpy as np
     import torch
+    from tests.corpus.vit_spec import common_options
 
-    dtype = {"float32": torch.float32, "float64": torch.float64}[options.get("dtype", "float32")]
-    bug = options.get("bug")
-    if bug not in (None, *BUGS):
-        raise ValueError(f"unknown bug {bug!r}; choose from {', '.join(BUGS)}")
-    if options.get("threads"):
-        torch.set_num_threads(int(options["threads"]))
+    dtype, bug = common_options(options, BUGS)
     steps = int(options.get("steps", 3))
     transformers = transformers_module()
     torch.manual_seed(0)

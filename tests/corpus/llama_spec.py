@@ -38,10 +38,9 @@ def build(**options: Any) -> dict[str, Any]:
     """Build LLaMA, its token batches, AdamW and the one-step callable (module docstring)."""
     import torch
     from tests.corpus.gpt2_spec import causal_lm_step, transformers_module
+    from tests.corpus.vit_spec import common_options
 
-    dtype = {"float32": torch.float32, "float64": torch.float64}[options.get("dtype", "float32")]
-    if options.get("threads"):
-        torch.set_num_threads(int(options["threads"]))
+    dtype, _ = common_options({**options, "bug": None}, ())  # the bugs are the port's
     steps = int(options.get("steps", 3))
     transformers = transformers_module()
     torch.manual_seed(0)
