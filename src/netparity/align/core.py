@@ -25,6 +25,7 @@ import dataclasses
 import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -299,41 +300,20 @@ class _Votes:
 
 
 class _Results:
-    """Matches and unmatched calls of all buckets, turned into :class:`Match` objects."""
+    """Matches and unmatched calls of all buckets, turned into :class:`Match` objects at the
+    end, all at once: each side's calls are made in one pass over its table's columns
+    (:meth:`CallTable.call_objs`), and the matches from zipped lists."""
 
     def __init__(self, rt: CallTable, ct: CallTable):
         self.rt, self.ct = rt, ct
-        self.matches: list[Match] = []
-        self.keys: list[np.ndarray] = []  # reference Call.seq of each match (sort key)
+        self.chunks: list[tuple[Chunk, np.ndarray, np.ndarray]] = []
         self.un_r: list[np.ndarray] = []
         self.un_c: list[np.ndarray] = []
-        self.groups: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
 
     def add(self, ch: Chunk, ra: np.ndarray, cb: np.ndarray) -> None:
         """The pairs of one chunk (positions into ``ra``/``cb``), in order. Only op chunks carry
         aligner pairs (``ch.pairs``), so only they can add N:M op groups."""
-        rcall, ccall = self.rt.call_obj, self.ct.call_obj
-        conf = np.where(np.isin(ch.method, ("path", "mapping")), 1.0,
-                        np.fmax(0.05, np.fmin(1.0, 1.0 - ch.cost / MATCH_LIMIT))).tolist()
-        new = object.__new__
-        if ch.pairs is None:
-            rs = self.rt.call_objs(ra[ch.a].tolist())
-            cs = self.ct.call_objs(cb[ch.b].tolist())
-            append = self.matches.append
-            for r, c, m, cf, nt in zip(rs, cs, ch.method.tolist(), conf, ch.note.tolist()):
-                mt = new(Match)
-                mt.__dict__ = {"ref": [r], "cand": [c], "method": m, "confidence": cf,
-                               "note": nt}
-                append(mt)
-        else:
-            for p, cf in zip(ch.pairs, conf):
-                mt = Match([rcall(int(ra[x])) for x in p.a], [ccall(int(cb[y])) for y in p.b],
-                           p.method, cf, p.note)
-                self.matches.append(mt)
-                if mt.is_group and mt.method != "mapping":
-                    self.groups.append((tuple(c.op for c in mt.ref),
-                                        tuple(c.op for c in mt.cand)))
-        self.keys.append(self.rt.seq[ra[ch.a]])
+        self.chunks.append((ch, ra, cb))
 
     def unmatched(self, r: np.ndarray, c: np.ndarray) -> None:
         self.un_r.append(r)
@@ -341,19 +321,69 @@ class _Results:
 
     def finish(self, out: Alignment) -> None:
         """Everything in execution order: matches by their first reference call."""
-        if self.matches:
-            o = np.argsort(np.concatenate(self.keys), kind="stable").tolist()
-            out.matches = [self.matches[k] for k in o]
+        if self.chunks:
+            self._matches(out)
         out.unmatched_ref = _in_order(self.rt, self.un_r)
         out.unmatched_cand = _in_order(self.ct, self.un_c)
-        out.op_groups = self.groups
+
+    def _matches(self, out: Alignment) -> None:
+        rows_r: list[np.ndarray] = []  # every match's calls, match after match (add order)
+        rows_c: list[np.ndarray] = []
+        n_r: list[np.ndarray] = []  # calls per match
+        n_c: list[np.ndarray] = []
+        methods: list[Any] = []
+        notes: list[Any] = []
+        keys, method, cost = [], [], []
+        for ch, ra, cb in self.chunks:
+            keys.append(self.rt.seq[ra[ch.a]])  # reference Call.seq of each match (sort key)
+            method.append(np.asarray(ch.method, dtype=object))
+            cost.append(np.asarray(ch.cost, dtype=np.float64))
+            if ch.pairs is None:
+                one = np.ones(len(ch.a), dtype=np.int64)
+                rows_r.append(ra[ch.a])
+                rows_c.append(cb[ch.b])
+                n_r.append(one)
+                n_c.append(one)
+                methods.extend(ch.method.tolist())
+                notes.extend(ch.note.tolist())
+                continue
+            ps = ch.pairs
+            rows_r.append(ra[np.array([x for p in ps for x in p.a], dtype=np.int64)])
+            rows_c.append(cb[np.array([y for p in ps for y in p.b], dtype=np.int64)])
+            n_r.append(np.array([len(p.a) for p in ps], dtype=np.int64))
+            n_c.append(np.array([len(p.b) for p in ps], dtype=np.int64))
+            methods.extend(p.method for p in ps)
+            notes.extend(p.note for p in ps)
+        m = np.concatenate(method)
+        exact = (m == "path") | (m == "mapping")
+        conf = np.where(exact, 1.0, np.fmax(0.05, np.fmin(1.0, 1.0 - np.concatenate(cost)
+                                                         / MATCH_LIMIT))).tolist()
+        refs = _per_match(self.rt.call_objs(np.concatenate(rows_r)), np.concatenate(n_r))
+        cands = _per_match(self.ct.call_objs(np.concatenate(rows_c)), np.concatenate(n_c))
+        # Match(...) without the dataclass __init__: exactly the attributes it sets
+        made: list[Match] = list(map(object.__new__, repeat(Match, len(conf))))
+        for mt, r, c, me, cf, nt in zip(made, refs, cands, methods, conf, notes):
+            mt.__dict__ = {"ref": r, "cand": c, "method": me, "confidence": cf, "note": nt}
+        # N:M op groups in the order found (only aligner pairs can be groups)
+        out.op_groups = [(tuple(c.op for c in mt.ref), tuple(c.op for c in mt.cand))
+                         for mt in made if mt.is_group and mt.method != "mapping"]
+        o = np.argsort(np.concatenate(keys), kind="stable").tolist()
+        out.matches = [made[k] for k in o]
+
+
+def _per_match(calls: list[Call], counts: np.ndarray) -> list[list[Call]]:
+    """``calls`` cut into consecutive lists of ``counts`` calls."""
+    if np.all(counts == 1):  # all 1:1 (the usual case)
+        return [[c] for c in calls]
+    ends = np.cumsum(counts).tolist()
+    return [calls[s:e] for s, e in zip([0, *ends[:-1]], ends)]
 
 
 def _in_order(t: CallTable, parts: list[np.ndarray]) -> list[Call]:
     if not parts:
         return []
     idx = np.concatenate(parts).astype(np.int64)
-    return t.call_objs(idx[np.argsort(t.seq[idx], kind="stable")].tolist())
+    return t.call_objs(idx[np.argsort(t.seq[idx], kind="stable")])
 
 
 # ---- params / grads / loss / data ---------------------------------------------------------------

@@ -176,14 +176,20 @@ class _Subset:
 
 def make_feats(sigs: list[SigIds] | np.ndarray, leaf_ids: np.ndarray, stats: np.ndarray,
                names: np.ndarray, natives: np.ndarray,
-               first_inputs: Callable[[np.ndarray], np.ndarray]) -> Feats:
-    """Assemble :class:`Feats` from per-call signature ids and first-output statistics."""
+               first_inputs: Callable[[np.ndarray], np.ndarray],
+               view: np.ndarray | None = None) -> Feats:
+    """Assemble :class:`Feats` from per-call signature ids and first-output statistics;
+    ``view`` (:func:`is_view_op` of each name) is computed here when not given."""
     n = len(stats)
     s = np.array(sigs, dtype=np.int64).reshape(n, 5)
     with np.errstate(divide="ignore", invalid="ignore"):
         lr = np.log2(np.abs(stats[:, 4]) + 1e-30)
     bucket = np.where(np.isfinite(lr), np.floor(lr * 2.0), -999).astype(np.int64)
-    view = np.array([is_view_op(op) for op in names.tolist()], dtype=bool).reshape(n)
+    if view is None:
+        known: dict[str, bool] = {}  # a few dozen distinct names: each one tested once
+        view = np.array([known[op] if op in known else known.setdefault(op, is_view_op(op))
+                         for op in names.tolist()], dtype=bool)
+    view = np.asarray(view, dtype=bool).reshape(n)
     return Feats(s[:, 0].copy(), s[:, 2].copy(), s[:, 1].copy(), s[:, 3].copy(), s[:, 4].copy(),
                  stats, bucket, np.asarray(leaf_ids, dtype=np.int64), names, natives, view,
                  first_inputs)
@@ -272,6 +278,17 @@ def native_names(natives: list[str], ops: list[str]) -> list[str]:
             v = done[nat] = native_name(nat, op)
         out.append(v)
     return out
+
+
+def native_names_coded(codes: np.ndarray, values: list[str], ops: np.ndarray) -> np.ndarray:
+    """:func:`native_names` of a text column given as codes into its distinct ``values`` (a
+    scanned column), as an object array: each distinct native normalised once, and the op
+    (``ops``, an object array) where the native is empty."""
+    table = object_array([native_name(v, "") if v else "" for v in values] or [""])
+    out = table[codes] if len(values) else np.empty(0, dtype=object)
+    empty = np.array([not v for v in values] or [False], dtype=bool)[codes]
+    out[empty] = ops[empty]
+    return out  # type: ignore[no-any-return]
 
 
 def leaf_id(ids: Interner, module: str) -> int:

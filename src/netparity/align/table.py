@@ -24,7 +24,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +53,19 @@ class StringPool:
             self(s)
         return np.fromiter(map(self.ids.__getitem__, values), dtype=np.int64, count=len(values))
 
+    def coded(self, codes: np.ndarray, values: Sequence[str]) -> np.ndarray:
+        """Ids of the strings ``values[codes]`` (a scanned text column: codes into a table of
+        distinct values), the same ids :meth:`many` gives that list of strings -- new strings
+        get theirs in order of first appearance -- with Python touching each distinct value
+        once instead of every row."""
+        if not len(codes):
+            return np.zeros(0, dtype=np.int64)
+        u, first = np.unique(codes, return_index=True)
+        seen = u[np.argsort(first, kind="stable")].tolist()
+        table = np.zeros(len(values), dtype=np.int64)
+        table[seen] = [self(values[k]) for k in seen]
+        return table[codes]  # type: ignore[no-any-return]
+
 
 @dataclass
 class Pools:
@@ -75,9 +88,12 @@ class CallTable:
     call: np.ndarray
     module_call: np.ndarray
     seq: np.ndarray  # Call.seq: sequence number of the first input (else output) record
-    make_call: Callable[[int], Call]  # builds call i (only for calls a result names)
+    #: builds the calls of rows ``idx`` (an int64 array), in that order; asked only for the
+    #: calls a result names, each row at most once
+    make_calls: Callable[[np.ndarray], list[Call]]
     n_records: int = -1  # index records the calls were read from (-1: built from calls)
-    _calls: list[Call | None] = field(default_factory=list)
+    _calls: list[Call | None] = field(default_factory=list)  # the calls made so far
+    _made: np.ndarray | None = None  # bool: which rows of ``_calls`` are made
 
     def __len__(self) -> int:
         return len(self.seq)
@@ -86,19 +102,25 @@ class CallTable:
         """The :class:`Call` of row ``i`` (the same object on every request)."""
         return self.call_objs([i])[0]
 
-    def call_objs(self, idx: list[int]) -> list[Call]:
-        """The :class:`Call` objects of rows ``idx``, made on first request."""
+    def call_objs(self, idx: list[int] | np.ndarray) -> list[Call]:
+        """The :class:`Call` objects of rows ``idx``, made on first request (those not made
+        yet all at once)."""
         cache = self._calls
-        if not cache:
+        if self._made is None:
             cache.extend([None] * len(self))
-        make = self.make_call
-        out = []
-        for i in idx:
-            c = cache[i]
-            if c is None:
-                c = cache[i] = make(i)
-            out.append(c)
-        return out
+            self._made = np.zeros(len(self), dtype=bool)
+        rows = np.asarray(idx, dtype=np.int64).reshape(-1)
+        need = rows[~self._made[rows]]
+        if len(need):
+            need = np.unique(need)
+            made = self.make_calls(need)
+            if len(made) != len(need):
+                raise ValueError("make_calls returned a different number of calls")
+            # (a Python loop: NumPy would probe every object for the array protocols)
+            for i, c in zip(need.tolist(), made):
+                cache[i] = c
+            self._made[need] = True
+        return [cache[i] for i in rows.tolist()]  # type: ignore[misc]
 
 
 def table_from_calls(calls: list[Call], pools: Pools) -> CallTable:
@@ -113,5 +135,5 @@ def table_from_calls(calls: list[Call], pools: Pools) -> CallTable:
         call=np.array([c.call for c in calls], dtype=np.int64),
         module_call=np.array([c.module_call for c in calls], dtype=np.int64),
         seq=np.array([c.seq for c in calls], dtype=np.int64),
-        make_call=calls.__getitem__,
+        make_calls=lambda idx: [calls[i] for i in idx.tolist()],
     )

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -32,17 +33,17 @@ from netparity.align.features import (
     SigIds,
     leaf_id,
     make_feats,
-    native_names,
+    native_names_coded,
     object_array,
     sig_ids,
 )
 from netparity.align.model import Call, _arg_key
 from netparity.align.passes import lookup_last
 from netparity.align.reading import LazyCall, RecordSource, check_rank
-from netparity.align.table import CallTable, Pools, StringPool
-from netparity.align.vocab import primary_input
+from netparity.align.table import CallTable, Pools
+from netparity.align.vocab import is_view_op, primary_input
 from netparity.trace.reader import Trace
-from netparity.trace.scan import Columns
+from netparity.trace.scan import Columns, Strings
 from netparity.trace.schema import ROLES
 
 _STATS5 = ["s_mean", "s_std", "s_min", "s_max", "s_norm"]
@@ -147,46 +148,67 @@ class _Records:
 
 class _CallInfo:
     """Call-level columns of every call, from its first record (``calls_from_records`` takes
-    them from there)."""
+    them from there). Text columns stay :class:`~netparity.trace.scan.Strings` (codes into a
+    table of distinct values), so what depends on a value alone is computed once per value."""
 
     def __init__(self, ix: _Index, rec: _Records):
         cols = _CALL_INTS + ["kind"] + _CALL_TEXTS
         got = ix.scan(cols, role="input", arg=_ARG0)
         seqs = rec.seq[rec.first]
-        at = lookup_last(got["seq"], seqs)  # seq is unique: the last match is the only one
+        at = _find(got["seq"], seqs)  # seq is unique: one match at most
         missing = np.nonzero(at < 0)[0]
+        vals: dict[str, Any] = {c: got[c] for c in cols}
         if len(missing):  # first records that do not open the inputs
             more = ix.by_seq(cols, sorted(seqs[missing].tolist()))
-            k = lookup_last(more["seq"], seqs[missing])
-            vals = {c: np.concatenate((_plain(got[c]), _plain(more[c])[k])) for c in cols}
-            at[missing] = len(got["seq"]) + np.arange(len(missing))
-        else:
-            vals = {c: _plain(got[c]) for c in cols}
+            k = _find(more["seq"], seqs[missing])
+            vals = {c: _concat(got[c], _take(more[c], k)) for c in cols}
+            at[missing] = got.n + np.arange(len(missing))
         self.call, self.module_call = vals["call"][at], vals["module_call"][at]
-        self.is_module = vals["kind"][at] == "module"
+        self.is_module = (vals["kind"] == "module")[at]
         # text columns in call order
-        self.op, self.native, self.module, self.direction = (vals[c][at].tolist()
+        self.op, self.native, self.module, self.direction = (vals[c].take(at)
                                                              for c in _CALL_TEXTS)
         self.source = _first_sources(ix, rec)
 
 
-def _plain(v: Any) -> np.ndarray:
-    """A scanned column as a plain array (text as an object array)."""
-    return v if isinstance(v, np.ndarray) else v.objects()
+def _find(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """For each query, the index of the equal key (keys unique), or -1; a scan's ``seq``
+    column is increasing, so a binary search answers without sorting."""
+    if not len(keys) or not len(queries) or np.any(keys[1:] <= keys[:-1]):
+        return lookup_last(keys, queries)
+    pos = np.minimum(np.searchsorted(keys, queries), len(keys) - 1)
+    return np.where(keys[pos] == queries, pos, -1)
 
 
-def _first_sources(ix: _Index, rec: _Records) -> list[str]:
-    """Each call's first non-empty ``source``."""
+def _take(v: Any, idx: np.ndarray) -> Any:
+    return v.take(idx) if isinstance(v, Strings) else v[idx]
+
+
+def _concat(a: Any, b: Any) -> Any:
+    """Two scanned columns one after the other (text: one table of distinct values)."""
+    if not isinstance(a, Strings):
+        return np.concatenate((a, b))
+    table = {v: k for k, v in enumerate(a.values)}
+    values = list(a.values)
+    for v in b.values:
+        if v not in table:
+            table[v] = len(values)
+            values.append(v)
+    remap = np.array([table[v] for v in b.values] or [0], dtype=np.int32)
+    return Strings(np.concatenate((a.codes, remap[b.codes])).astype(np.int32), values)
+
+
+def _first_sources(ix: _Index, rec: _Records) -> np.ndarray:
+    """Each call's first non-empty ``source`` (an object array of strings)."""
     got = ix.scan(["seq", "source"], nonempty="source")
     seqs = got["seq"]
-    srcs = got["source"].objects()
-    out = [""] * len(rec.first)
+    out = np.full(len(rec.first), "", dtype=object)
     if not len(seqs):
         return out
-    calls = rec.call_of[lookup_last(rec.seq, seqs)]
+    srcs = got["source"].objects()
+    calls = rec.call_of[_find(rec.seq, seqs)]
     _, first = np.unique(calls, return_index=True)
-    for c, k in zip(calls[first].tolist(), first.tolist()):
-        out[c] = srcs[k]
+    out[calls[first]] = srcs[first]
     return out
 
 
@@ -211,7 +233,7 @@ class _Stats:
         """Statistics and NULL flags of records ``pos`` (all >= 0), looked up one by one."""
         seqs = self.rec.seq[pos]
         got = self.ix.by_seq(["seq", *_STATS5], sorted(set(seqs.tolist())))
-        k = lookup_last(got["seq"], seqs)
+        k = _find(got["seq"], seqs)
         m, null = _matrix(got)
         return m[k], null[k]
 
@@ -293,56 +315,67 @@ def read_table(
     root = np.array([math.sqrt(math.prod(int(d) for d in t) or 1) for t in shape_tuples])
     stats = _Stats(ix, rec, root)
     fi, fo = rec.opening(outputs=False), rec.opening(outputs=True)
-    ops = info.op
-    lead = np.array([primary_input(n) for n in info.native], dtype=np.int64).reshape(-1)
+    ops = info.op.objects()
+    lead = info.native.map(primary_input, dtype=np.int64)
     # the primary input of ops taking it later (addmm's x): N:M detection compares it
     late = np.nonzero((lead > 0) & (lead < rec.n_in))[0]
     primary = fi.copy()
     primary[late] = rec.order[rec.start[late] + lead[late]]
-    sigs, shapes = _signatures(rec, info, ops, shape_tuples, pools, lead)
+    sigs, sig_key, io = _signatures(rec, info, ops, shape_tuples, pools, lead)
     leaves = _leaves(info, pools)
-    natives = object_array(native_names(info.native, ops))
-    feats = make_feats(sigs, leaves, stats.openings(fo), object_array(ops), natives,
-                       _FirstInputs(stats, primary))
+    natives = native_names_coded(info.native.codes, info.native.values, ops)
+    feats = make_feats(sigs, leaves, stats.openings(fo), ops, natives,
+                       _FirstInputs(stats, primary), view=info.op.map(is_view_op, dtype=bool))
     seq_at = np.where(fi >= 0, fi, fo)
     seq = np.where(seq_at >= 0, rec.seq[np.maximum(seq_at, 0)], -1) if len(seq_at) else seq_at
     source = RecordSource(trace, rank, step, direction, kinds)
     return CallTable(
         feats=feats, is_module=info.is_module, step=rec.step[rec.first],
-        direction=pools.directions.many(info.direction),
-        module=pools.paths.many(info.module), call=info.call,
+        direction=pools.directions.coded(info.direction.codes, info.direction.values),
+        module=pools.paths.coded(info.module.codes, info.module.values), call=info.call,
         module_call=info.module_call, seq=seq,
-        make_call=_call_maker(rec, info, ops, seq, shapes, source), n_records=len(rec.seq))
+        make_calls=_CallMaker(rec, info, seq, sig_key, io, source), n_records=len(rec.seq))
 
 
 def _leaves(info: _CallInfo, pools: Pools) -> np.ndarray:
-    """Leaf ids of module calls (0 for ops): a path's leaf depends on its last token only."""
-    out = np.zeros(len(info.op), dtype=np.int64)
+    """Leaf ids of module calls (0 for ops): a path's leaf depends on its last token only, so
+    it is interned once per distinct path (in order of first appearance, as a walk over the
+    calls would intern them)."""
+    out = np.zeros(len(info.is_module), dtype=np.int64)
     mods = np.nonzero(info.is_module)[0]
+    if not len(mods):
+        return out
+    codes = info.module.codes[mods]
+    u, first = np.unique(codes, return_index=True)
+    seen = u[np.argsort(first, kind="stable")].tolist()
+    values = info.module.values
     done: dict[str, int] = {}
     ids = []
-    for m in [info.module[i] for i in mods.tolist()]:
-        tok = m.rpartition(".")[2]
+    for k in seen:
+        tok = values[k].rpartition(".")[2]
         v = done.get(tok)
         if v is None:
             v = done[tok] = leaf_id(pools.ids, tok)
         ids.append(v)
-    out[mods] = ids
+    table = np.zeros(len(values), dtype=np.int64)
+    table[seen] = ids
+    out[mods] = table[codes]
     return out
 
 
-def _signatures(rec: _Records, info: _CallInfo, ops: list[str],
+def _signatures(rec: _Records, info: _CallInfo, ops: np.ndarray,
                 shape_tuples: list[tuple[int, ...]], pools: Pools, lead: np.ndarray,
-                ) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
-    """Signature ids and (input shapes, output shapes) of every call.
+                ) -> tuple[np.ndarray, np.ndarray, list[tuple[Any, Any]]]:
+    """Signature ids of every call, and (input shapes, output shapes) as a key per call into
+    a table of the distinct ones.
 
     Calls with the same op and the same run of shape ids share one entry, found by hashing
     the runs with NumPy; the shape tuples and ids are built once per distinct signature."""
     n = len(rec.first)
     if not n:
-        return np.zeros((0, 5), dtype=np.int64), []
+        return np.zeros((0, 5), dtype=np.int64), np.zeros(0, dtype=np.int64), []
     # the primary input's position is part of the key: it decides the signature's input id
-    op_ids = StringPool().many(ops) * 8 + np.minimum(lead, 7)
+    op_ids = info.op.codes.astype(np.int64) * 8 + np.minimum(lead, 7)
     sid = rec.shape_id[rec.order]
     size = rec.n_in + rec.n_out
     key, rep = _run_keys(sid, rec.start, size, op_ids, rec.n_in)
@@ -353,8 +386,7 @@ def _signatures(rec: _Records, info: _CallInfo, ops: list[str],
         ins, outs = tuple(run[:ni]), tuple(run[ni:])
         table.append((sig_ids(pools.ids, ops[c], ins, outs, int(lead[c])), (ins, outs)))
     sigs = np.array([t[0] for t in table], dtype=np.int64).reshape(len(table), 5)[key]
-    io = [t[1] for t in table]
-    return sigs, [io[k] for k in key.tolist()]
+    return sigs, key, [t[1] for t in table]
 
 
 def _run_keys(sid: np.ndarray, start: np.ndarray, size: np.ndarray, op_ids: np.ndarray,
@@ -394,27 +426,41 @@ def _run_keys(sid: np.ndarray, start: np.ndarray, size: np.ndarray, op_ids: np.n
     return key, rep
 
 
-def _call_maker(rec: _Records, info: _CallInfo, ops: list[str], seq: np.ndarray,
-                shapes: list[tuple[Any, Any]], source: RecordSource) -> Callable[[int], Call]:
-    """A function building call ``i`` as a :class:`LazyCall` (the dataclass ``__init__`` is
-    skipped: a result holds up to hundreds of thousands of calls)."""
-    first = rec.first
-    event, step, rank = (rec.event[first].tolist(), rec.step[first].tolist(),
-                         rec.rank[first].tolist())
-    kind = ["module" if m else "op" for m in info.is_module.tolist()]
-    module, native, direction = info.module, info.native, info.direction
-    src = info.source
-    call, mcall, seqs = info.call.tolist(), info.module_call.tolist(), seq.tolist()
-    new = object.__new__
+class _CallMaker:
+    """Builds the calls of some rows as :class:`LazyCall`\\ s, all at once: each column is
+    taken at the rows in one NumPy step and the objects are made from the zipped lists (the
+    dataclass ``__init__`` is skipped: a result holds up to hundreds of thousands of calls)."""
 
-    def make(i: int) -> Call:
-        c = new(LazyCall)
-        c.__dict__ = {
-            "event": event[i], "kind": kind[i], "module": module[i], "op": ops[i],
-            "native": native[i], "call": call[i], "module_call": mcall[i],
-            "direction": direction[i], "step": step[i], "rank": rank[i], "source": src[i],
-            "_seq": seqs[i], "_shapes": shapes[i], "_source": source,
-        }
-        return c
+    def __init__(self, rec: _Records, info: _CallInfo, seq: np.ndarray, sig_key: np.ndarray,
+                 io: list[tuple[Any, Any]], source: RecordSource):
+        first = rec.first
+        self.ints = [rec.event[first], info.call, info.module_call, rec.step[first],
+                     rec.rank[first], seq]
+        self.texts = [(object_array(t.values), t.codes)
+                      for t in (info.module, info.op, info.native, info.direction)]
+        self.kind = np.where(info.is_module, 1, 0)
+        self.src = info.source
+        self.sig_key = sig_key
+        self.io = np.empty(len(io), dtype=object)
+        for k, v in enumerate(io):  # (tuple, tuple) items: not broadcast into the array
+            self.io[k] = v
+        self.source = source
 
-    return make
+    def __call__(self, idx: np.ndarray) -> list[Call]:
+        event, call, mcall, step, rank, seq = (a[idx].tolist() for a in self.ints)
+        module, op, native, direction = (table[codes[idx]].tolist()
+                                         for table, codes in self.texts)
+        kind = np.array(["op", "module"], dtype=object)[self.kind[idx]].tolist()
+        src = self.src[idx].tolist()
+        shapes = self.io[self.sig_key[idx]].tolist() if len(idx) else []
+        rs = self.source
+        dicts = [{"event": e, "kind": k, "module": m, "op": o, "native": nt, "call": c,
+                  "module_call": mc, "direction": d, "step": st, "rank": r, "source": sr,
+                  "_seq": sq, "_shapes": sh, "_source": rs}
+                 for e, k, m, o, nt, c, mc, d, st, r, sr, sq, sh in zip(
+                     event, kind, module, op, native, call, mcall, direction, step, rank, src,
+                     seq, shapes)]
+        calls: list[Call] = list(map(object.__new__, repeat(LazyCall, len(dicts))))
+        for c, d in zip(calls, dicts):
+            c.__dict__ = d
+        return calls
