@@ -22,6 +22,7 @@ Everything not paired is reported in ``unmatched_*``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -35,10 +36,10 @@ from netparity.align.model import Alignment, Call, Match, ParamPair, calls_from_
 from netparity.align.names import LEAF_ALTERNATIVES, norm_path, split_param
 from netparity.align.ownership import modules_by_ownership
 from netparity.align.passes import Chunk, OpContext, module_pass, op_pass, pair_codes
-from netparity.align.reading import count_records, load_records
+from netparity.align.reading import check_rank, count_records, load_records
 from netparity.align.table import CallTable, Pools, table_from_calls
 from netparity.align.tableread import read_table
-from netparity.errors import MappingError, UsageError
+from netparity.errors import MappingError, TraceError, UsageError
 from netparity.gcpause import paused_gc
 from netparity.mapfile import Mapping, load_mapping
 from netparity.trace.reader import Trace
@@ -117,17 +118,28 @@ def align_traces(
 
 def _owned_params(trace: Trace, rank: int) -> list[tuple[str, tuple[int, ...]]]:
     """(parameter name, shape) in the order the model holds them: the parameters recorded after
-    the first captured update, else the first step's gradients (made in reverse order)."""
-    recs = load_records(trace, rank=rank, kinds=("param",))
-    if recs:
-        first = min(r.step for r in recs)
-        return list(dict.fromkeys((r.module, tuple(r.shape)) for r in recs if r.step == first))
-    recs = load_records(trace, rank=rank, kinds=("grad",))
-    if not recs:
-        return []
-    first = min(r.step for r in recs)
-    return list(dict.fromkeys((r.module, tuple(r.shape)) for r in reversed(recs)
-                              if r.step == first))
+    the first captured update, else the first step's gradients (made in reverse order).
+
+    Read with a column scan of three columns (no record objects); names and shapes are
+    decoded once per distinct value."""
+    check_rank(trace, rank)
+    for kind, backwards in (("param", False), ("grad", True)):
+        cols = trace.scan(["step", "module", "shape"], rank=rank, kind=kind)
+        if not cols.n:
+            continue
+        step = cols["step"]
+        rows = np.nonzero(step == step.min())[0]
+        if backwards:
+            rows = rows[::-1]
+        names, shapes = cols["module"], cols["shape"]
+        try:
+            dims = [tuple(json.loads(s)) for s in shapes.values]
+        except (TypeError, ValueError) as e:
+            raise TraceError(f"{trace.path}/rank{rank}: corrupt trace index (shape: {e})"
+                             ) from None
+        seen = dict.fromkeys(zip(names.codes[rows].tolist(), shapes.codes[rows].tolist()))
+        return [(names.values[m], dims[k]) for m, k in seen]
+    return []
 
 
 def _with_ownership(mp: Mapping, ref: Trace, cand: Trace, rank: int) -> Mapping:
@@ -365,8 +377,10 @@ class _Results:
         for mt, r, c, me, cf, nt in zip(made, refs, cands, methods, conf, notes):
             mt.__dict__ = {"ref": r, "cand": c, "method": me, "confidence": cf, "note": nt}
         # N:M op groups in the order found (only aligner pairs can be groups)
+        groups = np.nonzero((np.concatenate(n_r) != 1) | (np.concatenate(n_c) != 1))[0]
         out.op_groups = [(tuple(c.op for c in mt.ref), tuple(c.op for c in mt.cand))
-                         for mt in made if mt.is_group and mt.method != "mapping"]
+                         for mt in (made[k] for k in groups.tolist())
+                         if mt.method != "mapping"]
         o = np.argsort(np.concatenate(keys), kind="stable").tolist()
         out.matches = [made[k] for k in o]
 

@@ -62,8 +62,14 @@ class StringPool:
             return np.zeros(0, dtype=np.int64)
         u, first = np.unique(codes, return_index=True)
         seen = u[np.argsort(first, kind="stable")].tolist()
+        vals = [values[k] for k in seen]  # distinct, in order of first appearance
+        ids = self.ids
+        new = [v for v in vals if v not in ids] if ids else vals  # (an empty pool: all new)
+        ids.update(zip(new, range(len(self.strs), len(self.strs) + len(new))))
+        self.strs.extend(new)
         table = np.zeros(len(values), dtype=np.int64)
-        table[seen] = [self(values[k]) for k in seen]
+        table[np.array(seen, dtype=np.int64)] = np.fromiter(map(ids.__getitem__, vals),
+                                                            dtype=np.int64, count=len(vals))
         return table[codes]  # type: ignore[no-any-return]
 
 

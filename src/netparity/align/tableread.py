@@ -285,7 +285,10 @@ class _FirstInputs:
         return self.mat[idx]
 
     def warm(self, idx: np.ndarray) -> None:
-        need = np.unique(idx[~self.known[idx]])
+        unknown = ~self.known[idx]
+        if not unknown.any():  # the usual case: N:M detection asks again for warmed calls
+            return
+        need = np.unique(idx[unknown])
         if len(need):
             pos = self.pos[need]
             vals, null = self.stats.by_seq(pos)
@@ -349,16 +352,10 @@ def _leaves(info: _CallInfo, pools: Pools) -> np.ndarray:
     u, first = np.unique(codes, return_index=True)
     seen = u[np.argsort(first, kind="stable")].tolist()
     values = info.module.values
-    done: dict[str, int] = {}
-    ids = []
-    for k in seen:
-        tok = values[k].rpartition(".")[2]
-        v = done.get(tok)
-        if v is None:
-            v = done[tok] = leaf_id(pools.ids, tok)
-        ids.append(v)
+    toks = [values[k].rpartition(".")[2] for k in seen]
+    done = {tok: leaf_id(pools.ids, tok) for tok in dict.fromkeys(toks)}
     table = np.zeros(len(values), dtype=np.int64)
-    table[seen] = ids
+    table[seen] = np.fromiter(map(done.__getitem__, toks), dtype=np.int64, count=len(toks))
     out[mods] = table[codes]
     return out
 

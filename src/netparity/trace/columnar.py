@@ -68,6 +68,7 @@ class Store:
         self._npz = npz
         self._cols: dict[str, Any] = {}
         self._nulls: dict[str, np.ndarray | None] = {}
+        self._seq_up: bool | None = None
 
     def column(self, name: str) -> Any:
         """Column ``name`` for every row: an array, or a ``Strings`` for text."""
@@ -93,6 +94,13 @@ class Store:
                                  "SQLite index")
             self._cols[name] = got
         return got
+
+    def seq_increasing(self) -> bool:
+        """Whether the ``seq`` column is strictly increasing (what :func:`compact` writes)."""
+        if self._seq_up is None:
+            q = self.column("seq")
+            self._seq_up = bool(np.all(q[1:] > q[:-1]))
+        return self._seq_up
 
     def null(self, name: str) -> np.ndarray | None:
         """NULL mask of column ``name`` (None: no row is NULL)."""
@@ -328,10 +336,19 @@ def scan_store(st: Store, cols: list[str], filters: dict[str, Any]) -> Columns:
         v = st.column(col)
         if isinstance(v, Strings):
             narrow(v.isin([x for x in vals if isinstance(x, str)]))
+            continue
+        want = np.array([x for x in vals if not isinstance(x, str)], dtype=np.int64)
+        if col == "seq" and st.seq_increasing():  # look the values up: no pass over each row
+            at = np.minimum(np.searchsorted(v, want), max(st.n - 1, 0))
+            m = np.zeros(st.n, dtype=bool)
+            if st.n:
+                m[at[v[at] == want]] = True
+            narrow(m)
         else:
-            narrow(np.isin(v, np.array([x for x in vals if not isinstance(x, str)],
-                                       dtype=np.int64)))
+            narrow(np.isin(v, want))
     # every row or the selected ones: a copy either way, so a caller may modify its arrays
+    if keep is not None and keep.all():  # a filter every row passes: a plain copy is faster
+        keep = None
     idx: Any = slice(None) if keep is None else np.nonzero(keep)[0]
     data: dict[str, Any] = {}
     nulls: dict[str, np.ndarray] = {}
