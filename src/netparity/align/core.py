@@ -232,18 +232,19 @@ def align_tables(rt: CallTable, ct: CallTable, *, level: str, mapping: Mapping,
                                mp, pools.paths, cross_framework)
                 chunks, un_a, un_b = op_pass(rt.feats.take(ra), ra, ct.feats.take(cb), cb, rt,
                                              ct, cx)
-                for ch in chunks:
-                    one = ch.one_to_one()
-                    op_votes.add(rt.module[ra[ch.a[one]]], ct.module[cb[ch.b[one]]])
-                    res.add(ch, ra, cb)
+                for ch in chunks:  # their 1:1 pairs vote for module pairs (in finish)
+                    res.add(ch, ra, cb, votes=True)
                 res.unmatched(ra[un_a], cb[un_b])
             else:
                 res.unmatched(ra, cb)
-    res.finish(out)
+    res.finish(out, op_votes)
     strs = pools.paths.strs
-    for votes in (module_votes, op_votes):
-        for r, c in zip(*(v.tolist() for v in votes.top())):
-            out.module_map.setdefault(strs[r], strs[c])
+    for votes in (module_votes, op_votes):  # module votes first; op votes add what they lack
+        r, c = votes.top()  # one winner per reference module
+        more = zip([strs[k] for k in r.tolist()], [strs[k] for k in c.tolist()])
+        if out.module_map:
+            more = ((a, b) for a, b in more if a not in out.module_map)  # type: ignore[assignment]
+        out.module_map.update(more)
     return out
 
 
@@ -318,36 +319,39 @@ class _Results:
 
     def __init__(self, rt: CallTable, ct: CallTable):
         self.rt, self.ct = rt, ct
-        self.chunks: list[tuple[Chunk, np.ndarray, np.ndarray]] = []
+        self.chunks: list[tuple[Chunk, np.ndarray, np.ndarray, bool]] = []
         self.un_r: list[np.ndarray] = []
         self.un_c: list[np.ndarray] = []
 
-    def add(self, ch: Chunk, ra: np.ndarray, cb: np.ndarray) -> None:
+    def add(self, ch: Chunk, ra: np.ndarray, cb: np.ndarray, votes: bool = False) -> None:
         """The pairs of one chunk (positions into ``ra``/``cb``), in order. Only op chunks carry
-        aligner pairs (``ch.pairs``), so only they can add N:M op groups."""
-        self.chunks.append((ch, ra, cb))
+        aligner pairs (``ch.pairs``), so only they can add N:M op groups. With ``votes``, its
+        1:1 pairs vote for the module pair running them (:meth:`finish`)."""
+        self.chunks.append((ch, ra, cb, votes))
 
     def unmatched(self, r: np.ndarray, c: np.ndarray) -> None:
         self.un_r.append(r)
         self.un_c.append(c)
 
-    def finish(self, out: Alignment) -> None:
-        """Everything in execution order: matches by their first reference call."""
+    def finish(self, out: Alignment, votes: _Votes) -> None:
+        """Everything in execution order: matches by their first reference call; the module
+        pairs of voting chunks' 1:1 pairs added to ``votes``, in the order of the chunks."""
         if self.chunks:
-            self._matches(out)
+            self._matches(out, votes)
         out.unmatched_ref = _in_order(self.rt, self.un_r)
         out.unmatched_cand = _in_order(self.ct, self.un_c)
 
-    def _matches(self, out: Alignment) -> None:
+    def _matches(self, out: Alignment, votes: _Votes) -> None:
         rows_r: list[np.ndarray] = []  # every match's calls, match after match (add order)
         rows_c: list[np.ndarray] = []
         n_r: list[np.ndarray] = []  # calls per match
         n_c: list[np.ndarray] = []
         methods: list[Any] = []
         notes: list[Any] = []
-        keys, method, cost = [], [], []
-        for ch, ra, cb in self.chunks:
+        keys, method, cost, voting = [], [], [], []
+        for ch, ra, cb, votes_too in self.chunks:
             keys.append(self.rt.seq[ra[ch.a]])  # reference Call.seq of each match (sort key)
+            voting.append(np.full(len(ch.a), votes_too))
             method.append(np.asarray(ch.method, dtype=object))
             cost.append(np.asarray(ch.cost, dtype=np.float64))
             if ch.pairs is None:
@@ -370,14 +374,20 @@ class _Results:
         exact = (m == "path") | (m == "mapping")
         conf = np.where(exact, 1.0, np.fmax(0.05, np.fmin(1.0, 1.0 - np.concatenate(cost)
                                                          / MATCH_LIMIT))).tolist()
-        refs = _per_match(self.rt.call_objs(np.concatenate(rows_r)), np.concatenate(n_r))
-        cands = _per_match(self.ct.call_objs(np.concatenate(rows_c)), np.concatenate(n_c))
+        all_r, all_c = np.concatenate(rows_r), np.concatenate(rows_c)
+        cnt_r, cnt_c = np.concatenate(n_r), np.concatenate(n_c)
+        one = (cnt_r == 1) & (cnt_c == 1)
+        vote = np.nonzero(np.concatenate(voting) & one)[0]
+        votes.add(self.rt.module[all_r[(np.cumsum(cnt_r) - cnt_r)[vote]]],
+                  self.ct.module[all_c[(np.cumsum(cnt_c) - cnt_c)[vote]]])
+        refs = _per_match(self.rt.call_objs(all_r), cnt_r)
+        cands = _per_match(self.ct.call_objs(all_c), cnt_c)
         # Match(...) without the dataclass __init__: exactly the attributes it sets
         made: list[Match] = list(map(object.__new__, repeat(Match, len(conf))))
         for mt, r, c, me, cf, nt in zip(made, refs, cands, methods, conf, notes):
             mt.__dict__ = {"ref": r, "cand": c, "method": me, "confidence": cf, "note": nt}
         # N:M op groups in the order found (only aligner pairs can be groups)
-        groups = np.nonzero((np.concatenate(n_r) != 1) | (np.concatenate(n_c) != 1))[0]
+        groups = np.nonzero(~one)[0]
         out.op_groups = [(tuple(c.op for c in mt.ref), tuple(c.op for c in mt.cand))
                          for mt in (made[k] for k in groups.tolist())
                          if mt.method != "mapping"]
