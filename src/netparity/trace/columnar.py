@@ -5,7 +5,9 @@ batches. Reading it back is the slow part of every large comparison -- at 100,00
 (~560k rows) SQLite's own row fetch takes seconds, whatever the caller does with the rows. So a
 complete trace also gets ``index.columns.npz`` next to each rank's index: one NumPy array per
 column, in sequence order, which :func:`netparity.trace.scan.scan` reads instead of SQLite
-(loading a column is a copy of its bytes; only the columns a scan names are read).
+(a column is a read-only view of a memory map of the file -- no zip copy, no CRC pass, see
+:class:`_Members` --; only the columns a scan names are touched, and a scan copies what it
+selects).
 
 Layout of the ``.npz`` (a zip of ``.npy`` members, stored uncompressed):
 
@@ -15,7 +17,7 @@ Layout of the ``.npz`` (a zip of ``.npy`` members, stored uncompressed):
   distinct values (text columns; NULL as ``''``), ``n.<col>`` bool NULL mask (only for nullable
   columns that hold a NULL).
 
-Why NumPy and not Parquet: the core depends on NumPy only, loading is a ``memcpy`` per column,
+Why NumPy and not Parquet: the core depends on NumPy only, a column maps without decoding,
 and ``Trace.scan`` already hands out exactly these arrays (``pandas.DataFrame(dict(cols))`` is
 one line from there). The file is a cache of the SQLite index, never the only copy: it is used
 only when its row count and last sequence number equal the index's and its column list equals
