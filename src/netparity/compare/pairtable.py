@@ -230,26 +230,44 @@ class PairTable:
         obj = self.obj
         return any(obj[i].metrics.get("basis") == "stats" for i in self.made)  # type: ignore[union-attr]
 
-    def tolerance_rows(self) -> list[tuple[Any, ...]]:
+    def tolerance_columns(self) -> dict[str, np.ndarray]:
         """Per pair in ``result.pairs`` order, what
-        :func:`~netparity.analyzers.divergence.min_tolerances` reads: ``(basis, rtol, atol,
-        tol_source, ref_rms, nonfinite mismatch, min_atol, min_rtol)``."""
-        out: list[tuple[Any, ...]] = [()] * self.n
+        :func:`~netparity.analyzers.divergence.min_tolerances` reads, as columns (``basis``,
+        ``source``: object arrays; ``rtol``, ``atol``, ``ref_rms``, ``min_atol``, ``min_rtol``:
+        float, 0.0 where a pair has none; ``nonfinite``: bool) -- the columns of
+        :func:`row_of` for every pair, without a tuple per pair."""
+        n = self.n
+        basis = np.full(n, None, dtype=object)
+        source = np.array([t.source for t in self.tols], dtype=object) if n else \
+            np.zeros(0, dtype=object)
+        rtol = np.array([t.rtol for t in self.tols], dtype=np.float64)
+        atol = np.array(self.atol, dtype=np.float64)
+        rms, mina, minr = (np.zeros(n) for _ in range(3))
+        nf = np.zeros(n, dtype=bool)
         b = self.batch
         if b is not None and len(b):
+            at = np.nonzero(self.brow >= 0)[0]
+            j = self.brow[at]
             nan_m, inf_m = b.nonfinite_mismatch()
-            nf = ((nan_m != 0) | (inf_m != 0)).tolist()
-            rms, mina, minr = b.rms.tolist(), b.min_atol.tolist(), b.min_rtol.tolist()
-            at = np.nonzero(self.brow >= 0)[0].tolist()
-            rows = self.brow[at].tolist()
-            tols, atol = self.tols, self.atol
-            for i, j in zip(at, rows):
-                t = tols[i]
-                out[i] = ("stats", t.rtol, atol[i], t.source, rms[j], nf[j], mina[j], minr[j])
+            basis[at] = "stats"
+            rms[at], mina[at], minr[at] = b.rms[j], b.min_atol[j], b.min_rtol[j]
+            nf[at] = ((nan_m != 0) | (inf_m != 0))[j]
         obj = self.obj
         for i in self.made:
-            out[i] = row_of(obj[i])  # type: ignore[arg-type]
-        return [out[i] for i in self.perm]
+            (basis[i], rtol[i], atol[i], source[i], rms[i], nf[i], mina[i],
+             minr[i]) = _float_row(row_of(obj[i]))  # type: ignore[arg-type]
+        o = np.array(self.perm, dtype=np.int64)
+        return {"basis": basis[o], "rtol": rtol[o], "atol": atol[o], "source": source[o],
+                "ref_rms": rms[o], "nonfinite": nf[o], "min_atol": mina[o],
+                "min_rtol": minr[o]}
+
+
+def _float_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A :func:`row_of` tuple with its optional numbers as floats (None: 0.0, as
+    :func:`~netparity.analyzers.divergence.min_tolerances` reads them)."""
+    basis, rtol, atol, source, rms, nf, mina, minr = row
+    rms, mina, minr = (0.0 if v is None else float(v) for v in (rms, mina, minr))
+    return basis, rtol, atol, source, rms, bool(nf), mina, minr
 
 
 class _RowRecords:
