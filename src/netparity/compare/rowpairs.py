@@ -22,6 +22,8 @@ the records would have been made of (``tests/compare/test_pairtable.py`` checks 
 
 from __future__ import annotations
 
+import itertools
+import operator
 from typing import Any
 
 import numpy as np
@@ -39,7 +41,9 @@ _KEY_COLUMNS = ("step", "rank", "kind", "direction", "module", "op", "call")
 class Side:
     """One trace's side: its scan, the grouped order of its rows and each call's span in it
     (:meth:`RecordSource.rows <netparity.align.reading.RecordSource.rows>`), and the
-    per-row lists the engine's loop reads."""
+    per-row arrays the engine reads (``order_a``: ``order`` as an array, ``shape_a``: each
+    row's shape as an id shared by both sides, ``uniform_a``: see :meth:`_uniform`; ``seq``
+    and ``shape`` as lists, made on first use)."""
 
     def __init__(self, source: Any, got: tuple[ScannedRows, list[int], dict[Any, Any]],
                  shape_ids: dict[tuple[int, ...], int]):
@@ -48,26 +52,66 @@ class Side:
         cols = self.rows.cols
         self.cols = cols
         self.table = self.rows.table
-        self.seq: list[int] = cols["seq"].tolist()
+        self.order_a = np.fromiter(self.order, dtype=np.int64, count=len(self.order))
         # shapes as ids shared by both sides (equal ids: equal shape tuples)
         gid = np.array([shape_ids.setdefault(s, len(shape_ids)) for s in self.rows.shapes()]
                        or [0], dtype=np.int64)
-        self.shape: list[int] = gid[cols["shape"].codes].tolist() if cols.n else []
-        self.uniform = self._uniform()
+        self.shape_a = gid[cols["shape"].codes] if cols.n else np.zeros(0, dtype=np.int64)
+        self.uniform_a = self._uniform()
+        self._seq: list[int] | None = None
+        self._shape: list[int] | None = None
+        self._index: tuple[np.ndarray, np.ndarray] | bool | None = None
 
-    def _uniform(self) -> list[bool]:
+    @property
+    def seq(self) -> list[int]:
+        """Each row's sequence number."""
+        if self._seq is None:
+            self._seq = self.cols["seq"].tolist()
+        return self._seq
+
+    @property
+    def shape(self) -> list[int]:
+        """Each row's shape id (``shape_a`` as a list)."""
+        if self._shape is None:
+            self._shape = self.shape_a.tolist()
+        return self._shape
+
+    def span_index(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The calls' keys packed (:func:`_packed`) and sorted, with their spans; None when a
+        key does not pack."""
+        if self._index is None:
+            k = len(self.spans)
+            keys = _packed(np.fromiter(itertools.chain.from_iterable(self.spans), dtype=np.int64,
+                                       count=3 * k).reshape(k, 3))
+            if keys is None:
+                self._index = False
+            else:
+                sp = np.fromiter(itertools.chain.from_iterable(self.spans.values()),
+                                 dtype=np.int64, count=3 * k).reshape(k, 3)
+                o = np.argsort(keys, kind="stable")
+                self._index = (keys[o], sp[o])
+        return self._index or None
+
+    @property
+    def uniform(self) -> np.ndarray:
+        return self.uniform_a
+
+    def _uniform(self) -> np.ndarray:
         """Per position of ``order`` that starts a call: whether every row of the call holds
         the call's key columns (those of its first row in execution order, which the call's
         fields come from)."""
         n = len(self.order)
         out = np.zeros(n, dtype=bool)
         if not n or not self.spans:
-            return out.tolist()  # type: ignore[no-any-return]
-        o = np.asarray(self.order, dtype=np.int64)
-        sp = np.array(sorted((s, e) for s, _, e in self.spans.values()), dtype=np.int64)
-        starts, lens = sp[:, 0], sp[:, 1] - sp[:, 0]
+            return out
+        o = self.order_a
+        k = len(self.spans)
+        sp = np.fromiter(itertools.chain.from_iterable(self.spans.values()), dtype=np.int64,
+                         count=3 * k).reshape(k, 3)
+        sp = sp[np.lexsort((sp[:, 2], sp[:, 1], sp[:, 0]))]  # sorted as the tuples sort
+        starts, lens = sp[:, 0], sp[:, 2] - sp[:, 0]
         if int(lens.sum()) != n or (lens <= 0).any():  # not a partition: no call is uniform
-            return out.tolist()  # type: ignore[no-any-return]
+            return out
         first = np.repeat(np.minimum.reduceat(o, starts), lens)
         same = np.ones(n, dtype=bool)
         for c in _KEY_COLUMNS:
@@ -75,7 +119,7 @@ class Side:
             a = v if isinstance(v, np.ndarray) else v.codes
             same &= a[o] == a[first]
         out[starts] = np.logical_and.reduceat(same, starts)
-        return out.tolist()  # type: ignore[no-any-return]
+        return out
 
     def row_of(self, rec: Record) -> int:
         """The row of a record this side's scan made (-1 for any other record)."""
@@ -177,8 +221,7 @@ def stats_only(ref: Side, cand: Side, rr: np.ndarray, cr: np.ndarray) -> np.ndar
     squeezed shape), not an equal hash of one dtype, a norm on the reference side."""
     rc, cc = ref.cols, cand.cols
     payload = ~rc.null("shard")[rr] & ~cand.cols.null("shard")[cr]
-    sr = np.asarray(ref.shape, dtype=np.int64)[rr] if len(rr) else np.zeros(0, np.int64)
-    sc = np.asarray(cand.shape, dtype=np.int64)[cr] if len(cr) else np.zeros(0, np.int64)
+    sr, sc = ref.shape_a[rr], cand.shape_a[cr]
     shape_ok = sr == sc
     odd = np.nonzero(~shape_ok)[0]
     if len(odd):
@@ -246,23 +289,27 @@ class FastCalls:
     """The 1:1 matched calls of an alignment whose tensors pair by position, found and paired
     as whole arrays (:func:`fast_calls`).
 
-    ``at[k]``: match ``k``'s position among them (-1: the engine pairs its records). Per fast
-    call: ``order`` (the sequence number of its first output, else of the call),
+    ``at[k]``: match ``k``'s position among them (-1: the engine pairs its records);
+    ``match``: the match of each fast call (increasing), ``refs`` / ``cands`` its two calls.
+    Per fast call: ``order`` (the sequence number of its first output, else of the call),
     ``n_in`` / ``n_out`` (pairs of inputs / outputs: one output only for the auxiliary-output
     ops across frameworks), ``n_out_ref`` (the reference's outputs). Per pair, call by call,
-    inputs then outputs: ``rr`` / ``cr`` rows of the two scans, ``call_of`` (fast call) and
-    ``is_out``.
+    inputs then outputs: ``rr`` / ``cr`` rows of the two scans, ``call_of`` (fast call),
+    ``is_out`` and ``pos`` (the tensor's position among the call's inputs or outputs).
     """
 
     def __init__(self, n: int) -> None:
         self.at: list[int] = [-1] * n
+        self.match: list[int] = []
+        self.refs: list[Any] = []
+        self.cands: list[Any] = []
         self.order: list[int] = []
         self.n_in: list[int] = []
         self.n_out: list[int] = []
         self.n_out_ref: list[int] = []
         self.aux: list[bool] = []
         z = np.zeros(0, dtype=np.int64)
-        self.rr, self.cr, self.call_of = z, z, z
+        self.rr, self.cr, self.call_of, self.pos = z, z, z, z
         self.is_out = np.zeros(0, dtype=bool)
 
 
@@ -271,6 +318,44 @@ def _segments(off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarr
     seg = np.repeat(np.arange(len(length)), length)
     pos = np.arange(int(length.sum())) - np.repeat(np.cumsum(length) - length, length)
     return seg, pos
+
+
+_NO_SPAN = (-1, -1, -1)
+_CALL_KEY = operator.attrgetter("rank", "step", "event")
+_NATIVE = operator.attrgetter("native")
+_OP = operator.attrgetter("op")
+
+
+def _packed(keys: np.ndarray) -> np.ndarray | None:
+    """``(rank, step, event)`` rows as one int64 each (order-preserving), None when a value
+    does not fit (negative, or past 10 / 20 / 33 bits)."""
+    if not len(keys):
+        return np.zeros(0, dtype=np.int64)
+    if keys.min() < 0 or keys[:, 0].max() >= 1 << 10 or keys[:, 1].max() >= 1 << 20 \
+            or keys[:, 2].max() >= 1 << 33:
+        return None
+    return (keys[:, 0] << 53) | (keys[:, 1] << 33) | keys[:, 2]  # type: ignore[no-any-return]
+
+
+def _spans(side: Side, calls: list[Any]) -> np.ndarray:
+    """Each call's ``(start, first output, end)`` in ``side.order`` (``-1`` rows: not a call
+    of the side's scan, or one whose rows do not all hold its key columns)."""
+    n = len(calls)
+    want = _packed(np.fromiter(itertools.chain.from_iterable(map(_CALL_KEY, calls)),
+                               dtype=np.int64, count=3 * n).reshape(n, 3))
+    have = side.span_index()
+    if want is not None and have is not None:
+        keys, spans = have
+        at = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
+        sp = spans[at] if len(keys) else np.full((n, 3), -1, dtype=np.int64)
+        sp[keys[at] != want if len(keys) else slice(None)] = -1
+    else:  # keys that do not pack: one look-up per call
+        got = [x if x is not None else _NO_SPAN
+               for x in map(side.spans.get, map(_CALL_KEY, calls))]
+        sp = np.array(got, dtype=np.int64).reshape(n, 3)
+    un = np.append(side.uniform_a, False)  # index -1: the missing ones
+    sp[~un[sp[:, 0]]] = -1
+    return sp
 
 
 def fast_calls(sides: tuple[Side, Side], matches: list[Any], cross_fw: bool,
@@ -282,32 +367,29 @@ def fast_calls(sides: tuple[Side, Side], matches: list[Any], cross_fw: bool,
     ops (``aux_ops``, same canonical op, across frameworks) pair their first output only."""
     ref, cand = sides
     out = FastCalls(len(matches))
-    sp_r, sp_c, un_r, un_c = ref.spans, cand.spans, ref.uniform, cand.uniform
-    ks: list[int] = []
-    spans: list[tuple[int, int, int, int, int, int]] = []
-    nat: list[bool] = []
-    aux: list[bool] = []
-    for k, m in enumerate(matches):
-        if len(m.ref) != 1 or len(m.cand) != 1:
-            continue
-        d, e = m.ref[0].__dict__, m.cand[0].__dict__
-        a = sp_r.get((d.get("rank"), d.get("step"), d.get("event")))
-        b = sp_c.get((e.get("rank"), e.get("step"), e.get("event")))
-        if a is None or b is None or not (un_r[a[0]] and un_c[b[0]]):
-            continue
-        ks.append(k)
-        spans.append((*a, *b))
-        nat.append(d["native"] == e["native"])
-        aux.append(cross_fw and d["op"] in aux_ops and e["op"] == d["op"])
-    if not ks:
+    one = [k for k, m in enumerate(matches) if len(m.ref) == 1 and len(m.cand) == 1]
+    if not one:
         return out
-    sp = np.array(spans, dtype=np.int64).reshape(len(ks), 6)
-    s_r, m_r, e_r, s_c, m_c, e_c = sp.T
-    same_native = np.array(nat, dtype=bool)
-    ord_r = np.asarray(ref.order, dtype=np.int64)
-    ord_c = np.asarray(cand.order, dtype=np.int64)
-    gs_r = np.asarray(ref.shape, dtype=np.int64)[ord_r]  # shape id per position of order
-    gs_c = np.asarray(cand.shape, dtype=np.int64)[ord_c]
+    r0 = [matches[k].ref[0] for k in one]
+    c0 = [matches[k].cand[0] for k in one]
+    spr, spc = _spans(ref, r0), _spans(cand, c0)
+    have = np.nonzero((spr[:, 0] >= 0) & (spc[:, 0] >= 0))[0]
+    if not len(have):
+        return out
+    hl = have.tolist()
+    r0 = [r0[i] for i in hl]
+    c0 = [c0[i] for i in hl]
+    ks = [one[i] for i in hl]
+    s_r, m_r, e_r = spr[have].T
+    s_c, m_c, e_c = spc[have].T
+    same_native = np.array([a == b for a, b in zip(map(_NATIVE, r0), map(_NATIVE, c0))],
+                           dtype=bool)
+    ops_r = list(map(_OP, r0))
+    aux = np.array([cross_fw and a in aux_ops and b == a
+                    for a, b in zip(ops_r, map(_OP, c0))], dtype=bool)
+    ord_r, ord_c = ref.order_a, cand.order_a
+    gs_r = ref.shape_a[ord_r]  # shape id per position of order
+    gs_c = cand.shape_a[ord_c]
 
     def positional(off_r: np.ndarray, off_c: np.ndarray, n_r: np.ndarray,
                    n_c: np.ndarray) -> np.ndarray:
@@ -322,7 +404,8 @@ def fast_calls(sides: tuple[Side, Side], matches: list[Any], cross_fw: bool,
     f = np.nonzero(ok)[0]
     if not len(f):
         return out
-    aux_f = np.array(aux, dtype=bool)[f]
+    fl = f.tolist()
+    aux_f = aux[f]
     n_in = (m_r - s_r)[f]
     n_out_ref = (e_r - m_r)[f]
     n_out = np.where(aux_f & (n_out_ref > 0), 1, n_out_ref)
@@ -331,7 +414,8 @@ def fast_calls(sides: tuple[Side, Side], matches: list[Any], cross_fw: bool,
     seg, pos = _segments(m_r[f], n_out_ref)
     first = np.full(len(f), np.iinfo(np.int64).max)
     np.minimum.at(first, seg, seq_r[m_r[f][seg] + pos])
-    call_seq = [matches[ks[i]].ref[0].seq for i in f.tolist()]
+    refs = [r0[i] for i in fl]
+    call_seq = [c.seq for c in refs]
     order = np.where(n_out_ref > 0, first, np.array(call_seq, dtype=np.int64))
     # pairs: call by call, inputs then outputs
     total = n_in + n_out
@@ -340,9 +424,12 @@ def fast_calls(sides: tuple[Side, Side], matches: list[Any], cross_fw: bool,
     j = np.where(is_out, pos - n_in[seg], pos)
     out.rr = ord_r[np.where(is_out, m_r[f][seg], s_r[f][seg]) + j]
     out.cr = ord_c[np.where(is_out, m_c[f][seg], s_c[f][seg]) + j]
-    out.call_of, out.is_out = seg, is_out
-    for i, k in enumerate(f.tolist()):
-        out.at[ks[k]] = i
+    out.call_of, out.is_out, out.pos = seg, is_out, j
+    out.match = [ks[i] for i in fl]
+    at = out.at
+    for i, k in enumerate(out.match):
+        at[k] = i
+    out.refs, out.cands = refs, [c0[i] for i in fl]
     out.order, out.n_in, out.n_out = order.tolist(), n_in.tolist(), n_out.tolist()
     out.n_out_ref, out.aux = n_out_ref.tolist(), aux_f.tolist()
     return out
