@@ -322,16 +322,16 @@ def _scale_tolerances(table: PairTable, sides: Any = None) -> None:
     pair's RMS, as :meth:`Tolerances.resolve
     <netparity.compare.tolerances.Tolerances.resolve>` does, with the RMS values computed for
     all of them at once (``sides``: a row-mode table's, :mod:`netparity.compare.rowpairs`)."""
-    at = [i for i, s in enumerate(table.scaled) if s]
-    if not at:
+    ix = np.nonzero(table.scaled)[0]
+    if not len(ix):
         return
     refs, cands, tols = table.refs, table.cands, table.tols
     if sides is not None:
-        ix = np.asarray(at, dtype=np.int64)
-        factor = np.array([tols[i].atol for i in at], dtype=np.float64)
-        table.set_atol(at, rowpairs.scaled_atol(sides[0], sides[1], table.rrow[ix],
+        factor = table.atol[ix].astype(np.float64)  # the factor, until set_atol
+        table.set_atol(ix, rowpairs.scaled_atol(sides[0], sides[1], table.rrow[ix],
                                                 table.crow[ix], factor))
         return
+    at = ix.tolist()
     rr = records_rms([refs[i] for i in at])
     rc = records_rms([cands[i] for i in at])
     table.set_atol(at, [tols[i].atol * (a or b or 0.0) for i, a, b in zip(at, rr, rc)])
@@ -346,7 +346,7 @@ def _batch_stats_pairs(table: PairTable, sides: Any = None) -> list[int]:
     <netparity.compare.metrics.StatsBatch.status>`). ``sides``: a row-mode table's (the
     same from the scans' columns, :mod:`netparity.compare.rowpairs`).
     """
-    refs, cands, tols, atol = table.refs, table.cands, table.tols, table.atol
+    refs, cands, rtol, atol = table.refs, table.cands, table.rtol, table.atol
     if sides is not None:
         ca = np.nonzero(rowpairs.stats_only(sides[0], sides[1], table.rrow, table.crow))[0]
         if len(ca) < 2:
@@ -355,18 +355,16 @@ def _batch_stats_pairs(table: PairTable, sides: Any = None) -> list[int]:
         xr, okr = rowpairs.stat_rows(sides[0], rr)
         xc, okc = rowpairs.stat_rows(sides[1], cr)
         both = np.nonzero(okr & okc)[0]
-        cal = ca.tolist()
         b = stats_batch_arrays(
             xr, okr, xc, okc, sides[0].cols["numel"][rr[both]].tolist(),
-            rowpairs.complex_rows(sides[0], rr[both]), [tols[i].rtol for i in cal],
-            [atol[i] for i in cal])
+            rowpairs.complex_rows(sides[0], rr[both]), rtol[ca], atol[ca])
         handled = ca[b.at]
     else:
         cand = [i for i, (a, c) in enumerate(zip(refs, cands)) if _stats_only(a, c)]
         if len(cand) < 2:
             return list(range(len(table)))
         b = stats_batch([refs[i] for i in cand], [cands[i] for i in cand],
-                        [tols[i].rtol for i in cand], [atol[i] for i in cand])
+                        [rtol[i] for i in cand], [atol[i] for i in cand])
         handled = np.asarray(cand, dtype=np.int64)[b.at]
     table.set_batch(handled, b)
     rest = np.ones(len(table), dtype=bool)
@@ -425,8 +423,8 @@ class _RowAcc:
 
     def table(self, sides: tuple[rowpairs.Side, rowpairs.Side], tols: Tolerances) -> PairTable:
         rr, cr, cpos, out = self.columns()
-        tl, sc = rowpairs.resolve_tolerances(tols, sides[0], sides[1], rr, cr)
-        return PairTable.of_rows(sides[0].rows, sides[1].rows, rr, cr, tl, sc,
+        tl, tid = rowpairs.resolve_tolerances(tols, sides[0], sides[1], rr, cr)
+        return PairTable.of_rows(sides[0].rows, sides[1].rows, rr, cr, tl, tid,
                                  self.fidx + self.idx, self.fkeys + self.keys,
                                  self.fcks + self.cks, cpos, out)
 
@@ -509,6 +507,43 @@ def _fast_results(fast: rowpairs.FastCalls, lv: str, matches: list[Any], base: i
             "direction": call.direction, "step": call.step,
             "note": "auxiliary outputs differ by framework"}))
     return out
+
+
+def _group_result(sides: tuple[rowpairs.Side, rowpairs.Side], m: Any, io: Any, lv: str,
+                  ck: str, cpos: int, mi: int, acc: _RowAcc,
+                  notes: list[tuple[int, dict[str, Any]]]) -> CallResult:
+    """The :class:`CallResult` of an N:M group paired as rows (:class:`rowpairs.GroupRows`),
+    with its pairs added to ``acc``: what the per-match loop makes of the group's records."""
+    r0, c0 = m.ref[0], m.cand[0]
+    outs = io[1][0]
+    seq = sides[0].cols["seq"]
+    call = _new(CallResult)
+    call.__dict__ = {
+        "key": ck, "level": lv, "module": r0.module,
+        "op": r0.op if len(m.ref) == 1 else "+".join(c.op for c in m.ref),
+        "native": r0.native, "cand_module": c0.module,
+        "cand_op": c0.op if len(m.cand) == 1 else "+".join(c.op for c in m.cand),
+        "direction": r0.direction, "step": r0.step, "rank": r0.rank,
+        "source": r0.source, "cand_source": c0.source,
+        "order": int(seq[outs].min()) if outs else r0.seq,
+        "inputs": [], "outputs": [], "status": "pass", "origin": "", "note": "",
+        "method": m.method, "confidence": float(m.confidence), "in_error": 0.0,
+        "out_error": 0.0,
+    }
+    ev = f"|{r0.event}"
+    for role, (ra, ca, got) in zip(("in", "out"), io):
+        is_out = role == "out"
+        keys = call.outputs if is_out else call.inputs
+        for i, j in got:
+            ix = f"{role}{i}"
+            key = f"{lv}|{rowpairs.pair_key(sides[0], ra[i], ix)}{ev}"
+            acc.add([ra[i]], [ca[j]], [ix], [key], ck, cpos, is_out)
+            keys.append(key)
+        if len(got) < max(len(ra), len(ca)):
+            notes.append((mi, {"call": call.name, "role": role + "puts", "ref": len(ra),
+                               "cand": len(ca), "direction": call.direction,
+                               "step": call.step}))
+    return call
 
 
 def _call_rows(sides: tuple[rowpairs.Side, rowpairs.Side], r: Any, c: Any) -> Any:
@@ -650,6 +685,7 @@ def compare(
             slots: list[Any] = [None] * len(ms)
             notes: list[tuple[int, dict[str, Any]]] = []  # (match, unmatched tensors)
             todo: Iterable[int] = range(len(ms))
+            groups: rowpairs.GroupRows | None = None
             if row_mode:
                 sides = rowpairs.sides_of(al)
                 if sides is not None:  # the common case's pairs, as arrays
@@ -659,7 +695,10 @@ def compare(
                                                                   notes)):
                         slots[mi] = call
                     todo = [mi for mi, fi in enumerate(fat) if fi < 0]
-                    rowpairs.prefetch(sides, ms, fat)
+                    groups = rowpairs.GroupRows(sides, ms, todo)
+                    # the records of the calls paired from records (neither of the above)
+                    rowpairs.prefetch(sides, ms, [0 if fi >= 0 or mi in groups.pairs else -1
+                                                  for mi, fi in enumerate(fat)])
             unmatched["calls_ref"] += [_call_dict(c) for c in al.unmatched_ref]
             unmatched["calls_cand"] += [_call_dict(c) for c in al.unmatched_cand]
             for mi in todo:  # N:M groups and odd calls (every call without row mode)
@@ -669,6 +708,10 @@ def compare(
                 ck = f"{lv}|{r0.step}|{r0.rank}|{r0.direction}|{r0.module}|{r0.op}|{r0.call}|{r0.event}"
                 # tensors pair by meaning, not position (compare.argpairs)
                 grouped = len(m.ref) > 1 or len(m.cand) > 1
+                if sides is not None and groups is not None and mi in groups.pairs:
+                    slots[mi] = _group_result(sides, m, groups.pairs[mi], lv, ck, base + mi,
+                                              mi, acc, notes)
+                    continue
                 io: Any = None  # row mode: the rows of (inputs, outputs) of both sides
                 if sides is not None and not grouped:
                     io = _call_rows(sides, r0, c0)

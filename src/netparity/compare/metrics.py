@@ -943,7 +943,7 @@ def stats_batch_arrays(xr: np.ndarray, okr: np.ndarray, xc: np.ndarray, okc: np.
     """:func:`stats_batch` of pairs given as their statistics matrices and clean flags
     (:func:`table_stat_rows`); ``numels`` and ``cplx`` (complex dtype) are those of the
     reference side of the pairs both sides of which are clean, ``rtol``/``atol`` per pair
-    (a list: the values land in the metrics as given)."""
+    (lists, or object arrays: the values land in the metrics as given)."""
     out = StatsBatch(len(xr))
     both = okr & okc
     out.ok = both
@@ -953,13 +953,17 @@ def stats_batch_arrays(xr: np.ndarray, okr: np.ndarray, xc: np.ndarray, okc: np.
     out.at = ok
     k = len(_STAT_ALL)
     r, c = xr[both], xc[both]
-    okl = ok.tolist()
     numel = np.array(numels, dtype=np.float64)
     cplx = np.asarray(cplx, dtype=bool)
-    out.rtol_in = [rtol[i] for i in okl]
-    out.atol_in = [atol[i] for i in okl]
-    rt = np.array(out.rtol_in, dtype=np.float64)
-    at = np.array(out.atol_in, dtype=np.float64)
+    if isinstance(rtol, np.ndarray) and isinstance(atol, np.ndarray):  # object arrays
+        out.rtol_in, out.atol_in = rtol[ok], atol[ok]  # type: ignore[assignment]
+        rt, at = out.rtol_in.astype(np.float64), out.atol_in.astype(np.float64)  # type: ignore[attr-defined]
+    else:
+        okl = ok.tolist()
+        out.rtol_in = [rtol[i] for i in okl]
+        out.atol_in = [atol[i] for i in okl]
+        rt = np.array(out.rtol_in, dtype=np.float64)
+        at = np.array(out.atol_in, dtype=np.float64)
     d4 = np.abs(c[:, :4] - r[:, :4])  # min, max, mean, std
     dnorm = np.abs(c[:, 4] - r[:, 4]) / np.sqrt(np.maximum(1.0, numel))
     diffs = np.concatenate([d4, dnorm[:, None]], axis=1)

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from netparity.align.features import row_distance
+from netparity.compare.argpairs import external_inputs, pair_by_value
 from netparity.compare.metrics import table_rms, table_stat_rows
 from netparity.compare.tolerances import Tol, Tolerances
 from netparity.trace.fastrows import ScannedRows
@@ -90,7 +92,7 @@ class Side:
                                  dtype=np.int64, count=3 * k).reshape(k, 3)
                 o = np.argsort(keys, kind="stable")
                 self._index = (keys[o], sp[o])
-        return self._index or None
+        return self._index if isinstance(self._index, tuple) else None
 
     @property
     def uniform(self) -> np.ndarray:
@@ -164,14 +166,15 @@ def _codes(side: Side, name: str, rows: np.ndarray, pool: dict[str, int]) -> np.
 
 
 def resolve_tolerances(tols: Tolerances, ref: Side, cand: Side, rr: np.ndarray,
-                       cr: np.ndarray) -> tuple[list[Tol], list[bool]]:
+                       cr: np.ndarray) -> tuple[list[tuple[Tol, bool]], np.ndarray]:
     """:meth:`Tolerances.resolve_unscaled
     <netparity.compare.tolerances.Tolerances.resolve_unscaled>` of every pair, resolved once
     per distinct signature (what the resolution reads: the dtypes, whether the reference is
-    a gradient/backward tensor, and with named overrides the names) on one pair's records."""
+    a gradient/backward tensor, and with named overrides the names) on one pair's records:
+    the distinct results and each pair's index into them."""
     n = len(rr)
     if not n:
-        return [], []
+        return [], np.zeros(0, dtype=np.int64)
     pool: dict[str, int] = {}
     back = ((ref.text("direction", rr) == ref.cols["direction"].code("backward"))
             | np.isin(ref.text("kind", rr),
@@ -181,15 +184,18 @@ def resolve_tolerances(tols: Tolerances, ref: Side, cand: Side, rr: np.ndarray,
     if tols._named:
         parts += [_codes(ref, c, rr, pool) for c in ("module", "op", "native")]
         parts += [_codes(cand, c, cr, pool) for c in ("module", "native")]
-    key = np.stack(parts, axis=1)
-    _, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
-    inv = inv.reshape(-1)
+    # one int64 per pair (ids below 2**20 each, at most three of them): np.unique on rows
+    # otherwise sorts tuples
+    width = 1 << 20
+    if len(parts) == 3 and len(pool) < width:
+        key = (parts[0] * width + parts[1]) * 2 + parts[2]
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    else:
+        _, first, inv = np.unique(np.stack(parts, axis=1), axis=0, return_index=True,
+                                  return_inverse=True)
     got = [tols.resolve_unscaled(ref.rows.records([int(rr[i])])[0],
                                  cand.rows.records([int(cr[i])])[0]) for i in first.tolist()]
-    tl = [g[0] for g in got]
-    sc = [g[1] for g in got]
-    ks = inv.tolist()
-    return [tl[k] for k in ks], [sc[k] for k in ks]
+    return got, inv.reshape(-1)
 
 
 def _complex(side: Side, rows: np.ndarray) -> np.ndarray:
@@ -337,9 +343,10 @@ def _packed(keys: np.ndarray) -> np.ndarray | None:
     return (keys[:, 0] << 53) | (keys[:, 1] << 33) | keys[:, 2]  # type: ignore[no-any-return]
 
 
-def _spans(side: Side, calls: list[Any]) -> np.ndarray:
+def _spans(side: Side, calls: list[Any], uniform: bool = True) -> np.ndarray:
     """Each call's ``(start, first output, end)`` in ``side.order`` (``-1`` rows: not a call
-    of the side's scan, or one whose rows do not all hold its key columns)."""
+    of the side's scan, or -- with ``uniform`` -- one whose rows do not all hold its key
+    columns)."""
     n = len(calls)
     want = _packed(np.fromiter(itertools.chain.from_iterable(map(_CALL_KEY, calls)),
                                dtype=np.int64, count=3 * n).reshape(n, 3))
@@ -353,8 +360,9 @@ def _spans(side: Side, calls: list[Any]) -> np.ndarray:
         got = [x if x is not None else _NO_SPAN
                for x in map(side.spans.get, map(_CALL_KEY, calls))]
         sp = np.array(got, dtype=np.int64).reshape(n, 3)
-    un = np.append(side.uniform_a, False)  # index -1: the missing ones
-    sp[~un[sp[:, 0]]] = -1
+    if uniform:
+        un = np.append(side.uniform_a, False)  # index -1: the missing ones
+        sp[~un[sp[:, 0]]] = -1
     return sp
 
 
@@ -443,3 +451,129 @@ def prefetch(sides: tuple[Side, Side], matches: list[Any], at: list[int]) -> Non
                 for k, m in enumerate(matches) if at[k] < 0
                 for d in (c.__dict__ for c in getattr(m, which))]
         side.source.prefetch(keys)
+
+
+class GroupRows:
+    """The tensors of N:M groups paired as rows of the scans: :func:`group_inputs
+    <netparity.compare.argpairs.group_inputs>` and :func:`pair_tensors
+    <netparity.compare.argpairs.pair_tensors>` (``group=True``) on facts read from the
+    columns for every group at once (identities, squeezed shapes, element counts, payloads,
+    statistics rows) instead of records.
+
+    ``pairs[k]`` for match ``k`` (groups whose calls are all calls of the scans):
+    ``(inputs, outputs)``, each ``(ref rows, cand rows, [(i, j)] pairs of positions)``.
+    """
+
+    def __init__(self, sides: tuple[Side, Side], matches: list[Any], todo: list[int]):
+        self.sides = sides
+        self.pairs: dict[int, tuple[Any, Any]] = {}
+        gm = [k for k in todo if len(matches[k].ref) > 1 or len(matches[k].cand) > 1]
+        if not gm:
+            return
+        sq_pool: dict[tuple[int, ...], int] = {}
+        facts = []
+        ok = np.ones(len(gm), dtype=bool)
+        for side, which in ((sides[0], "ref"), (sides[1], "cand")):
+            groups = [getattr(matches[k], which) for k in gm]
+            calls = [c for g in groups for c in g]
+            sp = _spans(side, calls, uniform=False)
+            gof = np.repeat(np.arange(len(gm)), [len(g) for g in groups])
+            ok &= np.bincount(gof[sp[:, 0] < 0], minlength=len(gm)) == 0
+            facts.append((_RowFacts(side, sp, sq_pool), np.cumsum([len(g) for g in groups])))
+        (fr, end_r), (fc, end_c) = facts
+        sets: list[tuple[int, list[int], list[int], list[int], list[int]]] = []
+        for g, k in enumerate(gm):
+            if not ok[g]:
+                continue
+            a, b = int(end_r[g - 1]) if g else 0, int(end_r[g])
+            c, d = int(end_c[g - 1]) if g else 0, int(end_c[g])
+            sets.append((k, fr.external(a, b), fc.external(c, d), fr.outputs(b - 1),
+                         fc.outputs(d - 1)))
+        # every distance a group may ask for, in one pass: each role's ref x cand matrix,
+        # flattened and concatenated (the same element-wise operations as per matrix)
+        ri: list[int] = []
+        ci: list[int] = []
+        for _, ins_r, ins_c, outs_r, outs_c in sets:
+            for rs, cs in ((ins_r, ins_c), (outs_r, outs_c)):
+                for i in rs:
+                    ri += [i] * len(cs)
+                    ci += cs
+        flat = row_distance(fr.stat[np.asarray(ri, dtype=np.int64)],
+                            fc.stat[np.asarray(ci, dtype=np.int64)]) if ri else np.zeros(0)
+        dist: list[float] = np.where(np.isfinite(flat), flat, 1.0).tolist()
+        at = 0
+        for k, ins_r, ins_c, outs_r, outs_c in sets:
+            got = []
+            for rs, cs, first_only in ((ins_r, ins_c, False), (outs_r, outs_c, True)):
+                w = len(cs)
+                mat = [dist[at + i * w: at + (i + 1) * w] for i in range(len(rs))]
+                at += w * len(rs)
+                got.append((fr.rows_of(rs), fc.rows_of(cs), pair_by_value(
+                    [fr.sq[i] for i in rs], [fc.sq[j] for j in cs], [fr.numel[i] for i in rs],
+                    [fc.numel[j] for j in cs], [fr.payload[i] for i in rs],
+                    [fc.payload[j] for j in cs], lambda m=mat: m, group=True,
+                    first_only=first_only)))
+            self.pairs[k] = (got[0], got[1])
+
+
+class _RowFacts:
+    """What the group pairing reads of the rows of some calls of one side (positions:
+    the calls' rows one after the other, each call's inputs then outputs)."""
+
+    def __init__(self, side: Side, spans: np.ndarray, sq_pool: dict[tuple[int, ...], int]):
+        good = spans[:, 0] >= 0
+        s, m, e = (np.where(good, spans[:, i], 0) for i in range(3))
+        seg, pos = _segments(s, e - s)
+        self.rows_a = side.order_a[s[seg] + pos]
+        off = np.cumsum(e - s) - (e - s)
+        self.span = np.stack([off, off + (m - s), off + (e - s)], axis=1).tolist()
+        rows, cols, table = self.rows_a, side.cols, side.table
+        shapes = side.rows.shapes()
+        sq_ids = np.array([sq_pool.setdefault(_squeeze(t), len(sq_pool)) for t in shapes]
+                          or [0], dtype=np.int64)
+        codes = cols["shape"].codes[rows]
+        self.sq: list[int] = sq_ids[codes].tolist()
+        self.numel: list[int] = cols["numel"][rows].tolist()
+        self.payload: list[bool] = (~cols.null("shard")[rows]).tolist()
+        # argpairs._identity: (shape, dtype, mean, std, min, max, norm), None when one of
+        # the statistics is unknown (shape and dtype as codes: compared within a side only)
+        v = table.floats[rows][:, [2, 3, 0, 1, 4]]
+        null = table.null[rows][:, [2, 3, 0, 1, 4]]
+        known = ~null.any(axis=1)
+        self.ident: list[Any] = [
+            (sh, dt, *x) if k else None for sh, dt, x, k in zip(
+                side.shape_a[rows].tolist(), cols["dtype"].codes[rows].tolist(), v.tolist(),
+                known.tolist())]
+        # align.features.stat_row: mean, std, min, max, norm/sqrt(numel or 1), NaN unknown
+        st = np.where(null[:, :4], np.nan, v[:, :4])
+        n = np.maximum(cols["numel"][rows], 1).astype(np.float64)
+        rms = np.where(known, v[:, 4] / np.sqrt(n), np.nan)
+        self.stat = np.concatenate([st, rms[:, None]], axis=1)
+
+    def external(self, a: int, b: int) -> list[int]:
+        """:func:`~netparity.compare.argpairs.group_inputs` of calls ``a..b-1``."""
+        ident = self.ident
+        io = []
+        for s, m, e in self.span[a:b]:
+            io.append((range(s, m), ident[s:m], ident[m:e]))
+        return external_inputs(io) if b - a > 1 else list(range(self.span[a][0],
+                                                                self.span[a][1]))
+
+    def outputs(self, k: int) -> list[int]:
+        s, m, e = self.span[k]
+        return list(range(m, e))
+
+    def rows_of(self, at: list[int]) -> list[int]:
+        return self.rows_a[at].tolist() if at else []  # type: ignore[no-any-return]
+
+
+def pair_key(side: Side, row: int, idx: str) -> str:
+    """:func:`~netparity.compare.pairtable.pair_key` of the record of ``row``."""
+    c = side.cols
+
+    def text(name: str) -> str:
+        col = c[name]
+        return col.values[col.codes[row]]  # type: ignore[no-any-return]
+
+    return (f"{int(c['step'][row])}|{int(c['rank'][row])}|{text('kind')}|{text('direction')}|"
+            f"{text('module')}|{text('op')}|{int(c['call'][row])}|{idx}")
