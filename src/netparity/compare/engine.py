@@ -131,10 +131,14 @@ def _treat_rounding_noise(jobs: list[_Job], table: PairTable | None = None,
     trefs, tcands = (table.refs, table.cands) if table is not None else ([], [])
     if table is not None and table.batch is not None:
         at = np.nonzero(table.brow >= 0)[0]
-        cls: list[str | None] = (rowpairs.noise_classes(sides[0], table.rrow[at])
-                                 if sides is not None
-                                 else [_noise_class(trefs[i]) for i in at.tolist()])
-        tclassed = [(i, c) for i, c in zip(at.tolist(), cls) if c is not None]
+        if sides is not None:  # the pairs of a noise class only, picked as arrays
+            code = rowpairs.noise_class_codes(sides[0], table.rrow[at])
+            at = at[code >= 0]
+            names = rowpairs.NOISE_CLASSES
+            tclassed = [(i, names[c]) for i, c in zip(at.tolist(), code[code >= 0].tolist())]
+        else:
+            cls = [_noise_class(trefs[i]) for i in at.tolist()]
+            tclassed = [(i, c) for i, c in zip(at.tolist(), cls) if c is not None]
     if not classed and not tclassed:
         return 0
     # per pair: (ref dtype, cand dtype, step) and both RMS values
@@ -531,12 +535,12 @@ def _group_result(sides: tuple[rowpairs.Side, rowpairs.Side], m: Any, io: Any, l
         "out_error": 0.0,
     }
     ev = f"|{r0.event}"
-    for role, (ra, ca, got) in zip(("in", "out"), io):
+    for role, (ra, ca, pre, got) in zip(("in", "out"), io):
         is_out = role == "out"
         keys = call.outputs if is_out else call.inputs
         for i, j in got:
             ix = f"{role}{i}"
-            key = f"{lv}|{rowpairs.pair_key(sides[0], ra[i], ix)}{ev}"
+            key = f"{lv}|{pre[i]}{ix}{ev}"  # pair_key of the reference's record
             acc.add([ra[i]], [ca[j]], [ix], [key], ck, cpos, is_out)
             keys.append(key)
         if len(got) < max(len(ra), len(ca)):

@@ -55,6 +55,12 @@ class Side:
         self.cols = cols
         self.table = self.rows.table
         self.order_a = np.fromiter(self.order, dtype=np.int64, count=len(self.order))
+        k = len(self.spans)
+        #: the calls' ``(rank, step, event)`` keys and ``(start, first output, end)`` spans
+        self.span_keys = np.fromiter(itertools.chain.from_iterable(self.spans), dtype=np.int64,
+                                     count=3 * k).reshape(k, 3)
+        self.span_vals = np.fromiter(itertools.chain.from_iterable(self.spans.values()),
+                                     dtype=np.int64, count=3 * k).reshape(k, 3)
         # shapes as ids shared by both sides (equal ids: equal shape tuples)
         gid = np.array([shape_ids.setdefault(s, len(shape_ids)) for s in self.rows.shapes()]
                        or [0], dtype=np.int64)
@@ -82,16 +88,12 @@ class Side:
         """The calls' keys packed (:func:`_packed`) and sorted, with their spans; None when a
         key does not pack."""
         if self._index is None:
-            k = len(self.spans)
-            keys = _packed(np.fromiter(itertools.chain.from_iterable(self.spans), dtype=np.int64,
-                                       count=3 * k).reshape(k, 3))
+            keys = _packed(self.span_keys)
             if keys is None:
                 self._index = False
             else:
-                sp = np.fromiter(itertools.chain.from_iterable(self.spans.values()),
-                                 dtype=np.int64, count=3 * k).reshape(k, 3)
                 o = np.argsort(keys, kind="stable")
-                self._index = (keys[o], sp[o])
+                self._index = (keys[o], self.span_vals[o])
         return self._index if isinstance(self._index, tuple) else None
 
     @property
@@ -107,9 +109,7 @@ class Side:
         if not n or not self.spans:
             return out
         o = self.order_a
-        k = len(self.spans)
-        sp = np.fromiter(itertools.chain.from_iterable(self.spans.values()), dtype=np.int64,
-                         count=3 * k).reshape(k, 3)
+        sp = self.span_vals
         sp = sp[np.lexsort((sp[:, 2], sp[:, 1], sp[:, 0]))]  # sorted as the tuples sort
         starts, lens = sp[:, 0], sp[:, 2] - sp[:, 0]
         if int(lens.sum()) != n or (lens <= 0).any():  # not a partition: no call is uniform
@@ -270,19 +270,19 @@ def complex_rows(side: Side, rows: np.ndarray) -> np.ndarray:
     return _complex(side, rows)
 
 
-def noise_classes(side: Side, rows: np.ndarray) -> list[str | None]:
-    """The engine's ``_noise_class`` of each row: ``param``/``grad`` by kind, ``backward``
-    by direction, else None."""
-    kinds = side.cols["kind"].values
-    dirs = side.cols["direction"].values
-    k = side.text("kind", rows).tolist()
-    d = side.text("direction", rows).tolist()
-    out: list[str | None] = []
-    for a, b in zip(k, d):
-        kind = kinds[a]
-        out.append(kind if kind in ("param", "grad") else
-                   "backward" if dirs[b] == "backward" else None)
-    return out
+#: the names of :func:`noise_class_codes`' codes
+NOISE_CLASSES = ("param", "grad", "backward")
+
+
+def noise_class_codes(side: Side, rows: np.ndarray) -> np.ndarray:
+    """The engine's ``_noise_class`` of each row as an index into :data:`NOISE_CLASSES`
+    (-1: None): ``param``/``grad`` by kind, ``backward`` by direction."""
+    kinds = np.array([NOISE_CLASSES.index(k) if k in ("param", "grad") else -1
+                      for k in side.cols["kind"].values] or [-1], dtype=np.int64)
+    back = np.array([d == "backward" for d in side.cols["direction"].values] or [False],
+                    dtype=bool)
+    k = kinds[side.text("kind", rows)]
+    return np.where(k >= 0, k, np.where(back[side.text("direction", rows)], 2, -1))
 
 
 def texts(side: Side, name: str, rows: np.ndarray) -> list[str]:
@@ -423,8 +423,10 @@ def fast_calls(sides: tuple[Side, Side], matches: list[Any], cross_fw: bool,
     first = np.full(len(f), np.iinfo(np.int64).max)
     np.minimum.at(first, seg, seq_r[m_r[f][seg] + pos])
     refs = [r0[i] for i in fl]
-    call_seq = [c.seq for c in refs]
-    order = np.where(n_out_ref > 0, first, np.array(call_seq, dtype=np.int64))
+    order = first
+    if not (n_out_ref > 0).all():
+        none = np.nonzero(n_out_ref == 0)[0]
+        order[none] = [refs[i].seq for i in none.tolist()]
     # pairs: call by call, inputs then outputs
     total = n_in + n_out
     seg, pos = _segments(np.zeros(len(f), dtype=np.int64), total)
@@ -461,7 +463,8 @@ class GroupRows:
     statistics rows) instead of records.
 
     ``pairs[k]`` for match ``k`` (groups whose calls are all calls of the scans):
-    ``(inputs, outputs)``, each ``(ref rows, cand rows, [(i, j)] pairs of positions)``.
+    ``(inputs, outputs)``, each ``(ref rows, cand rows, the ref rows' pair key prefixes
+    (:func:`pair_key` without the position), [(i, j)] pairs of positions)``.
     """
 
     def __init__(self, sides: tuple[Side, Side], matches: list[Any], todo: list[int]):
@@ -508,7 +511,7 @@ class GroupRows:
                 w = len(cs)
                 mat = [dist[at + i * w: at + (i + 1) * w] for i in range(len(rs))]
                 at += w * len(rs)
-                got.append((fr.rows_of(rs), fc.rows_of(cs), pair_by_value(
+                got.append((fr.rows_of(rs), fc.rows_of(cs), fr.prefixes(rs), pair_by_value(
                     [fr.sq[i] for i in rs], [fc.sq[j] for j in cs], [fr.numel[i] for i in rs],
                     [fc.numel[j] for j in cs], [fr.payload[i] for i in rs],
                     [fc.payload[j] for j in cs], lambda m=mat: m, group=True,
@@ -524,7 +527,10 @@ class _RowFacts:
         good = spans[:, 0] >= 0
         s, m, e = (np.where(good, spans[:, i], 0) for i in range(3))
         seg, pos = _segments(s, e - s)
+        self.side = side
         self.rows_a = side.order_a[s[seg] + pos]
+        self.rows_l: list[int] = self.rows_a.tolist()
+        self._prefix: list[str] | None = None
         off = np.cumsum(e - s) - (e - s)
         self.span = np.stack([off, off + (m - s), off + (e - s)], axis=1).tolist()
         rows, cols, table = self.rows_a, side.cols, side.table
@@ -564,16 +570,23 @@ class _RowFacts:
         return list(range(m, e))
 
     def rows_of(self, at: list[int]) -> list[int]:
-        return self.rows_a[at].tolist() if at else []  # type: ignore[no-any-return]
+        rows = self.rows_l
+        return [rows[i] for i in at]
 
+    def prefixes(self, at: list[int]) -> list[str]:
+        """:func:`pair_key` of the rows at positions ``at``, without the position key."""
+        if self._prefix is None:
+            c, r = self.side.cols, self.rows_a
 
-def pair_key(side: Side, row: int, idx: str) -> str:
-    """:func:`~netparity.compare.pairtable.pair_key` of the record of ``row``."""
-    c = side.cols
+            def text(name: str) -> list[str]:
+                col = c[name]
+                vals = col.values
+                return [vals[k] for k in col.codes[r].tolist()]
 
-    def text(name: str) -> str:
-        col = c[name]
-        return col.values[col.codes[row]]  # type: ignore[no-any-return]
+            self._prefix = [f"{st}|{rk}|{kd}|{d}|{mo}|{op}|{ca}|" for st, rk, kd, d, mo, op, ca
+                            in zip(c["step"][r].tolist(), c["rank"][r].tolist(), text("kind"),
+                                   text("direction"), text("module"), text("op"),
+                                   c["call"][r].tolist())]
+        p = self._prefix
+        return [p[i] for i in at]
 
-    return (f"{int(c['step'][row])}|{int(c['rank'][row])}|{text('kind')}|{text('direction')}|"
-            f"{text('module')}|{text('op')}|{int(c['call'][row])}|{idx}")
