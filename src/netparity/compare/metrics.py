@@ -759,12 +759,12 @@ _NORM_AT, _BAD_AT = STAT_FIELDS.index("norm"), [STAT_FIELDS.index(k)
 def table_stat_rows(table: StatTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_stat_rows` of rows ``rows`` of a :class:`~netparity.trace.fastrows.StatTable`
     (records whose statistics were never made into a dict)."""
-    sub = table.floats[rows][:, _ALL_AT]
+    sub = table.floats[np.ix_(rows, _ALL_AT)]  # only the columns read
     total = np.zeros(len(rows), dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         for k in range(sub.shape[1]):  # left to right, as Python's sum adds them
             total = total + sub[:, k]
-    good = ~table.null[rows][:, _ALL_AT].any(axis=1) & np.isfinite(total)
+    good = ~table.null[np.ix_(rows, _ALL_AT)].any(axis=1) & np.isfinite(total)
     return sub, good
 
 
@@ -793,8 +793,8 @@ def table_rms(table: StatTable, rows: np.ndarray, cplx: np.ndarray) -> tuple[np.
     the values (float64, bit-identical) and where it is unknown (None: the norm is NULL)."""
     r = np.asarray(rows)
     norm = table.floats[r, _NORM_AT]
-    bad_null = table.null[r][:, _BAD_AT]
-    bad = np.where(bad_null, 0, table.floats[r][:, _BAD_AT]).astype(np.int64).sum(axis=1)
+    bad_null = table.null[np.ix_(r, _BAD_AT)]
+    bad = np.where(bad_null, 0, table.floats[np.ix_(r, _BAD_AT)]).astype(np.int64).sum(axis=1)
     cnt = table.numel[r] - bad
     cnt = np.where(cplx, 2 * cnt, cnt)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -135,6 +135,11 @@ class Side:
         return self.cols[name].codes[rows]  # type: ignore[no-any-return]
 
 
+_SOURCE = operator.attrgetter("_source")
+_REF = operator.attrgetter("ref")
+_CAND = operator.attrgetter("cand")
+
+
 def sides_of(al: Any) -> tuple[Side, Side] | None:
     """The two sides of an alignment whose calls all come from one column scan per side
     (:class:`~netparity.align.reading.LazyCall`\\ s of one source each); None otherwise."""
@@ -144,13 +149,13 @@ def sides_of(al: Any) -> tuple[Side, Side] | None:
     src_c = al.matches[0].cand[0].__dict__.get("_source")
     if src_r is None or src_c is None or not hasattr(src_r, "rows"):
         return None
-    for m in al.matches:
-        for c in m.ref:
-            if c.__dict__.get("_source") is not src_r:
+    for src, which in ((src_r, "ref"), (src_c, "cand")):
+        calls = itertools.chain.from_iterable(map(operator.attrgetter(which), al.matches))
+        try:
+            if any(s is not src for s in set(map(_SOURCE, calls))):
                 return None
-        for c in m.cand:
-            if c.__dict__.get("_source") is not src_c:
-                return None
+        except (AttributeError, TypeError):  # a call of no source (or an odd one)
+            return None
     got_r, got_c = src_r.rows(), src_c.rows()
     if got_r is None or got_c is None:
         return None
@@ -375,11 +380,16 @@ def fast_calls(sides: tuple[Side, Side], matches: list[Any], cross_fw: bool,
     ops (``aux_ops``, same canonical op, across frameworks) pair their first output only."""
     ref, cand = sides
     out = FastCalls(len(matches))
-    one = [k for k, m in enumerate(matches) if len(m.ref) == 1 and len(m.cand) == 1]
+    refs = list(map(_REF, matches))
+    cands = list(map(_CAND, matches))
+    n = len(matches)
+    single = ((np.fromiter(map(len, refs), dtype=np.int64, count=n) == 1)
+              & (np.fromiter(map(len, cands), dtype=np.int64, count=n) == 1))
+    one = np.nonzero(single)[0].tolist()
     if not one:
         return out
-    r0 = [matches[k].ref[0] for k in one]
-    c0 = [matches[k].cand[0] for k in one]
+    r0 = [refs[k][0] for k in one]
+    c0 = [cands[k][0] for k in one]
     spr, spc = _spans(ref, r0), _spans(cand, c0)
     have = np.nonzero((spr[:, 0] >= 0) & (spc[:, 0] >= 0))[0]
     if not len(have):
