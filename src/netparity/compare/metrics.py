@@ -754,17 +754,18 @@ _ALL_AT = [STAT_FIELDS.index(k) for k in ("min", "max", "mean", "std", "norm", "
                                           "neginf")]
 _NORM_AT, _BAD_AT = STAT_FIELDS.index("norm"), [STAT_FIELDS.index(k)
                                                  for k in ("nan", "posinf", "neginf")]
+_ALL_IX, _BAD_IX = np.array(_ALL_AT, dtype=np.int64), np.array(_BAD_AT, dtype=np.int64)
 
 
 def table_stat_rows(table: StatTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_stat_rows` of rows ``rows`` of a :class:`~netparity.trace.fastrows.StatTable`
     (records whose statistics were never made into a dict)."""
-    sub = table.floats[np.ix_(rows, _ALL_AT)]  # only the columns read
+    sub = table.floats[np.ix_(rows, _ALL_IX)]  # only the columns read
     total = np.zeros(len(rows), dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         for k in range(sub.shape[1]):  # left to right, as Python's sum adds them
             total = total + sub[:, k]
-    good = ~table.null[np.ix_(rows, _ALL_AT)].any(axis=1) & np.isfinite(total)
+    good = ~table.null[np.ix_(rows, _ALL_IX)].any(axis=1) & np.isfinite(total)
     return sub, good
 
 
@@ -793,8 +794,8 @@ def table_rms(table: StatTable, rows: np.ndarray, cplx: np.ndarray) -> tuple[np.
     the values (float64, bit-identical) and where it is unknown (None: the norm is NULL)."""
     r = np.asarray(rows)
     norm = table.floats[r, _NORM_AT]
-    bad_null = table.null[np.ix_(r, _BAD_AT)]
-    bad = np.where(bad_null, 0, table.floats[np.ix_(r, _BAD_AT)]).astype(np.int64).sum(axis=1)
+    bad_null = table.null[np.ix_(r, _BAD_IX)]
+    bad = np.where(bad_null, 0, table.floats[np.ix_(r, _BAD_IX)]).astype(np.int64).sum(axis=1)
     cnt = table.numel[r] - bad
     cnt = np.where(cplx, 2 * cnt, cnt)
     with np.errstate(invalid="ignore", divide="ignore"):
