@@ -701,8 +701,7 @@ def compare(
                     todo = [mi for mi, fi in enumerate(fat) if fi < 0]
                     groups = rowpairs.GroupRows(sides, ms, todo)
                     # the records of the calls paired from records (neither of the above)
-                    rowpairs.prefetch(sides, ms, [0 if fi >= 0 or mi in groups.pairs else -1
-                                                  for mi, fi in enumerate(fat)])
+                    rowpairs.prefetch(sides, ms, [mi for mi in todo if mi not in groups.pairs])
             unmatched["calls_ref"] += [_call_dict(c) for c in al.unmatched_ref]
             unmatched["calls_cand"] += [_call_dict(c) for c in al.unmatched_cand]
             for mi in todo:  # N:M groups and odd calls (every call without row mode)

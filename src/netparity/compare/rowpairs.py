@@ -455,13 +455,14 @@ def fast_calls(sides: tuple[Side, Side], matches: list[Any], cross_fw: bool,
     return out
 
 
-def prefetch(sides: tuple[Side, Side], matches: list[Any], at: list[int]) -> None:
-    """Make the records of the calls of the matches not paired as rows (``at[k] < 0``: N:M
-    groups, odd calls), both sides in one pass each."""
+def prefetch(sides: tuple[Side, Side], matches: list[Any], which_k: list[int]) -> None:
+    """Make the records of the calls of matches ``which_k`` (those paired from records:
+    odd calls, N:M groups not paired as rows), both sides in one pass each."""
+    if not which_k:
+        return
     for side, which in ((sides[0], "ref"), (sides[1], "cand")):
         keys = [(d.get("rank"), d.get("step"), d.get("event"))
-                for k, m in enumerate(matches) if at[k] < 0
-                for d in (c.__dict__ for c in getattr(m, which))]
+                for k in which_k for d in (c.__dict__ for c in getattr(matches[k], which))]
         side.source.prefetch(keys)
 
 
