@@ -513,14 +513,10 @@ def _fast_results(fast: rowpairs.FastCalls, lv: str, matches: list[Any], base: i
     return out
 
 
-def _group_result(sides: tuple[rowpairs.Side, rowpairs.Side], m: Any, io: Any, lv: str,
-                  ck: str, cpos: int, mi: int, acc: _RowAcc,
-                  notes: list[tuple[int, dict[str, Any]]]) -> CallResult:
-    """The :class:`CallResult` of an N:M group paired as rows (:class:`rowpairs.GroupRows`),
-    with its pairs added to ``acc``: what the per-match loop makes of the group's records."""
+def _match_call(m: Any, lv: str, ck: str, order: int) -> CallResult:
+    """The :class:`CallResult` of a match, no tensors yet (``CallResult(...)`` without the
+    dataclass ``__init__``: exactly the attributes it sets, defaults included)."""
     r0, c0 = m.ref[0], m.cand[0]
-    outs = io[1][0]
-    seq = sides[0].cols["seq"]
     call = _new(CallResult)
     call.__dict__ = {
         "key": ck, "level": lv, "module": r0.module,
@@ -528,12 +524,23 @@ def _group_result(sides: tuple[rowpairs.Side, rowpairs.Side], m: Any, io: Any, l
         "native": r0.native, "cand_module": c0.module,
         "cand_op": c0.op if len(m.cand) == 1 else "+".join(c.op for c in m.cand),
         "direction": r0.direction, "step": r0.step, "rank": r0.rank,
-        "source": r0.source, "cand_source": c0.source,
-        "order": int(seq[outs].min()) if outs else r0.seq,
+        "source": r0.source, "cand_source": c0.source, "order": order,
         "inputs": [], "outputs": [], "status": "pass", "origin": "", "note": "",
         "method": m.method, "confidence": float(m.confidence), "in_error": 0.0,
         "out_error": 0.0,
     }
+    return call
+
+
+def _group_result(sides: tuple[rowpairs.Side, rowpairs.Side], m: Any, io: Any, lv: str,
+                  ck: str, cpos: int, mi: int, acc: _RowAcc,
+                  notes: list[tuple[int, dict[str, Any]]]) -> CallResult:
+    """The :class:`CallResult` of an N:M group paired as rows (:class:`rowpairs.GroupRows`),
+    with its pairs added to ``acc``: what the per-match loop makes of the group's records."""
+    r0 = m.ref[0]
+    outs = io[1][0]
+    seq = sides[0].cols["seq"]
+    call = _match_call(m, lv, ck, int(seq[outs].min()) if outs else r0.seq)
     ev = f"|{r0.event}"
     for role, (ra, ca, pre, got) in zip(("in", "out"), io):
         is_out = role == "out"
@@ -729,20 +736,7 @@ def compare(
                                     else (r0.inputs, c0.inputs))
                     order = min((o.seq for o in outs_r), default=r0.seq)
                 cpos = base + mi
-                # CallResult(...) without the dataclass __init__ (one per matched call, ~200k
-                # at 100k ops): exactly the attributes it sets, defaults included
-                call = _new(CallResult)
-                call.__dict__ = {
-                    "key": ck, "level": lv, "module": r0.module,
-                    "op": r0.op if len(m.ref) == 1 else "+".join(c.op for c in m.ref),
-                    "native": r0.native, "cand_module": c0.module,
-                    "cand_op": c0.op if len(m.cand) == 1 else "+".join(c.op for c in m.cand),
-                    "direction": r0.direction, "step": r0.step, "rank": r0.rank,
-                    "source": r0.source, "cand_source": c0.source, "order": order,
-                    "inputs": [], "outputs": [], "status": "pass", "origin": "", "note": "",
-                    "method": m.method, "confidence": float(m.confidence), "in_error": 0.0,
-                    "out_error": 0.0,
-                }
+                call = _match_call(m, lv, ck, order)
                 for role in ("in", "out"):
                     is_out = role == "out"
                     aux = (is_out and cross_fw and len(m.ref) == 1 and len(m.cand) == 1
