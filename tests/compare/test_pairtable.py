@@ -365,3 +365,37 @@ def test_int_tolerances_keep_their_type(tmp_path):
     assert type(p.rtol) is int and type(p.atol) is int and type(p.metrics["atol"]) is int
     fast = localise(engine.compare(ref, cand, level="op", rtol=0, atol=1))
     _same_as_record_path(fast, ref, cand, "op", rtol=0, atol=1)
+
+
+@pytest.mark.slow
+def test_row_mode_real_bert_groups(tmp_path):
+    """Real captures: ``transformers.BertModel`` (PyTorch) against its MindSpore port at op
+    level, with payloads -- ``addmm`` against ``MatMul + BiasAdd`` and the fused attention
+    are N:M groups; every one is paired from the scans' columns and the localised result
+    (JSON) is the record path's, for the faithful port and the LayerNorm-eps bug."""
+    pytest.importorskip("torch", reason="PyTorch is not installed")
+    pytest.importorskip("mindspore", reason="MindSpore is not installed")
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    from tests.corpus import bert_pair
+
+    from netparity.align import align_traces
+    from netparity.compare import rowpairs
+    from netparity.trace import open_trace
+
+    ref = bert_pair.bert_model()
+    bert_pair.capture_torch(ref, tmp_path / "ref")
+    for bug in (None, "ln-eps"):
+        cand_dir = tmp_path / f"cand-{bug}"
+        cand = bert_pair.ms_bert(bug)
+        bert_pair.load_weights(ref, cand)
+        bert_pair.capture_mindspore(cand, cand_dir)
+        al = align_traces(open_trace(tmp_path / "ref"), open_trace(cand_dir), level="op")
+        sides = rowpairs.sides_of(al)
+        assert sides is not None
+        at = rowpairs.fast_calls(sides, al.matches, True, engine.AUX_OUTPUT_OPS).at
+        todo = [k for k, a in enumerate(at) if a < 0]
+        grouped = [k for k in todo if al.matches[k].is_group]
+        assert grouped and sorted(rowpairs.GroupRows(sides, al.matches, todo).pairs) == grouped
+        fast = localise(engine.compare(tmp_path / "ref", cand_dir, level="op"))
+        assert bool(fast) == (bug is None)
+        _same_as_record_path(fast, tmp_path / "ref", cand_dir, "op")
