@@ -95,7 +95,11 @@ class PairTable:
          call, is_out) = (list(c) for c in cols)
         self.call = np.array(call, dtype=np.int64)
         self.is_out = np.array(is_out, dtype=bool)
-        self.atol: list[float] = [t.atol for t in self.tols]
+        self.scaled = np.array(self.scaled, dtype=bool)  # type: ignore[assignment]
+        #: each pair's rtol and (final, once :meth:`set_atol` ran) atol: the Python numbers
+        #: the pair's metrics and PairResult hold (an object array keeps their types)
+        self.rtol = objects([t.rtol for t in self.tols])[:self.n]
+        self.atol = objects([t.atol for t in self.tols])[:self.n]
         #: the PairResult of each pair once made (judged one by one, or asked for)
         self.obj: list[PairResult | None] = [None] * self.n
         self.made: list[int] = []  # the positions of obj that are set, in the order made
@@ -109,19 +113,25 @@ class PairTable:
 
     @classmethod
     def of_rows(cls, ref: ScannedRows, cand: ScannedRows, rrow: np.ndarray, crow: np.ndarray,
-                tols: list[Tol], scaled: list[bool], idx: list[str], keys: list[str],
-                call_keys: list[str], call: np.ndarray, is_out: np.ndarray) -> PairTable:
+                tols: list[tuple[Tol, bool]], tid: np.ndarray, idx: list[str],
+                keys: list[str], call_keys: list[str], call: np.ndarray,
+                is_out: np.ndarray) -> PairTable:
         """A table in row mode: pair ``i`` is row ``rrow[i]`` of ``ref`` and row ``crow[i]``
-        of ``cand``; the other columns as in :class:`PairTable`'s ``rows``."""
+        of ``cand``, its tolerance and whether to scale it ``tols[tid[i]]``; the other
+        columns as in :class:`PairTable`'s ``rows``."""
         t = cls([])
         t.n = len(rrow)
         t.sides = (ref, cand)
         t.rrow, t.crow = rrow, crow
         t.refs = _RowRecords(ref, rrow)  # type: ignore[assignment]
         t.cands = _RowRecords(cand, crow)  # type: ignore[assignment]
-        t.tols, t.scaled, t.idx, t.keys, t.call_keys = tols, scaled, idx, keys, call_keys
+        uniq = [x for x, _ in tols]
+        t.tols = objects(uniq)[tid]  # type: ignore[assignment]
+        t.scaled = np.array([sc for _, sc in tols] or [False], dtype=bool)[tid]
+        t.rtol = objects([x.rtol for x in uniq])[tid]
+        t.atol = objects([x.atol for x in uniq])[tid]
+        t.idx, t.keys, t.call_keys = idx, keys, call_keys
         t.call, t.is_out = call, is_out
-        t.atol = [x.atol for x in tols]
         t.obj = [None] * t.n
         t.code = np.zeros(t.n, dtype=np.int8)
         t.brow = np.full(t.n, -1, dtype=np.int64)
@@ -131,10 +141,10 @@ class PairTable:
         return self.n
 
     # ---- building ------------------------------------------------------------------------
-    def set_atol(self, at: list[int], values: list[float]) -> None:
+    def set_atol(self, at: Any, values: list[float]) -> None:
         """The final (RMS-scaled) ``atol`` of pairs ``at``."""
-        for i, v in zip(at, values):
-            self.atol[i] = v
+        if len(at):
+            self.atol[np.asarray(at, dtype=np.int64)] = values
 
     def tol(self, i: int) -> Tol:
         """Pair ``i``'s tolerance with its final ``atol``."""
@@ -296,6 +306,14 @@ class _RowRecords:
         need = [i for i in idx if i not in made]
         for i, r in zip(need, self.rows.records(self.at[need].tolist() if need else [])):
             made[i] = r
+
+
+def objects(values: list[Any]) -> np.ndarray:
+    """``values`` as a 1-D object array (the objects themselves; at least one slot, so that
+    indexing it with an empty index works)."""
+    out = np.empty(max(len(values), 1), dtype=object)
+    out[:len(values)] = values
+    return out
 
 
 def row_of(p: PairResult) -> tuple[Any, ...]:
