@@ -86,3 +86,25 @@ def test_outputs_beyond_the_primary_pair_only_by_position():
     assert pair_tensors([out, mean, rstd], [c_out, c_a, c_b, c_c], first_only=True) == [
         (out, c_out)]
     assert len(pair_tensors([out, mean, rstd], [c_out, c_a, c_b], first_only=True)) == 3
+
+
+def test_distances_in_one_pass_equal_the_matrices():
+    """The group row path computes every distance a group may ask for as one flat pass
+    (``rowpairs.GroupRows``); each value is bit for bit the per-matrix one pair_tensors
+    uses, NaN, infinities and zeros included."""
+    from netparity.align.features import row_distance
+    from netparity.compare.argpairs import distances
+
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        n, m = (int(x) for x in rng.integers(1, 9, 2))
+        a = rng.standard_normal((n, 5)) * 10.0 ** rng.integers(-8, 8, (n, 5))
+        b = a[rng.integers(0, n, m)] * (1 + rng.standard_normal((m, 5))
+                                        * 10.0 ** rng.integers(-9, 0))
+        for x in (a, b):
+            x[rng.random(x.shape) < 0.05] = np.nan
+            x[rng.random(x.shape) < 0.02] = np.inf
+            x[rng.random(x.shape) < 0.05] = 0.0
+        flat = row_distance(a[np.repeat(np.arange(n), m)], b[np.tile(np.arange(m), n)])
+        want = [v for row in distances(a, b) for v in row]
+        assert np.where(np.isfinite(flat), flat, 1.0).tolist() == want

@@ -315,3 +315,87 @@ def test_row_mode_odd_calls(tmp_path):
     assert 0 < sum(a < 0 for a in at) < len(at)
     both = engine.compare(ref, cand, level="both")
     assert both.table is not None and both.table.sides is None
+
+
+def test_row_mode_groups_make_no_records(tmp_path, monkeypatch):
+    """The synthetic cross-framework pair's N:M groups (linear -> MatMul + BiasAdd, layer
+    norm) are paired from the scans' columns: the comparison makes records only for the
+    tolerance look-ups (one pair per distinct signature), none for the groups, and gives
+    the record path's result (``test_row_mode_cross_framework``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from align_speed import Gen
+
+    from netparity.align import align_traces
+    from netparity.compare import rowpairs
+    from netparity.trace import open_trace
+    from netparity.trace.fastrows import ScannedRows
+
+    ref, cand = tmp_path / "ref", tmp_path / "cand"
+    Gen(ref, "torch", 60, False).run()
+    Gen(cand, "mindspore", 60, False).run()
+    al = align_traces(open_trace(ref), open_trace(cand), level="op")
+    sides = rowpairs.sides_of(al)
+    assert sides is not None
+    fast = rowpairs.fast_calls(sides, al.matches, True, engine.AUX_OUTPUT_OPS)
+    todo = [k for k, a in enumerate(fast.at) if a < 0]
+    groups = rowpairs.GroupRows(sides, al.matches, todo)
+    grouped = [k for k in todo if al.matches[k].is_group]
+    assert grouped and sorted(groups.pairs) == grouped  # every group, as rows
+    made: list[int] = []
+    records = ScannedRows.records
+
+    def counted(self: ScannedRows, rows: object) -> object:
+        got = records(self, rows)  # type: ignore[arg-type]
+        made.append(len(got))
+        return got
+
+    monkeypatch.setattr(ScannedRows, "records", counted)
+    r = engine.compare(ref, cand, level="op")
+    assert r.table is not None and r.table.sides is not None and len(r.table) > 100
+    assert sum(made) <= 8, made  # the tolerance signatures' records only
+
+
+def test_int_tolerances_keep_their_type(tmp_path):
+    """Tolerances given as ints land in every pair's metrics and fields as ints, in row
+    mode as on the record path (the table keeps the values themselves, not floats)."""
+    spec = [("conv", ["0", "1"], 30, 1.0, [0, 3]), ("relu", ["0"], 20, 1.0, [2, 1])]
+    ref, cand = _both(tmp_path, spec, 7)
+    fast = localise(engine.compare(ref, cand, level="op", rtol=0, atol=1))
+    p = fast.pairs[0]
+    assert type(p.rtol) is int and type(p.atol) is int and type(p.metrics["atol"]) is int
+    fast = localise(engine.compare(ref, cand, level="op", rtol=0, atol=1))
+    _same_as_record_path(fast, ref, cand, "op", rtol=0, atol=1)
+
+
+@pytest.mark.slow
+def test_row_mode_real_bert_groups(tmp_path):
+    """Real captures: ``transformers.BertModel`` (PyTorch) against its MindSpore port at op
+    level, with payloads -- ``addmm`` against ``MatMul + BiasAdd`` and the fused attention
+    are N:M groups; every one is paired from the scans' columns and the localised result
+    (JSON) is the record path's, for the faithful port and the LayerNorm-eps bug."""
+    pytest.importorskip("torch", reason="PyTorch is not installed")
+    pytest.importorskip("mindspore", reason="MindSpore is not installed")
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    from tests.corpus import bert_pair
+
+    from netparity.align import align_traces
+    from netparity.compare import rowpairs
+    from netparity.trace import open_trace
+
+    ref = bert_pair.bert_model()
+    bert_pair.capture_torch(ref, tmp_path / "ref")
+    for bug in (None, "ln-eps"):
+        cand_dir = tmp_path / f"cand-{bug}"
+        cand = bert_pair.ms_bert(bug)
+        bert_pair.load_weights(ref, cand)
+        bert_pair.capture_mindspore(cand, cand_dir)
+        al = align_traces(open_trace(tmp_path / "ref"), open_trace(cand_dir), level="op")
+        sides = rowpairs.sides_of(al)
+        assert sides is not None
+        at = rowpairs.fast_calls(sides, al.matches, True, engine.AUX_OUTPUT_OPS).at
+        todo = [k for k, a in enumerate(at) if a < 0]
+        grouped = [k for k in todo if al.matches[k].is_group]
+        assert grouped and sorted(rowpairs.GroupRows(sides, al.matches, todo).pairs) == grouped
+        fast = localise(engine.compare(tmp_path / "ref", cand_dir, level="op"))
+        assert bool(fast) == (bug is None)
+        _same_as_record_path(fast, tmp_path / "ref", cand_dir, "op")

@@ -121,6 +121,11 @@ def first_divergence(
     before the module that runs it, so at level "both" the op is found first, with its module.
     """
     cs = sorted((c for c in calls if c.direction == direction), key=lambda c: (c.step, c.order))
+    return _first_in(cs, pairs)
+
+
+def _first_in(cs: list[CallResult], pairs: Mapping[str, PairResult]) -> Divergence | None:
+    """:func:`first_divergence` of calls of one direction already in execution order."""
     for want in ("fail", "warn"):
         for c in cs:
             if c.status == want:
@@ -172,62 +177,141 @@ def min_tolerances(pairs: list[PairResult]) -> list[dict[str, Any]]:
     return min_tolerance_rows([row_of(p) for p in pairs])
 
 
-def _f(v: Any) -> float:
-    return float(v) if v is not None else 0.0
+_ROW_COLUMNS = ("basis", "rtol", "atol", "source", "ref_rms", "nonfinite", "min_atol",
+                "min_rtol")
 
 
 def min_tolerance_rows(rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
     """:func:`min_tolerances` of pairs given as rows ``(basis, rtol, atol, tol_source,
-    ref_rms, nonfinite mismatch, min_atol, min_rtol)``
-    (:func:`netparity.compare.pairtable.row_of`, :meth:`PairTable.tolerance_rows
-    <netparity.compare.pairtable.PairTable.tolerance_rows>`)."""
-    groups: dict[tuple[float, float], dict[str, Any]] = {}
-    for basis, rtol, atol, source, ref_rms, nf, min_atol, min_rtol in rows:
-        if basis not in ("tensors", "stats"):
-            continue
-        # RMS-relative atol (cross profile): every pair has its own absolute atol, so group by
-        # rtol and report atol in units of each tensor's RMS instead of one line per pair.
-        rms = _f(ref_rms) if "(atol x rms)" in source else 0.0
-        scale = rms if rms > 0 else 1.0
-        key = (rtol, atol) if rms <= 0 else (rtol, -1.0)
-        g = groups.get(key)
-        if g is None:
-            g = groups[key] = {
-                "rtol": rtol, "atol": atol / scale, "min_atol": 0.0, "min_rtol": 0.0,
-                "pairs": 0, "nonfinite_mismatch": 0, "basis": set(),
-                **({"atol_unit": "rms"} if rms > 0 else {})}
-        g["pairs"] += 1
-        g["basis"].add(basis)
-        if nf:
-            g["nonfinite_mismatch"] += 1  # no tolerance passes these
-            continue
-        g["min_atol"] = max(g["min_atol"], _f(min_atol) / scale)
-        g["min_rtol"] = max(g["min_rtol"], _f(min_rtol))
+    ref_rms, nonfinite mismatch, min_atol, min_rtol)`` (:func:`netparity.compare.pairtable.row_of`)."""
+    return min_tolerance_columns(_columns_of_rows(rows))
+
+
+def _columns_of_rows(rows: list[tuple[Any, ...]]) -> dict[str, np.ndarray]:
+    """Rows as :func:`min_tolerance_columns` reads them (None: 0.0)."""
+    cols: dict[str, np.ndarray] = {}
+    for name, col in zip(_ROW_COLUMNS, zip(*rows) if rows else [()] * len(_ROW_COLUMNS)):
+        if name in ("basis", "source"):
+            cols[name] = np.array(list(col) + [None], dtype=object)[:-1]  # strings stay objects
+        elif name == "nonfinite":
+            cols[name] = np.array([bool(v) for v in col], dtype=bool)
+        else:
+            cols[name] = np.array([0.0 if v is None else float(v) for v in col],
+                                  dtype=np.float64)
+    return cols
+
+
+def _groups(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group of each ``(x, y)`` (floats compared with ``==``, as dict keys are) and each
+    group's first position; groups numbered in sorted key order."""
+    o = np.lexsort((y, x))
+    xs, ys = x[o], y[o]
+    new = np.ones(len(o), dtype=bool)
+    new[1:] = (xs[1:] != xs[:-1]) | (ys[1:] != ys[:-1])
+    gid = np.cumsum(new) - 1
+    inv = np.empty(len(o), dtype=np.int64)
+    inv[o] = gid
+    first = np.full(int(gid[-1]) + 1 if len(o) else 0, len(o), dtype=np.int64)
+    np.minimum.at(first, gid, o)
+    return inv, first
+
+
+def min_tolerance_columns(cols: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
+    """:func:`min_tolerances` of pairs given as columns (those of
+    :meth:`PairTable.tolerance_columns <netparity.compare.pairtable.PairTable.tolerance_columns>`),
+    as whole arrays: one group per (rtol, atol) in order of first use, largest first.
+
+    A pair whose atol is relative to its tensor's RMS (the cross profile: ``(atol x rms)`` in
+    its tolerance source) has its own absolute atol, so such pairs group by rtol alone and
+    report atol in units of each tensor's RMS instead of one line per pair."""
+    basis = cols["basis"]
+    is_stats = basis == "stats"
+    is_tensors = basis == "tensors"
+    keep = np.nonzero(is_stats | is_tensors)[0]
+    if not len(keep):
+        return []
+    rtol, atol = cols["rtol"][keep], cols["atol"][keep]
+    memo: dict[Any, bool] = {}
+    rel = np.array([memo[x] if x in memo else memo.setdefault(x, "(atol x rms)" in x)
+                    for x in cols["source"][keep].tolist()], dtype=bool)
+    rms = np.where(rel, cols["ref_rms"][keep], 0.0)
+    with np.errstate(invalid="ignore"):
+        pos, nonpos = rms > 0, rms <= 0
+    scale = np.where(pos, rms, 1.0)
+    inv, first = _groups(rtol, np.where(nonpos, atol, -1.0))
+    ng = len(first)
+    pairs = np.bincount(inv, minlength=ng)
+    nf = cols["nonfinite"][keep]
+    n_nf = np.bincount(inv[nf], minlength=ng)
+    ok = ~nf
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        ma = cols["min_atol"][keep] / scale
+    mr = cols["min_rtol"][keep]
+    most = []
+    for v in (ma, mr):  # Python's max(0.0, x) in order: NaN never wins, 0.0 is the floor
+        m = np.zeros(ng)
+        g, x = inv[ok], v[ok]
+        good = ~np.isnan(x)
+        np.maximum.at(m, g[good], x[good])
+        most.append((m + 0.0).tolist())
+    kinds = [np.bincount(inv[flag[keep]], minlength=ng) > 0 for flag in (is_stats, is_tensors)]
     out = []
-    for g in groups.values():
-        g["basis"] = "+".join(sorted(g["basis"]))
-        out.append(g)
+    for g in np.argsort(first, kind="stable").tolist():  # groups in order of first use
+        f = int(first[g])
+        grp: dict[str, Any] = {
+            "rtol": float(rtol[f]), "atol": float(atol[f] / scale[f]),
+            "min_atol": most[0][g], "min_rtol": most[1][g], "pairs": int(pairs[g]),
+            "nonfinite_mismatch": int(n_nf[g]),
+            "basis": "+".join(b for b, k in zip(("stats", "tensors"), kinds) if k[g])}
+        if pos[f]:
+            grp["atol_unit"] = "rms"
+        out.append(grp)
     out.sort(key=lambda g: -int(g["pairs"]))
     return out
 
 
 class _TablePairs(Mapping[str, PairResult]):
-    """``{key: PairResult}`` of a :class:`PairTable`, each pair made when looked up."""
+    """``{key: PairResult}`` of a :class:`PairTable`, each pair made when looked up.
+
+    Localisation looks up the output pairs of a few calls (the first divergences), so a key
+    is found by a scan of the table's keys until more than a few have been asked for; then
+    the whole index is built once."""
+
+    _SCANS = 16
 
     def __init__(self, table: PairTable):
         self.table = table
         self._at: dict[str, int] | None = None
+        self._asked = 0
+        self._found: dict[str, int] = {}
 
     def _index(self) -> dict[str, int]:
         if self._at is None:
             self._at = {k: i for i, k in enumerate(self.table.keys)}
         return self._at
 
+    def _find(self, key: object) -> int:
+        if self._at is None and self._asked < self._SCANS:
+            got = self._found.get(key)  # type: ignore[call-overload]
+            if got is None:
+                self._asked += 1
+                keys = self.table.keys
+                try:  # the last pair of that key, as the index has it
+                    got = len(keys) - 1 - keys[::-1].index(key)  # type: ignore[arg-type]
+                except ValueError:
+                    got = -1
+                self._found[key] = got  # type: ignore[index]
+            return int(got)
+        return self._index().get(key, -1)  # type: ignore[call-overload]
+
     def __getitem__(self, key: str) -> PairResult:
-        return self.table.get(self._index()[key])
+        i = self._find(key)
+        if i < 0:
+            raise KeyError(key)
+        return self.table.get(i)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._index()
+        return self._find(key) >= 0
 
     def __iter__(self) -> Any:
         return iter(self._index())
@@ -242,16 +326,47 @@ def classify_table(calls: list[CallResult], table: PairTable,
     calls are those the table's ``call`` column points into). Returns False, changing nothing,
     where an error is NaN or -0.0 (Python's ``max`` has its own rules there) or ``calls`` are
     not the ones the table was made with: then classify the pair objects."""
+    return _classify_table(calls, table, amplification) is not None
+
+
+class _Classified:
+    """What :func:`_classify_table` worked out, for finding the first divergences."""
+
+    def __init__(self, exec_order: np.ndarray, rank: np.ndarray, direction: np.ndarray):
+        self.exec_order = exec_order  # call positions in execution order (step, order)
+        self.rank = rank  # 0 pass (or unknown), 1 warn, 2 fail
+        self.direction = direction  # object array
+
+    def first(self, calls: list[CallResult], pairs: Mapping[str, PairResult],
+              direction: str) -> Divergence | None:
+        """:func:`first_divergence` from the arrays: only the calls around the one found
+        are looked at."""
+        eo = self.exec_order
+        mine = eo[self.direction[eo] == direction]
+        for want in (2, 1):
+            hit = mine[self.rank[mine] == want]
+            if len(hit):
+                c = calls[int(hit[0])]
+                if c.origin != "propagated":
+                    return _divergence(c, pairs)
+                return _first_in([calls[i] for i in mine.tolist()], pairs)
+        return None
+
+
+def _classify_table(calls: list[CallResult], table: PairTable,
+                    amplification: float) -> _Classified | None:
+    """:func:`classify_table`; None where it returns False."""
     n = len(calls)
     if table.n and (int(table.call.max()) >= n or int(table.call.min()) < 0):
-        return False
-    ck = [c.key for c in calls]
-    if any(ck[c] != k for c, k in zip(table.call.tolist(), table.call_keys)):
-        return False  # the calls are not those the table was made with (edited since)
+        return None
+    ck = np.array([c.key for c in calls] + [None], dtype=object)[:-1]
+    if table.n and bool((ck[table.call] != np.array(table.call_keys + [None],
+                                                    dtype=object)[:-1]).any()):
+        return None  # the calls are not those the table was made with (edited since)
     table.refresh()
     err = table.errors()
     if np.isnan(err).any() or np.signbit(err).any():
-        return False
+        return None
     rank = CODE_RANK[table.code]
     cp, out = table.call, table.is_out
     inn = ~out
@@ -272,8 +387,9 @@ def classify_table(calls: list[CallResult], table: PairTable,
     ids: dict[tuple[str, int, int, str], int] = {}
     scope = np.array([ids.setdefault((c.direction, c.step, c.rank, c.level), len(ids))
                       for c in calls], dtype=np.int64)
+    exec_order = np.lexsort((order, step))
     pos = np.empty(n, dtype=np.int64)
-    pos[np.lexsort((order, step))] = np.arange(n)
+    pos[exec_order] = np.arange(n)
     by = np.lexsort((pos, scope))  # scope by scope, in execution order
     before = np.zeros(n, dtype=bool)
     if n:
@@ -300,7 +416,8 @@ def classify_table(calls: list[CallResult], table: PairTable,
             c.note = "inputs not captured; judged by execution order"
         else:
             c.note = ""
-    return True
+    direction = np.array([k[0] for k in ids] + [None], dtype=object)[:-1][scope]
+    return _Classified(exec_order, out_rank, direction)
 
 
 def localise(result: CompareResult, amplification: float | None = None, *,
@@ -317,20 +434,27 @@ def localise(result: CompareResult, amplification: float | None = None, *,
         amplification = float(result.settings.get("amplification", AMPLIFICATION))
     table = result.table
     pairs: Mapping[str, PairResult]
-    if table is not None and classify_table(result.calls, table, amplification):
-        pairs = _TablePairs(table)  # pairs made only for the divergences shown
+    got = _classify_table(result.calls, table, amplification) if table is not None else None
+    directions = ("forward", "backward", "update")
+    if got is not None:
+        pairs = _TablePairs(table)  # type: ignore[arg-type]  # pairs made only when shown
+        first = {d: got.first(result.calls, pairs, d) for d in directions}
     else:
         pairs = {p.key: p for p in result.pairs}
         classify_calls(result.calls, pairs, amplification)
-    result.first_divergence = first_divergence(result.calls, pairs, "forward")
-    result.first_backward = first_divergence(result.calls, pairs, "backward")
-    result.first_update = first_divergence(result.calls, pairs, "update")
+        first = {d: first_divergence(result.calls, pairs, d) for d in directions}
+    result.first_divergence = first["forward"]
+    result.first_backward = first["backward"]
+    result.first_update = first["update"]
     if tolerances:
         table = result.table
         if table is not None:
-            rows = table.tolerance_rows() + [row_of(p) for p in (*result.params, *result.loss,
-                                                                 *result.data)]
-            result.min_tolerance = min_tolerance_rows(rows)
+            cols = table.tolerance_columns()
+            extra = [row_of(p) for p in (*result.params, *result.loss, *result.data)]
+            if extra:
+                more = _columns_of_rows(extra)
+                cols = {k: np.concatenate((v, more[k])) for k, v in cols.items()}
+            result.min_tolerance = min_tolerance_columns(cols)
         else:
             result.min_tolerance = min_tolerances(result.all_pairs())
     return result

@@ -49,7 +49,6 @@ Example:
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -78,17 +77,22 @@ def group_inputs(calls: Sequence[Any]) -> list[Record]:
     """The inputs a run of calls takes from outside itself (see the module docstring)."""
     if len(calls) == 1:
         return list(calls[0].inputs)
-    made: set[tuple[Any, ...]] = set()
-    out: list[Record] = []
-    for c in calls:
-        for r in c.inputs:
-            key = _identity(r)
+    io = [(c.inputs, c.outputs) for c in calls]
+    return external_inputs([(ins, list(map(_identity, ins)), list(map(_identity, outs)))
+                            for ins, outs in io])
+
+
+def external_inputs(calls: Sequence[tuple[Sequence[Any], list[Any], list[Any]]]) -> list[Any]:
+    """:func:`group_inputs` of calls given as ``(inputs, identities of the inputs,
+    identities of the outputs)`` (an identity: what makes two tensors of one trace the same,
+    None when unknown, as :func:`_identity`); returns the external inputs."""
+    made: set[Any] = set()
+    out: list[Any] = []
+    for ins, in_keys, out_keys in calls:
+        for r, key in zip(ins, in_keys):
             if key is None or key not in made:
                 out.append(r)
-        for r in c.outputs:
-            key = _identity(r)
-            if key is not None:
-                made.add(key)
+        made.update(k for k in out_keys if k is not None)
     return out
 
 
@@ -115,31 +119,63 @@ def pair_tensors(rs: Sequence[Record], cs: Sequence[Record], *, group: bool = Fa
             positional or all(a.shape == b.shape or squeezed(a.shape) == squeezed(b.shape)
                               for a, b in zip(rs, cs))):
         return list(zip(rs, cs))  # the common case: one tuple comparison per tensor
-    free = list(range(len(cs)))
+
+    def matrix() -> list[list[float]]:
+        a = np.array([stat_row(x) for x in rs], dtype=np.float64).reshape(len(rs), 5)
+        b = np.array([stat_row(x) for x in cs], dtype=np.float64).reshape(len(cs), 5)
+        return distances(a, b)
+
+    got = pair_by_value(
+        [squeezed(a.shape) for a in rs], [squeezed(b.shape) for b in cs],
+        [a.numel for a in rs], [b.numel for b in cs],
+        [a.has_payload for a in rs], [b.has_payload for b in cs], matrix,
+        group=group, primary=primary, first_only=first_only)
+    return [(rs[i], cs[j]) for i, j in got]
+
+
+def distances(a: np.ndarray, b: np.ndarray) -> list[list[float]]:
+    """:func:`_distance` of every row of ``a`` (``(n, 5)`` :func:`stat_row` rows) with every
+    row of ``b``, as nested lists (the same element-wise float operations as one pair at a
+    time; a non-finite distance counts as 1)."""
+    m = row_distance(a[:, None, :], b[None, :, :])
+    return np.where(np.isfinite(m), m, 1.0).tolist()  # type: ignore[no-any-return]
+
+
+def _counts(xs: list[Any]) -> dict[Any, int]:
+    out: dict[Any, int] = {}
+    for x in xs:
+        out[x] = out.get(x, 0) + 1
+    return out
+
+
+def pair_by_value(shapes_r: list[Any], shapes_c: list[Any], numel_r: list[int],
+                  numel_c: list[int], payload_r: list[bool], payload_c: list[bool],
+                  matrix: Any, *, group: bool = False, primary: bool = False,
+                  first_only: bool = False) -> list[tuple[int, int]]:
+    """:func:`pair_tensors` past its positional case, on the tensors' facts: squeezed shapes
+    (any values that are equal exactly when the squeezed shapes are), element counts, whether
+    a payload is stored, and ``matrix()`` -> the :func:`distances` of the two sides'
+    :func:`stat_row` rows (asked for on first need). Returns the pairs as ``(ref index, cand
+    index)``, sorted."""
+    free = list(range(len(shapes_c)))
     got: list[tuple[int, int]] = []
     left: list[int] = []
     dmat: list[list[float]] = []
 
     def dist(i: int, j: int) -> float:
-        """:func:`_distance` of ``rs[i]`` and ``cs[j]``: the whole matrix at once, on first
-        use (the same element-wise float operations as one pair at a time)."""
         if not dmat:
-            a = np.array([stat_row(x) for x in rs], dtype=np.float64).reshape(len(rs), 5)
-            b = np.array([stat_row(x) for x in cs], dtype=np.float64).reshape(len(cs), 5)
-            m = row_distance(a[:, None, :], b[None, :, :])
-            dmat.extend(np.where(np.isfinite(m), m, 1.0).tolist())
+            dmat.extend(matrix())
         return dmat[i][j]
 
-    shapes_r = Counter(squeezed(a.shape) for a in rs)
-    shapes_c = Counter(squeezed(b.shape) for b in cs)
-    for i, a in enumerate(rs[:1] if first_only else rs):
-        shape = squeezed(a.shape)
+    count_r = _counts(shapes_r)
+    count_c = _counts(shapes_c)
+    for i, shape in enumerate(shapes_r[:1] if first_only else shapes_r):
         best: tuple[float, int] | None = None
-        if group and not shapes_r[shape] == shapes_c[shape] == 1:
+        if group and not count_r.get(shape, 0) == count_c.get(shape, 0) == 1:
             left.append(i)
             continue
         for j in free:
-            if squeezed(cs[j].shape) != shape:
+            if shapes_c[j] != shape:
                 continue
             d = dist(i, j)
             if group and d > STATS_VETO:
@@ -151,19 +187,20 @@ def pair_tensors(rs: Sequence[Record], cs: Sequence[Record], *, group: bool = Fa
         else:
             free.remove(best[1])
             got.append((i, best[1]))
-    sizes_r = Counter(a.numel for a in rs)
-    sizes_c = Counter(b.numel for b in cs)
+    if left:
+        sizes_r = _counts(numel_r)
+        sizes_c = _counts(numel_c)
     for i in left:  # another layout of the same elements: only element-wise evidence can tell
-        a = rs[i]
-        if not a.has_payload or (group and not sizes_r[a.numel] == sizes_c[a.numel] == 1):
+        n = numel_r[i]
+        if not payload_r[i] or (group and not sizes_r.get(n, 0) == sizes_c.get(n, 0) == 1):
             continue
-        fits = [j for j in free if cs[j].has_payload and cs[j].numel == a.numel
+        fits = [j for j in free if payload_c[j] and numel_c[j] == n
                 and not (group and dist(i, j) > STATS_VETO)]
         if fits:
             j = min(fits, key=lambda j: dist(i, j))
             free.remove(j)
             got.append((i, j))
-    if primary and rs and cs and 0 in free and all(i != 0 for i, _ in got):
+    if primary and shapes_r and shapes_c and 0 in free and all(i != 0 for i, _ in got):
         got.append((0, 0))
     got.sort()
-    return [(rs[i], cs[j]) for i, j in got]
+    return got

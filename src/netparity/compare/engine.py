@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import math
+import operator
 import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -130,10 +131,14 @@ def _treat_rounding_noise(jobs: list[_Job], table: PairTable | None = None,
     trefs, tcands = (table.refs, table.cands) if table is not None else ([], [])
     if table is not None and table.batch is not None:
         at = np.nonzero(table.brow >= 0)[0]
-        cls: list[str | None] = (rowpairs.noise_classes(sides[0], table.rrow[at])
-                                 if sides is not None
-                                 else [_noise_class(trefs[i]) for i in at.tolist()])
-        tclassed = [(i, c) for i, c in zip(at.tolist(), cls) if c is not None]
+        if sides is not None:  # the pairs of a noise class only, picked as arrays
+            code = rowpairs.noise_class_codes(sides[0], table.rrow[at])
+            at = at[code >= 0]
+            names = rowpairs.NOISE_CLASSES
+            tclassed = [(i, names[c]) for i, c in zip(at.tolist(), code[code >= 0].tolist())]
+        else:
+            cls = [_noise_class(trefs[i]) for i in at.tolist()]
+            tclassed = [(i, c) for i, c in zip(at.tolist(), cls) if c is not None]
     if not classed and not tclassed:
         return 0
     # per pair: (ref dtype, cand dtype, step) and both RMS values
@@ -321,16 +326,16 @@ def _scale_tolerances(table: PairTable, sides: Any = None) -> None:
     pair's RMS, as :meth:`Tolerances.resolve
     <netparity.compare.tolerances.Tolerances.resolve>` does, with the RMS values computed for
     all of them at once (``sides``: a row-mode table's, :mod:`netparity.compare.rowpairs`)."""
-    at = [i for i, s in enumerate(table.scaled) if s]
-    if not at:
+    ix = np.nonzero(table.scaled)[0]
+    if not len(ix):
         return
     refs, cands, tols = table.refs, table.cands, table.tols
     if sides is not None:
-        ix = np.asarray(at, dtype=np.int64)
-        factor = np.array([tols[i].atol for i in at], dtype=np.float64)
-        table.set_atol(at, rowpairs.scaled_atol(sides[0], sides[1], table.rrow[ix],
+        factor = table.atol[ix].astype(np.float64)  # the factor, until set_atol
+        table.set_atol(ix, rowpairs.scaled_atol(sides[0], sides[1], table.rrow[ix],
                                                 table.crow[ix], factor))
         return
+    at = ix.tolist()
     rr = records_rms([refs[i] for i in at])
     rc = records_rms([cands[i] for i in at])
     table.set_atol(at, [tols[i].atol * (a or b or 0.0) for i, a, b in zip(at, rr, rc)])
@@ -345,7 +350,7 @@ def _batch_stats_pairs(table: PairTable, sides: Any = None) -> list[int]:
     <netparity.compare.metrics.StatsBatch.status>`). ``sides``: a row-mode table's (the
     same from the scans' columns, :mod:`netparity.compare.rowpairs`).
     """
-    refs, cands, tols, atol = table.refs, table.cands, table.tols, table.atol
+    refs, cands, rtol, atol = table.refs, table.cands, table.rtol, table.atol
     if sides is not None:
         ca = np.nonzero(rowpairs.stats_only(sides[0], sides[1], table.rrow, table.crow))[0]
         if len(ca) < 2:
@@ -354,18 +359,16 @@ def _batch_stats_pairs(table: PairTable, sides: Any = None) -> list[int]:
         xr, okr = rowpairs.stat_rows(sides[0], rr)
         xc, okc = rowpairs.stat_rows(sides[1], cr)
         both = np.nonzero(okr & okc)[0]
-        cal = ca.tolist()
         b = stats_batch_arrays(
             xr, okr, xc, okc, sides[0].cols["numel"][rr[both]].tolist(),
-            rowpairs.complex_rows(sides[0], rr[both]), [tols[i].rtol for i in cal],
-            [atol[i] for i in cal])
+            rowpairs.complex_rows(sides[0], rr[both]), rtol[ca], atol[ca])
         handled = ca[b.at]
     else:
         cand = [i for i, (a, c) in enumerate(zip(refs, cands)) if _stats_only(a, c)]
         if len(cand) < 2:
             return list(range(len(table)))
         b = stats_batch([refs[i] for i in cand], [cands[i] for i in cand],
-                        [tols[i].rtol for i in cand], [atol[i] for i in cand])
+                        [rtol[i] for i in cand], [atol[i] for i in cand])
         handled = np.asarray(cand, dtype=np.int64)[b.at]
     table.set_batch(handled, b)
     rest = np.ones(len(table), dtype=bool)
@@ -387,11 +390,10 @@ class _RowAcc:
         self.cks: list[str] = []
         self.cpos: list[int] = []
         self.out: list[bool] = []
-        self.chunks: list[tuple[rowpairs.FastCalls, list[int]]] = []
+        self.chunks: list[tuple[rowpairs.FastCalls, np.ndarray]] = []
         self.fidx: list[str] = []
         self.fkeys: list[str] = []
         self.fcks: list[str] = []
-        self._ix: dict[str, list[str]] = {"in": [], "out": []}
 
     def add(self, rr: list[int], cr: list[int], idx: list[str], keys: list[str], ck: str,
             cpos: int, is_out: bool) -> None:
@@ -404,41 +406,29 @@ class _RowAcc:
         self.cpos += [cpos] * n
         self.out += [is_out] * n
 
-    def fast(self, calls: rowpairs.FastCalls) -> None:
-        """The pairs of ``calls``; :meth:`fast_call` then adds each one's keys in order."""
-        self.chunks.append((calls, []))
-
-    def _names(self, role: str, n: int) -> list[str]:
-        got = self._ix[role]
-        while len(got) < n:
-            got.append(f"{role}{len(got)}")
-        return got[:n]
-
-    def fast_call(self, kin: list[str], kout: list[str], ck: str, cpos: int) -> None:
-        """The keys, call key and call position of the next call of the last :meth:`fast`."""
-        self.fkeys += kin
-        self.fkeys += kout
-        self.fidx += self._names("in", len(kin))
-        self.fidx += self._names("out", len(kout))
-        self.fcks += [ck] * (len(kin) + len(kout))
-        self.chunks[-1][1].append(cpos)
+    def fast(self, calls: rowpairs.FastCalls, idx: list[str], keys: list[str],
+             cks: list[str], cpos: np.ndarray) -> None:
+        """The pairs of ``calls`` (every one of its calls at once): position keys, keys,
+        call keys and call positions, pair by pair."""
+        self.chunks.append((calls, cpos))
+        self.fidx += idx
+        self.fkeys += keys
+        self.fcks += cks
 
     def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every pair's ref row, cand row, call position and role (the common case first)."""
         i64 = np.int64
         rr = np.concatenate([c.rr for c, _ in self.chunks] + [np.array(self.rr, dtype=i64)])
         cr = np.concatenate([c.cr for c, _ in self.chunks] + [np.array(self.cr, dtype=i64)])
-        cpos = np.concatenate([np.array(p, dtype=i64)[c.call_of] if p else
-                               np.zeros(0, dtype=i64) for c, p in self.chunks]
-                              + [np.array(self.cpos, dtype=i64)])
+        cpos = np.concatenate([p for _, p in self.chunks] + [np.array(self.cpos, dtype=i64)])
         out = np.concatenate([c.is_out for c, _ in self.chunks]
                              + [np.array(self.out, dtype=bool)])
         return rr, cr, cpos, out
 
     def table(self, sides: tuple[rowpairs.Side, rowpairs.Side], tols: Tolerances) -> PairTable:
         rr, cr, cpos, out = self.columns()
-        tl, sc = rowpairs.resolve_tolerances(tols, sides[0], sides[1], rr, cr)
-        return PairTable.of_rows(sides[0].rows, sides[1].rows, rr, cr, tl, sc,
+        tl, tid = rowpairs.resolve_tolerances(tols, sides[0], sides[1], rr, cr)
+        return PairTable.of_rows(sides[0].rows, sides[1].rows, rr, cr, tl, tid,
                                  self.fidx + self.idx, self.fkeys + self.keys,
                                  self.fcks + self.cks, cpos, out)
 
@@ -456,6 +446,115 @@ class _RowAcc:
             out.append((a, b, tol, scaled, ix, key, ck, cp, o))
         self.__init__()  # type: ignore[misc]
         return out
+
+
+_first = operator.itemgetter(0)
+#: what a fast call's keys and result read of the reference's call, and of the candidate's
+_REF_FIELDS = operator.attrgetter("step", "rank", "kind", "direction", "module", "op", "call",
+                                  "event", "native", "source")
+_CAND_FIELDS = operator.attrgetter("module", "op", "source")
+
+
+def _fast_results(fast: rowpairs.FastCalls, lv: str, matches: list[Any], base: int,
+                  acc: _RowAcc, notes: list[tuple[int, dict[str, Any]]]) -> list[CallResult]:
+    """The :class:`CallResult` of every call of ``fast`` (in its order) and its pairs' keys,
+    all at once: what the per-match loop makes for a call paired as rows, built from columns
+    (``base + match``: the call's position in ``result.calls``; the auxiliary outputs left
+    unpaired are added to ``notes`` with their match)."""
+    refs = list(map(_REF_FIELDS, fast.refs))
+    cands = list(map(_CAND_FIELDS, fast.cands))
+    ms = [matches[k] for k in fast.match]
+    cks = [f"{lv}|{st}|{rk}|{d}|{mo}|{op}|{ca}|{ev}"
+           for st, rk, _, d, mo, op, ca, ev, _, _ in refs]
+    # a pair's key: "<level>|<step>|<rank>|<kind>|<direction>|<module>|<op>|<call>|"
+    # + "in<j>" / "out<j>" + "|<event>", as pair_key makes it from the pair's records
+    pres = np.array([f"{lv}|{st}|{rk}|{kd}|{d}|{mo}|{op}|{ca}|"
+                     for st, rk, kd, d, mo, op, ca, _, _, _ in refs] or [""], dtype=object)
+    evs = np.array([f"|{r[7]}" for r in refs] or [""], dtype=object)
+    co, pos, is_out = fast.call_of, fast.pos, fast.is_out
+    width = int(pos.max()) + 1 if len(pos) else 0
+    names = np.array([f"{role}{j}" for j in range(width) for role in ("in", "out")] or [""],
+                     dtype=object)
+    ix = names[pos * 2 + is_out].tolist()
+    keys = [a + b + c for a, b, c in zip(pres[co].tolist(), ix, evs[co].tolist())]
+    acc.fast(fast, ix, keys, np.array(cks, dtype=object)[co].tolist() if cks else [],
+             np.asarray(fast.match, dtype=np.int64)[co] + base)
+    n_in, n_out = np.asarray(fast.n_in, dtype=np.int64), np.asarray(fast.n_out, dtype=np.int64)
+    ends = np.cumsum(n_in + n_out)
+    mids = ends - n_out
+    # CallResult(...) without the dataclass __init__ (one per matched call, ~10^5): exactly
+    # the attributes it sets, defaults included (a copy of this, then the call's own)
+    tmpl = {"key": "", "level": lv, "module": "", "op": "", "native": "", "cand_module": "",
+            "cand_op": "", "direction": "", "step": 0, "rank": 0, "source": "",
+            "cand_source": "", "order": 0, "inputs": None, "outputs": None, "status": "pass",
+            "origin": "", "note": "", "method": "", "confidence": 1.0, "in_error": 0.0,
+            "out_error": 0.0}
+    copy = tmpl.copy
+    out: list[CallResult] = []
+    append = out.append
+    for (st, rk, _, d, mo, op, _, _, na, so), (cmo, cop, cso), ck, m, order, b, s, e in zip(
+            refs, cands, cks, ms, fast.order, (mids - n_in).tolist(), mids.tolist(),
+            ends.tolist()):
+        call = _new(CallResult)
+        x = call.__dict__ = copy()
+        x["key"], x["module"], x["op"], x["native"] = ck, mo, op, na
+        x["cand_module"], x["cand_op"], x["direction"] = cmo, cop, d
+        x["step"], x["rank"], x["source"], x["cand_source"] = st, rk, so, cso
+        x["order"], x["inputs"], x["outputs"] = order, keys[b:s], keys[s:e]
+        x["method"], x["confidence"] = m.method, float(m.confidence)
+        append(call)
+    for i in np.nonzero(np.asarray(fast.aux, dtype=bool)
+                        & (np.asarray(fast.n_out_ref, dtype=np.int64) > 1))[0].tolist():
+        call, nr = out[i], fast.n_out_ref[i]
+        notes.append((fast.match[i], {
+            "call": call.name, "role": "outputs", "ref": nr, "cand": nr,
+            "direction": call.direction, "step": call.step,
+            "note": "auxiliary outputs differ by framework"}))
+    return out
+
+
+def _match_call(m: Any, lv: str, ck: str, order: int) -> CallResult:
+    """The :class:`CallResult` of a match, no tensors yet (``CallResult(...)`` without the
+    dataclass ``__init__``: exactly the attributes it sets, defaults included)."""
+    r0, c0 = m.ref[0], m.cand[0]
+    call = _new(CallResult)
+    call.__dict__ = {
+        "key": ck, "level": lv, "module": r0.module,
+        "op": r0.op if len(m.ref) == 1 else "+".join(c.op for c in m.ref),
+        "native": r0.native, "cand_module": c0.module,
+        "cand_op": c0.op if len(m.cand) == 1 else "+".join(c.op for c in m.cand),
+        "direction": r0.direction, "step": r0.step, "rank": r0.rank,
+        "source": r0.source, "cand_source": c0.source, "order": order,
+        "inputs": [], "outputs": [], "status": "pass", "origin": "", "note": "",
+        "method": m.method, "confidence": float(m.confidence), "in_error": 0.0,
+        "out_error": 0.0,
+    }
+    return call
+
+
+def _group_result(sides: tuple[rowpairs.Side, rowpairs.Side], m: Any, io: Any, lv: str,
+                  ck: str, cpos: int, mi: int, acc: _RowAcc,
+                  notes: list[tuple[int, dict[str, Any]]]) -> CallResult:
+    """The :class:`CallResult` of an N:M group paired as rows (:class:`rowpairs.GroupRows`),
+    with its pairs added to ``acc``: what the per-match loop makes of the group's records."""
+    r0 = m.ref[0]
+    outs = io[1][0]
+    seq = sides[0].cols["seq"]
+    call = _match_call(m, lv, ck, int(seq[outs].min()) if outs else r0.seq)
+    ev = f"|{r0.event}"
+    for role, (ra, ca, pre, got) in zip(("in", "out"), io):
+        is_out = role == "out"
+        keys = call.outputs if is_out else call.inputs
+        for i, j in got:
+            ix = f"{role}{i}"
+            key = f"{lv}|{pre[i]}{ix}{ev}"  # pair_key of the reference's record
+            acc.add([ra[i]], [ca[j]], [ix], [key], ck, cpos, is_out)
+            keys.append(key)
+        if len(got) < max(len(ra), len(ca)):
+            notes.append((mi, {"call": call.name, "role": role + "puts", "ref": len(ra),
+                               "cand": len(ca), "direction": call.direction,
+                               "step": call.step}))
+    return call
 
 
 def _call_rows(sides: tuple[rowpairs.Side, rowpairs.Side], r: Any, c: Any) -> Any:
@@ -592,48 +691,37 @@ def compare(
         for lv in levels:
             al = align_traces(ref_tr, cand_tr, level=lv, step=st, rank=rank, mapping=mapping)
             fast = None
+            ms = al.matches
+            base = len(result.calls)  # match mi makes call base + mi
+            slots: list[Any] = [None] * len(ms)
+            notes: list[tuple[int, dict[str, Any]]] = []  # (match, unmatched tensors)
+            todo: Iterable[int] = range(len(ms))
+            groups: rowpairs.GroupRows | None = None
             if row_mode:
                 sides = rowpairs.sides_of(al)
                 if sides is not None:  # the common case's pairs, as arrays
-                    fast = rowpairs.fast_calls(sides, al.matches, cross_fw, AUX_OUTPUT_OPS)
+                    fast = rowpairs.fast_calls(sides, ms, cross_fw, AUX_OUTPUT_OPS)
                     fat = fast.at
-                    acc.fast(fast)
-                    rowpairs.prefetch(sides, al.matches, fat)
+                    for mi, call in zip(fast.match, _fast_results(fast, lv, ms, base, acc,
+                                                                  notes)):
+                        slots[mi] = call
+                    todo = [mi for mi, fi in enumerate(fat) if fi < 0]
+                    groups = rowpairs.GroupRows(sides, ms, todo)
+                    # the records of the calls paired from records (neither of the above)
+                    rowpairs.prefetch(sides, ms, [mi for mi in todo if mi not in groups.pairs])
             unmatched["calls_ref"] += [_call_dict(c) for c in al.unmatched_ref]
             unmatched["calls_cand"] += [_call_dict(c) for c in al.unmatched_cand]
-            for mi, m in enumerate(al.matches):
+            for mi in todo:  # N:M groups and odd calls (every call without row mode)
+                m = ms[mi]
                 r0, c0 = m.ref[0], m.cand[0]
                 rl, cl = m.ref[-1], m.cand[-1]
                 ck = f"{lv}|{r0.step}|{r0.rank}|{r0.direction}|{r0.module}|{r0.op}|{r0.call}|{r0.event}"
-                if fast is not None and (fi := fat[mi]) >= 0:
-                    # paired as rows (compare.rowpairs.fast_calls): keys, then the call
-                    ni, no = fast.n_in[fi], fast.n_out[fi]
-                    pre = (f"{lv}|{r0.step}|{r0.rank}|{r0.kind}|{r0.direction}|{r0.module}|"
-                           f"{r0.op}|{r0.call}|")
-                    ev = f"|{r0.event}"
-                    kin = [f"{pre}in{j}{ev}" for j in range(ni)]
-                    kout = [f"{pre}out{j}{ev}" for j in range(no)]
-                    acc.fast_call(kin, kout, ck, len(result.calls))
-                    call = _new(CallResult)
-                    call.__dict__ = {
-                        "key": ck, "level": lv, "module": r0.module, "op": r0.op,
-                        "native": r0.native, "cand_module": c0.module, "cand_op": c0.op,
-                        "direction": r0.direction, "step": r0.step, "rank": r0.rank,
-                        "source": r0.source, "cand_source": c0.source,
-                        "order": fast.order[fi], "inputs": kin, "outputs": kout,
-                        "status": "pass", "origin": "", "note": "", "method": m.method,
-                        "confidence": float(m.confidence), "in_error": 0.0, "out_error": 0.0,
-                    }
-                    if fast.aux[fi] and fast.n_out_ref[fi] > 1:
-                        unmatched["tensors"].append(
-                            {"call": call.name, "role": "outputs",
-                             "ref": fast.n_out_ref[fi], "cand": fast.n_out_ref[fi],
-                             "direction": call.direction, "step": call.step,
-                             "note": "auxiliary outputs differ by framework"})
-                    result.calls.append(call)
-                    continue
                 # tensors pair by meaning, not position (compare.argpairs)
                 grouped = len(m.ref) > 1 or len(m.cand) > 1
+                if sides is not None and groups is not None and mi in groups.pairs:
+                    slots[mi] = _group_result(sides, m, groups.pairs[mi], lv, ck, base + mi,
+                                              mi, acc, notes)
+                    continue
                 io: Any = None  # row mode: the rows of (inputs, outputs) of both sides
                 if sides is not None and not grouped:
                     io = _call_rows(sides, r0, c0)
@@ -647,21 +735,8 @@ def compare(
                     ins_r, ins_c = ((group_inputs(m.ref), group_inputs(m.cand)) if grouped
                                     else (r0.inputs, c0.inputs))
                     order = min((o.seq for o in outs_r), default=r0.seq)
-                cpos = len(result.calls)
-                # CallResult(...) without the dataclass __init__ (one per matched call, ~200k
-                # at 100k ops): exactly the attributes it sets, defaults included
-                call = _new(CallResult)
-                call.__dict__ = {
-                    "key": ck, "level": lv, "module": r0.module,
-                    "op": r0.op if len(m.ref) == 1 else "+".join(c.op for c in m.ref),
-                    "native": r0.native, "cand_module": c0.module,
-                    "cand_op": c0.op if len(m.cand) == 1 else "+".join(c.op for c in m.cand),
-                    "direction": r0.direction, "step": r0.step, "rank": r0.rank,
-                    "source": r0.source, "cand_source": c0.source, "order": order,
-                    "inputs": [], "outputs": [], "status": "pass", "origin": "", "note": "",
-                    "method": m.method, "confidence": float(m.confidence), "in_error": 0.0,
-                    "out_error": 0.0,
-                }
+                cpos = base + mi
+                call = _match_call(m, lv, ck, order)
                 for role in ("in", "out"):
                     is_out = role == "out"
                     aux = (is_out and cross_fw and len(m.ref) == 1 and len(m.cand) == 1
@@ -683,11 +758,11 @@ def compare(
                             acc.add(ra[:npair], ca[:npair], ixs, ks, ck, cpos, is_out)
                             keys.extend(ks)
                             if aux and len(ra) > 1:
-                                unmatched["tensors"].append(
-                                    {"call": call.name, "role": role + "puts", "ref": len(ra),
-                                     "cand": len(ca), "direction": call.direction,
-                                     "step": call.step,
-                                     "note": "auxiliary outputs differ by framework"})
+                                notes.append((mi, {
+                                    "call": call.name, "role": role + "puts", "ref": len(ra),
+                                    "cand": len(ca), "direction": call.direction,
+                                    "step": call.step,
+                                    "note": "auxiliary outputs differ by framework"}))
                             continue
                         rs, cs = ((rl.outputs, cl.outputs) if is_out
                                   else (r0.inputs, c0.inputs))
@@ -722,12 +797,15 @@ def compare(
                         rows.append((a, b, tol, scaled, ix, key, ck, cpos, is_out))
                         keys.append(key)
                     if len(tensor_pairs) < max(len(rs), len(cs)) or (aux and len(rs) > 1):
-                        unmatched["tensors"].append(
-                            {"call": call.name, "role": role + "puts", "ref": len(rs),
-                             "cand": len(cs), "direction": call.direction, "step": call.step}
+                        notes.append((mi, {
+                            "call": call.name, "role": role + "puts", "ref": len(rs),
+                            "cand": len(cs), "direction": call.direction, "step": call.step}
                             | ({"note": "auxiliary outputs differ by framework"} if aux else {})
-                        )
-                result.calls.append(call)
+                        ))
+                slots[mi] = call
+            result.calls += slots
+            notes.sort(key=_first)  # match order (stable: a call's inputs, then outputs)
+            unmatched["tensors"] += [e for _, e in notes]
             if not params_done:
                 unmatched["params_ref"] += [_rec_dict(r) for r in al.unmatched_params_ref]
                 unmatched["params_cand"] += [_rec_dict(r) for r in al.unmatched_params_cand]

@@ -754,17 +754,18 @@ _ALL_AT = [STAT_FIELDS.index(k) for k in ("min", "max", "mean", "std", "norm", "
                                           "neginf")]
 _NORM_AT, _BAD_AT = STAT_FIELDS.index("norm"), [STAT_FIELDS.index(k)
                                                  for k in ("nan", "posinf", "neginf")]
+_ALL_IX, _BAD_IX = np.array(_ALL_AT, dtype=np.int64), np.array(_BAD_AT, dtype=np.int64)
 
 
 def table_stat_rows(table: StatTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_stat_rows` of rows ``rows`` of a :class:`~netparity.trace.fastrows.StatTable`
     (records whose statistics were never made into a dict)."""
-    sub = table.floats[rows][:, _ALL_AT]
+    sub = table.floats[np.ix_(rows, _ALL_IX)]  # only the columns read
     total = np.zeros(len(rows), dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         for k in range(sub.shape[1]):  # left to right, as Python's sum adds them
             total = total + sub[:, k]
-    good = ~table.null[rows][:, _ALL_AT].any(axis=1) & np.isfinite(total)
+    good = ~table.null[np.ix_(rows, _ALL_IX)].any(axis=1) & np.isfinite(total)
     return sub, good
 
 
@@ -793,8 +794,8 @@ def table_rms(table: StatTable, rows: np.ndarray, cplx: np.ndarray) -> tuple[np.
     the values (float64, bit-identical) and where it is unknown (None: the norm is NULL)."""
     r = np.asarray(rows)
     norm = table.floats[r, _NORM_AT]
-    bad_null = table.null[r][:, _BAD_AT]
-    bad = np.where(bad_null, 0, table.floats[r][:, _BAD_AT]).astype(np.int64).sum(axis=1)
+    bad_null = table.null[np.ix_(r, _BAD_IX)]
+    bad = np.where(bad_null, 0, table.floats[np.ix_(r, _BAD_IX)]).astype(np.int64).sum(axis=1)
     cnt = table.numel[r] - bad
     cnt = np.where(cplx, 2 * cnt, cnt)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -943,7 +944,7 @@ def stats_batch_arrays(xr: np.ndarray, okr: np.ndarray, xc: np.ndarray, okc: np.
     """:func:`stats_batch` of pairs given as their statistics matrices and clean flags
     (:func:`table_stat_rows`); ``numels`` and ``cplx`` (complex dtype) are those of the
     reference side of the pairs both sides of which are clean, ``rtol``/``atol`` per pair
-    (a list: the values land in the metrics as given)."""
+    (lists, or object arrays: the values land in the metrics as given)."""
     out = StatsBatch(len(xr))
     both = okr & okc
     out.ok = both
@@ -953,13 +954,17 @@ def stats_batch_arrays(xr: np.ndarray, okr: np.ndarray, xc: np.ndarray, okc: np.
     out.at = ok
     k = len(_STAT_ALL)
     r, c = xr[both], xc[both]
-    okl = ok.tolist()
     numel = np.array(numels, dtype=np.float64)
     cplx = np.asarray(cplx, dtype=bool)
-    out.rtol_in = [rtol[i] for i in okl]
-    out.atol_in = [atol[i] for i in okl]
-    rt = np.array(out.rtol_in, dtype=np.float64)
-    at = np.array(out.atol_in, dtype=np.float64)
+    if isinstance(rtol, np.ndarray) and isinstance(atol, np.ndarray):  # object arrays
+        out.rtol_in, out.atol_in = rtol[ok], atol[ok]  # type: ignore[assignment]
+        rt, at = out.rtol_in.astype(np.float64), out.atol_in.astype(np.float64)  # type: ignore[attr-defined]
+    else:
+        okl = ok.tolist()
+        out.rtol_in = [rtol[i] for i in okl]
+        out.atol_in = [atol[i] for i in okl]
+        rt = np.array(out.rtol_in, dtype=np.float64)
+        at = np.array(out.atol_in, dtype=np.float64)
     d4 = np.abs(c[:, :4] - r[:, :4])  # min, max, mean, std
     dnorm = np.abs(c[:, 4] - r[:, 4]) / np.sqrt(np.maximum(1.0, numel))
     diffs = np.concatenate([d4, dnorm[:, None]], axis=1)

@@ -95,7 +95,11 @@ class PairTable:
          call, is_out) = (list(c) for c in cols)
         self.call = np.array(call, dtype=np.int64)
         self.is_out = np.array(is_out, dtype=bool)
-        self.atol: list[float] = [t.atol for t in self.tols]
+        self.scaled = np.array(self.scaled, dtype=bool)  # type: ignore[assignment]
+        #: each pair's rtol and (final, once :meth:`set_atol` ran) atol: the Python numbers
+        #: the pair's metrics and PairResult hold (an object array keeps their types)
+        self.rtol = objects([t.rtol for t in self.tols])[:self.n]
+        self.atol = objects([t.atol for t in self.tols])[:self.n]
         #: the PairResult of each pair once made (judged one by one, or asked for)
         self.obj: list[PairResult | None] = [None] * self.n
         self.made: list[int] = []  # the positions of obj that are set, in the order made
@@ -109,19 +113,25 @@ class PairTable:
 
     @classmethod
     def of_rows(cls, ref: ScannedRows, cand: ScannedRows, rrow: np.ndarray, crow: np.ndarray,
-                tols: list[Tol], scaled: list[bool], idx: list[str], keys: list[str],
-                call_keys: list[str], call: np.ndarray, is_out: np.ndarray) -> PairTable:
+                tols: list[tuple[Tol, bool]], tid: np.ndarray, idx: list[str],
+                keys: list[str], call_keys: list[str], call: np.ndarray,
+                is_out: np.ndarray) -> PairTable:
         """A table in row mode: pair ``i`` is row ``rrow[i]`` of ``ref`` and row ``crow[i]``
-        of ``cand``; the other columns as in :class:`PairTable`'s ``rows``."""
+        of ``cand``, its tolerance and whether to scale it ``tols[tid[i]]``; the other
+        columns as in :class:`PairTable`'s ``rows``."""
         t = cls([])
         t.n = len(rrow)
         t.sides = (ref, cand)
         t.rrow, t.crow = rrow, crow
         t.refs = _RowRecords(ref, rrow)  # type: ignore[assignment]
         t.cands = _RowRecords(cand, crow)  # type: ignore[assignment]
-        t.tols, t.scaled, t.idx, t.keys, t.call_keys = tols, scaled, idx, keys, call_keys
+        uniq = [x for x, _ in tols]
+        t.tols = objects(uniq)[tid]  # type: ignore[assignment]
+        t.scaled = np.array([sc for _, sc in tols] or [False], dtype=bool)[tid]
+        t.rtol = objects([x.rtol for x in uniq])[tid]
+        t.atol = objects([x.atol for x in uniq])[tid]
+        t.idx, t.keys, t.call_keys = idx, keys, call_keys
         t.call, t.is_out = call, is_out
-        t.atol = [x.atol for x in tols]
         t.obj = [None] * t.n
         t.code = np.zeros(t.n, dtype=np.int8)
         t.brow = np.full(t.n, -1, dtype=np.int64)
@@ -131,10 +141,10 @@ class PairTable:
         return self.n
 
     # ---- building ------------------------------------------------------------------------
-    def set_atol(self, at: list[int], values: list[float]) -> None:
+    def set_atol(self, at: Any, values: list[float]) -> None:
         """The final (RMS-scaled) ``atol`` of pairs ``at``."""
-        for i, v in zip(at, values):
-            self.atol[i] = v
+        if len(at):
+            self.atol[np.asarray(at, dtype=np.int64)] = values
 
     def tol(self, i: int) -> Tol:
         """Pair ``i``'s tolerance with its final ``atol``."""
@@ -230,26 +240,44 @@ class PairTable:
         obj = self.obj
         return any(obj[i].metrics.get("basis") == "stats" for i in self.made)  # type: ignore[union-attr]
 
-    def tolerance_rows(self) -> list[tuple[Any, ...]]:
+    def tolerance_columns(self) -> dict[str, np.ndarray]:
         """Per pair in ``result.pairs`` order, what
-        :func:`~netparity.analyzers.divergence.min_tolerances` reads: ``(basis, rtol, atol,
-        tol_source, ref_rms, nonfinite mismatch, min_atol, min_rtol)``."""
-        out: list[tuple[Any, ...]] = [()] * self.n
+        :func:`~netparity.analyzers.divergence.min_tolerances` reads, as columns (``basis``,
+        ``source``: object arrays; ``rtol``, ``atol``, ``ref_rms``, ``min_atol``, ``min_rtol``:
+        float, 0.0 where a pair has none; ``nonfinite``: bool) -- the columns of
+        :func:`row_of` for every pair, without a tuple per pair."""
+        n = self.n
+        basis = np.full(n, None, dtype=object)
+        source = np.array([t.source for t in self.tols], dtype=object) if n else \
+            np.zeros(0, dtype=object)
+        rtol = np.array([t.rtol for t in self.tols], dtype=np.float64)
+        atol = np.array(self.atol, dtype=np.float64)
+        rms, mina, minr = (np.zeros(n) for _ in range(3))
+        nf = np.zeros(n, dtype=bool)
         b = self.batch
         if b is not None and len(b):
+            at = np.nonzero(self.brow >= 0)[0]
+            j = self.brow[at]
             nan_m, inf_m = b.nonfinite_mismatch()
-            nf = ((nan_m != 0) | (inf_m != 0)).tolist()
-            rms, mina, minr = b.rms.tolist(), b.min_atol.tolist(), b.min_rtol.tolist()
-            at = np.nonzero(self.brow >= 0)[0].tolist()
-            rows = self.brow[at].tolist()
-            tols, atol = self.tols, self.atol
-            for i, j in zip(at, rows):
-                t = tols[i]
-                out[i] = ("stats", t.rtol, atol[i], t.source, rms[j], nf[j], mina[j], minr[j])
+            basis[at] = "stats"
+            rms[at], mina[at], minr[at] = b.rms[j], b.min_atol[j], b.min_rtol[j]
+            nf[at] = ((nan_m != 0) | (inf_m != 0))[j]
         obj = self.obj
         for i in self.made:
-            out[i] = row_of(obj[i])  # type: ignore[arg-type]
-        return [out[i] for i in self.perm]
+            (basis[i], rtol[i], atol[i], source[i], rms[i], nf[i], mina[i],
+             minr[i]) = _float_row(row_of(obj[i]))  # type: ignore[arg-type]
+        o = np.array(self.perm, dtype=np.int64)
+        return {"basis": basis[o], "rtol": rtol[o], "atol": atol[o], "source": source[o],
+                "ref_rms": rms[o], "nonfinite": nf[o], "min_atol": mina[o],
+                "min_rtol": minr[o]}
+
+
+def _float_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A :func:`row_of` tuple with its optional numbers as floats (None: 0.0, as
+    :func:`~netparity.analyzers.divergence.min_tolerances` reads them)."""
+    basis, rtol, atol, source, rms, nf, mina, minr = row
+    rms, mina, minr = (0.0 if v is None else float(v) for v in (rms, mina, minr))
+    return basis, rtol, atol, source, rms, bool(nf), mina, minr
 
 
 class _RowRecords:
@@ -278,6 +306,14 @@ class _RowRecords:
         need = [i for i in idx if i not in made]
         for i, r in zip(need, self.rows.records(self.at[need].tolist() if need else [])):
             made[i] = r
+
+
+def objects(values: list[Any]) -> np.ndarray:
+    """``values`` as a 1-D object array (the objects themselves; at least one slot, so that
+    indexing it with an empty index works)."""
+    out = np.empty(max(len(values), 1), dtype=object)
+    out[:len(values)] = values
+    return out
 
 
 def row_of(p: PairResult) -> tuple[Any, ...]:

@@ -22,10 +22,14 @@ the records would have been made of (``tests/compare/test_pairtable.py`` checks 
 
 from __future__ import annotations
 
+import itertools
+import operator
 from typing import Any
 
 import numpy as np
 
+from netparity.align.features import row_distance
+from netparity.compare.argpairs import external_inputs, pair_by_value
 from netparity.compare.metrics import table_rms, table_stat_rows
 from netparity.compare.tolerances import Tol, Tolerances
 from netparity.trace.fastrows import ScannedRows
@@ -39,7 +43,9 @@ _KEY_COLUMNS = ("step", "rank", "kind", "direction", "module", "op", "call")
 class Side:
     """One trace's side: its scan, the grouped order of its rows and each call's span in it
     (:meth:`RecordSource.rows <netparity.align.reading.RecordSource.rows>`), and the
-    per-row lists the engine's loop reads."""
+    per-row arrays the engine reads (``order_a``: ``order`` as an array, ``shape_a``: each
+    row's shape as an id shared by both sides, ``uniform_a``: see :meth:`_uniform`; ``seq``
+    and ``shape`` as lists, made on first use)."""
 
     def __init__(self, source: Any, got: tuple[ScannedRows, list[int], dict[Any, Any]],
                  shape_ids: dict[tuple[int, ...], int]):
@@ -48,26 +54,66 @@ class Side:
         cols = self.rows.cols
         self.cols = cols
         self.table = self.rows.table
-        self.seq: list[int] = cols["seq"].tolist()
+        self.order_a = np.fromiter(self.order, dtype=np.int64, count=len(self.order))
+        k = len(self.spans)
+        #: the calls' ``(rank, step, event)`` keys and ``(start, first output, end)`` spans
+        self.span_keys = np.fromiter(itertools.chain.from_iterable(self.spans), dtype=np.int64,
+                                     count=3 * k).reshape(k, 3)
+        self.span_vals = np.fromiter(itertools.chain.from_iterable(self.spans.values()),
+                                     dtype=np.int64, count=3 * k).reshape(k, 3)
         # shapes as ids shared by both sides (equal ids: equal shape tuples)
         gid = np.array([shape_ids.setdefault(s, len(shape_ids)) for s in self.rows.shapes()]
                        or [0], dtype=np.int64)
-        self.shape: list[int] = gid[cols["shape"].codes].tolist() if cols.n else []
-        self.uniform = self._uniform()
+        self.shape_a = gid[cols["shape"].codes] if cols.n else np.zeros(0, dtype=np.int64)
+        self.uniform_a = self._uniform()
+        self._seq: list[int] | None = None
+        self._shape: list[int] | None = None
+        self._index: tuple[np.ndarray, np.ndarray] | bool | None = None
 
-    def _uniform(self) -> list[bool]:
+    @property
+    def seq(self) -> list[int]:
+        """Each row's sequence number."""
+        if self._seq is None:
+            self._seq = self.cols["seq"].tolist()
+        return self._seq
+
+    @property
+    def shape(self) -> list[int]:
+        """Each row's shape id (``shape_a`` as a list)."""
+        if self._shape is None:
+            self._shape = self.shape_a.tolist()
+        return self._shape
+
+    def span_index(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The calls' keys packed (:func:`_packed`) and sorted, with their spans; None when a
+        key does not pack."""
+        if self._index is None:
+            keys = _packed(self.span_keys)
+            if keys is None:
+                self._index = False
+            else:
+                o = np.argsort(keys, kind="stable")
+                self._index = (keys[o], self.span_vals[o])
+        return self._index if isinstance(self._index, tuple) else None
+
+    @property
+    def uniform(self) -> np.ndarray:
+        return self.uniform_a
+
+    def _uniform(self) -> np.ndarray:
         """Per position of ``order`` that starts a call: whether every row of the call holds
         the call's key columns (those of its first row in execution order, which the call's
         fields come from)."""
         n = len(self.order)
         out = np.zeros(n, dtype=bool)
         if not n or not self.spans:
-            return out.tolist()  # type: ignore[no-any-return]
-        o = np.asarray(self.order, dtype=np.int64)
-        sp = np.array(sorted((s, e) for s, _, e in self.spans.values()), dtype=np.int64)
-        starts, lens = sp[:, 0], sp[:, 1] - sp[:, 0]
+            return out
+        o = self.order_a
+        sp = self.span_vals
+        sp = sp[np.lexsort((sp[:, 2], sp[:, 1], sp[:, 0]))]  # sorted as the tuples sort
+        starts, lens = sp[:, 0], sp[:, 2] - sp[:, 0]
         if int(lens.sum()) != n or (lens <= 0).any():  # not a partition: no call is uniform
-            return out.tolist()  # type: ignore[no-any-return]
+            return out
         first = np.repeat(np.minimum.reduceat(o, starts), lens)
         same = np.ones(n, dtype=bool)
         for c in _KEY_COLUMNS:
@@ -75,7 +121,7 @@ class Side:
             a = v if isinstance(v, np.ndarray) else v.codes
             same &= a[o] == a[first]
         out[starts] = np.logical_and.reduceat(same, starts)
-        return out.tolist()  # type: ignore[no-any-return]
+        return out
 
     def row_of(self, rec: Record) -> int:
         """The row of a record this side's scan made (-1 for any other record)."""
@@ -89,6 +135,11 @@ class Side:
         return self.cols[name].codes[rows]  # type: ignore[no-any-return]
 
 
+_SOURCE = operator.attrgetter("_source")
+_REF = operator.attrgetter("ref")
+_CAND = operator.attrgetter("cand")
+
+
 def sides_of(al: Any) -> tuple[Side, Side] | None:
     """The two sides of an alignment whose calls all come from one column scan per side
     (:class:`~netparity.align.reading.LazyCall`\\ s of one source each); None otherwise."""
@@ -98,13 +149,13 @@ def sides_of(al: Any) -> tuple[Side, Side] | None:
     src_c = al.matches[0].cand[0].__dict__.get("_source")
     if src_r is None or src_c is None or not hasattr(src_r, "rows"):
         return None
-    for m in al.matches:
-        for c in m.ref:
-            if c.__dict__.get("_source") is not src_r:
+    for src, which in ((src_r, "ref"), (src_c, "cand")):
+        calls = itertools.chain.from_iterable(map(operator.attrgetter(which), al.matches))
+        try:
+            if any(s is not src for s in set(map(_SOURCE, calls))):
                 return None
-        for c in m.cand:
-            if c.__dict__.get("_source") is not src_c:
-                return None
+        except (AttributeError, TypeError):  # a call of no source (or an odd one)
+            return None
     got_r, got_c = src_r.rows(), src_c.rows()
     if got_r is None or got_c is None:
         return None
@@ -120,14 +171,15 @@ def _codes(side: Side, name: str, rows: np.ndarray, pool: dict[str, int]) -> np.
 
 
 def resolve_tolerances(tols: Tolerances, ref: Side, cand: Side, rr: np.ndarray,
-                       cr: np.ndarray) -> tuple[list[Tol], list[bool]]:
+                       cr: np.ndarray) -> tuple[list[tuple[Tol, bool]], np.ndarray]:
     """:meth:`Tolerances.resolve_unscaled
     <netparity.compare.tolerances.Tolerances.resolve_unscaled>` of every pair, resolved once
     per distinct signature (what the resolution reads: the dtypes, whether the reference is
-    a gradient/backward tensor, and with named overrides the names) on one pair's records."""
+    a gradient/backward tensor, and with named overrides the names) on one pair's records:
+    the distinct results and each pair's index into them."""
     n = len(rr)
     if not n:
-        return [], []
+        return [], np.zeros(0, dtype=np.int64)
     pool: dict[str, int] = {}
     back = ((ref.text("direction", rr) == ref.cols["direction"].code("backward"))
             | np.isin(ref.text("kind", rr),
@@ -137,15 +189,18 @@ def resolve_tolerances(tols: Tolerances, ref: Side, cand: Side, rr: np.ndarray,
     if tols._named:
         parts += [_codes(ref, c, rr, pool) for c in ("module", "op", "native")]
         parts += [_codes(cand, c, cr, pool) for c in ("module", "native")]
-    key = np.stack(parts, axis=1)
-    _, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
-    inv = inv.reshape(-1)
+    # one int64 per pair (ids below 2**20 each, at most three of them): np.unique on rows
+    # otherwise sorts tuples
+    width = 1 << 20
+    if len(parts) == 3 and len(pool) < width:
+        key = (parts[0] * width + parts[1]) * 2 + parts[2]
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    else:
+        _, first, inv = np.unique(np.stack(parts, axis=1), axis=0, return_index=True,
+                                  return_inverse=True)
     got = [tols.resolve_unscaled(ref.rows.records([int(rr[i])])[0],
                                  cand.rows.records([int(cr[i])])[0]) for i in first.tolist()]
-    tl = [g[0] for g in got]
-    sc = [g[1] for g in got]
-    ks = inv.tolist()
-    return [tl[k] for k in ks], [sc[k] for k in ks]
+    return got, inv.reshape(-1)
 
 
 def _complex(side: Side, rows: np.ndarray) -> np.ndarray:
@@ -177,8 +232,7 @@ def stats_only(ref: Side, cand: Side, rr: np.ndarray, cr: np.ndarray) -> np.ndar
     squeezed shape), not an equal hash of one dtype, a norm on the reference side."""
     rc, cc = ref.cols, cand.cols
     payload = ~rc.null("shard")[rr] & ~cand.cols.null("shard")[cr]
-    sr = np.asarray(ref.shape, dtype=np.int64)[rr] if len(rr) else np.zeros(0, np.int64)
-    sc = np.asarray(cand.shape, dtype=np.int64)[cr] if len(cr) else np.zeros(0, np.int64)
+    sr, sc = ref.shape_a[rr], cand.shape_a[cr]
     shape_ok = sr == sc
     odd = np.nonzero(~shape_ok)[0]
     if len(odd):
@@ -221,19 +275,19 @@ def complex_rows(side: Side, rows: np.ndarray) -> np.ndarray:
     return _complex(side, rows)
 
 
-def noise_classes(side: Side, rows: np.ndarray) -> list[str | None]:
-    """The engine's ``_noise_class`` of each row: ``param``/``grad`` by kind, ``backward``
-    by direction, else None."""
-    kinds = side.cols["kind"].values
-    dirs = side.cols["direction"].values
-    k = side.text("kind", rows).tolist()
-    d = side.text("direction", rows).tolist()
-    out: list[str | None] = []
-    for a, b in zip(k, d):
-        kind = kinds[a]
-        out.append(kind if kind in ("param", "grad") else
-                   "backward" if dirs[b] == "backward" else None)
-    return out
+#: the names of :func:`noise_class_codes`' codes
+NOISE_CLASSES = ("param", "grad", "backward")
+
+
+def noise_class_codes(side: Side, rows: np.ndarray) -> np.ndarray:
+    """The engine's ``_noise_class`` of each row as an index into :data:`NOISE_CLASSES`
+    (-1: None): ``param``/``grad`` by kind, ``backward`` by direction."""
+    kinds = np.array([NOISE_CLASSES.index(k) if k in ("param", "grad") else -1
+                      for k in side.cols["kind"].values] or [-1], dtype=np.int64)
+    back = np.array([d == "backward" for d in side.cols["direction"].values] or [False],
+                    dtype=bool)
+    k = kinds[side.text("kind", rows)]
+    return np.where(k >= 0, k, np.where(back[side.text("direction", rows)], 2, -1))
 
 
 def texts(side: Side, name: str, rows: np.ndarray) -> list[str]:
@@ -246,23 +300,27 @@ class FastCalls:
     """The 1:1 matched calls of an alignment whose tensors pair by position, found and paired
     as whole arrays (:func:`fast_calls`).
 
-    ``at[k]``: match ``k``'s position among them (-1: the engine pairs its records). Per fast
-    call: ``order`` (the sequence number of its first output, else of the call),
+    ``at[k]``: match ``k``'s position among them (-1: the engine pairs its records);
+    ``match``: the match of each fast call (increasing), ``refs`` / ``cands`` its two calls.
+    Per fast call: ``order`` (the sequence number of its first output, else of the call),
     ``n_in`` / ``n_out`` (pairs of inputs / outputs: one output only for the auxiliary-output
     ops across frameworks), ``n_out_ref`` (the reference's outputs). Per pair, call by call,
-    inputs then outputs: ``rr`` / ``cr`` rows of the two scans, ``call_of`` (fast call) and
-    ``is_out``.
+    inputs then outputs: ``rr`` / ``cr`` rows of the two scans, ``call_of`` (fast call),
+    ``is_out`` and ``pos`` (the tensor's position among the call's inputs or outputs).
     """
 
     def __init__(self, n: int) -> None:
         self.at: list[int] = [-1] * n
+        self.match: list[int] = []
+        self.refs: list[Any] = []
+        self.cands: list[Any] = []
         self.order: list[int] = []
         self.n_in: list[int] = []
         self.n_out: list[int] = []
         self.n_out_ref: list[int] = []
         self.aux: list[bool] = []
         z = np.zeros(0, dtype=np.int64)
-        self.rr, self.cr, self.call_of = z, z, z
+        self.rr, self.cr, self.call_of, self.pos = z, z, z, z
         self.is_out = np.zeros(0, dtype=bool)
 
 
@@ -271,6 +329,46 @@ def _segments(off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarr
     seg = np.repeat(np.arange(len(length)), length)
     pos = np.arange(int(length.sum())) - np.repeat(np.cumsum(length) - length, length)
     return seg, pos
+
+
+_NO_SPAN = (-1, -1, -1)
+_CALL_KEY = operator.attrgetter("rank", "step", "event")
+_NATIVE = operator.attrgetter("native")
+_OP = operator.attrgetter("op")
+
+
+def _packed(keys: np.ndarray) -> np.ndarray | None:
+    """``(rank, step, event)`` rows as one int64 each (order-preserving), None when a value
+    does not fit (negative, or past 10 / 20 / 33 bits)."""
+    if not len(keys):
+        return np.zeros(0, dtype=np.int64)
+    if keys.min() < 0 or keys[:, 0].max() >= 1 << 10 or keys[:, 1].max() >= 1 << 20 \
+            or keys[:, 2].max() >= 1 << 33:
+        return None
+    return (keys[:, 0] << 53) | (keys[:, 1] << 33) | keys[:, 2]  # type: ignore[no-any-return]
+
+
+def _spans(side: Side, calls: list[Any], uniform: bool = True) -> np.ndarray:
+    """Each call's ``(start, first output, end)`` in ``side.order`` (``-1`` rows: not a call
+    of the side's scan, or -- with ``uniform`` -- one whose rows do not all hold its key
+    columns)."""
+    n = len(calls)
+    want = _packed(np.fromiter(itertools.chain.from_iterable(map(_CALL_KEY, calls)),
+                               dtype=np.int64, count=3 * n).reshape(n, 3))
+    have = side.span_index()
+    if want is not None and have is not None:
+        keys, spans = have
+        at = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
+        sp = spans[at] if len(keys) else np.full((n, 3), -1, dtype=np.int64)
+        sp[keys[at] != want if len(keys) else slice(None)] = -1
+    else:  # keys that do not pack: one look-up per call
+        got = [x if x is not None else _NO_SPAN
+               for x in map(side.spans.get, map(_CALL_KEY, calls))]
+        sp = np.array(got, dtype=np.int64).reshape(n, 3)
+    if uniform:
+        un = np.append(side.uniform_a, False)  # index -1: the missing ones
+        sp[~un[sp[:, 0]]] = -1
+    return sp
 
 
 def fast_calls(sides: tuple[Side, Side], matches: list[Any], cross_fw: bool,
@@ -282,32 +380,34 @@ def fast_calls(sides: tuple[Side, Side], matches: list[Any], cross_fw: bool,
     ops (``aux_ops``, same canonical op, across frameworks) pair their first output only."""
     ref, cand = sides
     out = FastCalls(len(matches))
-    sp_r, sp_c, un_r, un_c = ref.spans, cand.spans, ref.uniform, cand.uniform
-    ks: list[int] = []
-    spans: list[tuple[int, int, int, int, int, int]] = []
-    nat: list[bool] = []
-    aux: list[bool] = []
-    for k, m in enumerate(matches):
-        if len(m.ref) != 1 or len(m.cand) != 1:
-            continue
-        d, e = m.ref[0].__dict__, m.cand[0].__dict__
-        a = sp_r.get((d.get("rank"), d.get("step"), d.get("event")))
-        b = sp_c.get((e.get("rank"), e.get("step"), e.get("event")))
-        if a is None or b is None or not (un_r[a[0]] and un_c[b[0]]):
-            continue
-        ks.append(k)
-        spans.append((*a, *b))
-        nat.append(d["native"] == e["native"])
-        aux.append(cross_fw and d["op"] in aux_ops and e["op"] == d["op"])
-    if not ks:
+    refs = list(map(_REF, matches))
+    cands = list(map(_CAND, matches))
+    n = len(matches)
+    single = ((np.fromiter(map(len, refs), dtype=np.int64, count=n) == 1)
+              & (np.fromiter(map(len, cands), dtype=np.int64, count=n) == 1))
+    one = np.nonzero(single)[0].tolist()
+    if not one:
         return out
-    sp = np.array(spans, dtype=np.int64).reshape(len(ks), 6)
-    s_r, m_r, e_r, s_c, m_c, e_c = sp.T
-    same_native = np.array(nat, dtype=bool)
-    ord_r = np.asarray(ref.order, dtype=np.int64)
-    ord_c = np.asarray(cand.order, dtype=np.int64)
-    gs_r = np.asarray(ref.shape, dtype=np.int64)[ord_r]  # shape id per position of order
-    gs_c = np.asarray(cand.shape, dtype=np.int64)[ord_c]
+    r0 = [refs[k][0] for k in one]
+    c0 = [cands[k][0] for k in one]
+    spr, spc = _spans(ref, r0), _spans(cand, c0)
+    have = np.nonzero((spr[:, 0] >= 0) & (spc[:, 0] >= 0))[0]
+    if not len(have):
+        return out
+    hl = have.tolist()
+    r0 = [r0[i] for i in hl]
+    c0 = [c0[i] for i in hl]
+    ks = [one[i] for i in hl]
+    s_r, m_r, e_r = spr[have].T
+    s_c, m_c, e_c = spc[have].T
+    same_native = np.array([a == b for a, b in zip(map(_NATIVE, r0), map(_NATIVE, c0))],
+                           dtype=bool)
+    ops_r = list(map(_OP, r0))
+    aux = np.array([cross_fw and a in aux_ops and b == a
+                    for a, b in zip(ops_r, map(_OP, c0))], dtype=bool)
+    ord_r, ord_c = ref.order_a, cand.order_a
+    gs_r = ref.shape_a[ord_r]  # shape id per position of order
+    gs_c = cand.shape_a[ord_c]
 
     def positional(off_r: np.ndarray, off_c: np.ndarray, n_r: np.ndarray,
                    n_c: np.ndarray) -> np.ndarray:
@@ -322,7 +422,8 @@ def fast_calls(sides: tuple[Side, Side], matches: list[Any], cross_fw: bool,
     f = np.nonzero(ok)[0]
     if not len(f):
         return out
-    aux_f = np.array(aux, dtype=bool)[f]
+    fl = f.tolist()
+    aux_f = aux[f]
     n_in = (m_r - s_r)[f]
     n_out_ref = (e_r - m_r)[f]
     n_out = np.where(aux_f & (n_out_ref > 0), 1, n_out_ref)
@@ -331,8 +432,11 @@ def fast_calls(sides: tuple[Side, Side], matches: list[Any], cross_fw: bool,
     seg, pos = _segments(m_r[f], n_out_ref)
     first = np.full(len(f), np.iinfo(np.int64).max)
     np.minimum.at(first, seg, seq_r[m_r[f][seg] + pos])
-    call_seq = [matches[ks[i]].ref[0].seq for i in f.tolist()]
-    order = np.where(n_out_ref > 0, first, np.array(call_seq, dtype=np.int64))
+    refs = [r0[i] for i in fl]
+    order = first
+    if not (n_out_ref > 0).all():
+        none = np.nonzero(n_out_ref == 0)[0]
+        order[none] = [refs[i].seq for i in none.tolist()]
     # pairs: call by call, inputs then outputs
     total = n_in + n_out
     seg, pos = _segments(np.zeros(len(f), dtype=np.int64), total)
@@ -340,19 +444,160 @@ def fast_calls(sides: tuple[Side, Side], matches: list[Any], cross_fw: bool,
     j = np.where(is_out, pos - n_in[seg], pos)
     out.rr = ord_r[np.where(is_out, m_r[f][seg], s_r[f][seg]) + j]
     out.cr = ord_c[np.where(is_out, m_c[f][seg], s_c[f][seg]) + j]
-    out.call_of, out.is_out = seg, is_out
-    for i, k in enumerate(f.tolist()):
-        out.at[ks[k]] = i
+    out.call_of, out.is_out, out.pos = seg, is_out, j
+    out.match = [ks[i] for i in fl]
+    at = out.at
+    for i, k in enumerate(out.match):
+        at[k] = i
+    out.refs, out.cands = refs, [c0[i] for i in fl]
     out.order, out.n_in, out.n_out = order.tolist(), n_in.tolist(), n_out.tolist()
     out.n_out_ref, out.aux = n_out_ref.tolist(), aux_f.tolist()
     return out
 
 
-def prefetch(sides: tuple[Side, Side], matches: list[Any], at: list[int]) -> None:
-    """Make the records of the calls of the matches not paired as rows (``at[k] < 0``: N:M
-    groups, odd calls), both sides in one pass each."""
+def prefetch(sides: tuple[Side, Side], matches: list[Any], which_k: list[int]) -> None:
+    """Make the records of the calls of matches ``which_k`` (those paired from records:
+    odd calls, N:M groups not paired as rows), both sides in one pass each."""
+    if not which_k:
+        return
     for side, which in ((sides[0], "ref"), (sides[1], "cand")):
         keys = [(d.get("rank"), d.get("step"), d.get("event"))
-                for k, m in enumerate(matches) if at[k] < 0
-                for d in (c.__dict__ for c in getattr(m, which))]
+                for k in which_k for d in (c.__dict__ for c in getattr(matches[k], which))]
         side.source.prefetch(keys)
+
+
+class GroupRows:
+    """The tensors of N:M groups paired as rows of the scans: :func:`group_inputs
+    <netparity.compare.argpairs.group_inputs>` and :func:`pair_tensors
+    <netparity.compare.argpairs.pair_tensors>` (``group=True``) on facts read from the
+    columns for every group at once (identities, squeezed shapes, element counts, payloads,
+    statistics rows) instead of records.
+
+    ``pairs[k]`` for match ``k`` (groups whose calls are all calls of the scans):
+    ``(inputs, outputs)``, each ``(ref rows, cand rows, the ref rows' pair key prefixes
+    (:func:`pair_key` without the position), [(i, j)] pairs of positions)``.
+    """
+
+    def __init__(self, sides: tuple[Side, Side], matches: list[Any], todo: list[int]):
+        self.sides = sides
+        self.pairs: dict[int, tuple[Any, Any]] = {}
+        gm = [k for k in todo if len(matches[k].ref) > 1 or len(matches[k].cand) > 1]
+        if not gm:
+            return
+        sq_pool: dict[tuple[int, ...], int] = {}
+        facts = []
+        ok = np.ones(len(gm), dtype=bool)
+        for side, which in ((sides[0], "ref"), (sides[1], "cand")):
+            groups = [getattr(matches[k], which) for k in gm]
+            calls = [c for g in groups for c in g]
+            sp = _spans(side, calls, uniform=False)
+            gof = np.repeat(np.arange(len(gm)), [len(g) for g in groups])
+            ok &= np.bincount(gof[sp[:, 0] < 0], minlength=len(gm)) == 0
+            facts.append((_RowFacts(side, sp, sq_pool), np.cumsum([len(g) for g in groups])))
+        (fr, end_r), (fc, end_c) = facts
+        sets: list[tuple[int, list[int], list[int], list[int], list[int]]] = []
+        for g, k in enumerate(gm):
+            if not ok[g]:
+                continue
+            a, b = int(end_r[g - 1]) if g else 0, int(end_r[g])
+            c, d = int(end_c[g - 1]) if g else 0, int(end_c[g])
+            sets.append((k, fr.external(a, b), fc.external(c, d), fr.outputs(b - 1),
+                         fc.outputs(d - 1)))
+        # every distance a group may ask for, in one pass: each role's ref x cand matrix,
+        # flattened and concatenated (the same element-wise operations as per matrix)
+        ri: list[int] = []
+        ci: list[int] = []
+        for _, ins_r, ins_c, outs_r, outs_c in sets:
+            for rs, cs in ((ins_r, ins_c), (outs_r, outs_c)):
+                for i in rs:
+                    ri += [i] * len(cs)
+                    ci += cs
+        flat = row_distance(fr.stat[np.asarray(ri, dtype=np.int64)],
+                            fc.stat[np.asarray(ci, dtype=np.int64)]) if ri else np.zeros(0)
+        dist: list[float] = np.where(np.isfinite(flat), flat, 1.0).tolist()
+        at = 0
+        for k, ins_r, ins_c, outs_r, outs_c in sets:
+            got = []
+            for rs, cs, first_only in ((ins_r, ins_c, False), (outs_r, outs_c, True)):
+                w = len(cs)
+                mat = [dist[at + i * w: at + (i + 1) * w] for i in range(len(rs))]
+                at += w * len(rs)
+                got.append((fr.rows_of(rs), fc.rows_of(cs), fr.prefixes(rs), pair_by_value(
+                    [fr.sq[i] for i in rs], [fc.sq[j] for j in cs], [fr.numel[i] for i in rs],
+                    [fc.numel[j] for j in cs], [fr.payload[i] for i in rs],
+                    [fc.payload[j] for j in cs], lambda m=mat: m, group=True,
+                    first_only=first_only)))
+            self.pairs[k] = (got[0], got[1])
+
+
+class _RowFacts:
+    """What the group pairing reads of the rows of some calls of one side (positions:
+    the calls' rows one after the other, each call's inputs then outputs)."""
+
+    def __init__(self, side: Side, spans: np.ndarray, sq_pool: dict[tuple[int, ...], int]):
+        good = spans[:, 0] >= 0
+        s, m, e = (np.where(good, spans[:, i], 0) for i in range(3))
+        seg, pos = _segments(s, e - s)
+        self.side = side
+        self.rows_a = side.order_a[s[seg] + pos]
+        self.rows_l: list[int] = self.rows_a.tolist()
+        self._prefix: list[str] | None = None
+        off = np.cumsum(e - s) - (e - s)
+        self.span = np.stack([off, off + (m - s), off + (e - s)], axis=1).tolist()
+        rows, cols, table = self.rows_a, side.cols, side.table
+        shapes = side.rows.shapes()
+        sq_ids = np.array([sq_pool.setdefault(_squeeze(t), len(sq_pool)) for t in shapes]
+                          or [0], dtype=np.int64)
+        codes = cols["shape"].codes[rows]
+        self.sq: list[int] = sq_ids[codes].tolist()
+        self.numel: list[int] = cols["numel"][rows].tolist()
+        self.payload: list[bool] = (~cols.null("shard")[rows]).tolist()
+        # argpairs._identity: (shape, dtype, mean, std, min, max, norm), None when one of
+        # the statistics is unknown (shape and dtype as codes: compared within a side only)
+        v = table.floats[rows][:, [2, 3, 0, 1, 4]]
+        null = table.null[rows][:, [2, 3, 0, 1, 4]]
+        known = ~null.any(axis=1)
+        self.ident: list[Any] = [
+            (sh, dt, *x) if k else None for sh, dt, x, k in zip(
+                side.shape_a[rows].tolist(), cols["dtype"].codes[rows].tolist(), v.tolist(),
+                known.tolist())]
+        # align.features.stat_row: mean, std, min, max, norm/sqrt(numel or 1), NaN unknown
+        st = np.where(null[:, :4], np.nan, v[:, :4])
+        n = np.maximum(cols["numel"][rows], 1).astype(np.float64)
+        rms = np.where(known, v[:, 4] / np.sqrt(n), np.nan)
+        self.stat = np.concatenate([st, rms[:, None]], axis=1)
+
+    def external(self, a: int, b: int) -> list[int]:
+        """:func:`~netparity.compare.argpairs.group_inputs` of calls ``a..b-1``."""
+        ident = self.ident
+        io = []
+        for s, m, e in self.span[a:b]:
+            io.append((range(s, m), ident[s:m], ident[m:e]))
+        return external_inputs(io) if b - a > 1 else list(range(self.span[a][0],
+                                                                self.span[a][1]))
+
+    def outputs(self, k: int) -> list[int]:
+        s, m, e = self.span[k]
+        return list(range(m, e))
+
+    def rows_of(self, at: list[int]) -> list[int]:
+        rows = self.rows_l
+        return [rows[i] for i in at]
+
+    def prefixes(self, at: list[int]) -> list[str]:
+        """:func:`pair_key` of the rows at positions ``at``, without the position key."""
+        if self._prefix is None:
+            c, r = self.side.cols, self.rows_a
+
+            def text(name: str) -> list[str]:
+                col = c[name]
+                vals = col.values
+                return [vals[k] for k in col.codes[r].tolist()]
+
+            self._prefix = [f"{st}|{rk}|{kd}|{d}|{mo}|{op}|{ca}|" for st, rk, kd, d, mo, op, ca
+                            in zip(c["step"][r].tolist(), c["rank"][r].tolist(), text("kind"),
+                                   text("direction"), text("module"), text("op"),
+                                   c["call"][r].tolist())]
+        p = self._prefix
+        return [p[i] for i in at]
+
