@@ -27,6 +27,7 @@ from netparity.align.seq import (
     _elementwise_cost,
     align_fixed,
     align_seq,
+    blocks,
     increasing_chain,
 )
 from netparity.align.table import CallTable, StringPool
@@ -278,13 +279,19 @@ def op_pass(A: Feats, ra: np.ndarray, B: Feats, cb: np.ndarray, rt: CallTable,
     # only these calls can reach N:M detection, which needs first-input statistics
     A.warm_inputs(np.concatenate([*pool_a, *(x for x, _ in slow)]))
     B.warm_inputs(np.concatenate([*pool_b, *(y for _, y in slow)]))
-    for ia, ib in slow:
+    # thousands of small partition pairs: their costs and distances in one batch, their
+    # pairs in one chunk (in the same order as one chunk per partition pair)
+    made: list[Pair] = []
+    for (ia, ib), blk in zip(slow, blocks(A, B, slow)):
         p, ua, ub = align_seq(A, ia.tolist(), B, ib.tolist(), op_groups=cx.mp.ops,
-                              diag_method=diag)
-        if p:
-            chunks.append(Chunk.of(p))
-        pool_a.append(np.array(ua, dtype=np.int64))
-        pool_b.append(np.array(ub, dtype=np.int64))
+                              diag_method=diag, block=blk)
+        made += p
+        if ua:
+            pool_a.append(np.array(ua, dtype=np.int64))
+        if ub:
+            pool_b.append(np.array(ub, dtype=np.int64))
+    if made:
+        chunks.append(Chunk.of(made))
     left_a = np.unique(np.concatenate(pool_a)).astype(np.int64)
     left_b = np.unique(np.concatenate(pool_b)).astype(np.int64)
     if len(left_a) and len(left_b):
@@ -379,12 +386,17 @@ def _align_leftovers(A: Feats, left_a: np.ndarray, B: Feats, left_b: np.ndarray,
     out: list[Chunk] = []
     un_a: list[np.ndarray] = []
     un_b: list[np.ndarray] = []
-    for g in np.union1d(ga, gb).tolist():
-        xa = left_a[np.searchsorted(ga, g, "left") : np.searchsorted(ga, g, "right")]
-        xb = left_b[np.searchsorted(gb, g, "left") : np.searchsorted(gb, g, "right")]
-        if len(xa) and len(xb):
+    gaps = np.union1d(ga, gb)
+    lo_a, hi_a = np.searchsorted(ga, gaps, "left"), np.searchsorted(ga, gaps, "right")
+    lo_b, hi_b = np.searchsorted(gb, gaps, "left"), np.searchsorted(gb, gaps, "right")
+    gap_calls = [(left_a[a0:a1], left_b[b0:b1]) for a0, a1, b0, b1 in
+                 zip(lo_a.tolist(), hi_a.tolist(), lo_b.tolist(), hi_b.tolist())]
+    both = [k for k, (xa, xb) in enumerate(gap_calls) if len(xa) and len(xb)]
+    blk = dict(zip(both, blocks(A, B, [gap_calls[k] for k in both])))
+    for k, (xa, xb) in enumerate(gap_calls):
+        if k in blk:
             p, ua, ub = align_seq(A, xa.tolist(), B, xb.tolist(), op_groups=mp.ops,
-                                  diag_method="anchor")
+                                  diag_method="anchor", block=blk[k])
             if p:
                 out.append(Chunk.of(p))
             un_a.append(np.array(ua, dtype=np.int64))
