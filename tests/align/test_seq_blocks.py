@@ -158,3 +158,35 @@ def test_align_seq_same_with_and_without_block(monkeypatch: pytest.MonkeyPatch) 
     assert [flat(r) for r in with_block] == [flat(r) for r in without]
     methods = {p.method for pairs, _, _ in with_block for p in pairs}
     assert {"dp", "stats"} <= methods  # DP pairs and N:M / out-of-order pairs both occur
+
+
+@pytest.mark.parametrize("modules", [True, False])
+def test_align_fixed_pairs_each_gap_as_the_aligner_does(modules: bool) -> None:
+    """``align_fixed`` checks all gaps for "same ops in the same order" at once; each gap's
+    pairs must be those of running the aligner on that gap alone, in gap order."""
+    rng, A, _ = _feats(5, 200)
+    # the candidate: the reference less ten calls, ten other calls renamed
+    kept = np.sort(rng.choice(200, 190, replace=False))
+    B = A.take(kept)
+    B.sig[rng.choice(190, 10, replace=False)] = -1
+    fa = np.sort(rng.choice(kept, 50, replace=False)).astype(np.int64)
+    fb = np.searchsorted(kept, fa).astype(np.int64)
+    fb[[3, 30]] = fb[[30, 3]]  # two fixed pairs out of order
+    new, _, _, _ = seq.align_fixed(A, B, fa, fb, modules=modules)
+    # the same, gap by gap through the aligner (what align_fixed did before the batch check)
+    order = np.argsort(fa, kind="stable")
+    ca, cb = fa[order], fb[order]
+    keep = seq.increasing_chain(cb)
+    ca, cb = ca[keep], cb[keep]
+    free_a, free_b = np.ones(200, bool), np.ones(190, bool)
+    free_a[fa], free_b[fb] = False, False
+    al = seq._Aligner(A, B, modules, "anchor")
+    for lo_a, hi_a, lo_b, hi_b in zip([0, *(ca + 1)], [*ca, 200], [0, *(cb + 1)], [*cb, 190]):
+        sa = np.arange(lo_a, hi_a)[free_a[lo_a:hi_a]]
+        sb = np.arange(lo_b, hi_b)[free_b[lo_b:hi_b]]
+        if len(sa) and len(sb):
+            al.run(sa, sb)
+    assert [(p.a, p.b, p.method, p.cost) for p in new] == [
+        (p.a, p.b, p.method, p.cost) for p in al.out]
+    methods = [p.method for p in new]
+    assert "anchor" in methods and "dp" in methods  # by position, and aligned

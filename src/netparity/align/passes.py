@@ -29,6 +29,7 @@ from netparity.align.seq import (
     align_seq,
     blocks,
     increasing_chain,
+    segments_all,
 )
 from netparity.align.table import CallTable, StringPool
 from netparity.mapfile import Mapping
@@ -344,12 +345,12 @@ def _fast_partitions(
     same = la == lb
     cl, tl = claim[same], tgt[same]
     ia, ib = pa.gather(cl), pb.gather(tl)
-    alike = _segments_all(A.sig[ia] == B.sig[ib], pa.size[cl])
+    alike = segments_all(A.sig[ia] == B.sig[ib], pa.size[cl])
     fast, tfast = cl[alike], tl[alike]
     sizes = pa.size[fast]
     ia, ib = pa.gather(fast), pb.gather(tfast)
     cost = _elementwise_cost(A, ia, B, ib, False)
-    ok = trusted[fast] | _segments_all(cost < ANCHOR_LIMIT, sizes)
+    ok = trusted[fast] | segments_all(cost < ANCHOR_LIMIT, sizes)
     keep = np.repeat(ok, sizes)
     chunks = [Chunk.bulk(ia[keep], ib[keep], cost[keep], diag)] if keep.any() else []
     mismatch = np.ones(len(claim), dtype=bool)
@@ -358,15 +359,6 @@ def _fast_partitions(
                                                  tgt[mismatch].tolist())]
     slow += [(pa.of(p), pb.of(q)) for p, q in zip(fast[~ok].tolist(), tfast[~ok].tolist())]
     return chunks, slow
-
-
-def _segments_all(flags: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Per consecutive segment of ``flags`` (lengths ``sizes``, all > 0): are all true?"""
-    if not len(sizes):
-        return np.zeros(0, dtype=bool)
-    bad = np.concatenate(([0], np.cumsum(~flags)))
-    ends = np.cumsum(sizes)
-    return np.asarray(bad[ends] == bad[ends - sizes])
 
 
 def _align_leftovers(A: Feats, left_a: np.ndarray, B: Feats, left_b: np.ndarray,

@@ -416,6 +416,15 @@ class _Aligner:
             stack.append((xa[pi:], xb[pj:]))
 
 
+def segments_all(flags: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Per consecutive segment of ``flags`` (lengths ``sizes``, all > 0): are all true?"""
+    if not len(sizes):
+        return np.zeros(0, dtype=bool)
+    bad = np.concatenate(([0], np.cumsum(~flags)))
+    ends = np.cumsum(sizes)
+    return np.asarray(bad[ends] == bad[ends - sizes])
+
+
 def _ops_of(F: Feats, i: int) -> tuple[str, str]:
     return F.names[i], F.natives[i]
 
@@ -593,12 +602,31 @@ def align_fixed(
     lo_b, hi_b = np.concatenate(([0], cb + 1)), np.concatenate((cb, [m]))
     cs_a = np.concatenate(([0], np.cumsum(free_a)))
     cs_b = np.concatenate(([0], np.cumsum(free_b)))
-    busy = (cs_a[hi_a] > cs_a[lo_a]) & (cs_b[hi_b] > cs_b[lo_b])
+    na, nb = cs_a[hi_a] - cs_a[lo_a], cs_b[hi_b] - cs_b[lo_b]
+    busy = (na > 0) & (nb > 0)
+    # the free calls of the busy gaps, gap after gap (a free call's gap: chain pairs before it)
+    ga, gb = np.nonzero(free_a)[0], np.nonzero(free_b)[0]
+    ga, gb = ga[busy[np.searchsorted(ca, ga)]], gb[busy[np.searchsorted(cb, gb)]]
+    na, nb = na[busy], nb[busy]
+    # gaps holding the same ops in the same order at a low cost pair by position (as
+    # _Aligner.run would pair each): one vectorised check for all of them
+    even = (na == nb) & (na <= 256)
+    ea, eb, sizes = ga[np.repeat(even, na)], gb[np.repeat(even, nb)], na[even]
+    cost = _elementwise_cost(A, ea, B, eb, modules)
+    diag = np.zeros(len(na), dtype=bool)
+    diag[even] = segments_all(A.sig[ea] == B.sig[eb], sizes) & segments_all(
+        cost < ANCHOR_LIMIT, sizes)
     al = _Aligner(A, B, modules, "anchor")
-    for k in np.nonzero(busy)[0].tolist():
-        sa = np.arange(lo_a[k], hi_a[k], dtype=np.int64)
-        sb = np.arange(lo_b[k], hi_b[k], dtype=np.int64)
-        al.run(sa[free_a[sa]], sb[free_b[sb]])
+    out = al.out
+    at_a, at_b, at_c = 0, 0, 0
+    for n_k, m_k, ev, dg in zip(na.tolist(), nb.tolist(), even.tolist(), diag.tolist()):
+        sa, sb = ga[at_a : at_a + n_k], gb[at_b : at_b + m_k]
+        if dg:
+            for x, y, c in zip(sa.tolist(), sb.tolist(), cost[at_c : at_c + n_k].tolist()):
+                out.append(Pair([x], [y], "anchor", c))
+        else:
+            al.run(sa, sb)
+        at_a, at_b, at_c = at_a + n_k, at_b + m_k, at_c + (n_k if ev else 0)
     for p in al.out:
         free_a[p.a] = False
         free_b[p.b] = False
