@@ -715,17 +715,24 @@ def _add_groups(A: Feats, ia: list[int], B: Feats, ib: list[int], pairs: list[Pa
                 pos_a: dict[int, int], pos_b: dict[int, int],
                 matched_a: set[int], matched_b: set[int], dist: _Dist) -> list[Pair]:
     """Regions between identical-op pairs that hold unmatched calls: look for N:M groups."""
-    hard = [p for p in pairs if len(p.a) == 1 and len(p.b) == 1 and A.name[p.a[0]] == B.name[p.b[0]]
-            and p.method != "mapping"]
-    hard_set = {id(p) for p in hard}
-    hard_keep = [p for p in pairs if id(p) in hard_set or p.method == "mapping" or len(p.a) != 1
-                 or len(p.b) != 1]
-    keep_ids = {id(q) for q in hard_keep}
+    # hard: 1:1 pairs of identical ops (region borders); soft: other 1:1 pairs, which an N:M
+    # group may dissolve; kept: hard pairs, mapping pairs and groups
+    hard: list[Pair] = []
+    hard_keep: list[Pair] = []
+    soft: dict[int, Pair] = {}
+    name_a, name_b = A.name, B.name
+    for p in pairs:
+        if len(p.a) != 1 or len(p.b) != 1 or p.method == "mapping":
+            hard_keep.append(p)
+        elif name_a[p.a[0]] == name_b[p.b[0]]:
+            hard.append(p)
+            hard_keep.append(p)
+        else:
+            soft[id(p)] = p
     # monotone chain of hard pairs as region borders
     hb = [pos_b[p.b[0]] for p in hard]
     chain = [hard[k] for k in _lis(hb)] if hard else []
     borders = [(-1, -1)] + [(pos_a[p.a[0]], pos_b[p.b[0]]) for p in chain] + [(len(ia), len(ib))]
-    soft = {id(p): p for p in pairs if id(p) not in keep_ids}
     soft_at_a = {p.a[0]: p for p in soft.values()}
     dissolved: set[int] = set()
     new: list[Pair] = []
