@@ -224,8 +224,10 @@ class Partitions:
     size: np.ndarray
     members: np.ndarray  # op positions, partition after partition, in execution order
 
-    def of(self, p: int) -> np.ndarray:
-        return self.members[self.start[p] : self.start[p] + self.size[p]]
+    def each(self, ps: np.ndarray) -> list[np.ndarray]:
+        """Members of each of partitions ``ps``, one array per partition."""
+        m = self.members
+        return [m[s : s + z] for s, z in zip(self.start[ps].tolist(), self.size[ps].tolist())]
 
     def gather(self, ps: np.ndarray) -> np.ndarray:
         """Members of partitions ``ps``, concatenated."""
@@ -363,9 +365,8 @@ def _fast_partitions(
     chunks = [Chunk.bulk(ia[keep], ib[keep], cost[keep], diag)] if keep.any() else []
     mismatch = np.ones(len(claim), dtype=bool)
     mismatch[np.nonzero(same)[0][alike]] = False
-    slow = [(pa.of(p), pb.of(q)) for p, q in zip(claim[mismatch].tolist(),
-                                                 tgt[mismatch].tolist())]
-    slow += [(pa.of(p), pb.of(q)) for p, q in zip(fast[~ok].tolist(), tfast[~ok].tolist())]
+    slow = list(zip(pa.each(claim[mismatch]), pb.each(tgt[mismatch])))
+    slow += list(zip(pa.each(fast[~ok]), pb.each(tfast[~ok])))
     return chunks, slow
 
 
