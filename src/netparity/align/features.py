@@ -331,23 +331,34 @@ def _distance(A: np.ndarray, B: np.ndarray) -> np.ndarray:
 
 def cost_matrix(A: Feats, ia: np.ndarray, B: Feats, ib: np.ndarray, modules: bool = False) -> np.ndarray:
     """Pairing cost of ``A[ia]`` x ``B[ib]`` (see the module docstring)."""
-    na = A.name[ia][:, None]
-    nb = B.name[ib][None, :]
+    return pair_costs(A, np.asarray(ia)[:, None], B, np.asarray(ib)[None, :], modules)[0]
+
+
+def pair_costs(A: Feats, ia: np.ndarray, B: Feats, ib: np.ndarray,
+               modules: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Pairing cost of ``A[ia[k]]`` with ``B[ib[k]]`` for broadcastable index arrays (an
+    ``(n, 1)`` and a ``(1, m)`` column give :func:`cost_matrix`; two flat arrays, the cost of
+    many pairs at once), and the statistics distance of their first outputs in it.
+
+    Every cell is computed alone, so a cell has the same value whichever way it is asked for.
+    """
+    na = A.name[ia]
+    nb = B.name[ib]
     c = (na != nb).astype(np.float64)
-    same_shp = A.shp[ia][:, None] == B.shp[ib][None, :]
-    same_out = A.out_shape[ia][:, None] == B.out_shape[ib][None, :]
+    same_shp = A.shp[ia] == B.shp[ib]
+    same_out = A.out_shape[ia] == B.out_shape[ib]
     c += np.where(same_shp, 0.0, np.where(same_out, 0.5, 1.0))
-    d = stats_distance(A.stats[ia], B.stats[ib])
+    sa, sb = A.stats[ia], B.stats[ib]
+    d = _distance(sa, sb)
     c += STATS_WEIGHT * d
     if modules:
-        c += np.where(A.leaf[ia][:, None] == B.leaf[ib][None, :], 0.0, 0.5)
-        return np.where(d > STATS_VETO, np.inf, c)
-    veto = (d > STATS_VETO) | (A.view[ia][:, None] != B.view[ib][None, :])
-    veto |= ((na != nb) & (d >= SCALAR_LIMIT) & single_valued(A.stats[ia])[:, None]
-             & single_valued(B.stats[ib])[None, :])
-    return np.where(veto, np.inf, c)
+        c += np.where(A.leaf[ia] == B.leaf[ib], 0.0, 0.5)
+        return np.where(d > STATS_VETO, np.inf, c), d
+    veto = (d > STATS_VETO) | (A.view[ia] != B.view[ib])
+    veto |= (na != nb) & (d >= SCALAR_LIMIT) & single_valued(sa) & single_valued(sb)
+    return np.where(veto, np.inf, c), d
 
 
 def single_valued(stats: np.ndarray) -> np.ndarray:
-    """Rows of an ``(n, 5)`` statistics matrix whose tensor holds one value (min == max)."""
-    return np.asarray(stats[:, 2] == stats[:, 3])
+    """Rows of a ``(..., 5)`` statistics array whose tensor holds one value (min == max)."""
+    return np.asarray(stats[..., 2] == stats[..., 3])

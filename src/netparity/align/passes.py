@@ -27,7 +27,9 @@ from netparity.align.seq import (
     _elementwise_cost,
     align_fixed,
     align_seq,
+    blocks,
     increasing_chain,
+    segments_all,
 )
 from netparity.align.table import CallTable, StringPool
 from netparity.mapfile import Mapping
@@ -49,7 +51,7 @@ class Chunk:
     def bulk(cls, a: np.ndarray, b: np.ndarray, cost: np.ndarray, method: str,
              note: str = "") -> Chunk:
         n = len(a)
-        return cls(a, b, cost, np.full(n, method, dtype=object), np.full(n, note, dtype=object))
+        return cls(a, b, cost, filled(n, method), filled(n, note))
 
     @classmethod
     def of(cls, pairs: list[Pair]) -> Chunk:
@@ -65,6 +67,14 @@ class Chunk:
         if self.pairs is None:
             return np.ones(len(self.a), dtype=bool)
         return np.array([len(p.a) == 1 and len(p.b) == 1 for p in self.pairs], dtype=bool)
+
+
+def filled(n: int, value: str) -> np.ndarray:
+    """An object array of ``n`` references to ``value``: ``np.full(n, value, dtype=object)``
+    makes a new string per element (via a unicode array), ~30x slower on 100k pairs."""
+    out = np.empty(n, dtype=object)
+    out.fill(value)
+    return out
 
 
 def pair_codes(xa: np.ndarray, ya: np.ndarray, xb: np.ndarray,
@@ -143,8 +153,8 @@ def module_pass(A: Feats, ra: np.ndarray, B: Feats, cb: np.ndarray, rt: CallTabl
              "structure", "names normalised")
     fa = np.concatenate([t[0] for t in taken]).astype(np.int64)
     fb = np.concatenate([t[1] for t in taken]).astype(np.int64)
-    meth = np.concatenate([np.full(len(t[0]), t[2], dtype=object) for t in taken])
-    note = np.concatenate([np.full(len(t[0]), t[3], dtype=object) for t in taken])
+    meth = np.concatenate([filled(len(t[0]), t[2]) for t in taken])
+    note = np.concatenate([filled(len(t[0]), t[3]) for t in taken])
     new, extra, un_a, un_b = align_fixed(A, B, fa, fb, modules=True)
     cost = np.zeros(len(fa))
     if new or extra:
@@ -214,8 +224,10 @@ class Partitions:
     size: np.ndarray
     members: np.ndarray  # op positions, partition after partition, in execution order
 
-    def of(self, p: int) -> np.ndarray:
-        return self.members[self.start[p] : self.start[p] + self.size[p]]
+    def each(self, ps: np.ndarray) -> list[np.ndarray]:
+        """Members of each of partitions ``ps``, one array per partition."""
+        m = self.members
+        return [m[s : s + z] for s, z in zip(self.start[ps].tolist(), self.size[ps].tolist())]
 
     def gather(self, ps: np.ndarray) -> np.ndarray:
         """Members of partitions ``ps``, concatenated."""
@@ -278,13 +290,19 @@ def op_pass(A: Feats, ra: np.ndarray, B: Feats, cb: np.ndarray, rt: CallTable,
     # only these calls can reach N:M detection, which needs first-input statistics
     A.warm_inputs(np.concatenate([*pool_a, *(x for x, _ in slow)]))
     B.warm_inputs(np.concatenate([*pool_b, *(y for _, y in slow)]))
-    for ia, ib in slow:
+    # thousands of small partition pairs: their costs and distances in one batch, their
+    # pairs in one chunk (in the same order as one chunk per partition pair)
+    made: list[Pair] = []
+    for (ia, ib), blk in zip(slow, blocks(A, B, slow)):
         p, ua, ub = align_seq(A, ia.tolist(), B, ib.tolist(), op_groups=cx.mp.ops,
-                              diag_method=diag)
-        if p:
-            chunks.append(Chunk.of(p))
-        pool_a.append(np.array(ua, dtype=np.int64))
-        pool_b.append(np.array(ub, dtype=np.int64))
+                              diag_method=diag, block=blk)
+        made += p
+        if ua:
+            pool_a.append(np.array(ua, dtype=np.int64))
+        if ub:
+            pool_b.append(np.array(ub, dtype=np.int64))
+    if made:
+        chunks.append(Chunk.of(made))
     left_a = np.unique(np.concatenate(pool_a)).astype(np.int64)
     left_b = np.unique(np.concatenate(pool_b)).astype(np.int64)
     if len(left_a) and len(left_b):
@@ -337,29 +355,19 @@ def _fast_partitions(
     same = la == lb
     cl, tl = claim[same], tgt[same]
     ia, ib = pa.gather(cl), pb.gather(tl)
-    alike = _segments_all(A.sig[ia] == B.sig[ib], pa.size[cl])
+    alike = segments_all(A.sig[ia] == B.sig[ib], pa.size[cl])
     fast, tfast = cl[alike], tl[alike]
     sizes = pa.size[fast]
     ia, ib = pa.gather(fast), pb.gather(tfast)
     cost = _elementwise_cost(A, ia, B, ib, False)
-    ok = trusted[fast] | _segments_all(cost < ANCHOR_LIMIT, sizes)
+    ok = trusted[fast] | segments_all(cost < ANCHOR_LIMIT, sizes)
     keep = np.repeat(ok, sizes)
     chunks = [Chunk.bulk(ia[keep], ib[keep], cost[keep], diag)] if keep.any() else []
     mismatch = np.ones(len(claim), dtype=bool)
     mismatch[np.nonzero(same)[0][alike]] = False
-    slow = [(pa.of(p), pb.of(q)) for p, q in zip(claim[mismatch].tolist(),
-                                                 tgt[mismatch].tolist())]
-    slow += [(pa.of(p), pb.of(q)) for p, q in zip(fast[~ok].tolist(), tfast[~ok].tolist())]
+    slow = list(zip(pa.each(claim[mismatch]), pb.each(tgt[mismatch])))
+    slow += list(zip(pa.each(fast[~ok]), pb.each(tfast[~ok])))
     return chunks, slow
-
-
-def _segments_all(flags: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Per consecutive segment of ``flags`` (lengths ``sizes``, all > 0): are all true?"""
-    if not len(sizes):
-        return np.zeros(0, dtype=bool)
-    bad = np.concatenate(([0], np.cumsum(~flags)))
-    ends = np.cumsum(sizes)
-    return np.asarray(bad[ends] == bad[ends - sizes])
 
 
 def _align_leftovers(A: Feats, left_a: np.ndarray, B: Feats, left_b: np.ndarray,
@@ -379,12 +387,17 @@ def _align_leftovers(A: Feats, left_a: np.ndarray, B: Feats, left_b: np.ndarray,
     out: list[Chunk] = []
     un_a: list[np.ndarray] = []
     un_b: list[np.ndarray] = []
-    for g in np.union1d(ga, gb).tolist():
-        xa = left_a[np.searchsorted(ga, g, "left") : np.searchsorted(ga, g, "right")]
-        xb = left_b[np.searchsorted(gb, g, "left") : np.searchsorted(gb, g, "right")]
-        if len(xa) and len(xb):
+    gaps = np.union1d(ga, gb)
+    lo_a, hi_a = np.searchsorted(ga, gaps, "left"), np.searchsorted(ga, gaps, "right")
+    lo_b, hi_b = np.searchsorted(gb, gaps, "left"), np.searchsorted(gb, gaps, "right")
+    gap_calls = [(left_a[a0:a1], left_b[b0:b1]) for a0, a1, b0, b1 in
+                 zip(lo_a.tolist(), hi_a.tolist(), lo_b.tolist(), hi_b.tolist())]
+    both = [k for k, (xa, xb) in enumerate(gap_calls) if len(xa) and len(xb)]
+    blk = dict(zip(both, blocks(A, B, [gap_calls[k] for k in both])))
+    for k, (xa, xb) in enumerate(gap_calls):
+        if k in blk:
             p, ua, ub = align_seq(A, xa.tolist(), B, xb.tolist(), op_groups=mp.ops,
-                                  diag_method="anchor")
+                                  diag_method="anchor", block=blk[k])
             if p:
                 out.append(Chunk.of(p))
             un_a.append(np.array(ua, dtype=np.int64))

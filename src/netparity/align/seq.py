@@ -40,7 +40,9 @@ Example:
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -52,6 +54,7 @@ from netparity.align.features import (
     STATS_WEIGHT,
     Feats,
     cost_matrix,
+    pair_costs,
     row_distance,
     single_valued,
     stats_distance,
@@ -71,6 +74,10 @@ CROSS_WINDOW = 24
 GROUP_TENSOR_LIMIT = 0.2
 GROUP_REGION = 40
 GROUP_RUN = 16
+#: problems up to this many cells get their costs and distances from one batched computation
+#: (:func:`blocks`) and run the dynamic programming in plain Python: on a few dozen cells a
+#: NumPy call costs more than the arithmetic it does
+SMALL_CELLS = 256
 #: a 1:1 pair grows into an N:1 group only when its outputs differ at least this much ...
 GROW_MIN = 1e-3
 #: ... and the grown group's last output is at least this much closer (ratio of distances)
@@ -102,11 +109,7 @@ def increasing_chain(values: np.ndarray) -> np.ndarray:
 def _elementwise_cost(A: Feats, ia: np.ndarray, B: Feats, ib: np.ndarray, modules: bool) -> np.ndarray:
     c = (A.name[ia] != B.name[ib]).astype(np.float64)
     c += np.where(A.shp[ia] == B.shp[ib], 0.0, np.where(A.out_shape[ia] == B.out_shape[ib], 0.5, 1.0))
-    sa, sb = A.stats[ia], B.stats[ib]
-    scale = np.maximum(np.abs(sa[:, 4]), np.abs(sb[:, 4]))[:, None]
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        d = np.minimum(np.abs(sa - sb) / (0.25 * (np.maximum(np.abs(sa), np.abs(sb)) + scale) + 1e-30), 1.0)
-    d = np.where(np.isnan(d), 0.5, d).mean(axis=1)
+    d = row_distance(A.stats[ia], B.stats[ib])
     c += STATS_WEIGHT * d
     if modules:
         c += np.where(A.leaf[ia] == B.leaf[ib], 0.0, 0.5)
@@ -122,9 +125,208 @@ def _anchor_keys(F: Feats) -> list[np.ndarray]:
     return F.anchor_keys
 
 
+@dataclass
+class Block:
+    """Costs and distances among the calls of one small problem ``(ia, ib)``, made in advance
+    for many problems at once by :func:`blocks`: flat lists, cell ``(i, j)`` at ``i * m + j``
+    for the ``i``-th call of ``ia`` and the ``j``-th of ``ib``."""
+
+    m: int
+    cost: list[float]  # cost_matrix
+    out: list[float]  # statistics distance of the first outputs
+    din: list[float]  # N:M detection: primary inputs' distance, inf where shapes differ ...
+    dout: list[float]  # ... first outputs' distance, inf where shapes differ or scalars differ
+
+    def rows(self, flat: list[float], ra: list[int], rb: list[int]) -> list[list[float]]:
+        m = self.m
+        if len(rb) == m and rb[0] == 0 and rb[-1] == m - 1:
+            return [flat[r * m : r * m + m] for r in ra]
+        return [[flat[r * m + c] for c in rb] for r in ra]
+
+
+def _group_dists(A: Feats, ia: np.ndarray, B: Feats, ib: np.ndarray, din: np.ndarray,
+                 out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distances N:M detection compares, for broadcastable index arrays: primary inputs
+    (``din``) and first outputs (``out``), infinite where their shapes differ; and an output
+    that is a single value (a scalar, or a constant) has no distribution to compare: two
+    unrelated scalars fall within the group limit by coincidence (a LLaMA port's first squared
+    gradient norm, 2.51, against the reference's clipping norm, 2.80, grouped the loss with the
+    clipping and failed a faithful port), so a group ending on such outputs needs them to agree
+    as a computation does."""
+    din = np.where(A.in_shape[ia] == B.in_shape[ib], din, np.inf)
+    dout = np.where(A.out_shape[ia] == B.out_shape[ib], out, np.inf)
+    flat = single_valued(A.stats[ia]) & single_valued(B.stats[ib])
+    return din, np.where(flat & (dout >= SCALAR_LIMIT), np.inf, dout)
+
+
+def blocks(A: Feats, B: Feats,
+           problems: list[tuple[np.ndarray, np.ndarray]]) -> list[Block | None]:
+    """:class:`Block`\\ s of the problems ``(ia, ib)`` of at most :data:`SMALL_CELLS` cells (None
+    for the others), computed together: thousands of small problems (the op partitions that do
+    not pair by position) in a few whole-array operations instead of a few each."""
+    n = np.array([len(x) for x, _ in problems], dtype=np.int64)
+    m = np.array([len(y) for _, y in problems], dtype=np.int64)
+    cells = n * m
+    small = (cells > 0) & (cells <= SMALL_CELLS)
+    out: list[Block | None] = [None] * len(problems)
+    ks = np.nonzero(small)[0]
+    if not len(ks):
+        return out
+    n, m, cells = n[ks], m[ks], cells[ks]
+    cat_a = np.concatenate([problems[k][0] for k in ks.tolist()]).astype(np.int64)
+    cat_b = np.concatenate([problems[k][1] for k in ks.tolist()]).astype(np.int64)
+    off_a, off_b, off_c = np.cumsum(n) - n, np.cumsum(m) - m, np.cumsum(cells) - cells
+    part = np.repeat(np.arange(len(ks)), cells)
+    local = np.arange(int(cells.sum()), dtype=np.int64) - off_c[part]
+    i = local // m[part]
+    ra = off_a[part] + i
+    rb = off_b[part] + (local - i * m[part])
+    ga, gb = cat_a[ra], cat_b[rb]
+    cost, dist = pair_costs(A, ga, B, gb)
+    din = row_distance(A.in_stats(cat_a)[ra], B.in_stats(cat_b)[rb])
+    din, dout = _group_dists(A, ga, B, gb, din, dist)
+    lists = [x.tolist() for x in (cost, dist, din, dout)]
+    for k, mk, lo, hi in zip(ks.tolist(), m.tolist(), off_c.tolist(), (off_c + cells).tolist()):
+        out[k] = Block(mk, *(x[lo:hi] for x in lists))
+    return out
+
+
+class _Dist:
+    """Pairing costs and statistics distances among the calls of one problem, as Python lists:
+    looked up in its :class:`Block` when it has one, else computed when asked."""
+
+    def __init__(self, A: Feats, B: Feats, modules: bool, block: Block | None = None,
+                 pos_a: dict[int, int] | None = None, pos_b: dict[int, int] | None = None):
+        self.A, self.B, self.modules, self.block = A, B, modules, block
+        self.pos_a, self.pos_b = pos_a or {}, pos_b or {}
+
+    def _at(self, xa: list[int], xb: list[int]) -> tuple[list[int], list[int]]:
+        return [self.pos_a[x] for x in xa], [self.pos_b[x] for x in xb]
+
+    def cost(self, sa: np.ndarray, sb: np.ndarray) -> np.ndarray:
+        """:func:`cost_matrix` of ``A[sa]`` x ``B[sb]``."""
+        if self.block is None:
+            return cost_matrix(self.A, sa, self.B, sb, self.modules)
+        rows = self.cost_rows(sa.tolist(), sb.tolist())
+        return np.array(rows, dtype=np.float64).reshape(len(sa), len(sb))
+
+    def cost_rows(self, xa: list[int], xb: list[int]) -> list[list[float]]:
+        blk = self.block
+        if blk is None:
+            return self.cost(np.array(xa, dtype=np.int64), np.array(xb, dtype=np.int64)).tolist()
+        return blk.rows(blk.cost, *self._at(xa, xb))
+
+    def out_rows(self, xa: list[int], xb: list[int]) -> list[list[float]]:
+        """:func:`stats_distance` of the first outputs of ``A[xa]`` x ``B[xb]``."""
+        blk = self.block
+        if blk is None:
+            return stats_distance(self.A.stats[xa], self.B.stats[xb]).tolist()
+        return blk.rows(blk.out, *self._at(xa, xb))
+
+    def out_pairs(self, xa: list[int], xb: list[int]) -> list[float]:
+        """:func:`row_distance` of the first outputs of ``A[xa[k]]`` and ``B[xb[k]]``."""
+        blk = self.block
+        if blk is None:
+            return row_distance(self.A.stats[xa], self.B.stats[xb]).tolist()
+        m, out = blk.m, blk.out
+        return [out[self.pos_a[x] * m + self.pos_b[y]] for x, y in zip(xa, xb)]
+
+    def group_rows(self, xa: list[int],
+                   xb: list[int]) -> tuple[list[list[float]], list[list[float]]]:
+        """:func:`_group_dists` of ``A[xa]`` x ``B[xb]``."""
+        blk = self.block
+        if blk is None:
+            ia, ib = np.array(xa, dtype=np.int64), np.array(xb, dtype=np.int64)
+            din = stats_distance(self.A.in_stats(ia), self.B.in_stats(ib))
+            out = stats_distance(self.A.stats[ia], self.B.stats[ib])
+            gin, gout = _group_dists(self.A, ia[:, None], self.B, ib[None, :], din, out)
+            return gin.tolist(), gout.tolist()
+        pa, pb = self._at(xa, xb)
+        return blk.rows(blk.din, pa, pb), blk.rows(blk.dout, pa, pb)
+
+
+def _dp_rows(C: np.ndarray) -> list[tuple[int, int, float]]:
+    """Global alignment with gap cost :data:`GAP` of the rows and columns of the cost matrix
+    ``C`` (pairs cost at least :data:`MATCH_LIMIT` are never made), vectorised row by row;
+    returns the (row, column, cost) of the paired cells in order."""
+    n, m = C.shape
+    C = np.where(C < MATCH_LIMIT, C, np.inf)
+    D = np.empty((n + 1, m + 1))
+    D[0] = np.arange(m + 1) * GAP
+    choice = np.empty((n + 1, m + 1), np.int8)
+    jj = np.arange(m + 1) * GAP
+    E = np.empty(m + 1)
+    for i in range(1, n + 1):
+        prev = D[i - 1]
+        diag = prev[:-1] + C[i - 1]
+        up = prev[1:] + GAP
+        E[0] = prev[0] + GAP
+        np.minimum(diag, up, out=E[1:])
+        T = np.minimum.accumulate(E - jj) + jj
+        D[i] = T
+        ch = np.where(diag <= up, 0, 1).astype(np.int8)
+        row = choice[i]
+        row[0] = 1
+        row[1:] = np.where(T[1:] < E[1:] - 1e-9, 2, ch)
+    return _trace_back(choice, C, n, m)
+
+
+def _dp_small(C: list[list[float]]) -> list[tuple[int, int, float]]:
+    """:func:`_dp_rows` in plain Python, for small matrices given as lists of rows: the same
+    arithmetic in the same order (row minimum of ``E - jj``, plus ``jj``), so the same pairs and
+    costs; tests/align/test_seq_blocks.py checks it."""
+    inf = math.inf
+    m = len(C[0]) if C else 0
+    jj = [j * GAP for j in range(m + 1)]
+    prev = list(jj)
+    choice: list[list[int]] = [[]]
+    masked: list[list[float]] = []
+    for crow in C:
+        row = [c if c < MATCH_LIMIT else inf for c in crow]
+        masked.append(row)
+        e = prev[0] + GAP
+        low = e - jj[0]
+        cur = [low + jj[0]]
+        ch = [1]
+        for j in range(1, m + 1):
+            diag = prev[j - 1] + row[j - 1]
+            up = prev[j] + GAP
+            e = diag if diag <= up else up
+            v = e - jj[j]
+            if v < low:
+                low = v
+            t = low + jj[j]
+            cur.append(t)
+            ch.append(2 if t < e - 1e-9 else (0 if diag <= up else 1))
+        choice.append(ch)
+        prev = cur
+    return _trace_back(choice, masked, len(C), m)
+
+
+def _trace_back(choice: Any, C: Any, n: int, m: int) -> list[tuple[int, int, float]]:
+    """The paired cells of a DP's ``(n + 1, m + 1)`` choice table (0 pair, 1 skip a row, 2 skip
+    a column) and their costs in ``C``: arrays or lists of rows."""
+    pairs: list[tuple[int, int, float]] = []
+    i, j = n, m
+    while i > 0 and j > 0:
+        c = choice[i][j]
+        if c == 0:
+            pairs.append((i - 1, j - 1, float(C[i - 1][j - 1])))
+            i -= 1
+            j -= 1
+        elif c == 1:
+            i -= 1
+        else:
+            j -= 1
+    pairs.reverse()
+    return pairs
+
+
 class _Aligner:
-    def __init__(self, A: Feats, B: Feats, modules: bool, diag_method: str):
+    def __init__(self, A: Feats, B: Feats, modules: bool, diag_method: str,
+                 dist: _Dist | None = None):
         self.A, self.B, self.modules, self.diag_method = A, B, modules, diag_method
+        self.dist = dist if dist is not None else _Dist(A, B, modules)
         self.out: list[Pair] = []
         self.keys_a = _anchor_keys(A)
         self.keys_b = _anchor_keys(B)
@@ -132,44 +334,14 @@ class _Aligner:
     # -- dynamic programming -----------------------------------------------------------------
     def dp(self, sa: np.ndarray, sb: np.ndarray) -> list[tuple[int, int, float]]:
         """Global alignment of ``A[sa]`` and ``B[sb]``; returns (i, j, cost) of paired positions."""
-        n, m = len(sa), len(sb)
-        C = cost_matrix(self.A, sa, self.B, sb, self.modules)
-        C = np.where(C < MATCH_LIMIT, C, np.inf)
-        D = np.empty((n + 1, m + 1))
-        D[0] = np.arange(m + 1) * GAP
-        choice = np.empty((n + 1, m + 1), np.int8)
-        jj = np.arange(m + 1) * GAP
-        E = np.empty(m + 1)
-        for i in range(1, n + 1):
-            prev = D[i - 1]
-            diag = prev[:-1] + C[i - 1]
-            up = prev[1:] + GAP
-            E[0] = prev[0] + GAP
-            np.minimum(diag, up, out=E[1:])
-            T = np.minimum.accumulate(E - jj) + jj
-            D[i] = T
-            ch = np.where(diag <= up, 0, 1).astype(np.int8)
-            row = choice[i]
-            row[0] = 1
-            row[1:] = np.where(T[1:] < E[1:] - 1e-9, 2, ch)
-        pairs: list[tuple[int, int, float]] = []
-        i, j = n, m
-        while i > 0 and j > 0:
-            c = choice[i, j]
-            if c == 0:
-                pairs.append((i - 1, j - 1, float(C[i - 1, j - 1])))
-                i -= 1
-                j -= 1
-            elif c == 1:
-                i -= 1
-            else:
-                j -= 1
-        pairs.reverse()
-        return pairs
+        if len(sa) * len(sb) <= SMALL_CELLS:
+            return _dp_small(self.dist.cost_rows(sa.tolist(), sb.tolist()))
+        return _dp_rows(self.dist.cost(sa, sb))
 
     def _emit_dp(self, sa: np.ndarray, sb: np.ndarray) -> None:
+        xa, xb = sa.tolist(), sb.tolist()
         for i, j, c in self.dp(sa, sb):
-            self.out.append(Pair([int(sa[i])], [int(sb[j])], "dp", c))
+            self.out.append(Pair([xa[i]], [xb[j]], "dp", c))
 
     def _sliding(self, sa: np.ndarray, sb: np.ndarray) -> None:
         a, b = 0, 0
@@ -244,6 +416,15 @@ class _Aligner:
             stack.append((xa[pi:], xb[pj:]))
 
 
+def segments_all(flags: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Per consecutive segment of ``flags`` (lengths ``sizes``, all > 0): are all true?"""
+    if not len(sizes):
+        return np.zeros(0, dtype=bool)
+    bad = np.concatenate(([0], np.cumsum(~flags)))
+    ends = np.cumsum(sizes)
+    return np.asarray(bad[ends] == bad[ends - sizes])
+
+
 def _ops_of(F: Feats, i: int) -> tuple[str, str]:
     return F.names[i], F.natives[i]
 
@@ -263,44 +444,39 @@ def _find_runs(F: Feats, seq: list[int], pattern: tuple[str, ...]) -> list[list[
 
 
 def _groups_in_region(A: Feats, ra: list[int], B: Feats, rb: list[int],
-                      free_a: set[int], free_b: set[int]) -> list[Pair]:
+                      free_a: set[int], free_b: set[int], dist: _Dist) -> list[Pair]:
     """N:M groups among the calls of one region (see the module docstring, step 4)."""
     if not ra or not rb or len(ra) + len(rb) < 3:
         return []
     ra, rb = ra[:GROUP_REGION], rb[:GROUP_REGION]
-    ia, ib = np.array(ra), np.array(rb)
-    din = stats_distance(A.in_stats(ia), B.in_stats(ib))
-    din = np.where(A.in_shape[ia][:, None] == B.in_shape[ib][None, :], din, np.inf)
-    dout = stats_distance(A.stats[ia], B.stats[ib])
-    dout = np.where(A.out_shape[ia][:, None] == B.out_shape[ib][None, :], dout, np.inf)
-    # An output that is a single value (a scalar, or a constant) has no distribution to
-    # compare: two unrelated scalars fall within the group limit by coincidence (a LLaMA port's
-    # first squared gradient norm, 2.51, against the reference's clipping norm, 2.80, grouped
-    # the loss with the clipping and failed a faithful port), so a group ending on such outputs
-    # needs them to agree as a computation does.
-    flat = single_valued(A.stats[ia])[:, None] & single_valued(B.stats[ib])[None, :]
-    dout = np.where(flat & (dout >= SCALAR_LIMIT), np.inf, dout)
+    din, dout = dist.group_rows(ra, rb)
+    # the search below looks at the cells of dout under the limit only
+    near = [[f for f, v in enumerate(row) if v < GROUP_TENSOR_LIMIT] for row in dout]
+    view_a, view_b = A.view, B.view
     found: list[Pair] = []
     t0 = 0
     s = 0
     while s < len(ra):
         hit = None
         for t in range(t0, len(rb)):
-            if din[s, t] >= GROUP_TENSOR_LIMIT:
+            if din[s][t] >= GROUP_TENSOR_LIMIT:
                 continue
-            sub = dout[s : s + GROUP_RUN, t : t + GROUP_RUN]
             best: tuple[float, int, int, int] | None = None
-            for e, f in zip(*np.nonzero(sub < GROUP_TENSOR_LIMIT)):
-                if e == 0 and f == 0:
-                    continue
-                members_a, members_b = ra[s : s + e + 1], rb[t : t + f + 1]
-                if not (any(x in free_a for x in members_a) or any(x in free_b for x in members_b)):
-                    continue
-                if bool(A.view[members_a].all()) != bool(B.view[members_b].all()):
-                    continue  # rearranged data on one side, a computation on the other
-                key = (float(sub[e, f]), -int(e + f), int(e), int(f))
-                if best is None or key < best:
-                    best = key
+            for e in range(min(GROUP_RUN, len(ra) - s)):
+                row = dout[s + e]
+                for col in near[s + e]:
+                    f = col - t
+                    if f < 0 or f >= GROUP_RUN or (e == 0 and f == 0):
+                        continue
+                    members_a, members_b = ra[s : s + e + 1], rb[t : t + f + 1]
+                    if not (any(x in free_a for x in members_a)
+                            or any(x in free_b for x in members_b)):
+                        continue
+                    if all(view_a[x] for x in members_a) != all(view_b[x] for x in members_b):
+                        continue  # rearranged data on one side, a computation on the other
+                    key = (row[col], -(e + f), e, f)
+                    if best is None or key < best:
+                        best = key
             if best is not None:
                 hit = (t, best[2], best[3], best[0])
                 break
@@ -322,6 +498,7 @@ def align_seq(
     *,
     op_groups: list[tuple[tuple[str, ...], tuple[str, ...]]] | None = None,
     diag_method: str = "anchor",
+    block: Block | None = None,
 ) -> tuple[list[Pair], list[int], list[int]]:
     """Align the op calls ``A[ia]`` with ``B[ib]`` (index lists in execution order), N:M groups
     included (module calls: :func:`align_fixed`).
@@ -330,6 +507,8 @@ def align_seq(
         op_groups: op-name groups from a mapping (``(("linear",), ("matmul", "add"))``): runs
             spelling them are paired first, in order, and kept as given.
         diag_method: method recorded for the "same ops in the same order" fast path.
+        block: the problem's costs and distances, made in advance by :func:`blocks` for
+            exactly these ``ia`` and ``ib`` (the result is the same without it).
 
     Returns:
         (pairs sorted by first reference index, unmatched reference indices, unmatched candidate
@@ -350,7 +529,10 @@ def align_seq(
     # fixed pairs that keep execution order split the problem into independent gaps
     fixed.sort(key=lambda p: pos_a[p.a[0]])
     chain = [fixed[k] for k in _lis([pos_b[p.b[0]] for p in fixed])] if fixed else []
-    al = _Aligner(A, B, False, diag_method)
+    if block is None and len(ia) * len(ib) <= SMALL_CELLS:
+        block = blocks(A, B, [(np.array(ia, dtype=np.int64), np.array(ib, dtype=np.int64))])[0]
+    dist = _Dist(A, B, False, block, pos_a, pos_b)
+    al = _Aligner(A, B, False, diag_method, dist)
     pa, pb = 0, 0
     arr_a, arr_b = np.array(ia, dtype=np.int64), np.array(ib, dtype=np.int64)
     for p in [*chain, None]:
@@ -369,18 +551,18 @@ def align_seq(
     matched_a = {x for p in pairs for x in p.a}
     matched_b = {x for p in pairs for x in p.b}
     if len(matched_a) < len(ia) or len(matched_b) < len(ib):
-        pairs = _grow_pairs(A, ia, B, ib, pairs, pos_a, pos_b, matched_a, matched_b)
+        pairs = _grow_pairs(A, ia, B, ib, pairs, pos_a, pos_b, matched_a, matched_b, dist)
         matched_a = {x for p in pairs for x in p.a}
         matched_b = {x for p in pairs for x in p.b}
-        pairs = _add_groups(A, ia, B, ib, pairs, pos_a, pos_b, matched_a, matched_b)
+        pairs = _add_groups(A, ia, B, ib, pairs, pos_a, pos_b, matched_a, matched_b, dist)
         matched_a = {x for p in pairs for x in p.a}
         matched_b = {x for p in pairs for x in p.b}
     un_a = [x for x in ia if x not in matched_a]
     un_b = [x for x in ib if x not in matched_b]
     if un_a and un_b:
         ends = sorted((pos_a[p.a[-1]], pos_b[p.b[-1]]) for p in pairs)
-        extra = _cross(A, un_a, [pos_a[x] for x in un_a], B, un_b, [pos_b[x] for x in un_b],
-                       [e[0] for e in ends], [e[1] for e in ends], False)
+        extra = _cross(un_a, [pos_a[x] for x in un_a], un_b, [pos_b[x] for x in un_b],
+                       [e[0] for e in ends], [e[1] for e in ends], dist)
         if extra:
             pairs.extend(extra)
             pairs.sort(key=lambda p: pos_a[p.a[0]])
@@ -420,12 +602,31 @@ def align_fixed(
     lo_b, hi_b = np.concatenate(([0], cb + 1)), np.concatenate((cb, [m]))
     cs_a = np.concatenate(([0], np.cumsum(free_a)))
     cs_b = np.concatenate(([0], np.cumsum(free_b)))
-    busy = (cs_a[hi_a] > cs_a[lo_a]) & (cs_b[hi_b] > cs_b[lo_b])
+    na, nb = cs_a[hi_a] - cs_a[lo_a], cs_b[hi_b] - cs_b[lo_b]
+    busy = (na > 0) & (nb > 0)
+    # the free calls of the busy gaps, gap after gap (a free call's gap: chain pairs before it)
+    ga, gb = np.nonzero(free_a)[0], np.nonzero(free_b)[0]
+    ga, gb = ga[busy[np.searchsorted(ca, ga)]], gb[busy[np.searchsorted(cb, gb)]]
+    na, nb = na[busy], nb[busy]
+    # gaps holding the same ops in the same order at a low cost pair by position (as
+    # _Aligner.run would pair each): one vectorised check for all of them
+    even = (na == nb) & (na <= 256)
+    ea, eb, sizes = ga[np.repeat(even, na)], gb[np.repeat(even, nb)], na[even]
+    cost = _elementwise_cost(A, ea, B, eb, modules)
+    diag = np.zeros(len(na), dtype=bool)
+    diag[even] = segments_all(A.sig[ea] == B.sig[eb], sizes) & segments_all(
+        cost < ANCHOR_LIMIT, sizes)
     al = _Aligner(A, B, modules, "anchor")
-    for k in np.nonzero(busy)[0].tolist():
-        sa = np.arange(lo_a[k], hi_a[k], dtype=np.int64)
-        sb = np.arange(lo_b[k], hi_b[k], dtype=np.int64)
-        al.run(sa[free_a[sa]], sb[free_b[sb]])
+    out = al.out
+    at_a, at_b, at_c = 0, 0, 0
+    for n_k, m_k, ev, dg in zip(na.tolist(), nb.tolist(), even.tolist(), diag.tolist()):
+        sa, sb = ga[at_a : at_a + n_k], gb[at_b : at_b + m_k]
+        if dg:
+            for x, y, c in zip(sa.tolist(), sb.tolist(), cost[at_c : at_c + n_k].tolist()):
+                out.append(Pair([x], [y], "anchor", c))
+        else:
+            al.run(sa, sb)
+        at_a, at_b, at_c = at_a + n_k, at_b + m_k, at_c + (n_k if ev else 0)
     for p in al.out:
         free_a[p.a] = False
         free_b[p.b] = False
@@ -436,7 +637,7 @@ def align_fixed(
         ends_b = np.concatenate((fb, [p.b[-1] for p in al.out])).astype(np.int64)
         o = np.lexsort((ends_b, ends_a))
         ua, ub = un_a.tolist(), un_b.tolist()
-        extra = _cross(A, ua, ua, B, ub, ub, ends_a[o].tolist(), ends_b[o].tolist(), modules)
+        extra = _cross(ua, ua, ub, ub, ends_a[o].tolist(), ends_b[o].tolist(), al.dist)
         for p in extra:
             free_a[p.a] = False
             free_b[p.b] = False
@@ -446,7 +647,7 @@ def align_fixed(
 
 def _grow_pairs(A: Feats, ia: list[int], B: Feats, ib: list[int], pairs: list[Pair],
                 pos_a: dict[int, int], pos_b: dict[int, int],
-                matched_a: set[int], matched_b: set[int]) -> list[Pair]:
+                matched_a: set[int], matched_b: set[int], dist: _Dist) -> list[Pair]:
     """Extend a 1:1 pair over the unmatched calls that follow it on one side (N:1 groups).
 
     ``aten.convolution(x, w, b)`` against MindSpore's ``Conv2D(x, w)`` + ``BiasAdd``: the two
@@ -464,8 +665,8 @@ def _grow_pairs(A: Feats, ia: list[int], B: Feats, ib: list[int], pairs: list[Pa
     free_b = set(ib) - matched_b
     out: list[Pair] = []
     grow = [p for p in pairs if len(p.a) == 1 and len(p.b) == 1 and p.method != "mapping"]
-    d_now = row_distance(A.stats[[p.a[0] for p in grow]], B.stats[[p.b[0] for p in grow]])
-    cur = dict(zip(map(id, grow), d_now.tolist()))
+    d_now = dist.out_pairs([p.a[0] for p in grow], [p.b[0] for p in grow])
+    cur = dict(zip(map(id, grow), d_now))
     for p in pairs:
         d_cur = cur.get(id(p))
         if d_cur is None:
@@ -488,12 +689,12 @@ def _grow_pairs(A: Feats, ia: list[int], B: Feats, ib: list[int], pairs: list[Pa
                 if not run:
                     continue
                 if side == "b":
-                    same = B.out_shape[run] == A.out_shape[a]
-                    ds = stats_distance(A.stats[[a]], B.stats[run])[0]
+                    same = [B.out_shape[x] == A.out_shape[a] for x in run]
+                    ds = dist.out_rows([a], run)[0]
                 else:
-                    same = A.out_shape[run] == B.out_shape[b]
-                    ds = stats_distance(A.stats[run], B.stats[[b]])[:, 0]
-                for k, (sm, d) in enumerate(zip(same.tolist(), ds.tolist())):
+                    same = [A.out_shape[x] == B.out_shape[b] for x in run]
+                    ds = [r[0] for r in dist.out_rows(run, [b])]
+                for k, (sm, d) in enumerate(zip(same, ds)):
                     if (sm and d < GROUP_TENSOR_LIMIT and (reshaped or d <= GROW_GAIN * d_cur)
                             and (best is None or d < best[0])):
                         members = run[: k + 1]
@@ -512,18 +713,26 @@ def _grow_pairs(A: Feats, ia: list[int], B: Feats, ib: list[int], pairs: list[Pa
 
 def _add_groups(A: Feats, ia: list[int], B: Feats, ib: list[int], pairs: list[Pair],
                 pos_a: dict[int, int], pos_b: dict[int, int],
-                matched_a: set[int], matched_b: set[int]) -> list[Pair]:
+                matched_a: set[int], matched_b: set[int], dist: _Dist) -> list[Pair]:
     """Regions between identical-op pairs that hold unmatched calls: look for N:M groups."""
-    hard = [p for p in pairs if len(p.a) == 1 and len(p.b) == 1 and A.name[p.a[0]] == B.name[p.b[0]]
-            and p.method != "mapping"]
-    hard_set = {id(p) for p in hard}
-    hard_keep = [p for p in pairs if id(p) in hard_set or p.method == "mapping" or len(p.a) != 1
-                 or len(p.b) != 1]
+    # hard: 1:1 pairs of identical ops (region borders); soft: other 1:1 pairs, which an N:M
+    # group may dissolve; kept: hard pairs, mapping pairs and groups
+    hard: list[Pair] = []
+    hard_keep: list[Pair] = []
+    soft: dict[int, Pair] = {}
+    name_a, name_b = A.name, B.name
+    for p in pairs:
+        if len(p.a) != 1 or len(p.b) != 1 or p.method == "mapping":
+            hard_keep.append(p)
+        elif name_a[p.a[0]] == name_b[p.b[0]]:
+            hard.append(p)
+            hard_keep.append(p)
+        else:
+            soft[id(p)] = p
     # monotone chain of hard pairs as region borders
     hb = [pos_b[p.b[0]] for p in hard]
     chain = [hard[k] for k in _lis(hb)] if hard else []
     borders = [(-1, -1)] + [(pos_a[p.a[0]], pos_b[p.b[0]]) for p in chain] + [(len(ia), len(ib))]
-    soft = {id(p): p for p in pairs if id(p) not in {id(q) for q in hard_keep}}
     soft_at_a = {p.a[0]: p for p in soft.values()}
     dissolved: set[int] = set()
     new: list[Pair] = []
@@ -536,7 +745,7 @@ def _add_groups(A: Feats, ia: list[int], B: Feats, ib: list[int], pairs: list[Pa
         rb = [x for x in ib[b0 + 1 : b1] if x not in hard_b]
         if not (any(x in free_a for x in ra) or any(x in free_b for x in rb)):
             continue
-        groups = _groups_in_region(A, ra, B, rb, free_a, free_b)
+        groups = _groups_in_region(A, ra, B, rb, free_a, free_b, dist)
         for g in groups:
             new.append(g)
             for x in g.a:
@@ -561,9 +770,8 @@ def _add_groups(A: Feats, ia: list[int], B: Feats, ib: list[int], pairs: list[Pa
     return out
 
 
-def _cross(A: Feats, un_a: list[int], upos_a: list[int], B: Feats, un_b: list[int],
-           upos_b: list[int], anchors_a: list[int], anchors_b: list[int],
-           modules: bool) -> list[Pair]:
+def _cross(un_a: list[int], upos_a: list[int], un_b: list[int], upos_b: list[int],
+           anchors_a: list[int], anchors_b: list[int], dist: _Dist) -> list[Pair]:
     """Pair leftovers out of order when the evidence is strong (step 5).
 
     ``upos_*`` are the leftovers' positions in their sequences (increasing); ``anchors_*`` the
@@ -581,9 +789,8 @@ def _cross(A: Feats, un_a: list[int], upos_a: list[int], B: Feats, un_b: list[in
         hi = bisect.bisect_right(ub_pos, exp + CROSS_WINDOW)
         if lo >= hi:
             continue
-        js = np.array(un_b[lo:hi], dtype=np.int64)
-        c = cost_matrix(A, np.array([x]), B, js, modules)[0]
-        for j, cj in zip(js.tolist(), c.tolist()):
+        js = un_b[lo:hi]
+        for j, cj in zip(js, dist.cost_rows([x], js)[0]):
             if cj < CROSS_LIMIT:
                 cand.append((cj, x, j))
     cand.sort()
