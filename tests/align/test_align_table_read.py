@@ -163,7 +163,7 @@ def test_calls_read_their_records_on_first_access(tmp_path):
     tr, tc = open_trace(tmp_path / "a"), open_trace(tmp_path / "b")
     al = align_traces(tr, tc, level="both")
     call = al.matches[1].ref[0]
-    source = call.__dict__["_source"]
+    source = call._source
     assert source.calls is None
     shapes = call.to_json()  # shapes come from the table, no records read
     assert source.calls is None
@@ -172,6 +172,8 @@ def test_calls_read_their_records_on_first_access(tmp_path):
     assert [r.to_dict() for r in call.inputs] == [r.to_dict() for r in want.inputs]
     assert [r.to_dict() for r in call.outputs] == [r.to_dict() for r in want.outputs]
     assert call.to_json() == shapes == want.to_json()
+    assert (call.seq, call.kind, call.source, repr(call).split("(")[0]) == (
+        want.seq, want.kind, want.source, "LazyCall")
     for twin in (pickle.loads(pickle.dumps(call)), copy.copy(call)):
         assert type(twin) is Call
         assert twin == want

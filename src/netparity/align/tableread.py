@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -423,41 +422,81 @@ def _run_keys(sid: np.ndarray, start: np.ndarray, size: np.ndarray, op_ids: np.n
     return key, rep
 
 
+class _TableCall(LazyCall):
+    """A :class:`LazyCall` of a :class:`_CallMaker`: what is the same for every call of a
+    table (its record source; ``kind``, one class per kind; ``source`` when no call has one)
+    and what only ``seq`` / ``to_json`` read (sequence numbers, shapes: behind the call's
+    ``_row``) live on the class, so each call's ``__dict__`` holds 10 (or 9) keys, not 14.
+    ``__dict__`` keeps ``rank``, ``step`` and ``event`` (callers read the call's key there)."""
+
+    _source: RecordSource
+    _seq_a: np.ndarray  # per row of the table
+    _sig_key: np.ndarray  # per row: its shapes in ``_io``
+    _io: np.ndarray
+
+    def _load(self) -> None:
+        d = self.__dict__
+        ins, outs = self._source.get((d["rank"], d["step"], d["event"]))
+        d.setdefault("inputs", ins)
+        d.setdefault("outputs", outs)
+
+    @property
+    def seq(self) -> int:
+        return int(self._seq_a[self.__dict__["_row"]])
+
+    def _io_shapes(self) -> tuple[list[list[int]], list[list[int]]]:
+        if "inputs" in self.__dict__:
+            return Call._io_shapes(self)
+        ins, outs = self._io[self._sig_key[self.__dict__["_row"]]]
+        return [list(s) for s in ins], [list(s) for s in outs]
+
+
 class _CallMaker:
-    """Builds the calls of some rows as :class:`LazyCall`\\ s, all at once: each column is
-    taken at the rows in one NumPy step and the objects are made from the zipped lists (the
-    dataclass ``__init__`` is skipped: a result holds up to hundreds of thousands of calls)."""
+    """Builds the calls of some rows as :class:`LazyCall`\\ s (:class:`_TableCall`), all at
+    once: each column is taken at the rows in one NumPy step and the objects are made from the
+    zipped lists (the dataclass ``__init__`` is skipped: a result holds up to hundreds of
+    thousands of calls)."""
 
     def __init__(self, rec: _Records, info: _CallInfo, seq: np.ndarray, sig_key: np.ndarray,
                  io: list[tuple[Any, Any]], source: RecordSource):
         first = rec.first
         self.ints = [rec.event[first], info.call, info.module_call, rec.step[first],
-                     rec.rank[first], seq]
+                     rec.rank[first]]
         self.texts = [(object_array(t.values), t.codes)
                       for t in (info.module, info.op, info.native, info.direction)]
         self.kind = np.where(info.is_module, 1, 0)
         self.src = info.source
-        self.sig_key = sig_key
-        self.io = np.empty(len(io), dtype=object)
+        # no call with a source (the usual case): "" on the class, not in every call's dict
+        self.no_src = not any(self.src.tolist())
+        ios = np.empty(len(io), dtype=object)
         for k, v in enumerate(io):  # (tuple, tuple) items: not broadcast into the array
-            self.io[k] = v
-        self.source = source
+            ios[k] = v
+        shared: dict[str, Any] = {"_source": source, "_seq_a": seq, "_sig_key": sig_key,
+                                  "_io": ios, "__qualname__": LazyCall.__qualname__}
+        if self.no_src:
+            shared["source"] = ""
+        self.classes = np.array([type(LazyCall.__name__, (_TableCall,), {**shared, "kind": k})
+                                 for k in ("op", "module")], dtype=object)
 
     def __call__(self, idx: np.ndarray) -> list[Call]:
-        event, call, mcall, step, rank, seq = (a[idx].tolist() for a in self.ints)
+        event, call, mcall, step, rank = (a[idx].tolist() for a in self.ints)
         module, op, native, direction = (table[codes[idx]].tolist()
                                          for table, codes in self.texts)
-        kind = np.array(["op", "module"], dtype=object)[self.kind[idx]].tolist()
-        src = self.src[idx].tolist()
-        shapes = self.io[self.sig_key[idx]].tolist() if len(idx) else []
-        rs = self.source
-        dicts = [{"event": e, "kind": k, "module": m, "op": o, "native": nt, "call": c,
-                  "module_call": mc, "direction": d, "step": st, "rank": r, "source": sr,
-                  "_seq": sq, "_shapes": sh, "_source": rs}
-                 for e, k, m, o, nt, c, mc, d, st, r, sr, sq, sh in zip(
-                     event, kind, module, op, native, call, mcall, direction, step, rank, src,
-                     seq, shapes)]
-        calls: list[Call] = list(map(object.__new__, repeat(LazyCall, len(dicts))))
+        rows = idx.tolist()
+        if self.no_src:
+            dicts = [{"event": e, "module": m, "op": o, "native": nt, "call": c,
+                      "module_call": mc, "direction": d, "step": st, "rank": r, "_row": i}
+                     for e, m, o, nt, c, mc, d, st, r, i in zip(
+                         event, module, op, native, call, mcall, direction, step, rank, rows)]
+        else:
+            src = self.src[idx].tolist()
+            dicts = [{"event": e, "module": m, "op": o, "native": nt, "call": c,
+                      "module_call": mc, "direction": d, "step": st, "rank": r, "source": sr,
+                      "_row": i}
+                     for e, m, o, nt, c, mc, d, st, r, sr, i in zip(
+                         event, module, op, native, call, mcall, direction, step, rank, src,
+                         rows)]
+        calls: list[Call] = list(map(object.__new__, self.classes[self.kind[idx]].tolist()))
         for c, d in zip(calls, dicts):
             c.__dict__ = d
         return calls
