@@ -117,8 +117,12 @@ class CallTable:
             self._made = np.zeros(len(self), dtype=bool)
         rows = np.asarray(idx, dtype=np.int64).reshape(-1)
         need = rows[~self._made[rows]]
+        # all new and distinct (a result's first request, the usual case): made in this
+        # order and returned as made
+        fresh = len(need) == len(rows) > 0 and rows.min() >= 0 and np.bincount(rows).max() == 1
         if len(need):
-            need = np.unique(need)
+            if not fresh:
+                need = np.unique(need)
             made = self.make_calls(need)
             if len(made) != len(need):
                 raise ValueError("make_calls returned a different number of calls")
@@ -126,6 +130,8 @@ class CallTable:
             for i, c in zip(need.tolist(), made):
                 cache[i] = c
             self._made[need] = True
+            if fresh:
+                return made
         return [cache[i] for i in rows.tolist()]  # type: ignore[misc]
 
 
