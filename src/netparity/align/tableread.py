@@ -433,6 +433,7 @@ class _TableCall(LazyCall):
     _seq_a: np.ndarray  # per row of the table
     _sig_key: np.ndarray  # per row: its shapes in ``_io``
     _io: np.ndarray
+    _key_a: np.ndarray  # per row: (rank, step, event), as in the call's ``__dict__``
 
     def _load(self) -> None:
         d = self.__dict__
@@ -471,8 +472,11 @@ class _CallMaker:
         ios = np.empty(len(io), dtype=object)
         for k, v in enumerate(io):  # (tuple, tuple) items: not broadcast into the array
             ios[k] = v
+        # each row's (rank, step, event): the calls' keys, for callers holding many calls
+        keys = np.stack([rec.rank[first], rec.step[first], rec.event[first]], axis=1)
         shared: dict[str, Any] = {"_source": source, "_seq_a": seq, "_sig_key": sig_key,
-                                  "_io": ios, "__qualname__": LazyCall.__qualname__}
+                                  "_io": ios, "_key_a": keys.astype(np.int64),
+                                  "__qualname__": LazyCall.__qualname__}
         if self.no_src:
             shared["source"] = ""
         self.classes = np.array([type(LazyCall.__name__, (_TableCall,), {**shared, "kind": k})

@@ -341,6 +341,7 @@ def _segments(off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 _NO_SPAN = (-1, -1, -1)
 _CALL_KEY = operator.attrgetter("rank", "step", "event")
+_ROW = operator.attrgetter("_row")
 _NATIVE = operator.attrgetter("native")
 _OP = operator.attrgetter("op")
 
@@ -356,13 +357,25 @@ def _packed(keys: np.ndarray) -> np.ndarray | None:
     return (keys[:, 0] << 53) | (keys[:, 1] << 33) | keys[:, 2]  # type: ignore[no-any-return]
 
 
+def _call_keys(calls: list[Any]) -> np.ndarray:
+    """Each call's ``(rank, step, event)`` as an ``(n, 3)`` array: from the ``_key_a`` array
+    of rows their classes share (calls of one :func:`~netparity.align.tableread.read_table`
+    table: one attribute read per call, ``_row``), else from the calls' attributes."""
+    n = len(calls)
+    arrays = [vars(k).get("_key_a") for k in set(map(type, calls))]
+    a0 = arrays[0] if arrays else None
+    if a0 is not None and all(a is a0 for a in arrays):
+        return a0[np.fromiter(map(_ROW, calls), dtype=np.int64, count=n)]  # type: ignore[no-any-return]
+    return np.fromiter(itertools.chain.from_iterable(map(_CALL_KEY, calls)), dtype=np.int64,
+                       count=3 * n).reshape(n, 3)
+
+
 def _spans(side: Side, calls: list[Any], uniform: bool = True) -> np.ndarray:
     """Each call's ``(start, first output, end)`` in ``side.order`` (``-1`` rows: not a call
     of the side's scan, or -- with ``uniform`` -- one whose rows do not all hold its key
     columns)."""
     n = len(calls)
-    want = _packed(np.fromiter(itertools.chain.from_iterable(map(_CALL_KEY, calls)),
-                               dtype=np.int64, count=3 * n).reshape(n, 3))
+    want = _packed(_call_keys(calls))
     have = side.span_index()
     if want is not None and have is not None:
         keys, spans = have
