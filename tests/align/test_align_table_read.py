@@ -194,3 +194,27 @@ def test_positional_reader_equals_schema_reader(tmp_path, monkeypatch):
     assert json.dumps(fast, sort_keys=True) == json.dumps(slow, sort_keys=True)
     assert any(math.isnan(r["stats"]["mean"]) for r in fast
                if isinstance(r["stats"].get("mean"), float))
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_call_spans_look_up_as_a_dict(big):
+    """CallSpans answers as the dict of key -> span it replaces, with keys that pack into one
+    int64 and with keys that do not (a step past 2^20: the dict fallback)."""
+    from netparity.align.reading import CallSpans
+
+    rng = np.random.default_rng(3)
+    step_hi = (1 << 22) if big else 50
+    keys = sorted({(int(r), int(s), int(e)) for r, s, e in zip(
+        rng.integers(0, 3, 300), rng.integers(0, step_hi, 300), rng.integers(0, 10**6, 300))})
+    spans = [(3 * i, 3 * i + 1, 3 * i + 3) for i in range(len(keys))]
+    cs = CallSpans(np.array(keys, dtype=np.int64), np.array(spans, dtype=np.int64),
+                   np.zeros(len(keys), dtype=np.int64))
+    want = dict(zip(keys, spans))
+    assert (cs.packed() is None) == big
+    assert len(cs) == len(want) and list(cs) == list(want) and list(cs.items()) == list(want.items())
+    for k in keys[::7]:
+        assert cs.get(k) == want[k] and k in cs and cs[k] == want[k]
+    for k in [(0, 0, -1), (5, 1, 1), (keys[0][0], keys[0][1], keys[0][2] + 10**7), (None, 0, 0)]:
+        assert cs.get(k) is None and k not in cs
+        with pytest.raises(KeyError):
+            cs[k]

@@ -114,6 +114,28 @@ def test_an_index_edited_after_compaction_is_read_from_sqlite(tmp_path, monkeypa
     assert tr.load_records()[0].module == "edited"
 
 
+def test_an_index_grown_after_an_open_is_read_from_sqlite(tmp_path, monkeypatch):
+    """The index's extent is queried once per state of its file in a process: a row added
+    after a first open (same process, same path) makes the next open read SQLite."""
+    import sqlite3
+
+    monkeypatch.delenv(DISABLE_ENV, raising=False)
+    _write(tmp_path / "a")
+    compact(tmp_path / "a")
+    n = len(open_trace(tmp_path / "a").load_records())
+    assert store(open_trace(tmp_path / "a"), 0) is not None
+    db = sqlite3.connect(tmp_path / "a" / "rank0" / "index.sqlite")
+    db.execute("CREATE TEMP TABLE t AS SELECT * FROM records WHERE seq = "
+               "(SELECT max(seq) FROM records)")
+    db.execute("UPDATE t SET seq = seq + 1")
+    db.execute("INSERT INTO records SELECT * FROM t")
+    db.commit()
+    db.close()
+    tr = open_trace(tmp_path / "a")
+    assert store(tr, 0) is None
+    assert len(tr.load_records()) == n + 1
+
+
 def test_a_damaged_copy_falls_back_or_says_so(tmp_path, monkeypatch):
     monkeypatch.delenv(DISABLE_ENV, raising=False)
     _write(tmp_path / "a")

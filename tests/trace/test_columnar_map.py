@@ -63,3 +63,20 @@ def test_a_member_whose_header_disagrees_with_the_file_is_refused(tmp_path, monk
     with pytest.raises(TraceError, match="corrupt columnar index"):
         tr.scan(["event"])
     assert tr.scan(["seq"]).n == n  # the other columns still read
+
+
+def test_a_flipped_bit_in_a_column_is_refused_not_read(tmp_path, monkeypatch):
+    monkeypatch.setenv(DISABLE_ENV, "0")
+    _write(tmp_path / "a")
+    compact(tmp_path / "a")
+    p = tmp_path / "a" / "rank0" / COLUMNS_FILE
+    with zipfile.ZipFile(p) as z:
+        name = next(n for n in z.namelist() if n.startswith("f."))  # a statistics column
+        info = z.getinfo(name)
+    raw = bytearray(p.read_bytes())
+    end = info.header_offset + 30 + len(info.filename) + len(info.extra) + info.file_size
+    raw[end - 3] ^= 0x10  # one bit of the column's last value
+    p.write_bytes(bytes(raw))
+    tr = open_trace(tmp_path / "a")
+    with pytest.raises(TraceError, match="corrupt columnar index.*CRC"):
+        tr.scan([name[2:-4]])

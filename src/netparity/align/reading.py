@@ -12,7 +12,7 @@ them, and a comparison only for the level it compares.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import fields
 from typing import Any
 
@@ -68,6 +68,82 @@ def check_rank(trace: Trace, rank: int) -> None:
 _ALONE = 0.5
 
 
+class CallSpans:
+    """Each call's span in a grouped order of a scan's rows (:func:`group_calls`), as arrays:
+    ``keys`` (the calls' ``(rank, step, event)``, sorted), ``spans`` (``(start, first output,
+    end)``) and ``kinds`` (the kind code of each call's first row in the scan's ``kind``
+    column). Looks a call up like a dict of ``key -> span`` (:meth:`get`, ``in``, ``[]``;
+    the dict is made only when a key is looked up one at a time and the keys do not pack
+    into one integer each)."""
+
+    __slots__ = ("keys", "spans", "kinds", "_packed", "_dict")
+
+    def __init__(self, keys: np.ndarray, spans: np.ndarray, kinds: np.ndarray):
+        self.keys, self.spans, self.kinds = keys, spans, kinds
+        self._packed: np.ndarray | None | bool = None
+        self._dict: dict[tuple[int, int, int], int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __iter__(self) -> Iterator[tuple[int, int, int]]:
+        """The calls' keys, in order (as tuples)."""
+        return map(tuple, self.keys.tolist())  # type: ignore[arg-type]
+
+    def items(self) -> Iterator[tuple[tuple[int, int, int], tuple[int, int, int]]]:
+        """``(key, span)`` of every call, in order (as tuples)."""
+        return zip(iter(self), map(tuple, self.spans.tolist()))  # type: ignore[arg-type]
+
+    def packed(self) -> np.ndarray | None:
+        """The keys as one int64 each (:func:`pack_keys`; sorted as the keys are); None when
+        a key does not pack."""
+        if self._packed is None:
+            got = pack_keys(self.keys)
+            self._packed = False if got is None else got
+        return self._packed if isinstance(self._packed, np.ndarray) else None
+
+    def index(self, key: tuple[int, int, int]) -> int:
+        """The position of call ``key`` (-1: no such call)."""
+        pk = self.packed()
+        if pk is not None:
+            try:
+                rk, st, ev = (int(v) for v in key)
+            except (TypeError, ValueError):
+                return -1
+            if rk < 0 or st < 0 or ev < 0 or rk >= 1 << 10 or st >= 1 << 20 or ev >= 1 << 33:
+                return -1
+            want = (rk << 53) | (st << 33) | ev
+            at = int(np.searchsorted(pk, want))
+            return at if at < len(pk) and int(pk[at]) == want else -1
+        if self._dict is None:
+            self._dict = {k: i for i, k in enumerate(map(tuple, self.keys.tolist()))}
+        return self._dict.get(key, -1)  # type: ignore[arg-type]
+
+    def get(self, key: tuple[int, int, int]) -> tuple[int, int, int] | None:
+        i = self.index(key)
+        return None if i < 0 else tuple(self.spans[i].tolist())  # type: ignore[return-value]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, tuple) and self.index(key) >= 0  # type: ignore[arg-type]
+
+    def __getitem__(self, key: tuple[int, int, int]) -> tuple[int, int, int]:
+        got = self.get(key)
+        if got is None:
+            raise KeyError(key)
+        return got
+
+
+def pack_keys(keys: np.ndarray) -> np.ndarray | None:
+    """``(rank, step, event)`` rows as one int64 each (order-preserving), None when a value
+    does not fit (negative, or past 10 / 20 / 33 bits)."""
+    if not len(keys):
+        return np.zeros(0, dtype=np.int64)
+    if keys.min() < 0 or keys[:, 0].max() >= 1 << 10 or keys[:, 1].max() >= 1 << 20 \
+            or keys[:, 2].max() >= 1 << 33:
+        return None
+    return (keys[:, 0] << 53) | (keys[:, 1] << 33) | keys[:, 2]  # type: ignore[no-any-return]
+
+
 class RecordSource:
     """Reads the records of one side's calls: the index once, when the first call is asked for
     (the comparison engine asks for nearly all; ``netparity align`` for none), then each call's
@@ -78,14 +154,14 @@ class RecordSource:
         self.trace, self.rank, self.step, self.direction = trace, rank, step, direction
         self.kinds = tuple(kinds)
         self.lock = threading.Lock()
-        #: (rank, step, event) -> the call's span in ``order``: (start, first output, end)
-        self.calls: dict[tuple[int, int, int], tuple[int, int, int]] | None = None
+        #: each call's span in ``order`` (:class:`CallSpans`); None until the index is read
+        self.calls: CallSpans | None = None
         self._made: dict[tuple[int, int, int], tuple[list[Record], list[Record]]] = {}
         self._rows: fastrows.ScannedRows | None = None
-        self._order: list[int] = []
-        self._kind: dict[tuple[int, int, int], str] = {}  # a call's kind (module, op)
-        self._one_by_one: dict[str, int] = {}  # per kind: calls whose records were made alone
-        self._n_kind: dict[str, int] = {}  # per kind: how many calls
+        self._order = np.zeros(0, dtype=np.int64)
+        self._kind_names: list[str] = []  # the scan's kind values (CallSpans.kinds: codes)
+        self._one_by_one: dict[int, int] = {}  # per kind code: calls whose records were made alone
+        self._n_kind: dict[int, int] = {}  # per kind code: how many calls
 
     def get(self, key: tuple[int, int, int]) -> tuple[list[Record], list[Record]]:
         with self.lock:
@@ -93,13 +169,16 @@ class RecordSource:
                 self._read()
             got = self._made.get(key)
             if got is None:
-                kind = self._kind.get(key)
-                if kind is None or self._rows is None:
+                calls = self.calls
+                assert calls is not None
+                at = calls.index(key) if self._rows is not None else -1
+                if at < 0:
                     return [], []
+                kind = int(calls.kinds[at])
                 alone = self._one_by_one.get(kind, 0)
                 if alone < _ALONE * self._n_kind.get(kind, 0):  # one call: alone
                     self._one_by_one[kind] = alone + 1
-                    self._make([key])
+                    self._make(np.array([at], dtype=np.int64))
                 else:
                     with paused_gc():  # ~10^5 records and no garbage (as in _read)
                         self._make_kind(kind)
@@ -117,16 +196,18 @@ class RecordSource:
                 return
             calls = self.calls
             assert calls is not None
-            todo = list(dict.fromkeys(k for k in keys if k in calls and k not in self._made))
+            made = self._made
+            todo = [i for i in dict.fromkeys(map(calls.index, (k for k in keys if k not in made)))
+                    if i >= 0]
             if todo:
                 with paused_gc():
-                    self._make(todo)
+                    self._make(np.array(todo, dtype=np.int64))
 
-    def rows(self) -> tuple[fastrows.ScannedRows, list[int],
-                            dict[tuple[int, int, int], tuple[int, int, int]]] | None:
-        """The scan every record of this side is a row of, the grouped order of its rows and
-        each call's span in that order (see :func:`group_calls`); None where records are not
-        read by a column scan (the schema has columns the fast loader does not know)."""
+    def rows(self) -> tuple[fastrows.ScannedRows, np.ndarray, CallSpans] | None:
+        """The scan every record of this side is a row of, the grouped order of its rows (an
+        int64 array) and each call's span in that order (see :func:`group_calls`); None
+        where records are not read by a column scan (the schema has columns the fast loader
+        does not know)."""
         with self.lock:
             if self.calls is None:
                 self._read()
@@ -134,22 +215,35 @@ class RecordSource:
                 return None
             return self._rows, self._order, self.calls  # type: ignore[return-value]
 
-    def _make_kind(self, kind: str) -> None:
-        """Make the records of every call of ``kind`` at once (one pass; a comparison that
-        asks for most calls of its level) and hand each call its slices."""
-        self._make([k for k, kd in self._kind.items() if kd == kind and k not in self._made])
+    def _make_kind(self, kind: int) -> None:
+        """Make the records of every call of kind code ``kind`` at once (one pass; a
+        comparison that asks for most calls of its level) and hand each call its slices."""
+        calls = self.calls
+        assert calls is not None
+        at = np.nonzero(calls.kinds == kind)[0]
+        if self._made:
+            keys = calls.keys[at].tolist()
+            made = self._made
+            at = at[np.fromiter((tuple(k) not in made for k in keys), dtype=bool,
+                                count=len(keys))]
+        self._make(at)
 
-    def _make(self, keys: list[tuple[int, int, int]]) -> None:
-        """Make the records of the calls ``keys``."""
+    def _make(self, at: np.ndarray) -> None:
+        """Make the records of the calls at positions ``at`` of ``self.calls``."""
         assert self.calls is not None and self._rows is not None
-        spans = [self.calls[k] for k in keys]
-        order = self._order
-        recs = self._rows.records([i for s, _, e in spans for i in order[s:e]])
-        at = 0
+        if not len(at):
+            return
+        sp = self.calls.spans[at]
+        s, m, e = sp[:, 0], sp[:, 1], sp[:, 2]
+        lens = e - s
+        pos = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
+        recs = self._rows.records(self._order[np.repeat(s, lens) + pos].tolist())
         made = self._made
-        for k, (s, m, e) in zip(keys, spans):
-            made[k] = (recs[at : at + m - s], recs[at + m - s : at + e - s])
-            at += e - s
+        b = 0
+        for k, n_in, n in zip(map(tuple, self.calls.keys[at].tolist()), (m - s).tolist(),
+                              lens.tolist()):
+            made[k] = (recs[b : b + n_in], recs[b + n_in : b + n])
+            b += n
 
     def _read(self) -> None:
         with paused_gc():  # hundreds of thousands of objects and no garbage
@@ -159,31 +253,34 @@ class RecordSource:
                                     direction=self.direction, kinds=self.kinds)
                 self._made = {(c.rank, c.step, c.event): (c.inputs, c.outputs)
                               for c in calls_from_records(recs)}
-                self.calls = {k: (0, 0, 0) for k in self._made}
+                keys = np.array(list(self._made) or np.zeros((0, 3)), dtype=np.int64)
+                self.calls = CallSpans(keys.reshape(-1, 3), np.zeros((len(keys), 3),
+                                                                     dtype=np.int64),
+                                       np.zeros(len(keys), dtype=np.int64))
                 return
             cols = self.trace.scan(COLUMN_NAMES, rank=self.rank, step=self.step,
                                    direction=self.direction, kind=list(self.kinds))
             self._rows = fastrows.ScannedRows(cols)
             self._order, self.calls = group_calls(cols)
-            kinds = cols["kind"].tolist()
-            self._kind = {k: kinds[self._order[s]] for k, (s, _, _) in self.calls.items()}
-            for kd in self._kind.values():
-                self._n_kind[kd] = self._n_kind.get(kd, 0) + 1
+            self._kind_names = list(cols["kind"].values)
+            codes, counts = np.unique(self.calls.kinds, return_counts=True)
+            self._n_kind = dict(zip(codes.tolist(), counts.tolist()))
 
 
-def group_calls(cols: Columns) -> tuple[list[int], dict[tuple[int, int, int],
-                                                         tuple[int, int, int]]]:
+def group_calls(cols: Columns) -> tuple[np.ndarray, CallSpans]:
     """The rows of a scan (call kinds only; ``rank``, ``step``, ``event``, ``role``, ``arg``)
-    grouped by ``(rank, step, event)``: an order of the rows and each call's span in it
-    ``(start, first output, end)``. Inputs come before outputs, each run ordered as
-    :func:`~netparity.align.model.calls_from_records` orders it: execution order, unless the
-    arguments are not single characters in ascending order -- then sorted by argument path.
+    grouped by ``(rank, step, event)``: an order of the rows (int64) and each call's span in
+    it ``(start, first output, end)`` (:class:`CallSpans`, calls sorted by key). Inputs come
+    before outputs, each run ordered as :func:`~netparity.align.model.calls_from_records`
+    orders it: execution order, unless the arguments are not single characters in ascending
+    order -- then sorted by argument path.
 
-    The grouping and ordering run in NumPy; Python touches each call once.
+    Everything runs in NumPy (Python touches only the distinct argument paths).
     """
     n = cols.n
     if not n:
-        return [], {}
+        z = np.zeros((0, 3), dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), CallSpans(z, z.copy(), np.zeros(0, dtype=np.int64))
     rank, step, event = cols["rank"], cols["step"], cols["event"]
     is_out = (cols["role"] != "input").astype(np.int64)
     arg = cols["arg"]
@@ -221,12 +318,12 @@ def group_calls(cols: Columns) -> tuple[list[int], dict[tuple[int, int, int],
     ends = np.append(starts[1:], n)
     n_out = np.add.reduceat(is_out[g], starts)
     mids = ends - n_out
-    out: dict[tuple[int, int, int], tuple[int, int, int]] = {}
-    for rk, st, ev, s, m, e in zip(rank[g][starts].tolist(), step[g][starts].tolist(),
-                                   event[g][starts].tolist(), starts.tolist(), mids.tolist(),
-                                   ends.tolist()):
-        out[(rk, st, ev)] = (s, m, e)
-    return g.tolist(), out
+    first = g[starts]
+    keys = np.stack([np.asarray(rank, dtype=np.int64)[first],
+                     np.asarray(step, dtype=np.int64)[first],
+                     np.asarray(event, dtype=np.int64)[first]], axis=1)
+    spans = np.stack([starts, mids, ends], axis=1).astype(np.int64)
+    return g.astype(np.int64), CallSpans(keys, spans, cols["kind"].codes[first].astype(np.int64))
 
 
 class _RecordsField:

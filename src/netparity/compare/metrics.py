@@ -760,12 +760,14 @@ _ALL_IX, _BAD_IX = np.array(_ALL_AT, dtype=np.int64), np.array(_BAD_AT, dtype=np
 def table_stat_rows(table: StatTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_stat_rows` of rows ``rows`` of a :class:`~netparity.trace.fastrows.StatTable`
     (records whose statistics were never made into a dict)."""
-    sub = table.floats[np.ix_(rows, _ALL_IX)]  # only the columns read
+    # whole rows first (contiguous), then the columns read: ~2.5x faster than np.ix_
+    rows = np.asarray(rows, dtype=np.intp)
+    sub = np.take(table.floats, rows, axis=0)[:, _ALL_IX]
     total = np.zeros(len(rows), dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         for k in range(sub.shape[1]):  # left to right, as Python's sum adds them
             total = total + sub[:, k]
-    good = ~table.null[np.ix_(rows, _ALL_IX)].any(axis=1) & np.isfinite(total)
+    good = ~np.take(table.null, rows, axis=0)[:, _ALL_IX].any(axis=1) & np.isfinite(total)
     return sub, good
 
 
@@ -792,15 +794,15 @@ def table_rms(table: StatTable, rows: np.ndarray, cplx: np.ndarray) -> tuple[np.
                                                                               np.ndarray]:
     """:func:`record_rms` of rows ``rows`` of a stat table (``cplx``: complex dtype, per row):
     the values (float64, bit-identical) and where it is unknown (None: the norm is NULL)."""
-    r = np.asarray(rows)
-    norm = table.floats[r, _NORM_AT]
-    bad_null = table.null[np.ix_(r, _BAD_IX)]
-    bad = np.where(bad_null, 0, table.floats[np.ix_(r, _BAD_IX)]).astype(np.int64).sum(axis=1)
+    r = np.asarray(rows, dtype=np.intp)
+    fl, nl = np.take(table.floats, r, axis=0), np.take(table.null, r, axis=0)  # whole rows
+    norm = fl[:, _NORM_AT]
+    bad = np.where(nl[:, _BAD_IX], 0, fl[:, _BAD_IX]).astype(np.int64).sum(axis=1)
     cnt = table.numel[r] - bad
     cnt = np.where(cplx, 2 * cnt, cnt)
     with np.errstate(invalid="ignore", divide="ignore"):
         rms = np.where(cnt > 0, norm / np.sqrt(np.maximum(cnt, 1).astype(np.float64)), 0.0)
-    return rms, table.null[r, _NORM_AT]
+    return rms, nl[:, _NORM_AT]
 
 
 def records_rms(recs: list[Record]) -> list[float | None]:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from netparity.align.features import row_distance
+from netparity.align.reading import CallSpans, pack_keys
 from netparity.compare.argpairs import external_inputs, pair_by_value
 from netparity.compare.metrics import table_rms, table_stat_rows
 from netparity.compare.tolerances import Tol, Tolerances
@@ -47,20 +48,18 @@ class Side:
     row's shape as an id shared by both sides, ``uniform_a``: see :meth:`_uniform`; ``seq``
     and ``shape`` as lists, made on first use)."""
 
-    def __init__(self, source: Any, got: tuple[ScannedRows, list[int], dict[Any, Any]],
+    def __init__(self, source: Any, got: tuple[ScannedRows, np.ndarray, CallSpans],
                  shape_ids: dict[tuple[int, ...], int]):
         self.source = source
-        self.rows, self.order, self.spans = got
+        self.rows, self.order_a, self.spans = got
         cols = self.rows.cols
         self.cols = cols
         self.table = self.rows.table
-        self.order_a = np.fromiter(self.order, dtype=np.int64, count=len(self.order))
-        k = len(self.spans)
-        #: the calls' ``(rank, step, event)`` keys and ``(start, first output, end)`` spans
-        self.span_keys = np.fromiter(itertools.chain.from_iterable(self.spans), dtype=np.int64,
-                                     count=3 * k).reshape(k, 3)
-        self.span_vals = np.fromiter(itertools.chain.from_iterable(self.spans.values()),
-                                     dtype=np.int64, count=3 * k).reshape(k, 3)
+        #: the calls' ``(rank, step, event)`` keys (sorted) and ``(start, first output, end)``
+        #: spans
+        self.span_keys = self.spans.keys
+        self.span_vals = self.spans.spans
+        self._order: list[int] | None = None
         # shapes as ids shared by both sides (equal ids: equal shape tuples)
         gid = np.array([shape_ids.setdefault(s, len(shape_ids)) for s in self.rows.shapes()]
                        or [0], dtype=np.int64)
@@ -68,7 +67,13 @@ class Side:
         self.uniform_a = self._uniform()
         self._seq: list[int] | None = None
         self._shape: list[int] | None = None
-        self._index: tuple[np.ndarray, np.ndarray] | bool | None = None
+
+    @property
+    def order(self) -> list[int]:
+        """``order_a`` as a list (made on first use)."""
+        if self._order is None:
+            self._order = self.order_a.tolist()
+        return self._order
 
     @property
     def seq(self) -> list[int]:
@@ -85,16 +90,10 @@ class Side:
         return self._shape
 
     def span_index(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The calls' keys packed (:func:`_packed`) and sorted, with their spans; None when a
+        """The calls' keys packed (:func:`_packed`; sorted), with their spans; None when a
         key does not pack."""
-        if self._index is None:
-            keys = _packed(self.span_keys)
-            if keys is None:
-                self._index = False
-            else:
-                o = np.argsort(keys, kind="stable")
-                self._index = (keys[o], self.span_vals[o])
-        return self._index if isinstance(self._index, tuple) else None
+        keys = self.spans.packed()
+        return None if keys is None else (keys, self.span_vals)
 
     @property
     def uniform(self) -> np.ndarray:
@@ -104,13 +103,14 @@ class Side:
         """Per position of ``order`` that starts a call: whether every row of the call holds
         the call's key columns (those of its first row in execution order, which the call's
         fields come from)."""
-        n = len(self.order)
+        n = len(self.order_a)
         out = np.zeros(n, dtype=bool)
-        if not n or not self.spans:
+        if not n or not len(self.spans):
             return out
         o = self.order_a
         sp = self.span_vals
-        sp = sp[np.lexsort((sp[:, 2], sp[:, 1], sp[:, 0]))]  # sorted as the tuples sort
+        if len(sp) > 1 and (sp[1:, 0] <= sp[:-1, 0]).any():  # sorted as the tuples sort
+            sp = sp[np.lexsort((sp[:, 2], sp[:, 1], sp[:, 0]))]
         starts, lens = sp[:, 0], sp[:, 2] - sp[:, 0]
         if int(lens.sum()) != n or (lens <= 0).any():  # not a partition: no call is uniform
             return out
@@ -346,15 +346,8 @@ _NATIVE = operator.attrgetter("native")
 _OP = operator.attrgetter("op")
 
 
-def _packed(keys: np.ndarray) -> np.ndarray | None:
-    """``(rank, step, event)`` rows as one int64 each (order-preserving), None when a value
-    does not fit (negative, or past 10 / 20 / 33 bits)."""
-    if not len(keys):
-        return np.zeros(0, dtype=np.int64)
-    if keys.min() < 0 or keys[:, 0].max() >= 1 << 10 or keys[:, 1].max() >= 1 << 20 \
-            or keys[:, 2].max() >= 1 << 33:
-        return None
-    return (keys[:, 0] << 53) | (keys[:, 1] << 33) | keys[:, 2]  # type: ignore[no-any-return]
+#: ``(rank, step, event)`` rows as one int64 each (see :func:`~netparity.align.reading.pack_keys`)
+_packed = pack_keys
 
 
 def _call_keys(calls: list[Any]) -> np.ndarray:
