@@ -159,12 +159,20 @@ def test_compact_refuses_what_is_not_a_trace(tmp_path):
     assert compact(tmp_path / "a", ranks=[0]) == 1
 
 
-def test_scanned_arrays_are_the_callers_own(tmp_path, monkeypatch):
-    """Scans hand out copies: a caller writing into one does not change the next scan."""
-    monkeypatch.delenv(DISABLE_ENV, raising=False)
+@pytest.mark.parametrize("disable", ["0", "1"])  # the columnar copy's views, SQLite's rows
+@pytest.mark.parametrize("filters", [{}, {"kind": "module"}])  # every row, some rows
+def test_scanned_arrays_are_read_only(tmp_path, monkeypatch, disable, filters):
+    """Scans hand out read-only arrays (views of the copy's memory map for a scan of every
+    row): a caller cannot change what the next scan returns, or the trace."""
+    monkeypatch.setenv(DISABLE_ENV, disable)
     _write(tmp_path / "a")
     compact(tmp_path / "a")
     tr = open_trace(tmp_path / "a")
-    a = tr.scan(["seq"])["seq"]
-    a[:] = -5
+    got = tr.scan(["seq", "module"], **filters)
+    for arr in (got["seq"], got["module"].codes):
+        if arr.size:
+            with pytest.raises(ValueError, match="read-only"):
+                arr[:] = -5
     assert np.all(tr.scan(["seq"])["seq"] >= 0)
+    mine = got["seq"].copy()  # a copy is the caller's own
+    mine[:] = -5

@@ -376,8 +376,9 @@ def scan_store(st: Store, cols: list[str], filters: dict[str, Any]) -> Columns:
             narrow(m)
         else:
             narrow(np.isin(v, want))
-    # every row or the selected ones: a copy either way, so a caller may modify its arrays
-    if keep is not None and keep.all():  # a filter every row passes: a plain copy is faster
+    # every row: views of the map (read-only, as every scan's arrays are); the selected
+    # rows: a gather
+    if keep is not None and keep.all():  # a filter every row passes: no gather
         keep = None
     idx: Any = slice(None) if keep is None else np.nonzero(keep)[0]
     data: dict[str, Any] = {}
@@ -385,10 +386,10 @@ def scan_store(st: Store, cols: list[str], filters: dict[str, Any]) -> Columns:
     for c in cols:
         v = st.column(c)
         if isinstance(v, Strings):
-            data[c] = Strings(v.codes[idx].copy() if keep is None else v.codes[idx], v.values)
+            data[c] = Strings(v.codes[idx], v.values)
         else:
-            data[c] = v[idx].copy() if keep is None else v[idx]
+            data[c] = v[idx]
         null = st.null(c)
         if null is not None:
-            nulls[c] = null[idx].copy() if keep is None else null[idx]
+            nulls[c] = null[idx]
     return Columns(data, nulls, st.n if keep is None else len(idx))
