@@ -6,8 +6,8 @@ batches. Reading it back is the slow part of every large comparison -- at 100,00
 complete trace also gets ``index.columns.npz`` next to each rank's index: one NumPy array per
 column, in sequence order, which :func:`netparity.trace.scan.scan` reads instead of SQLite
 (a column is a read-only view of a memory map of the file -- no zip copy; its CRC-32 checked
-on first use, see :class:`_Members` --; only the columns a scan names are touched, and a scan copies what it
-selects).
+on first use, see :class:`_Members` --; only the columns a scan names are touched; a scan of
+every row hands out read-only views of them, a filtered scan gathers its rows).
 
 Layout of the ``.npz`` (a zip of ``.npy`` members, stored uncompressed):
 
