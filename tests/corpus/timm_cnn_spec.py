@@ -33,7 +33,7 @@ def build(**options: Any) -> dict[str, Any]:
     """Build the timm model, its data, the optimizer and one-step callable."""
     import torch
     from tests.corpus.vit_spec import (
-        classifier_step,
+        classifier_spec,
         common_options,
         make_batches,
         timm_module,
@@ -61,15 +61,6 @@ def build(**options: Any) -> dict[str, Any]:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9,
                                     weight_decay=1e-4)
 
-    loss_fn, step = classifier_step(model, optimizer, dtype)
-
-    return {
-        "framework": "torch",
-        "model": model,
-        "batches": batches,
-        "loss_fn": loss_fn,
-        "optimizer": optimizer,
-        "lr_schedule": [optimizer.param_groups[0]["lr"]] * steps,
-        "train_step": step,
-        "description": f"timm {arch}, {type(optimizer).__name__}, {dtype}, bug {bug}",
-    }
+    return classifier_spec(model, batches, optimizer, dtype,
+                           [optimizer.param_groups[0]["lr"]] * steps,
+                           f"timm {arch}, {type(optimizer).__name__}, {dtype}, bug {bug}")

@@ -76,9 +76,11 @@ def common_options(options: dict[str, Any], bugs: tuple[str, ...]) -> tuple[Any,
     return dtype, bug
 
 
-def classifier_step(model: Any, optimizer: Any, dtype: Any) -> tuple[Any, Any]:
-    """Cross-entropy and the one-step callable of an image classifier (``(loss_fn, step)``;
-    ``step.last_grads`` holds the parameter gradients of its last call)."""
+def classifier_spec(model: Any, batches: Any, optimizer: Any, dtype: Any, lr_schedule: list[float],
+                    description: str) -> dict[str, Any]:
+    """The spec of a PyTorch image classifier trained with cross-entropy: its ``loss_fn`` and
+    one-step ``train_step`` (``train_step.last_grads`` holds the parameter gradients of its
+    last call) with the model, batches, optimizer and learning rates given."""
     import numpy as np
     import torch
 
@@ -99,7 +101,16 @@ def classifier_step(model: Any, optimizer: Any, dtype: Any) -> tuple[Any, Any]:
             optimizer.step()
             return float(loss.detach())
 
-    return loss_fn, Step()
+    return {
+        "framework": "torch",
+        "model": model,
+        "batches": batches,
+        "loss_fn": loss_fn,
+        "optimizer": optimizer,
+        "lr_schedule": lr_schedule,
+        "train_step": Step(),
+        "description": description,
+    }
 
 
 def build(**options: Any) -> dict[str, Any]:
@@ -138,15 +149,5 @@ def build(**options: Any) -> dict[str, Any]:
     optimizer = (torch.optim.Adam if bug == "adam-l2" else torch.optim.AdamW)(
         groups, lr=lr, betas=betas)
 
-    loss_fn, step = classifier_step(model, optimizer, dtype)
-
-    return {
-        "framework": "torch",
-        "model": model,
-        "batches": batches,
-        "loss_fn": loss_fn,
-        "optimizer": optimizer,
-        "lr_schedule": [lr] * steps,
-        "train_step": step,
-        "description": f"timm ViT (4 blocks, {size}px, patch 8), AdamW, {dtype}, bug {bug}",
-    }
+    return classifier_spec(model, batches, optimizer, dtype, [lr] * steps,
+                           f"timm ViT (4 blocks, {size}px, patch 8), AdamW, {dtype}, bug {bug}")
