@@ -399,3 +399,13 @@ def test_row_mode_real_bert_groups(tmp_path):
         fast = localise(engine.compare(tmp_path / "ref", cand_dir, level="op"))
         assert bool(fast) == (bug is None)
         _same_as_record_path(fast, tmp_path / "ref", cand_dir, "op")
+
+
+def test_call_template_has_every_call_result_field_in_order():
+    """Calls made without the dataclass __init__ carry exactly CallResult's attributes."""
+    import dataclasses
+
+    from netparity.compare.engine import _CALL_TEMPLATE
+    from netparity.compare.results import CallResult
+
+    assert list(_CALL_TEMPLATE) == [f.name for f in dataclasses.fields(CallResult)]

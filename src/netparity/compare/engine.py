@@ -482,14 +482,9 @@ def _fast_results(fast: rowpairs.FastCalls, lv: str, matches: list[Any], base: i
     n_in, n_out = np.asarray(fast.n_in, dtype=np.int64), np.asarray(fast.n_out, dtype=np.int64)
     ends = np.cumsum(n_in + n_out)
     mids = ends - n_out
-    # CallResult(...) without the dataclass __init__ (one per matched call, ~10^5): exactly
-    # the attributes it sets, defaults included (a copy of this, then the call's own)
-    tmpl = {"key": "", "level": lv, "module": "", "op": "", "native": "", "cand_module": "",
-            "cand_op": "", "direction": "", "step": 0, "rank": 0, "source": "",
-            "cand_source": "", "order": 0, "inputs": None, "outputs": None, "status": "pass",
-            "origin": "", "note": "", "method": "", "confidence": 1.0, "in_error": 0.0,
-            "out_error": 0.0}
-    copy = tmpl.copy
+    # CallResult(...) without the dataclass __init__ (one per matched call, ~10^5): a copy of
+    # the template, then the call's own values
+    copy = dict(_CALL_TEMPLATE, level=lv).copy
     out: list[CallResult] = []
     append = out.append
     for (st, rk, _, d, mo, op, _, _, na, so), (cmo, cop, cso), ck, m, order, b, s, e in zip(
@@ -513,22 +508,29 @@ def _fast_results(fast: rowpairs.FastCalls, lv: str, matches: list[Any], base: i
     return out
 
 
+#: every attribute ``CallResult(...)`` sets, in its order, defaults included: calls are made
+#: from a copy of this without the dataclass ``__init__`` (~10^5 per 100k-op comparison)
+_CALL_TEMPLATE: dict[str, Any] = {
+    "key": "", "level": "", "module": "", "op": "", "native": "", "cand_module": "",
+    "cand_op": "", "direction": "", "step": 0, "rank": 0, "source": "", "cand_source": "",
+    "order": 0, "inputs": None, "outputs": None, "status": "pass", "origin": "", "note": "",
+    "method": "", "confidence": 1.0, "in_error": 0.0, "out_error": 0.0,
+}
+
+
 def _match_call(m: Any, lv: str, ck: str, order: int) -> CallResult:
-    """The :class:`CallResult` of a match, no tensors yet (``CallResult(...)`` without the
-    dataclass ``__init__``: exactly the attributes it sets, defaults included)."""
+    """The :class:`CallResult` of a match, no tensors yet."""
     r0, c0 = m.ref[0], m.cand[0]
     call = _new(CallResult)
-    call.__dict__ = {
-        "key": ck, "level": lv, "module": r0.module,
-        "op": r0.op if len(m.ref) == 1 else "+".join(c.op for c in m.ref),
-        "native": r0.native, "cand_module": c0.module,
-        "cand_op": c0.op if len(m.cand) == 1 else "+".join(c.op for c in m.cand),
-        "direction": r0.direction, "step": r0.step, "rank": r0.rank,
-        "source": r0.source, "cand_source": c0.source, "order": order,
-        "inputs": [], "outputs": [], "status": "pass", "origin": "", "note": "",
-        "method": m.method, "confidence": float(m.confidence), "in_error": 0.0,
-        "out_error": 0.0,
-    }
+    call.__dict__ = x = _CALL_TEMPLATE.copy()
+    x.update(
+        key=ck, level=lv, module=r0.module,
+        op=r0.op if len(m.ref) == 1 else "+".join(c.op for c in m.ref),
+        native=r0.native, cand_module=c0.module,
+        cand_op=c0.op if len(m.cand) == 1 else "+".join(c.op for c in m.cand),
+        direction=r0.direction, step=r0.step, rank=r0.rank, source=r0.source,
+        cand_source=c0.source, order=order, inputs=[], outputs=[], method=m.method,
+        confidence=float(m.confidence))
     return call
 
 

@@ -90,7 +90,7 @@ class Side:
         return self._shape
 
     def span_index(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The calls' keys packed (:func:`_packed`; sorted), with their spans; None when a
+        """The calls' keys packed (:func:`~netparity.align.reading.pack_keys`; sorted), with their spans; None when a
         key does not pack."""
         keys = self.spans.packed()
         return None if keys is None else (keys, self.span_vals)
@@ -346,10 +346,6 @@ _NATIVE = operator.attrgetter("native")
 _OP = operator.attrgetter("op")
 
 
-#: ``(rank, step, event)`` rows as one int64 each (see :func:`~netparity.align.reading.pack_keys`)
-_packed = pack_keys
-
-
 def _call_keys(calls: list[Any]) -> np.ndarray:
     """Each call's ``(rank, step, event)`` as an ``(n, 3)`` array: from the ``_key_a`` array
     of rows their classes share (calls of one :func:`~netparity.align.tableread.read_table`
@@ -368,7 +364,7 @@ def _spans(side: Side, calls: list[Any], uniform: bool = True) -> np.ndarray:
     of the side's scan, or -- with ``uniform`` -- one whose rows do not all hold its key
     columns)."""
     n = len(calls)
-    want = _packed(_call_keys(calls))
+    want = pack_keys(_call_keys(calls))
     have = side.span_index()
     if want is not None and have is not None:
         keys, spans = have
