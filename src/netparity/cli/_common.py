@@ -108,13 +108,31 @@ def span(steps: list[int]) -> str:
     return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
 
 
-def check_traces(*paths: str | None) -> None:
+def check_traces(*paths: str | None) -> list[Any]:
     """Open each trace and check every index row (:meth:`Trace.check_rows
     <netparity.trace.reader.Trace.check_rows>`) before a command reads it: a corrupt row is
-    one line naming it, never a traceback from deep inside a comparison."""
+    one line naming it, never a traceback from deep inside a comparison.
+
+    Returns the open traces (None for a path not given), for the command to read and then
+    close: opening a trace again would read its columnar copy's directory and count its
+    index rows a second time."""
     from netparity.trace import open_trace
 
-    for p in paths:
-        if p:
-            with open_trace(p) as tr:
+    out: list[Any] = []
+    try:
+        for p in paths:
+            tr = open_trace(p) if p else None
+            out.append(tr)
+            if tr is not None:
                 tr.check_rows()
+    except BaseException:
+        close_traces(out)
+        raise
+    return out
+
+
+def close_traces(traces: list[Any]) -> None:
+    """Close what :func:`check_traces` opened."""
+    for tr in traces:
+        if tr is not None:
+            tr.close()

@@ -89,7 +89,7 @@ def emit(result: Any, args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     guard_outputs(args, ("ref", "cand", "fp64_ref", "noise", "mapping"), ("json", "csv", "html"))
     from netparity.analyzers.divergence import compare
-    from netparity.cli._common import check_tolerance, check_traces, parse_steps
+    from netparity.cli._common import check_tolerance, check_traces, close_traces, parse_steps
     from netparity.compare.tolerances import parse_tol_arg
 
     steps = parse_steps(args.steps) if args.steps else None
@@ -99,12 +99,16 @@ def run(args: argparse.Namespace) -> int:
     for t, (r, a) in zip(args.tol, overrides.values()):
         check_tolerance(r, f"--tol {t!r}: rtol")
         check_tolerance(a, f"--tol {t!r}: atol")
-    check_traces(args.ref, args.cand, args.fp64_ref, args.noise)
-    result = compare(
-        args.ref, args.cand, mapping=args.mapping, level=args.level, steps=steps,
-        rank=args.rank, rtol=args.rtol, atol=args.atol, tolerances=overrides,
-        fp64_ref=args.fp64_ref, k=args.k, profile=args.profile,
-        noise_run=args.noise, noise_k=args.noise_k,
-        progress=progress(args, console()),
-    )
-    return emit(result, args)
+    traces = check_traces(args.ref, args.cand, args.fp64_ref, args.noise)
+    ref, cand, fp64_ref, noise = traces
+    try:
+        result = compare(
+            ref, cand, mapping=args.mapping, level=args.level, steps=steps,
+            rank=args.rank, rtol=args.rtol, atol=args.atol, tolerances=overrides,
+            fp64_ref=fp64_ref, k=args.k, profile=args.profile,
+            noise_run=noise, noise_k=args.noise_k,
+            progress=progress(args, console()),
+        )
+        return emit(result, args)
+    finally:
+        close_traces(traces)

@@ -222,7 +222,7 @@ def _open(trace: Trace, rank: int) -> Store | None:
         # the index file was written after compaction (an edit that kept the row count and
         # the last seq too), or it has uncheckpointed WAL pages: SQLite is the truth
         return None
-    n, max_seq = _checked_extent(trace, rank)
+    n, max_seq = _extent(trace, rank)
     if (meta.get("n"), meta.get("max_seq")) != (n, max_seq):
         return None  # the index changed after compaction (or the copy is of another index)
     return Store(path, meta, npz)
@@ -242,28 +242,6 @@ def _index_stamp(rank_dir: Path) -> list[int] | None:
     except OSError:
         return None
     return [int(st.st_size), int(st.st_mtime_ns)]
-
-
-#: :func:`_extent` of an index file, by the file's identity (device, inode, size, mtime and
-#: ctime in ns): a comparison opens each trace more than once (the CLI's row check, then the
-#: comparison), and counting 10^5 rows is ~0.05 s each time. Any write to the file changes
-#: its size or times, so a changed index is queried again.
-_EXTENTS: dict[tuple[int, ...], tuple[int, int]] = {}
-
-
-def _checked_extent(trace: Trace, rank: int) -> tuple[int, int]:
-    """:func:`_extent`, queried once per state of the index file in this process."""
-    from netparity.trace.reader import INDEX_FILE
-
-    try:
-        st = (trace.path / f"rank{rank}" / INDEX_FILE).stat()
-    except OSError:
-        return _extent(trace, rank)
-    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    got = _EXTENTS.get(key)
-    if got is None:
-        got = _EXTENTS[key] = _extent(trace, rank)
-    return got
 
 
 def _extent(trace: Trace, rank: int) -> tuple[int, int]:
