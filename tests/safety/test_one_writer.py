@@ -216,3 +216,37 @@ def test_a_named_run_takes_a_late_rank(tmp_path, monkeypatch):
     monkeypatch.setenv("NETPARITY_RUN_ID", "job-43")  # another run: refused, not mixed in
     with pytest.raises(TraceError, match="already holds a trace"):
         TraceWriter(out, rank=2)
+
+
+def test_a_writers_temporary_renamed_mid_check_is_not_a_foreign_file(tmp_path):
+    # CI, stop 26: the losing capture listed the winner's ``.manifest.json.<pid>.tmp``, the
+    # winner renamed it into place, and the loser then reported the vanished name as a file
+    # "netparity did not write". A thread renames temporaries into place as fast as it can
+    # while the claim check runs; the check must never call the directory foreign.
+    import threading
+
+    from netparity.trace.claim import _foreign
+
+    run = tmp_path / "t"
+    (run / "rank0").mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"schema_version": 1}))
+    stop = threading.Event()
+
+    def writer() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            tmp, rtmp = run / f".manifest.json.{i}.tmp", run / "rank0" / f".rank.json.{i}.tmp"
+            tmp.write_text(json.dumps({"schema_version": 1, "i": i}))
+            rtmp.write_text("{}")
+            os.replace(tmp, run / "manifest.json")
+            os.replace(rtmp, run / "rank0" / "rank.json")
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        found = {_foreign(run) for _ in range(3000)}
+    finally:
+        stop.set()
+        t.join()
+    assert found == {None}, found

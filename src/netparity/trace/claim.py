@@ -29,6 +29,7 @@ import fcntl
 import json
 import os
 import re
+import stat
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,19 +77,41 @@ class Claim:
             self.lock_fd = -1
 
 
+def _kind(p: Path) -> str | None:
+    """``"file"``, ``"dir"`` or ``"other"`` (a symlink too) without following links; None when
+    the entry vanished since it was listed (another writer renamed its temporary file)."""
+    try:
+        mode = p.lstat().st_mode
+    except FileNotFoundError:
+        return None
+    return "file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else "other"
+
+
 def _foreign(run_dir: Path) -> str | None:
-    """The first entry of ``run_dir`` that netparity did not write, or None."""
+    """The first entry of ``run_dir`` that netparity did not write, or None.
+
+    An entry that vanishes between the listing and its check was a live writer's temporary
+    (``.manifest.json.<pid>.tmp`` renamed into place): gone, it is nobody's file, so it is
+    skipped rather than reported as foreign (the race behind a wrong "did not write" error).
+    """
     for p in sorted(run_dir.iterdir()):
-        name = p.name
-        if name.startswith(ASIDE_PREFIX) and p.is_dir() and not p.is_symlink():
+        name, kind = p.name, _kind(p)
+        if kind is None:
             continue
-        if _TOP_FILE.fullmatch(name) and p.is_file() and not p.is_symlink():
+        if name.startswith(ASIDE_PREFIX) and kind == "dir":
+            continue
+        if _TOP_FILE.fullmatch(name) and kind == "file":
             if name == "manifest.json" and not _is_manifest(p):
                 return f"{name} (not a netparity manifest)"
             continue
-        if _RANK_DIR.fullmatch(name) and p.is_dir() and not p.is_symlink():
-            for q in p.iterdir():
-                if not (_RANK_FILE.fullmatch(q.name) and q.is_file() and not q.is_symlink()):
+        if _RANK_DIR.fullmatch(name) and kind == "dir":
+            try:
+                inner = list(p.iterdir())
+            except FileNotFoundError:  # set aside by an overwriting writer meanwhile
+                continue
+            for q in inner:
+                qkind = _kind(q)
+                if qkind is not None and not (_RANK_FILE.fullmatch(q.name) and qkind == "file"):
                     return f"{name}/{q.name}"
             continue
         return name
