@@ -234,6 +234,27 @@ def test_clipping_by_global_norm_is_replayed(spec, tmp_path):
     assert grads["ref_factor"] > 1024 * 1.5 and "clipping" in grads["reference"]
 
 
+def test_adam_with_clipping_is_replayed_at_every_step(spec, tmp_path):
+    # Adam's first update is nearly free of the gradient's scale, so clipping cannot be read
+    # off it: the state Adam leaves (its first moment, linear in the gradient) shows the factor,
+    # and every later step is replayed from moments built of clipped gradients
+    r = _run(spec, tmp_path, options={"adam_eps": 1e-8, "clip": 0.05}, steps=2)
+    assert r, _phases(r)
+    rep = r.phase("update").evidence["optimizer_replay"]
+    assert rep["gradients"]["ref_factor"] > 1.5 and "clipping" in rep["gradients"]["reference"]
+    assert rep["gradients"]["cand_factor"] == rep["gradients"]["ref_factor"]
+    assert rep["largest_rel_err"] <= 1e-6  # the same optimizer on the same numbers
+    assert r.phase("later-steps").evidence["optimizer_replay_steps"] == [1]
+
+
+def test_an_adam_setting_under_clipping_is_named_by_optimizer_replay(spec, tmp_path):
+    r = _run(spec, tmp_path, options={"adam_eps": 1e-8, "clip": 0.05}, adam_eps=1e-6)
+    assert r.first_phase == "update", _phases(r)
+    rep = r.phase("update").evidence["optimizer_replay"]
+    assert "clipping" in rep["gradients"]["reference"]
+    assert rep["largest_rel_err"] > 1e3 * rep["largest_noise"]
+
+
 def test_a_momentum_convention_that_shows_at_step_1_is_named_there_by_replay(spec, tmp_path):
     # dampening changes nothing at the first step (PyTorch's buffer starts as the gradient) and
     # every later update: replay at step 1 names it in the update, free of gradient noise

@@ -254,7 +254,8 @@ class FrameworkAdapter(abc.ABC):
         returned object's ``.states`` lists them (``.state``: the first one) in this framework's
         format, for :meth:`replay_step`; setting its ``quiet`` to a context-manager factory
         (a capture's ``paused``) keeps the copies out of an op-level capture; its ``close()``
-        removes the hook."""
+        removes the hook and keeps the state after the last step, so that ``.after(k)`` is the
+        state after step ``k`` (the one before step ``k + 1``; None when not kept)."""
         return self._unit("optreplay", "optimizer replay").StepStates(optimizer)
 
     def watch_first_step(self, optimizer: Any) -> Any:
@@ -269,6 +270,14 @@ class FrameworkAdapter(abc.ABC):
         the step (same format), to replay the next step from."""
         return self._unit("optreplay", "optimizer replay").replay_step(
             optimizer, model, state, grads, keep_state)
+
+    def optimizer_moments(self, optimizer: Any, state: Any) -> dict[str, tuple[np.ndarray, str]]:
+        """The per-parameter arrays of an optimizer state (format of :meth:`watch_steps`:
+        momentum buffers, Adam moments) as (float64 values, stored dtype), by a key stable
+        across states of one optimizer; step counters, learning rates and other settings are
+        left out. Optimizer replay reads the
+        gradients the optimizer was given off them (clipping, a loss scale)."""
+        return self._unit("optreplay", "optimizer replay").moments(optimizer, state)
 
     def merge_optimizer_state(self, optimizer: Any, moments: Any, settings: Any) -> Any:
         """An optimizer state (format of :meth:`watch_steps`) with the per-parameter entries

@@ -625,6 +625,7 @@ class _Side:
         self.tr, self.model, self.opt, self.watch, self.starts = (
             open_trace(trace), model, opt, watch, starts)
         self.adapter = adapter_for(model)
+        self.state_checked = False  # the last calibration checked the state the step left
 
     def stepped(self, state: Any, start: Any, grads: dict[str, np.ndarray],
                 keep_state: bool = False) -> tuple[Any, Any]:
@@ -637,48 +638,122 @@ class _Side:
         after = self.adapter.replay_step(self.opt, self.model, state, grads, keep_state)
         return state_of(self.model), after
 
+    def moments(self, state: Any) -> dict[str, tuple[np.ndarray, str]]:
+        """The per-parameter entries of one of this side's optimizer states ({} for None)."""
+        return {} if state is None else self.adapter.optimizer_moments(self.opt, state)
+
     def calibrate(self, step: int, grads: dict[str, np.ndarray], after: dict[str, np.ndarray],
                   dtypes: dict[str, str], f_try: float = 1.0,
                   rng: np.random.Generator | None = None) -> tuple[float | None, Any, str]:
         """The factor ``f`` such that this side's optimizer, fed its captured gradients / f
-        from its own state, reproduces its captured update (``f_try`` first: the previous
-        step's), with the model's state after that replay and how ``f`` was found; ``(None,
-        None, why)`` when none does. With ``rng`` the replayed gradients are moved one ulp: the
-        replay then also measures the update's noise (one replay less per step)."""
+        from its own state, reproduces its captured update and the state it left (``f_try``
+        first: the previous step's), with the model's state after that replay and how ``f``
+        was found; ``(None, None, why)`` when none does. With ``rng`` the replayed gradients
+        are moved one ulp: the replay then also measures the update's noise (one replay less
+        per step).
+
+        The optimizer's state after the step (momentum buffers, Adam's first moment: linear in
+        the gradient it was given) shows the factor where the update cannot: Adam's first
+        update is nearly the same for any gradient scale, so clipping would pass unseen there
+        and leave the replayed moments off for every later step. Without that state the factor
+        comes from the update itself (optimizers affine in the gradient)."""
         from netparity.analyzers.replay import gradient_factor
         from netparity.analyzers.step import _values, rounding_noise
         from netparity.compare.noise import perturb_last_bit
 
         state, start = self.watch.states[step], self.starts[step]
         names = [n for n in after if n in start]
+        before, target = self.moments(state), self.moments(self.watch.after(step))
+        self.state_checked = bool(target)
 
-        def replay(f: float) -> tuple[Any, tuple[str, float]]:
+        def replay(f: float) -> tuple[Any, tuple[str, float], tuple[str, float]]:
             g = _divided(grads, f)
             if rng is not None:
                 g = {n: perturb_last_bit(v, rng) for n, v in g.items()}
-            own, _ = self.stepped(state, start, g)
-            return own, _self_error(own, start, after, dtypes, names)
+            own, st = self.stepped(state, start, g, keep_state=bool(target))
+            return (own, _self_error(own, start, after, dtypes, names),
+                    _state_error(self.moments(st), before, target))
 
-        own, worst = replay(f_try)
-        if worst[1] <= SELF_TOLERANCE:
+        own, worst, s_worst = replay(f_try)
+        if worst[1] <= SELF_TOLERANCE and s_worst[1] <= SELF_TOLERANCE:
             return f_try, own, describe_factor(f_try)
-        zero, _ = self.stepped(state, start, {n: np.zeros_like(g) for n, g in grads.items()})
-        probes = []
-        for n in names:
-            z = _values(zero[n], dtypes[n])
-            probes.append((_values(own[n], dtypes[n]) - z, after[n] - z,
-                           rounding_noise(_values(start[n], dtypes[n]), dtypes[n])))
-        rel, how = gradient_factor(probes)
         miss = (f"own optimizer replay misses its captured update of {worst[0]} by "
-                f"{worst[1]:.3g}")
-        if rel is None:
-            return None, None, f"{miss}; {how}"
-        f = _snap(f_try * rel)
-        own, again = replay(f)
-        if again[1] > SELF_TOLERANCE:
-            return None, None, (f"{miss}, and by {again[1]:.3g} ({again[0]}) with the gradients "
-                                f"/ {f:.6g}")
+                f"{worst[1]:.3g}" if worst[1] > SELF_TOLERANCE else
+                f"own optimizer replay reproduces its update but misses the state it left "
+                f"({s_worst[0]}) by {s_worst[1]:.3g}")
+        f, how = None, ""
+        if target:  # the factor from the state the step left
+            rel, how = self._state_factor(step, grads, target)
+            f = None if rel is None else _snap(rel)
+        if f is None:  # the factor from the update (an optimizer affine in the gradient)
+            zero, _ = self.stepped(state, start,
+                                   {n: np.zeros_like(g) for n, g in grads.items()})
+            probes = []
+            for n in names:
+                z = _values(zero[n], dtypes[n])
+                probes.append((_values(own[n], dtypes[n]) - z, after[n] - z,
+                               rounding_noise(_values(start[n], dtypes[n]), dtypes[n])))
+            rel, how = gradient_factor(probes)
+            if rel is None:
+                return None, None, f"{miss}; {how}"
+            f = _snap(f_try * rel)
+        own, again, s_again = replay(f)
+        if again[1] > SELF_TOLERANCE or s_again[1] > SELF_TOLERANCE:
+            what = (f"by {again[1]:.3g} ({again[0]})" if again[1] > SELF_TOLERANCE else
+                    f"its state by {s_again[1]:.3g} ({s_again[0]})")
+            return None, None, f"{miss}, and {what} with the gradients / {f:.6g}"
         return f, own, describe_factor(f)
+
+    def _state_factor(self, step: int, grads: dict[str, np.ndarray],
+                      target: dict[str, tuple[np.ndarray, str]]) -> tuple[float | None, str]:
+        """The factor between the captured gradients and those the optimizer was given, from
+        the state entries linear in the gradient: each such entry moved by ``a`` when fed the
+        captured gradients instead of zero, and by ``b = a / f`` in the run (checked with twice
+        the gradients; Adam's second moment is quadratic and left out)."""
+        from netparity.analyzers.replay import FACTOR_SPREAD, gradient_factor
+        from netparity.analyzers.step import rounding_noise
+
+        state, start = self.watch.states[step], self.starts[step]
+        moved = []
+        for c in (0.0, 1.0, 2.0):
+            g = {n: (np.asarray(v, np.float64) * c).astype(np.asarray(v).dtype)
+                 for n, v in grads.items()}
+            moved.append(self.moments(self.stepped(state, start, g, keep_state=True)[1]))
+        probes = []
+        for k, (t, dt) in target.items():
+            if not all(k in m for m in moved):
+                continue
+            s0, s1, s2 = (m[k][0] for m in moved)
+            a = s1 - s0
+            na = float(np.linalg.norm(a))
+            if na == 0.0 or float(np.linalg.norm(s2 - s0 - 2.0 * a)) > FACTOR_SPREAD * na:
+                continue  # the gradient does not move it, or not linearly
+            probes.append((a, t - s0, rounding_noise(t, dt)))
+        if not probes:
+            return None, "no entry of the optimizer's state is linear in the gradient"
+        return gradient_factor(probes)
+
+
+def _state_error(got: dict[str, tuple[np.ndarray, str]], before: dict[str, tuple[np.ndarray,
+                 str]], target: dict[str, tuple[np.ndarray, str]]) -> tuple[str, float]:
+    """The optimizer state entry a replay left furthest from the one the run left (normwise,
+    relative to the step's change to it, beyond 3x its rounding); ``("", 0.0)`` when the run's
+    state after the step was not kept."""
+    from netparity.analyzers.step import rounding_noise
+
+    worst = ("", 0.0)
+    for k, (t, dt) in target.items():
+        if k not in got:
+            continue
+        inc = t - before[k][0] if k in before else t
+        ni = float(np.linalg.norm(inc))
+        miss = float(np.linalg.norm(got[k][0] - t))
+        if ni == 0.0 or miss <= SELF_TOLERANCE * ni:
+            continue
+        err = max(0.0, miss - 3.0 * rounding_noise(t, dt)) / ni
+        if err > worst[1]:
+            worst = (k, err)
+    return worst
 
 
 def _snap(f: float) -> float:
@@ -820,7 +895,15 @@ def _replay_one(k: int, ref: _Side, cand: _Side, chain: _Chain, ref_to_cand: dic
         else:
             ratio = f_cand / f_ref
             chain.cand_pow = round(float(np.log2(ratio)))
-            if abs(ratio / 2.0**chain.cand_pow - 1.0) > FACTOR_MATCH:
+            if abs(ratio / 2.0**chain.cand_pow - 1.0) > FACTOR_MATCH and ref.state_checked \
+                    and not cand.state_checked:
+                # the candidate's state after its step was not kept: an update nearly free of
+                # the gradient's scale (Adam's first) cannot tell its clipping apart
+                chain.cand_pow = 0
+                info["cand_note"] = (
+                    f"the candidate's optimizer state after its step was not kept: it is fed "
+                    f"the captured gradients / {f_ref:.6g} as the reference's optimizer was")
+            elif abs(ratio / 2.0**chain.cand_pow - 1.0) > FACTOR_MATCH:
                 info["cand_note"] = (
                     f"the candidate's training code gives its optimizer its captured gradients "
                     f"/ {f_cand:.6g}, the reference / {f_ref:.6g}: not the same handling at "

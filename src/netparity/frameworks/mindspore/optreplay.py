@@ -35,6 +35,8 @@ class StepStates:
     def __init__(self, optimizer: Any) -> None:
         self.states: list[dict[str, np.ndarray]] = []
         self.quiet: Callable[[], Any] | None = None
+        self.final: dict[str, np.ndarray] | None = None  # the state after the last step
+        self._opt: Any = optimizer
         self._handle = optimizer.register_forward_pre_hook(self._pre)
 
     @property
@@ -42,12 +44,40 @@ class StepStates:
         """The state before the first step (``None`` until it ran)."""
         return self.states[0] if self.states else None
 
+    def after(self, step: int) -> dict[str, np.ndarray] | None:
+        """The state after step ``step`` (before the next one, or kept by :meth:`close`)."""
+        if step + 1 < len(self.states):
+            return self.states[step + 1]
+        return self.final if step + 1 == len(self.states) else None
+
     def _pre(self, cell: Any, args: Any) -> None:
         self.states.append(_values(_own(cell)))
 
     def close(self) -> None:
-        """Remove the hook (never from inside it: the Cell is iterating its hooks)."""
+        """Remove the hook (never from inside it: the Cell is iterating its hooks) and keep
+        the state after the last step."""
         self._handle.remove()
+        if self._opt is not None and self.states:
+            self.final = _values(_own(self._opt))
+        self._opt = None
+
+
+def _per_param(optimizer: Any, state: Mapping[str, Any]) -> list[str]:
+    """The entries of ``state`` that are a parameter's own (``moments.<param>``,
+    ``adam_m.<param>``: a prefix and the name of a parameter the optimizer updates)."""
+    params = {p.name for p in optimizer.parameters}
+    return [n for n in state if "." in n and n.split(".", 1)[1] in params]
+
+
+def moments(optimizer: Any, state: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
+    """The per-parameter floating-point entries of ``state`` (momentum buffers, Adam moments),
+    by their names, as (float64 values, stored dtype)."""
+    out = {}
+    for n in _per_param(optimizer, state):
+        v = np.asarray(state[n])
+        if np.issubdtype(v.dtype, np.floating):
+            out[n] = (np.asarray(v, np.float64).ravel(), str(v.dtype))
+    return out
 
 
 #: the name the first-step watcher had (it keeps every step's state now)
@@ -59,11 +89,8 @@ def merge_state(optimizer: Any, moments: dict[str, np.ndarray],
     """A state with the per-parameter entries of ``moments`` (``moments.<param>``,
     ``moment1.<param>``...: a prefix and the name of a parameter the optimizer updates) and
     everything else (learning rate, step counter, beta powers) of ``settings``."""
-    params = {p.name for p in optimizer.parameters}
     out = dict(settings)
-    for n, v in moments.items():
-        if "." in n and n.split(".", 1)[1] in params:
-            out[n] = v
+    out.update({n: moments[n] for n in _per_param(optimizer, moments)})
     return out
 
 

@@ -21,6 +21,8 @@ class StepStates:
     def __init__(self, optimizer: torch.optim.Optimizer) -> None:
         self.states: list[dict[str, Any]] = []
         self.quiet: Callable[[], Any] | None = None
+        self.final: dict[str, Any] | None = None  # the state after the last step (close)
+        self._opt: torch.optim.Optimizer | None = optimizer
         self._handle = optimizer.register_step_pre_hook(self._pre)
 
     @property
@@ -28,13 +30,39 @@ class StepStates:
         """The state before the first step (``None`` until it ran)."""
         return self.states[0] if self.states else None
 
-    def _pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def after(self, step: int) -> dict[str, Any] | None:
+        """The state after step ``step`` (before the next one, or kept by :meth:`close`)."""
+        if step + 1 < len(self.states):
+            return self.states[step + 1]
+        return self.final if step + 1 == len(self.states) else None
+
+    def _copy(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         with self.quiet() if self.quiet is not None else contextlib.nullcontext():
-            self.states.append(copy.deepcopy(optimizer.state_dict()))
+            return copy.deepcopy(optimizer.state_dict())
+
+    def _pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.states.append(self._copy(optimizer))
 
     def close(self) -> None:
-        """Remove the hook (never from inside it: the optimizer is iterating its hooks)."""
+        """Remove the hook (never from inside it: the optimizer is iterating its hooks) and
+        keep the state after the last step."""
         self._handle.remove()
+        if self._opt is not None and self.states:
+            self.final = self._copy(self._opt)
+        self._opt = None
+
+
+def moments(optimizer: torch.optim.Optimizer,
+            state: dict[str, Any]) -> dict[str, tuple[np.ndarray, str]]:
+    """The per-parameter floating-point tensors of ``state`` (momentum buffers, Adam moments;
+    not the step counts), as ``"<param index>.<key>"`` -> (float64 values, stored dtype)."""
+    out: dict[str, tuple[np.ndarray, str]] = {}
+    for idx, entries in state.get("state", {}).items():
+        for key, t in entries.items():
+            if key != "step" and isinstance(t, torch.Tensor) and t.is_floating_point():
+                out[f"{idx}.{key}"] = (t.detach().to("cpu", torch.float64).numpy().ravel(),
+                                       str(t.dtype).removeprefix("torch."))
+    return out
 
 
 #: the name the first-step watcher had (it keeps every step's state now)

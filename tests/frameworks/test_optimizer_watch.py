@@ -1,0 +1,77 @@
+"""Optimizer replay's view of an optimizer, per framework: the states a watcher keeps around
+each step (``after(k)`` included: the last one is kept when it closes) and the per-parameter
+entries (``optimizer_moments``) that show the gradients the optimizer was given -- a replay from
+the state before a step, on the gradients the step used, must leave the state the run left."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from netparity.frameworks.registry import adapter_for
+
+STEPS = 3
+RNG = np.random.default_rng(0)
+GRADS = [{"weight": RNG.standard_normal((2, 3)).astype(np.float32),
+          "bias": RNG.standard_normal(2).astype(np.float32)} for _ in range(STEPS)]
+
+
+def _close(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(
+        np.allclose(a[k][0], b[k][0], rtol=1e-6, atol=0) for k in a)
+
+
+def _check(adapter, model, opt, watch, step_with) -> None:
+    for k in range(STEPS):
+        step_with(GRADS[k])
+    watch.close()
+    assert len(watch.states) == STEPS and watch.after(STEPS) is None
+    moments = [adapter.optimizer_moments(opt, watch.after(k)) for k in range(STEPS)]
+    # the first moment is there, never a step counter or learning rate
+    assert moments[0] and any("exp_avg" in k and "sq" not in k for k in moments[0])
+    assert not any("step" in k or "lr" in k or "learning_rate" in k for k in moments[0])
+    # after(k) is the state the run left: a replay of step k on its gradients leaves the same
+    for k in range(STEPS):
+        left = adapter.replay_step(opt, model, watch.states[k], GRADS[k], keep_state=True)
+        assert _close(adapter.optimizer_moments(opt, left), moments[k]), k
+    # and its change against a step on zero gradients halves on half the gradients (clipping)
+    def moved(scale: float) -> dict:
+        return adapter.optimizer_moments(opt, adapter.replay_step(
+            opt, model, watch.states[1], {n: g * scale for n, g in GRADS[1].items()},
+            keep_state=True))
+
+    half, zero = moved(0.5), moved(0.0)
+    key = next(k for k in sorted(half) if "exp_avg" in k and "sq" not in k)
+    np.testing.assert_allclose(half[key][0] - zero[key][0],
+                               (moments[1][key][0] - zero[key][0]) / 2, rtol=1e-5)
+
+
+def test_torch_adam():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    adapter = adapter_for(model)
+    watch = adapter.watch_steps(opt)
+
+    def step_with(g):
+        for n, p in model.named_parameters():
+            p.grad = torch.from_numpy(g[n])
+        opt.step()
+
+    _check(adapter, model, opt, watch, step_with)
+
+
+def test_mindspore_adamw():
+    ms = pytest.importorskip("mindspore")
+    from mindspore.experimental import optim
+
+    model = ms.nn.Dense(3, 2)
+    opt = optim.AdamW(model.trainable_params(), lr=0.1)
+    adapter = adapter_for(model)
+    watch = adapter.watch_steps(opt)
+
+    def step_with(g):
+        opt(ms.mutable(tuple(ms.Tensor(g[p.name]) for p in opt.parameters)))
+
+    _check(adapter, model, opt, watch, step_with)
