@@ -48,8 +48,9 @@ FOUND_AT = {
     "rope-interleaved": ("forward", "model.layers.0.self_attn", 0),
     "rope-theta": ("forward", "model.layers.0.self_attn", 0),
     "gqa-repeat": ("forward", "model.layers.0.self_attn", 0),
-    # a global setting, named at the first parameter whose update differs: the optimizer
-    # replay that would name the optimizer itself cannot undo the gradient clipping
+    # a setting that changes each parameter's update by its own amount (no ratio shared by
+    # every parameter, as a learning rate gives): named by optimizer replay at the first
+    # parameter whose update differs
     "adamw-eps": ("update", "model.embed_tokens", 0),
 }
 

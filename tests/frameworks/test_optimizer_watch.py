@@ -1,13 +1,17 @@
 """Optimizer replay's view of an optimizer, per framework: the states a watcher keeps around
 each step (``after(k)`` included: the last one is kept when it closes) and the per-parameter
 entries (``optimizer_moments``) that show the gradients the optimizer was given -- a replay from
-the state before a step, on the gradients the step used, must leave the state the run left."""
+the state before a step, on the gradients the step used, must leave the state and the
+parameters the run left, at that step's learning rate (a warm-up scheduler runs between steps;
+MindSpore's experimental optimizers keep it outside the Cell's parameters)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from netparity.ckpt.mapping import state_of
+from netparity.frameworks.models import set_weights
 from netparity.frameworks.registry import adapter_for
 
 STEPS = 3
@@ -21,9 +25,13 @@ def _close(a: dict, b: dict) -> bool:
         np.allclose(a[k][0], b[k][0], rtol=1e-6, atol=0) for k in a)
 
 
-def _check(adapter, model, opt, watch, step_with) -> None:
+def _check(adapter, model, opt, watch, step_with, scheduler) -> None:
+    params = []
     for k in range(STEPS):
+        before = state_of(model)
         step_with(GRADS[k])
+        scheduler.step()  # warm-up: each step at another learning rate
+        params.append((before, state_of(model)))
     watch.close()
     assert len(watch.states) == STEPS and watch.after(STEPS) is None
     moments = [adapter.optimizer_moments(opt, watch.after(k)) for k in range(STEPS)]
@@ -34,6 +42,11 @@ def _check(adapter, model, opt, watch, step_with) -> None:
     for k in range(STEPS):
         left = adapter.replay_step(opt, model, watch.states[k], GRADS[k], keep_state=True)
         assert _close(adapter.optimizer_moments(opt, left), moments[k]), k
+        set_weights(model, params[k][0])
+        adapter.replay_step(opt, model, watch.states[k], GRADS[k])
+        now = state_of(model)
+        for n in GRADS[k]:
+            np.testing.assert_allclose(now[n], params[k][1][n], rtol=1e-6, err_msg=f"{k} {n}")
     # and its change against a step on zero gradients halves on half the gradients (clipping)
     def moved(scale: float) -> dict:
         return adapter.optimizer_moments(opt, adapter.replay_step(
@@ -51,6 +64,7 @@ def test_torch_adam():
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
     opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: (k + 1) / STEPS)
     adapter = adapter_for(model)
     watch = adapter.watch_steps(opt)
 
@@ -59,7 +73,7 @@ def test_torch_adam():
             p.grad = torch.from_numpy(g[n])
         opt.step()
 
-    _check(adapter, model, opt, watch, step_with)
+    _check(adapter, model, opt, watch, step_with, scheduler)
 
 
 def test_mindspore_adamw():
@@ -68,10 +82,11 @@ def test_mindspore_adamw():
 
     model = ms.nn.Dense(3, 2)
     opt = optim.AdamW(model.trainable_params(), lr=0.1)
+    scheduler = optim.lr_scheduler.LambdaLR(opt, lambda k: (k + 1) / STEPS)
     adapter = adapter_for(model)
     watch = adapter.watch_steps(opt)
 
     def step_with(g):
         opt(ms.mutable(tuple(ms.Tensor(g[p.name]) for p in opt.parameters)))
 
-    _check(adapter, model, opt, watch, step_with)
+    _check(adapter, model, opt, watch, step_with, scheduler)

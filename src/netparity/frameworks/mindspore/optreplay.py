@@ -11,9 +11,15 @@ import numpy as np
 
 def _own(optimizer: Any) -> dict[str, Any]:
     """The optimizer's own state parameters (moments, step counter, learning rate), not the
-    network's parameters it updates."""
+    network's parameters it updates. ``mindspore.experimental.optim`` keeps each group's
+    learning rate in ``optimizer.lrs``, outside the Cell's parameters: a replay that left it
+    out ran every step at the learning rate a scheduler had reached by the end of the run."""
     net = {id(p) for p in optimizer.parameters}
-    return {n: p for n, p in optimizer.parameters_and_names() if id(p) not in net}
+    own = {n: p for n, p in optimizer.parameters_and_names() if id(p) not in net}
+    for p in getattr(optimizer, "lrs", None) or ():
+        if isinstance(p, ms.Parameter) and id(p) not in net:
+            own.setdefault(p.name, p)
+    return own
 
 
 def _values(params: dict[str, Any]) -> dict[str, np.ndarray]:
