@@ -213,3 +213,45 @@ def test_a_linear_against_matmul_and_bias_add_is_replayed_as_a_group(tmp_path, c
     row = next(o for o in out if o.key == group[0].key)
     assert row.verdict == "reproduces", row
     assert row.local is not None and row.local < 1e-6 and row.accumulated > 1e-3
+
+
+def test_tensor_operators_are_recorded_once_and_made_again(tmp_path):
+    # x * y, x - y, x / 2, x ** 2, x.exp() run in TensorPy's C++ code, which MindSpore's JIT
+    # context never reports: the op capture wraps them while it runs, records each as the
+    # primitive computing the same (once: ops.mul, a primitive, is not recorded twice), and
+    # op replay makes every such call again from the trace
+    import mindspore._c_expression as c
+    from mindspore import nn, ops
+
+    class Scaled(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.w = ms.Parameter(ms.Tensor(np.linspace(0.5, 2.0, 8, dtype=np.float32)),
+                                  name="w")
+
+        def construct(self, x):
+            h = self.w * x - 1.0      # Parameter * Tensor, Tensor - float
+            h = 2.0 * h / 3.0         # reflected, then division by a scalar
+            h = (h ** 2).exp().rsqrt()
+            return ops.mul(h, x)      # a primitive: reported by MindSpore itself
+
+    net = Scaled()
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32))
+    with netparity.capture(net, tmp_path / "t", level="op", payload="tensors") as cap:
+        want_out = net(x).asnumpy()
+        cap.step()
+    # the classes' operators are TensorPy's again
+    assert ms.Tensor.__mul__ is c.TensorPy.__mul__ and "__mul__" not in ms.Parameter.__dict__
+    assert "exp" not in ms.Tensor.__dict__
+    tr, by = _calls(tmp_path / "t")
+    order = [recs[0].native.removesuffix("Ext")  # x - 1.0 runs Python's SubExt primitive
+             for _, recs in sorted(by.items(), key=lambda kv: kv[0][2])]
+    assert order == ["Mul", "Sub", "Mul", "Div", "Pow", "Exp", "Rsqrt", "Mul"], order
+    a = adapter_for(net)
+    for recs in by.values():
+        ins = [(r.arg, np.asarray(tr.tensor(r)), r.dtype) for r in recs if r.role == "input"]
+        (want,) = [np.asarray(tr.tensor(r)) for r in recs if r.role == "output"]
+        extra = next(r.extra for r in recs if r.extra)
+        (_, got), = a.run_op(recs[0].native, ins, extra.get("scalars", {}), extra["prim"])
+        np.testing.assert_array_equal(got, want, err_msg=recs[0].native)
+    np.testing.assert_array_equal(want, want_out)  # the last one is the network's output

@@ -149,6 +149,8 @@ class MindSporeCapture(CaptureSession):
         self._installed = False
         self._prev_ctx: Any = None
         self._op_ctx: Any = None
+        self._tensor_ops: Any = None  # tensor_ops.TensorOperators while op level runs
+        self._ops_seen = 0  # primitives and Tensor operators observed (see tensor_ops)
         self._update = 0
         self._skip = (_ms_dir(),)
         self.errors: list[str] = []
@@ -224,6 +226,15 @@ class MindSporeCapture(CaptureSession):
             else:
                 self._op_ctx = _OpContext(self)
                 jc.set_jit_context(self._op_ctx)
+                from netparity.frameworks.mindspore.tensor_ops import TensorOperators
+
+                ops = TensorOperators(self._observe_op, lambda: self._ops_seen,
+                                      lambda: self._busy or not self.active)
+                if ops.install():
+                    self._tensor_ops = ops
+                else:
+                    self.notes.append("another capture wraps MindSpore's Tensor operators: "
+                                      "x * y, x - y, x / y are not recorded by this one")
         return self
 
     def _install_graph(self) -> None:
@@ -283,6 +294,9 @@ class MindSporeCapture(CaptureSession):
             if jc.jit_context() is self._op_ctx:
                 jc.set_jit_context(None)
             self._op_ctx = None
+        if self._tensor_ops is not None:
+            self._tensor_ops.remove()
+            self._tensor_ops = None
         for h in self._handles:
             try:
                 h.remove()
@@ -532,6 +546,16 @@ class MindSporeCapture(CaptureSession):
         self._emit_one(Record(kind="grad", op="grad", module=name,
                               direction="backward", role="grad", source="autodiff"), grad)
 
+    def _observe_op(self, prim: Any, res: Any, args: tuple[Any, ...]) -> None:
+        """A primitive ran (reported by the JIT context, or a Tensor operator computed what
+        ``prim`` computes): record it and, when asked, stop on a non-finite result."""
+        self._ops_seen += 1
+        self._op(prim, res, args)
+        if self.stop_on_nonfinite:
+            from netparity.frameworks.mindspore.nonfinite import check_op
+
+            check_op(self, prim, res, args)
+
     @_guard
     def _op(self, prim: Any, res: Any, args: tuple[Any, ...]) -> None:
         if not self.active:
@@ -587,11 +611,7 @@ def _make_op_context(cap: MindSporeCapture) -> Any:
         """JIT context that only observes: every method returns MindSpore's own result."""
 
         def run_op(self, prim: Any, prim_res: Any, *args: Any) -> Any:
-            cap._op(prim, prim_res, args)
-            if cap.stop_on_nonfinite:
-                from netparity.frameworks.mindspore.nonfinite import check_op
-
-                check_op(cap, prim, prim_res, args)
+            cap._observe_op(prim, prim_res, args)
             return prim_res
 
         def prepare_op(self, prim_name: str, prim_res: Any, *args: Any) -> Any:
