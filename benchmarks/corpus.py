@@ -163,6 +163,8 @@ def timm_cnn_rows() -> list[tuple[str, ...]]:
              {"dtype": "bfloat16"}, "module"),
             ("efficientnet_b0", "faithful float64 candidate", {}, {"dtype": "float64"},
              "module"),
+            ("efficientnet_b0", "faithful float64, 32 px batch 2 (2 values per BatchNorm "
+             "channel)", {"image_size": 32, "batch_size": 2}, {"dtype": "float64"}, "module"),
             ("regnetx_002", "faithful 1 vs 2 threads", {}, {"threads": 2}, "module"),
             ("efficientnet_b0", "bn-eps", {}, {"bug": "bn-eps"}, "module"),
             ("convnext_atto", "ln-eps", {}, {"bug": "ln-eps"}, "module")):

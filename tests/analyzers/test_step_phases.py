@@ -121,3 +121,60 @@ def test_the_same_training_health_findings_on_both_sides_are_not_a_port_problem(
     one = head(False, True)
     assert "problems found" in one[0] and one[1] == "warn"
     assert "both runs healthy" in head(False, False)[0]
+
+
+def _stat_pairs(x: np.ndarray, dx: np.ndarray, m_ref: float, m_cand: float, which: str):
+    """PairResults of a BatchNorm's forward input and of one running statistic after a
+    training-mode step of real torch BatchNorms (same start, momenta given) on x and x + dx."""
+    from netparity.compare.results import CallResult
+
+    torch = pytest.importorskip("torch")
+    out = []
+    for v, m in ((x, m_ref), (x + dx, m_cand)):
+        bn = torch.nn.BatchNorm2d(x.shape[1], momentum=m).double().train()
+        bn(torch.from_numpy(v))
+        out.append(getattr(bn, which).detach().numpy())
+    ref, cand = out
+
+    def pair(key, module, a, b):
+        d = b - a
+        return PairResult(key, "param" if "running" in module else "module", "forward", 0, 0,
+                          "input", "0", module, "", "", "", "float64", "float64", list(a.shape),
+                          list(a.shape), 1e-4, 0.0, "", status="fail",
+                          metrics={"basis": "tensors", "rmse": float(np.sqrt(np.mean(d * d))),
+                                   "ref_rms": float(np.sqrt(np.mean(a * a)))})
+
+    xin = pair("bn|in0", "bn", x, x + dx)
+    stat = pair(f"bn.{which}", f"bn.{which}", ref, cand)
+    call = CallResult("bn|call", "module", "bn", "batch_norm", "", "bn", "", "forward", 0, 0,
+                      "", "", 0, inputs=[xin.key], outputs=[])
+    return CompareResult(pairs=[xin], calls=[call], params=[stat]), stat
+
+
+@pytest.mark.parametrize("which", ["running_mean", "running_var"])
+def test_running_statistics_are_bounded_by_their_layers_input_difference(which):
+    # EfficientNet-B0 at 32 px and batch 2: its last BatchNorms normalise 2 values per channel,
+    # so last-bit noise becomes a large input difference and so a large running-statistic
+    # difference -- amplified noise the forward already showed, not a second finding
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from netparity.analyzers.step import _norm_diff, params_differing_after, running_stat_bound
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.integers(0, 2**32 - 1), st.sampled_from([(2, 6, 1, 1), (4, 3, 2, 2)]),
+           st.floats(0.01, 1.0), st.floats(1e-6, 1.0))
+    def holds(seed, shape, m, eps):
+        rng = np.random.default_rng(seed)
+        x = rng.standard_normal(shape) * rng.uniform(0.1, 100.0)
+        r, stat = _stat_pairs(x, rng.standard_normal(shape) * eps, m, m, which)
+        bound = running_stat_bound(stat, r.pairs[0])
+        assert bound is not None and _norm_diff(stat) <= bound
+        explained: list = []
+        assert params_differing_after(r, [], explained) == [] and len(explained) == 1
+
+    holds()
+    # a momentum copied wrong (0.1 vs 0.9) on the same input is no input's doing: kept
+    x = np.random.default_rng(1).standard_normal((2, 6, 1, 1)) * 3.0 + 1.0
+    r, stat = _stat_pairs(x, np.zeros_like(x), 0.1, 0.9, which)
+    assert params_differing_after(r, []) == [stat]

@@ -733,15 +733,94 @@ def judge_updates(deltas: list[dict[str, Any]], order: dict[str, int],
     return None
 
 
-def params_differing_after(r: CompareResult, deltas: list[dict[str, Any]]) -> list[PairResult]:
+def params_differing_after(r: CompareResult, deltas: list[dict[str, Any]],
+                           explained: list[dict[str, Any]] | None = None) -> list[PairResult]:
     """Parameters whose values after the optimizer step fail, less those whose difference is
     their update's: a parameter's value after the step is its (common) value before plus its
     update, so when the update is within the noise its gradients carry (Adam turns noise-level
     gradients into full-size updates: timm's ViT, key biases, float32 vs float64) the value's
-    difference is that same noise, not a second finding."""
+    difference is that same noise, not a second finding. Likewise a BatchNorm running
+    statistic within what its layer's forward input difference makes
+    (:func:`running_stat_bound`); those are appended to ``explained`` when given."""
     excused = {d["param"] for d in deltas if update_within_noise(d)}
-    return [p for p in r.divergent_params("param") if p.status == "fail"
-            and p.module not in excused]
+    params = [p for p in r.divergent_params("param") if p.status == "fail"
+              and p.module not in excused]
+    stats = [p for p in params if _running_kind(p.module) is not None]
+    if not stats:
+        return params
+    inputs = _layer_inputs(r, {module_of(p.module) for p in stats})
+    out = []
+    for p in params:
+        bound = (running_stat_bound(p, inputs.get(module_of(p.module)))
+                 if _running_kind(p.module) else None)
+        diff = _norm_diff(p)
+        if bound is None or diff is None or diff > bound:
+            out.append(p)
+        elif explained is not None:
+            explained.append({"param": p.module, "step": p.step, "difference": diff,
+                              "bound": bound})
+    return out
+
+
+#: BatchNorm running statistics by the names frameworks give them -> which batch statistic
+_RUNNING = {"running_mean": "mean", "moving_mean": "mean", "running_var": "var",
+            "moving_variance": "var"}
+
+
+def _running_kind(param: str) -> str | None:
+    return _RUNNING.get(param.rsplit(".", 1)[-1])
+
+
+def _norm_diff(p: PairResult) -> float | None:
+    """A tensor pair's normwise absolute difference ``||cand - ref||`` (tensors basis only)."""
+    m = p.metrics
+    if m.get("basis") != "tensors" or m.get("rmse") is None:
+        return None
+    return float(m["rmse"]) * math.sqrt(max(1, math.prod(p.ref_shape or [1])))
+
+
+def _layer_inputs(r: CompareResult, modules: set[str]) -> dict[str, PairResult]:
+    """The first forward input pair of each module in ``modules`` (its first call)."""
+    want: dict[str, str] = {}
+    for c in sorted(r.calls, key=lambda c: c.order):
+        if c.direction == "forward" and c.module in modules and c.module not in want \
+                and c.inputs:
+            want[c.module] = c.inputs[0]
+    keys = {k: m for m, k in want.items()}
+    return {keys[p.key]: p for p in r.pairs if p.key in keys} if keys else {}
+
+
+def running_stat_bound(p: PairResult, x: PairResult | None) -> float | None:
+    """How far (normwise) a BatchNorm running statistic ``p`` may differ after a step given
+    the difference of its layer's forward input ``x`` at that step; None when it cannot be
+    bounded (no input pair, statistics basis, shapes that do not fit).
+
+    Each side updates it as ``(1 - m) * old + m * b`` from the same ``old`` (the common start),
+    with ``b`` the batch's per-channel mean or unbiased variance over ``n`` values per channel
+    and ``0 < m <= 1``. For a per-channel input difference ``d_c`` (Cauchy-Schwarz):
+    ``|mean(x_c + d_c) - mean(x_c)| <= ||d_c|| / sqrt(n)``, so ``||d mean|| <= ||d|| / sqrt(n)``;
+    and ``|var(x_c + d_c) - var(x_c)| <= (2 ||x_c - mean_c|| ||d_c|| + ||d_c||^2) / (n - 1)``,
+    which summed over channels is at most ``(2 ||x|| ||d|| + ||d||^2) / (n - 1)``. A layer normalising few values per channel (batch 2
+    at 1x1: n = 2) turns last-bit noise into large differences of its input and so of its
+    running statistics: amplified noise the forward already showed, not a second finding.
+    The stored values' rounding is added (4 units of the coarser dtype)."""
+    kind = _running_kind(p.module)
+    if kind is None or x is None or len(x.ref_shape) < 2:
+        return None
+    d, mx = _norm_diff(x), x.metrics.get("ref_rms")
+    channels, numel = x.ref_shape[1], math.prod(x.ref_shape)
+    if d is None or mx is None or not p.ref_shape or channels != math.prod(p.ref_shape):
+        return None
+    n = numel / channels
+    xnorm = float(mx) * math.sqrt(numel)
+    if kind == "mean":
+        bound = d / math.sqrt(n)
+    elif n > 1:
+        bound = (2.0 * xnorm * d + d * d) / (n - 1.0)
+    else:
+        return None
+    stored = float(p.metrics.get("ref_rms") or 0.0) * math.sqrt(channels)
+    return bound + 4.0 * unit_roundoff(coarser(p.ref_dtype, p.cand_dtype)) * stored
 
 
 def _bias_correction_hint(ratio: float) -> str:
@@ -784,7 +863,8 @@ def judge_update(r0: CompareResult, deltas: list[dict[str, Any]], order: dict[st
                  settings: dict[str, Any] | None) -> Phase:
     """Parameter values after the optimizer step, then the updates themselves."""
     upd = Phase("update")
-    params = params_differing_after(r0, deltas)
+    explained: list[dict[str, Any]] = []
+    params = params_differing_after(r0, deltas, explained)
     lr_ref_s, lr_cand_s = lr.get("ref"), lr.get("cand")
     verdict = judge_updates(deltas, order, lr_ref_s[0] if lr_ref_s else None)
     lr_note = ""
@@ -802,6 +882,11 @@ def judge_update(r0: CompareResult, deltas: list[dict[str, Any]], order: dict[st
                        + (f" ({noisy} by their updates' gradient noise)" if noisy else "")
                        + f"; {len(deltas)} updates agree (within {_update_basis(deltas)})")
         upd.evidence["values_within_update_noise"] = noisy
+        if explained:
+            upd.evidence["running_stats_by_input"] = explained
+            upd.summary += (f"; {len(explained)} BatchNorm running statistic(s) differ within "
+                            f"what their layer's input difference makes (first: "
+                            f"{explained[0]['param']})")
         lost = [d["param"] for d in deltas if d.get("lost", 0.0) > 0.5]
         if lost:
             upd.evidence["updates_lost"] = lost
@@ -862,10 +947,12 @@ def judge_update(r0: CompareResult, deltas: list[dict[str, Any]], order: dict[st
 def later_step_divergence(r: CompareResult, step: int, deltas: list[dict[str, Any]],
                           order: dict[str, int], lr_ref: float | None,
                           lr_cand: float | None = None,
-                          cleared: frozenset[str] = frozenset(), grad_scale: float | None = None
+                          cleared: frozenset[str] = frozenset(), grad_scale: float | None = None,
+                          explained: list[dict[str, Any]] | None = None
                           ) -> tuple[str, str, str] | None:
     """The first phase of a resynchronised later step that diverges: (phase, where, why);
-    phases in ``cleared`` (replay showed their difference is no one's own) are passed over."""
+    phases in ``cleared`` (replay showed their difference is no one's own) are passed over;
+    running statistics explained by their layer's input go to ``explained``."""
     d = r.first_divergence
     if d is not None and d.status == "fail" and "forward" not in cleared:
         return ("forward", d.module or d.op,
@@ -894,7 +981,7 @@ def later_step_divergence(r: CompareResult, step: int, deltas: list[dict[str, An
         return ("update", module_of(f["param"]),
                 f"the update of {f['param']} differs by {f['rel_err']:.3g} (normwise, relative "
                 f"to the update; {verdict['kind']}){via}")
-    params = params_differing_after(r, deltas)
+    params = params_differing_after(r, deltas, explained)
     if params:
         p = _first_param(params, order)
         return "update", module_of(p.module), f"{p.module} differs after the optimizer step"
@@ -933,7 +1020,9 @@ def judge_later_steps(run: StepRun, mapping: dict[str, Any], order: dict[str, in
         lr_ck = lr_c[k] if lr_c and len(lr_c) > k else None
         cleared: frozenset[str] = frozenset()
         scale = loss_gradient_scale(run, k)
-        found = later_step_divergence(rk, k, deltas, order, lr_k, lr_ck, grad_scale=scale)
+        explained: list[dict[str, Any]] = []
+        found = later_step_divergence(rk, k, deltas, order, lr_k, lr_ck, grad_scale=scale,
+                                      explained=explained)
         while (found is not None and found[0] in ("forward", "backward")
                and found[0] not in cleared and run.replay_clear is not None):
             ev = run.replay_clear(k, rk, found[0])
@@ -945,7 +1034,11 @@ def judge_later_steps(run: StepRun, mapping: dict[str, Any], order: dict[str, in
             later.evidence.setdefault("cleared_by_replay", []).append(
                 {"step": k, "phase": found[0], **ev})
             cleared |= {found[0]}
-            found = later_step_divergence(rk, k, deltas, order, lr_k, lr_ck, cleared, scale)
+            explained.clear()
+            found = later_step_divergence(rk, k, deltas, order, lr_k, lr_ck, cleared, scale,
+                                          explained)
+        if explained:
+            later.evidence.setdefault("running_stats_by_input", []).extend(explained)
         if found is not None:
             what, where, why = found
             later.status, later.step, later.where = "fail", k, where
@@ -960,6 +1053,11 @@ def judge_later_steps(run: StepRun, mapping: dict[str, Any], order: dict[str, in
         later.summary += (f"; at {len(c)} step/phase(s) (first: step {c[0]['step']} "
                           f"{c[0]['phase']}) modules differed beyond their noise estimate but "
                           "replay showed each reproduces the reference: amplified rounding noise")
+    by_input = later.evidence.get("running_stats_by_input")
+    if by_input:
+        later.summary += (f"; {len(by_input)} BatchNorm running statistic(s) differ within what "
+                          f"their layer's input difference makes (first: {by_input[0]['param']}, "
+                          f"step {by_input[0]['step']})")
     replayed_steps = later.evidence.get("optimizer_replay_steps")
     if replayed_steps:
         later.summary += ("; updates judged by optimizer replay at step(s) "
