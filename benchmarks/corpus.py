@@ -136,7 +136,8 @@ def vit_rows(ms: bool, op: bool) -> list[tuple[str, ...]]:
 
 def gpt2_rows() -> list[tuple[str, ...]]:
     """transformers' GPT-2 (AdamW, clipping, warmup) against itself in float64 and on another
-    thread count, and with five mistakes (``tests/corpus/gpt2_spec.py``)."""
+    thread count, and with five mistakes (``tests/corpus/gpt2_spec.py``); with dropout 0.1 too
+    (transformers' default), faithful and with one mistake."""
     from tests.corpus import gpt2_spec
 
     spec = str(Path(gpt2_spec.__file__))
@@ -144,8 +145,12 @@ def gpt2_rows() -> list[tuple[str, ...]]:
         ("faithful float64 candidate", {}, {"dtype": "float64"}, "module")]
     cases += [(b, {}, {"bug": b}, "module") for b in gpt2_spec.BUGS]
     cases += [("faithful 1 vs 2 threads", {"threads": 2}, {"threads": 1}, "module")]
+    cases += [("faithful float64, dropout 0.1 (transformers' default)", {"dropout": 0.1},
+               {"dropout": 0.1, "dtype": "float64"}, "module"),
+              ("ln-eps, dropout 0.1", {"dropout": 0.1}, {"dropout": 0.1, "bug": "ln-eps"},
+               "module")]
     return _step_rows("gpt2 transformers -> itself (torch)", spec, spec, cases,
-                      gpt2_spec.FOUND_AT)
+                      {**gpt2_spec.FOUND_AT, "ln-eps, dropout 0.1": gpt2_spec.FOUND_AT["ln-eps"]})
 
 
 def timm_cnn_rows() -> list[tuple[str, ...]]:

@@ -20,10 +20,13 @@ Faithful candidates: the same run in float64 (``dtype=``) or on another thread c
                         the update of the first LayerNorm weight.
 
 GPT-2's causal mask fills the masked logits with ``finfo.min``: the noise run must not turn them
-into -inf. Gradient clipping changes the gradients after they are captured, so the optimizer
-is judged without replay (the evidence says so).
+into -inf. Gradient clipping changes the gradients after they are captured: optimizer replay
+reads the clipping factor off AdamW's first moment after the step.
 
-Options: dtype, threads, bug, steps (3).
+``dropout=`` sets GPT-2's three dropout rates (0 by default; transformers' own default is 0.1):
+the workflow seeds every side for each step, so a faithful pair draws the same masks.
+
+Options: dtype, threads, bug, dropout (0), steps (3).
 """
 
 from __future__ import annotations
@@ -96,11 +99,12 @@ def build(**options: Any) -> dict[str, Any]:
 
     dtype, bug = common_options(options, BUGS)
     steps = int(options.get("steps", 3))
+    drop = float(options.get("dropout", 0.0))
     transformers = transformers_module()
     torch.manual_seed(0)
     cfg = transformers.GPT2Config(
         vocab_size=VOCAB, n_positions=64, n_embd=64, n_layer=2, n_head=4,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
+        resid_pdrop=drop, embd_pdrop=drop, attn_pdrop=drop, bos_token_id=0, eos_token_id=0,
         activation_function="gelu" if bug == "gelu-exact" else "gelu_new",
         layer_norm_epsilon=1e-6 if bug == "ln-eps" else 1e-5,
         scale_attn_by_inverse_layer_idx=bug == "attn-layer-scale",

@@ -21,10 +21,13 @@ SPEC = str(Path(gpt2_spec.__file__))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cand", [{"dtype": "float64"}, {"bug": "attn-layer-scale"}],
-                         ids=["faithful-float64", "attn-layer-scale"])
+@pytest.mark.parametrize("cand", [{"dtype": "float64"}, {"bug": "attn-layer-scale"},
+                                  {"dtype": "float64", "dropout": 0.1}],
+                         ids=["faithful-float64", "attn-layer-scale", "faithful-dropout"])
 def test_gpt2(tmp_path, cand):
-    r = run_step_parity(SPEC, SPEC, tmp_path / "run", steps=2, cand_options=cand,
+    # dropout 0.1 (transformers' default) on both sides: the same masks at every step
+    opts = {"dropout": cand["dropout"]} if "dropout" in cand else None
+    r = run_step_parity(SPEC, SPEC, tmp_path / "run", steps=2, options=opts, cand_options=cand,
                         run_eval=False, free_running=False)
     if "bug" in cand:
         want = gpt2_spec.FOUND_AT[cand["bug"]]

@@ -654,3 +654,16 @@ def test_the_adam_step_size_floor_covers_float32_bias_corrections():
     assert _step_size_floor(sgd, sgd, t, "float32") == 0.0
     assert _step_size_floor(adamw, adamw, 50, "float32") < _step_size_floor(adamw, adamw, 2,
                                                                              "float32")
+
+
+def test_a_faithful_pair_with_dropout_draws_the_same_masks_at_every_step(spec, tmp_path):
+    # transformers and timm train with dropout on: each side (and the noise run) is seeded for
+    # each step, so the candidate's masks are the reference's -- it used to train on whatever
+    # the reference's run had left of the generator and failed at its first dropout
+    r = _run(spec, tmp_path, options={"p": 0.3, "momentum": 0.9}, steps=2)
+    assert r, _phases(r)
+    assert r.losses["cand"] == r.losses["ref"]
+    # and a real difference behind the dropout is still named
+    bad = _run(spec, tmp_path / "bad", options={"p": 0.3, "momentum": 0.9}, steps=2,
+               scale=1.001)
+    assert (bad.first_phase, bad.where) == ("forward", "1"), _phases(bad)

@@ -99,16 +99,31 @@ def _user_step(spec: Spec, i: int, x: Any, y: Any) -> float:
                          f"{type(e).__name__}: {first}") from e
 
 
+def _reseed(seed: int | None, step: int) -> None:
+    """Seed every random generator for step ``step`` the same way on every side: dropout and
+    other random layers then draw the same numbers on the reference, the noise run and the
+    candidate at each step (same framework). Each side is built after the same seed, but trains
+    after the others ran: without this, a faithful run with dropout (transformers' defaults)
+    failed at its first dropout. Only the generators: the deterministic-algorithm settings of
+    the build's seeding stay as they are."""
+    if seed is None:
+        return
+    from netparity.seeding import seed_everything
+
+    seed_everything(seed + 7_919 * (step + 1), deterministic=False)
+
+
 def _train(spec: Spec, batches: list[tuple[np.ndarray, np.ndarray]], path: Path, steps: int,
            level: str, payload: str, progress: Progress, *,
            before_step: Callable[[int, Any], None] | None = None,
            after_step: Callable[[int], None] | None = None,
-           watch: Any = None) -> list[float]:
+           watch: Any = None, seed: int | None = None) -> list[float]:
     """Run ``steps`` training steps under capture; returns the losses.
 
     ``before_step(i, cap)`` runs before step ``i`` (the candidate loads the reference's state
     there, under ``cap.paused()``); ``after_step(i)`` after it (the reference's state is taken).
-    ``watch`` (a ``watch_steps`` object) copies the optimizer's state unobserved.
+    ``watch`` (a ``watch_steps`` object) copies the optimizer's state unobserved. With ``seed``
+    the random generators are seeded for each step (:func:`_reseed`).
     """
     import netparity
     from netparity.frameworks.models import as_tensor, scalar_tensor
@@ -127,6 +142,7 @@ def _train(spec: Spec, batches: list[tuple[np.ndarray, np.ndarray]], path: Path,
             cap.record("inputs", as_tensor(x, spec.framework), kind="data")
             cap.record("labels", as_tensor(np.asarray(y).astype(np.int64), spec.framework),
                        kind="data")
+            _reseed(seed, i)
             loss = _user_step(spec, i, x, y)
             losses.append(loss)
             cap.record_loss(scalar_tensor(loss, spec.framework))
@@ -180,7 +196,8 @@ def _noise_run(src: str, options: dict[str, Any], seed: int,
         with cap.paused():
             set_weights(spec.model, arrays)
 
-    return _train(spec, noisy, path, steps, level, payload, progress, before_step=start)
+    return _train(spec, noisy, path, steps, level, payload, progress, before_step=start,
+                  seed=seed)
 
 
 def _free_run(src: str, options: dict[str, Any], seed: int,
@@ -206,7 +223,11 @@ def _free_run(src: str, options: dict[str, Any], seed: int,
         st = state_of(spec.model)
         set_weights(spec.model, {k: perturb_last_bit(np.asarray(v), rng) for k, v in st.items()
                                  if st.dtypes.get(k) != "bfloat16"})
-    return [float(spec.train_step(x, y)) for x, y in batches[:steps]]
+    losses = []
+    for i, (x, y) in enumerate(batches[:steps]):
+        _reseed(seed, i)
+        losses.append(float(spec.train_step(x, y)))
+    return losses
 
 
 def _evaluate(spec: Spec, path: Path, level: str, payload: str) -> dict[str, Any] | None:
@@ -362,7 +383,7 @@ def run_step_parity(
     watches = [_watch_steps(side) for side in (ref, cand)]
     say.stage(f"train and capture: reference ({ref.framework})", total=steps)
     run.losses["ref"] = _train(ref, batches, out / "ref", steps, level, payload, say,
-                               after_step=keep_ref_state, watch=watches[0])
+                               after_step=keep_ref_state, watch=watches[0], seed=seed)
     run.ref_starts = [ref_state0, *ref_states]
     ref_opts, cand_opts = {**opts, **(ref_options or {})}, {**opts, **(cand_options or {})}
     if noise and isinstance(ref_spec, str):
@@ -379,7 +400,7 @@ def run_step_parity(
                          "rebuilt fresh); pairs are judged by the tolerance table")
     say.stage(f"train and capture: candidate ({cand.framework})", total=steps)
     run.losses["cand"] = _train(cand, batches, out / "cand", steps, level, payload, say,
-                                before_step=start_from_ref, watch=watches[1])
+                                before_step=start_from_ref, watch=watches[1], seed=seed)
     run.ref_trace, run.cand_trace = str(out / "ref"), str(out / "cand")
     for w in watches:
         if w is not None:
