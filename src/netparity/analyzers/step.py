@@ -800,10 +800,11 @@ def running_stat_bound(p: PairResult, x: PairResult | None) -> float | None:
     and ``0 < m <= 1``. For a per-channel input difference ``d_c`` (Cauchy-Schwarz):
     ``|mean(x_c + d_c) - mean(x_c)| <= ||d_c|| / sqrt(n)``, so ``||d mean|| <= ||d|| / sqrt(n)``;
     and ``|var(x_c + d_c) - var(x_c)| <= (2 ||x_c - mean_c|| ||d_c|| + ||d_c||^2) / (n - 1)``,
-    which summed over channels is at most ``(2 ||x|| ||d|| + ||d||^2) / (n - 1)``. A layer normalising few values per channel (batch 2
-    at 1x1: n = 2) turns last-bit noise into large differences of its input and so of its
-    running statistics: amplified noise the forward already showed, not a second finding.
-    The stored values' rounding is added (4 units of the coarser dtype)."""
+    which summed over channels is at most ``(2 ||x|| ||d|| + ||d||^2) / (n - 1)``. A layer
+    normalising few values per channel (batch 2 at 1x1: n = 2) turns last-bit noise into large
+    differences of its input and so of its running statistics: amplified noise the forward
+    already showed, not a second finding. The stored values' rounding is added (4 units of
+    the coarser dtype)."""
     kind = _running_kind(p.module)
     if kind is None or x is None or len(x.ref_shape) < 2:
         return None
