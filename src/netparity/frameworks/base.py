@@ -275,8 +275,8 @@ class FrameworkAdapter(abc.ABC):
         """The per-parameter arrays of an optimizer state (format of :meth:`watch_steps`:
         momentum buffers, Adam moments) as (float64 values, stored dtype), by a key stable
         across states of one optimizer; step counters, learning rates and other settings are
-        left out. Optimizer replay reads the
-        gradients the optimizer was given off them (clipping, a loss scale)."""
+        left out. Optimizer replay reads the gradients the optimizer was given off them
+        (clipping, a loss scale)."""
         return self._unit("optreplay", "optimizer replay").moments(optimizer, state)
 
     def merge_optimizer_state(self, optimizer: Any, moments: Any, settings: Any) -> Any:
