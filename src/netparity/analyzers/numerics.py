@@ -397,7 +397,7 @@ def _under_share(mn: np.ndarray, mx: np.ndarray, mean: np.ndarray, std: np.ndarr
             out[i] = nonzero[i]
         elif mn[i] >= t or mx[i] <= -t:
             out[i] = 0.0
-        elif std[i] > 0:
+        elif 0 < std[i] < math.inf and math.isfinite(mean[i]):  # an infinite spread: no model
             def cdf(z: float) -> float:
                 return 0.5 * (1.0 + erf(z / sqrt(2.0)))
             p = cdf((t - mean[i]) / std[i]) - cdf((-t - mean[i]) / std[i])
