@@ -105,6 +105,47 @@ def call_arguments(inputs: Sequence[tuple[str, Any]]) -> tuple[list[Any], dict[s
     return [pos[i] for i in range(len(pos))], kw
 
 
+class OptimizerStates(abc.ABC):
+    """What a framework's optimizer watcher keeps (:meth:`FrameworkAdapter.watch_steps`): the
+    optimizer's state just before each step (``states``; ``state`` the first) and, once
+    :meth:`close` ran, the one after the last step (``final``), so that :meth:`after` is the
+    state after any step. A subclass registers a hook that appends :meth:`_copy` before each
+    step and keeps its handle in ``_handle``. ``quiet`` (a context-manager factory, e.g. a
+    capture's ``paused``) is for copies that would otherwise be recorded as ops of the step."""
+
+    def __init__(self, optimizer: Any) -> None:
+        self.states: list[Any] = []
+        self.quiet: Callable[[], Any] | None = None
+        self.final: Any = None
+        self._opt: Any = optimizer
+        self._handle: Any = None
+
+    @abc.abstractmethod
+    def _copy(self, optimizer: Any) -> Any:
+        """The optimizer's state now, in this framework's format (a copy)."""
+
+    @property
+    def state(self) -> Any:
+        """The state before the first step (``None`` until it ran)."""
+        return self.states[0] if self.states else None
+
+    def after(self, step: int) -> Any:
+        """The state after step ``step`` (before the next one, or kept by :meth:`close`)."""
+        if step + 1 < len(self.states):
+            return self.states[step + 1]
+        return self.final if step + 1 == len(self.states) else None
+
+    def close(self) -> None:
+        """Remove the hook (never from inside it: the optimizer is iterating its hooks) and
+        keep the state after the last step."""
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+        if self._opt is not None and self.states:
+            self.final = self._copy(self._opt)
+        self._opt = None
+
+
 class FrameworkAdapter(abc.ABC):
     """The contract between netparity and one framework. The NumPy adapter is the reference.
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import mindspore as ms
 import numpy as np
+
+from netparity.frameworks.base import OptimizerStates
 
 
 def _own(optimizer: Any) -> dict[str, Any]:
@@ -33,39 +35,20 @@ def _load(params: dict[str, Any], values: Mapping[str, np.ndarray]) -> None:
         ms.ops.assign(p, ms.Tensor(v).astype(p.dtype))
 
 
-class StepStates:
+class StepStates(OptimizerStates):
     """The optimizer's own state just before each of its calls (a forward pre-hook on the
     optimizer Cell). ``quiet`` is accepted for the same protocol as PyTorch's (reading
     MindSpore parameters to the host runs no captured operator)."""
 
     def __init__(self, optimizer: Any) -> None:
-        self.states: list[dict[str, np.ndarray]] = []
-        self.quiet: Callable[[], Any] | None = None
-        self.final: dict[str, np.ndarray] | None = None  # the state after the last step
-        self._opt: Any = optimizer
+        super().__init__(optimizer)
         self._handle = optimizer.register_forward_pre_hook(self._pre)
 
-    @property
-    def state(self) -> dict[str, np.ndarray] | None:
-        """The state before the first step (``None`` until it ran)."""
-        return self.states[0] if self.states else None
-
-    def after(self, step: int) -> dict[str, np.ndarray] | None:
-        """The state after step ``step`` (before the next one, or kept by :meth:`close`)."""
-        if step + 1 < len(self.states):
-            return self.states[step + 1]
-        return self.final if step + 1 == len(self.states) else None
+    def _copy(self, optimizer: Any) -> dict[str, np.ndarray]:
+        return _values(_own(optimizer))
 
     def _pre(self, cell: Any, args: Any) -> None:
-        self.states.append(_values(_own(cell)))
-
-    def close(self) -> None:
-        """Remove the hook (never from inside it: the Cell is iterating its hooks) and keep
-        the state after the last step."""
-        self._handle.remove()
-        if self._opt is not None and self.states:
-            self.final = _values(_own(self._opt))
-        self._opt = None
+        self.states.append(self._copy(cell))
 
 
 def _per_param(optimizer: Any, state: Mapping[str, Any]) -> list[str]:

@@ -4,37 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
+from netparity.frameworks.base import OptimizerStates
 
-class StepStates:
+
+class StepStates(OptimizerStates):
     """The optimizer's state (``state_dict``: moments, step counts, the param groups' learning
-    rates as the training code set them) just before each of its ``step()`` calls.
-
-    ``quiet`` (a context-manager factory, e.g. a capture's ``paused``) wraps the copy so that
-    an op-level capture does not record it as ops of the step."""
+    rates as the training code set them) just before each of its ``step()`` calls; the copy
+    runs under ``quiet`` so that an op-level capture does not record it as ops of the step."""
 
     def __init__(self, optimizer: torch.optim.Optimizer) -> None:
-        self.states: list[dict[str, Any]] = []
-        self.quiet: Callable[[], Any] | None = None
-        self.final: dict[str, Any] | None = None  # the state after the last step (close)
-        self._opt: torch.optim.Optimizer | None = optimizer
+        super().__init__(optimizer)
         self._handle = optimizer.register_step_pre_hook(self._pre)
-
-    @property
-    def state(self) -> dict[str, Any] | None:
-        """The state before the first step (``None`` until it ran)."""
-        return self.states[0] if self.states else None
-
-    def after(self, step: int) -> dict[str, Any] | None:
-        """The state after step ``step`` (before the next one, or kept by :meth:`close`)."""
-        if step + 1 < len(self.states):
-            return self.states[step + 1]
-        return self.final if step + 1 == len(self.states) else None
 
     def _copy(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         with self.quiet() if self.quiet is not None else contextlib.nullcontext():
@@ -42,14 +28,6 @@ class StepStates:
 
     def _pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self.states.append(self._copy(optimizer))
-
-    def close(self) -> None:
-        """Remove the hook (never from inside it: the optimizer is iterating its hooks) and
-        keep the state after the last step."""
-        self._handle.remove()
-        if self._opt is not None and self.states:
-            self.final = self._copy(self._opt)
-        self._opt = None
 
 
 def moments(optimizer: torch.optim.Optimizer,
