@@ -625,7 +625,6 @@ class _Side:
         self.tr, self.model, self.opt, self.watch, self.starts = (
             open_trace(trace), model, opt, watch, starts)
         self.adapter = adapter_for(model)
-        self.state_checked = False  # the last calibration checked the state the step left
 
     def stepped(self, state: Any, start: Any, grads: dict[str, np.ndarray],
                 keep_state: bool = False) -> tuple[Any, Any]:
@@ -641,6 +640,10 @@ class _Side:
     def moments(self, state: Any) -> dict[str, tuple[np.ndarray, str]]:
         """The per-parameter entries of one of this side's optimizer states ({} for None)."""
         return {} if state is None else self.adapter.optimizer_moments(self.opt, state)
+
+    def state_kept_after(self, step: int) -> bool:
+        """Whether :meth:`calibrate` of ``step`` can check the state the step left."""
+        return bool(self.moments(self.watch.after(step)))
 
     def calibrate(self, step: int, grads: dict[str, np.ndarray], after: dict[str, np.ndarray],
                   dtypes: dict[str, str], f_try: float = 1.0,
@@ -664,7 +667,6 @@ class _Side:
         state, start = self.watch.states[step], self.starts[step]
         names = [n for n in after if n in start]
         before, target = self.moments(state), self.moments(self.watch.after(step))
-        self.state_checked = bool(target)
 
         def replay(f: float) -> tuple[Any, tuple[str, float], tuple[str, float]]:
             g = _divided(grads, f)
@@ -895,8 +897,8 @@ def _replay_one(k: int, ref: _Side, cand: _Side, chain: _Chain, ref_to_cand: dic
         else:
             ratio = f_cand / f_ref
             chain.cand_pow = round(float(np.log2(ratio)))
-            if abs(ratio / 2.0**chain.cand_pow - 1.0) > FACTOR_MATCH and ref.state_checked \
-                    and not cand.state_checked:
+            if abs(ratio / 2.0**chain.cand_pow - 1.0) > FACTOR_MATCH \
+                    and ref.state_kept_after(k) and not cand.state_kept_after(k):
                 # the candidate's state after its step was not kept: an update nearly free of
                 # the gradient's scale (Adam's first) cannot tell its clipping apart
                 chain.cand_pow = 0
