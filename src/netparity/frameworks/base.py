@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import abc
+import contextlib
 import importlib
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -275,6 +276,20 @@ class FrameworkAdapter(abc.ABC):
         """
         return self._unit("replay", "replaying a module's backward").run_module_backward(
             model, path, inputs, grad_outputs, train)
+
+    def rounding_jitter(self, model: Any, path: str, seed: int) -> Any:
+        """A context manager under which every module *inside* the submodule ``path`` (not
+        the submodule itself) moves its float outputs one unit in the last place, up or down at
+        random (seeded by ``seed``), and the gradients flowing back into them likewise: replayed
+        in it, a container samples the rounding another implementation makes at each of its
+        layers, not only at its inputs and weights (see :mod:`netparity.workflow.replay`).
+        Frameworks without it give a context that changes nothing."""
+        try:
+            unit = self._unit("replay", "rounding jitter")
+        except FrameworkError:
+            return contextlib.nullcontext()
+        fn = getattr(unit, "rounding_jitter", None)
+        return contextlib.nullcontext() if fn is None else fn(model, path, seed)
 
     def run_op(self, native: str, inputs: Sequence[tuple[str, np.ndarray, str]],
                scalars: Mapping[str, Any],

@@ -63,6 +63,12 @@ def run_module_backward(model: Any, path: str, inputs: Sequence[tuple[str, np.nd
                                                                 grad_outputs, train)
 
 
+def rounding_jitter(model: Any, path: str, seed: int) -> Any:
+    """Inside the submodule ``path``, every module's outputs and incoming gradients move one
+    ulp while the context lasts (see ``FrameworkAdapter.rounding_jitter``)."""
+    return get_adapter(framework_of(model)).rounding_jitter(model, path, seed)
+
+
 def scalar_tensor(value: float, framework: str) -> Any:
     """A float32 scalar tensor of ``framework`` holding ``value`` (to record a loss)."""
     return get_adapter(framework).scalar(value)

@@ -91,6 +91,21 @@ def _moved(ts: Tensors, rng: np.random.Generator) -> Tensors:
     return [(a, perturb_last_bit(v, rng), d) for a, v, d in ts]
 
 
+#: replays of the reference on last-bit moved tensors per call; the largest of their errors is
+#: the call's noise. One sample of an ill-conditioned module (a BatchNorm normalising two values,
+#: a ReLU whose inputs sit near 0) can fall far below what another implementation's rounding
+#: makes: on an AVX-512 machine a faithful ResNet-18 block's backward at 32 px was judged against
+#: one sample 5.8x under its port's error. Each sample costs one call of the module.
+NOISE_SAMPLES = 3
+
+
+def _sampled_noise(want: Tensors, run: Callable[[], list[tuple[str, np.ndarray]]]) -> float:
+    """The largest normwise error of ``NOISE_SAMPLES`` runs of ``run`` (each on freshly moved
+    tensors) against the reference's captured ``want``."""
+    wanted = [v for _, v, _ in want]
+    return max(normwise_error(wanted, _in_order(want, run())) for _ in range(NOISE_SAMPLES))
+
+
 def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: str,
                  ref_model: Any, cand_model: Any, ref_state0: Any, cand_state0: Any,
                  seed: int = 0, step: int = 0) -> list[ReplayOutcome]:
@@ -99,7 +114,12 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
     comparison and the two states are the ones both sides started it from."""
     from netparity.ckpt.mapping import state_of
     from netparity.compare.noise import perturb_last_bit
-    from netparity.frameworks.models import run_module, run_module_backward, set_weights
+    from netparity.frameworks.models import (
+        rounding_jitter,
+        run_module,
+        run_module_backward,
+        set_weights,
+    )
 
     calls = plan(r0, direction)
     if not calls:
@@ -130,6 +150,15 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
         return run_module_backward(model, path, ins, g)
 
     run = forward if direction == "forward" else backward
+
+    def jittered(module: str, ins: Tensors, gout: Tensors) -> list[tuple[str, np.ndarray]]:
+        # inputs, weights and every inner layer's outputs (and incoming gradients) one ulp
+        # off: the rounding another implementation makes at each of the module's layers
+        moved_g = [(a, v) for a, v, _ in _moved(gout, rng)]
+        with rounding_jitter(ref_model, module, int(rng.integers(2**31))):
+            return with_moved_weights(module, functools.partial(
+                run, ref_model, module, _moved(ins, rng), moved_g))
+
     outcomes: list[ReplayOutcome] = []
     try:
         load(ref_model, ref_state0)
@@ -149,10 +178,9 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
                         f"the reference's own replay misses its captured result by {own:.3g}: "
                         "the call depends on random numbers, a non-tensor argument or hidden "
                         "state")
-                moved_g = [(a, v) for a, v, _ in _moved(gout, rng)]
-                noisy = with_moved_weights(c.module, functools.partial(
-                    run, ref_model, c.module, _moved(ins, rng), moved_g))
-                noise = max(normwise_error([v for _, v, _ in want], _in_order(want, noisy)), own)
+
+                noisy = functools.partial(jittered, c.module, ins, gout)
+                noise = max(_sampled_noise(want, noisy), own)
                 got = run(cand_model, c.cand_module, cand_ins, _cand_grads(c, gout, cand))
                 if direction == "backward":  # gradients w.r.t. the inputs, under their names
                     got = [(in_names.get(a, a), v) for a, v in got]
@@ -454,8 +482,8 @@ def replay_ops_step0(r0: CompareResult, ref_trace: str, cand_trace: str, ref_mod
                 raise _NotReplayable(
                     f"the reference's own replay misses its captured result by {own:.3g}: the "
                     "op depends on random numbers or on state the trace does not hold")
-            noisy = _run_group(ra, rgroup, inner, _moved(ins, rng))
-            noise = max(normwise_error(wanted, _in_order(want, noisy)), own)
+            noise = max(_sampled_noise(want, lambda: _run_group(  # noqa: B023
+                ra, rgroup, inner, _moved(ins, rng))), own)  # noqa: B023
             cins, cinner = _group_inputs(cand, cgroup)
             cwant = _primary(cand.tensors(cgroup[-1], "output"), cgroup[-1][0].op)
             same = (ra.name == ca.name and len(rgroup) == len(cgroup) == 1

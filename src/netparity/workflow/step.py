@@ -181,7 +181,7 @@ def _noise_run(src: str, options: dict[str, Any], seed: int,
     the inputs are moved one ulp as well (labels untouched). See :mod:`netparity.compare.noise`.
     """
     from netparity.compare.noise import perturb_last_bit
-    from netparity.frameworks.models import set_weights
+    from netparity.frameworks.models import rounding_jitter, set_weights
     from netparity.seeding import seed_everything
 
     seed_everything(seed)
@@ -196,8 +196,11 @@ def _noise_run(src: str, options: dict[str, Any], seed: int,
         with cap.paused():
             set_weights(spec.model, arrays)
 
-    return _train(spec, noisy, path, steps, level, payload, progress, before_step=start,
-                  seed=seed)
+    # every layer's outputs and incoming gradients one ulp off as well: the candidate's
+    # framework rounds at each layer, not only where the weights and inputs enter
+    with rounding_jitter(spec.model, "", seed + 15_485_863):
+        return _train(spec, noisy, path, steps, level, payload, progress, before_step=start,
+                      seed=seed)
 
 
 def _free_run(src: str, options: dict[str, Any], seed: int,
@@ -211,7 +214,7 @@ def _free_run(src: str, options: dict[str, Any], seed: int,
     """
     from netparity.ckpt.mapping import state_of
     from netparity.compare.noise import perturb_last_bit
-    from netparity.frameworks.models import set_weights
+    from netparity.frameworks.models import rounding_jitter, set_weights
     from netparity.seeding import seed_everything
 
     seed_everything(seed)

@@ -58,6 +58,50 @@ def _mode(mod: torch.nn.Module, train: bool) -> Iterator[None]:
             m.training = was
 
 
+def _last_bit(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """``t`` with every element moved one ulp up or down at random (float tensors; finite
+    values stay finite), as :func:`netparity.compare.noise.perturb_last_bit` does on arrays."""
+    if not t.is_floating_point() or t.numel() == 0:
+        return t
+    with torch.no_grad():
+        up = torch.rand(t.shape, generator=gen, device="cpu").to(t.device) < 0.5
+        inf = torch.full((), float("inf"), dtype=t.dtype, device=t.device)
+        hi, lo = torch.nextafter(t, inf), torch.nextafter(t, -inf)
+        moved = torch.where(up, hi, lo)
+        moved = torch.where(torch.isinf(moved) & torch.isfinite(t), torch.where(up, lo, hi),
+                            moved)
+    return t + (moved - t).detach()
+
+
+@contextmanager
+def rounding_jitter(model: torch.nn.Module, path: str, seed: int) -> Iterator[None]:
+    """See :meth:`netparity.frameworks.base.FrameworkAdapter.rounding_jitter`."""
+    mod = _submodule(model, path)
+    gen = torch.Generator().manual_seed(seed)
+
+    def moved(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            return t
+        out = _last_bit(t, gen)
+        if out.requires_grad:
+            out.register_hook(lambda g: _last_bit(g, gen))
+        return out
+
+    def hook(_m: torch.nn.Module, _args: Any, out: Any) -> Any:
+        if isinstance(out, torch.Tensor):
+            return moved(out)
+        if isinstance(out, tuple | list):
+            return type(out)(moved(o) for o in out)
+        return out
+
+    handles = [m.register_forward_hook(hook) for name, m in mod.named_modules() if name]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def run_module(model: torch.nn.Module, path: str,
                inputs: Sequence[tuple[str, np.ndarray, str]],
                train: bool = True) -> list[tuple[str, np.ndarray]]:
