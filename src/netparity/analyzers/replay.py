@@ -358,6 +358,17 @@ def refine_update(phase: Any, r0: CompareResult, deltas: list[dict[str, Any]],
         new.summary += f"; the reference's optimizer was given {describe_factor(float(f))}"
     if new.status == "fail" and info.get("cand_note"):
         new.summary += f"; {info['cand_note']}"
+    handling = info.get("handling")
+    if handling:
+        # the gradients reach the candidate's optimizer at another scale: a finding of its own,
+        # before the optimizer (which replay judged on what a faithful hand-over gives it)
+        ev["handling"] = handling
+        own = ("fed what the reference's handling gives it, the candidate's optimizer "
+               + ("reproduces the reference's update" if new.status != "fail" else
+                  f"also differs: {new.summary}"))
+        new.status, new.step, new.where = "fail", 0, "gradient handling"
+        new.summary = f"{handling['summary']}; {own}"
+        return new
     if phase.status == "fail" and new.status != "fail":
         new.evidence["compare_said"] = phase.summary
         new.summary += ("; the run's own updates differed beyond their noise estimate, but the "

@@ -335,6 +335,15 @@ class FrameworkAdapter(abc.ABC):
         (clipping, a loss scale)."""
         return self._unit("optreplay", "optimizer replay").moments(optimizer, state)
 
+    def optimizer_loss_scale(self, optimizer: Any) -> float:
+        """The factor an optimizer divides the gradients it is given by itself before its
+        update (MindSpore's ``Optimizer(loss_scale=...)``), 1 for those that take them as they
+        are (PyTorch's). Optimizer replay needs it to tell a loss scale undone inside the
+        optimizer from gradients handed over at another scale."""
+        v = getattr(optimizer, "loss_scale", 1.0)
+        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) \
+            and v > 0 else 1.0
+
     def merge_optimizer_state(self, optimizer: Any, moments: Any, settings: Any) -> Any:
         """An optimizer state (format of :meth:`watch_steps`) with the per-parameter entries
         (momentum buffers, Adam moments) of ``moments`` and the rest (learning rates, step

@@ -786,6 +786,28 @@ def _state_error(got: dict[str, tuple[np.ndarray, str]], before: dict[str, tuple
     return worst
 
 
+def _captured_ratio(grads: dict[str, np.ndarray], cand_grads: dict[str, np.ndarray],
+                    ref_to_cand: dict[str, str]) -> float:
+    """The candidate's captured gradients over the reference's (median of the parameters'
+    norm ratios, snapped to a power of two within 1 %): another loss scale in the backward
+    pass; 1 when they cannot be paired."""
+    ratios = []
+    for n, g in grads.items():
+        cg = cand_grads.get(ref_to_cand.get(n, ""))
+        if cg is None or cg.size != g.size:
+            continue
+        ng = float(np.linalg.norm(g))
+        if ng > 0 and np.isfinite(ng):
+            ratios.append(float(np.linalg.norm(cg)) / ng)
+    if not ratios:
+        return 1.0
+    r = float(np.median(ratios))
+    if not r > 0 or not np.isfinite(r):
+        return 1.0
+    k = round(float(np.log2(r)))
+    return 2.0**k if abs(r / 2.0**k - 1.0) <= 1e-2 else r
+
+
 def _snap(f: float) -> float:
     """``f`` as the power of two it is within ``POW2_TOLERANCE`` of, else as it is."""
     from netparity.analyzers.replay import POW2_TOLERANCE
@@ -893,6 +915,8 @@ class _Chain:
         self.state: Any = None
         self.f_ref = 1.0
         self.cand_pow: int | None = None
+        self.scale = 1.0  # the reference's optimizer's own loss scale / the candidate's
+        self.handling: dict[str, Any] | None = None  # a difference of gradient handling
 
 
 def _replay_one(k: int, ref: _Side, cand: _Side, chain: _Chain, ref_to_cand: dict[str, str],
@@ -915,30 +939,54 @@ def _replay_one(k: int, ref: _Side, cand: _Side, chain: _Chain, ref_to_cand: dic
     chain.f_ref = f_ref
     info: dict[str, Any] = {"ref_factor": f_ref, "ref_gradients": how}
     if chain.cand_pow is None:  # the candidate's own handling, found once (step 0)
+        chain.cand_pow = 0
         cg, ca, cd = _step_records(cand.tr, k)
-        f_cand, _, chow = (cand.calibrate(k, cg, ca, cd) if ca else
+        s_ref, s_cand = (ref.adapter.optimizer_loss_scale(ref.opt),
+                         cand.adapter.optimizer_loss_scale(cand.opt))
+        chain.scale = s_ref / s_cand
+        # the factor the candidate's code divides its own captured gradients by when it hands
+        # them over as the reference's does (its captured gradients may carry another scale)
+        c_ratio = _captured_ratio(grads, cg, ref_to_cand)
+        expect = f_ref * chain.scale * c_ratio
+        f_cand, _, chow = (cand.calibrate(k, cg, ca, cd, f_try=expect) if ca else
                            (None, None, "update was not captured"))
         if f_cand is None:
-            chain.cand_pow = 0
-            info["cand_note"] = (f"the candidate's {chow}: it is fed the reference's gradients "
-                                 "as the reference's optimizer saw them")
-        else:
-            ratio = f_cand / f_ref
-            chain.cand_pow = round(float(np.log2(ratio)))
-            if abs(ratio / 2.0**chain.cand_pow - 1.0) > FACTOR_MATCH \
-                    and ref.state_kept_after(k) and not cand.state_kept_after(k):
-                # the candidate's state after its step was not kept: an update nearly free of
-                # the gradient's scale (Adam's first) cannot tell its clipping apart
-                chain.cand_pow = 0
-                info["cand_note"] = (
-                    f"the candidate's optimizer state after its step was not kept: it is fed "
-                    f"the captured gradients / {f_ref:.6g} as the reference's optimizer was")
-            elif abs(ratio / 2.0**chain.cand_pow - 1.0) > FACTOR_MATCH:
-                info["cand_note"] = (
-                    f"the candidate's training code gives its optimizer its captured gradients "
-                    f"/ {f_cand:.6g}, the reference / {f_ref:.6g}: not the same handling at "
-                    "another loss scale")
-    f_use = f_ref * 2.0**chain.cand_pow
+            # a replay that misses its own side's captured update is no evidence: the update
+            # is judged without it (the noise run's bound), and the phase says so
+            return [], (f"could not judge the candidate's update by replay: its {chow} (an "
+                        "optimizer whose state the replay cannot copy, or training code "
+                        "between backward and the step that the captured gradients do not "
+                        "show)"), {}
+        ratio = f_cand / expect
+        if abs(ratio - 1.0) > FACTOR_MATCH and ref.state_kept_after(k) \
+                and not cand.state_kept_after(k) \
+                and abs(ratio / 2.0**round(float(np.log2(ratio))) - 1.0) > FACTOR_MATCH:
+            # the candidate's state after its step was not kept: an update nearly free of
+            # the gradient's scale (Adam's first) cannot tell its clipping apart
+            info["cand_note"] = (
+                f"the candidate's optimizer state after its step was not kept: it is fed "
+                f"the captured gradients / {f_ref:.6g} as the reference's optimizer was")
+        elif abs(ratio - 1.0) > FACTOR_MATCH:
+            chain.handling = {
+                "ratio": 1.0 / ratio, "ref_factor": f_ref, "cand_factor": f_cand,
+                "ref_optimizer_scale": s_ref, "cand_optimizer_scale": s_cand,
+                "captured_ratio": c_ratio,
+                "summary": (
+                    f"the candidate's optimizer receives {1.0 / ratio:.4g}x the gradients the "
+                    f"reference's does: its training code hands it its captured gradients / "
+                    f"{f_cand:.6g}" + (f" (the optimizer divides by {s_cand:g} itself)"
+                                       if s_cand != 1.0 else "")
+                    + f", the reference's / {f_ref:.6g}" + (
+                        f" (its optimizer divides by {s_ref:g})" if s_ref != 1.0 else "")
+                    + (f", and the captured gradients differ by {c_ratio:.4g}x"
+                       if c_ratio != 1.0 else "")
+                    + " -- gradient accumulation, loss scaling or clipping between backward "
+                    "and the optimizer step differs")}
+    if chain.handling is not None:
+        info["handling"] = chain.handling
+    # the candidate is fed what a candidate handling gradients as the reference does would
+    # give its optimizer: its optimizer is judged on its own, the handling above separately
+    f_use = f_ref * chain.scale
     info["cand_factor"] = f_use
     info["cand_gradients"] = describe_factor(f_use)
     cstate = (cand.watch.states[0] if k == 0 or chain.state is None else

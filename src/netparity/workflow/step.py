@@ -214,7 +214,7 @@ def _free_run(src: str, options: dict[str, Any], seed: int,
     """
     from netparity.ckpt.mapping import state_of
     from netparity.compare.noise import perturb_last_bit
-    from netparity.frameworks.models import rounding_jitter, set_weights
+    from netparity.frameworks.models import set_weights
     from netparity.seeding import seed_everything
 
     seed_everything(seed)
