@@ -90,3 +90,91 @@ def test_mindspore_adamw():
         opt(ms.mutable(tuple(ms.Tensor(g[p.name]) for p in opt.parameters)))
 
     _check(adapter, model, opt, watch, step_with, scheduler)
+
+
+def _check_counter_replayed(adapter, model, opt, watch, step_with) -> None:
+    """A hand-written Adam keeping its step counter as a plain attribute: each step's replay
+    from the state before it leaves what the run left (bias correction of *that* step), and
+    the optimizer's own counter is as the run left it afterwards (issue 28: the counter kept
+    advancing across replays, the first update came out 0.4888x)."""
+    params = []
+    for k in range(STEPS):
+        before = state_of(model)
+        step_with(GRADS[k])
+        params.append((before, state_of(model)))
+    watch.close()
+    for _ in range(2):  # replaying twice must not move the counter either
+        for k in range(STEPS):
+            set_weights(model, params[k][0])
+            adapter.replay_step(opt, model, watch.states[k], GRADS[k])
+            now = state_of(model)
+            for n in GRADS[k]:
+                np.testing.assert_allclose(now[n], params[k][1][n], rtol=1e-5,
+                                           err_msg=f"step {k} {n}")
+    assert int(opt.t) == STEPS
+
+
+def test_torch_hand_written_adam_with_a_python_counter():
+    torch = pytest.importorskip("torch")
+
+    class HandAdam(torch.optim.Optimizer):
+        def __init__(self, params, lr=0.1):
+            super().__init__(params, {"lr": lr})
+            self.t = 0  # not in state_dict
+
+        @torch.no_grad()
+        def step(self, closure=None):
+            self.t += 1
+            for group in self.param_groups:
+                for p in group["params"]:
+                    st = self.state[p]
+                    if not st:
+                        st["m"], st["v"] = torch.zeros_like(p), torch.zeros_like(p)
+                    st["m"].mul_(0.9).add_(p.grad, alpha=0.1)
+                    st["v"].mul_(0.999).addcmul_(p.grad, p.grad, value=0.001)
+                    m_hat = st["m"] / (1 - 0.9**self.t)
+                    v_hat = st["v"] / (1 - 0.999**self.t)
+                    p.sub_(group["lr"] * m_hat / (v_hat.sqrt() + 1e-8))
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = HandAdam(model.parameters())
+    adapter = adapter_for(model)
+    watch = adapter.watch_steps(opt)
+
+    def step_with(g):
+        for n, p in model.named_parameters():
+            p.grad = torch.from_numpy(g[n])
+        opt.step()
+
+    _check_counter_replayed(adapter, model, opt, watch, step_with)
+
+
+def test_mindspore_hand_written_adam_with_a_python_counter():
+    ms = pytest.importorskip("mindspore")
+
+    class HandAdam(ms.nn.Optimizer):
+        def __init__(self, params, lr=0.1):
+            super().__init__(lr, params)
+            self.m = self.parameters.clone(prefix="m", init="zeros")
+            self.v = self.parameters.clone(prefix="v", init="zeros")
+            self.t = 0  # a Python int, not a Parameter
+
+        def construct(self, gradients):
+            self.t += 1
+            c1, c2 = 1 - 0.9**self.t, 1 - 0.999**self.t
+            for p, g, m, v in zip(self.parameters, gradients, self.m, self.v):
+                ms.ops.assign(m, m * 0.9 + g * 0.1)
+                ms.ops.assign(v, v * 0.999 + g * g * 0.001)
+                ms.ops.assign(p, p - 0.1 * (m / c1) / (ms.ops.sqrt(v / c2) + 1e-8))
+            return True
+
+    model = ms.nn.Dense(3, 2)
+    opt = HandAdam(model.trainable_params())
+    adapter = adapter_for(model)
+    watch = adapter.watch_steps(opt)
+
+    def step_with(g):
+        opt(ms.mutable(tuple(ms.Tensor(g[p.name]) for p in opt.parameters)))
+
+    _check_counter_replayed(adapter, model, opt, watch, step_with)

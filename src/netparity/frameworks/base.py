@@ -106,6 +106,43 @@ def call_arguments(inputs: Sequence[tuple[str, Any]]) -> tuple[list[Any], dict[s
     return [pos[i] for i in range(len(pos))], kw
 
 
+#: the key under which an optimizer state copy keeps the optimizer object's own plain attributes
+ATTRS_KEY = "__netparity_attrs__"
+
+
+def plain_attributes(obj: Any) -> dict[str, Any]:
+    """Copies of the attributes of ``obj`` itself that hold numbers: ints, floats, NumPy
+    scalars and arrays, and framework tensors that are plain attributes (not registered
+    parameters or buffers). A hand-written optimizer keeps its step counter so (``self.t +=
+    1``): a replay that saved and restored only its tensors' state ran Adam's bias correction of
+    step 9 at step 1 (its first update 0.4888x the reference's). Bools and strings are
+    settings, not state: they are left out."""
+    out: dict[str, Any] = {}
+    for k, v in vars(obj).items():
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, int | float | np.number):
+            out[k] = v
+        elif isinstance(v, np.ndarray) and v.size <= 1 << 16:
+            out[k] = v.copy()
+        elif type(v).__name__ == "Tensor" and hasattr(v, "clone") and hasattr(v, "detach") \
+                and getattr(v, "numel", lambda: 1 << 20)() <= 1 << 16:
+            out[k] = v.detach().clone()  # a PyTorch tensor held as an attribute
+    return out
+
+
+def restore_attributes(obj: Any, attrs: Mapping[str, Any]) -> None:
+    """Set the attributes :func:`plain_attributes` copied back on ``obj`` (only those that
+    changed: a framework's own bookkeeping is not touched for nothing)."""
+    for k, v in attrs.items():
+        cur = getattr(obj, k, None)
+        same = (cur is v or (isinstance(v, int | float | np.number) and not isinstance(cur, bool)
+                             and isinstance(cur, int | float | np.number) and cur == v))
+        if not same:
+            setattr(obj, k, v.copy() if isinstance(v, np.ndarray) else
+                    v.clone() if hasattr(v, "clone") else v)
+
+
 class OptimizerStates(abc.ABC):
     """What a framework's optimizer watcher keeps (:meth:`FrameworkAdapter.watch_steps`): the
     optimizer's state just before each step (``states``; ``state`` the first) and, once

@@ -8,7 +8,12 @@ from typing import Any
 import mindspore as ms
 import numpy as np
 
-from netparity.frameworks.base import OptimizerStates
+from netparity.frameworks.base import (
+    ATTRS_KEY,
+    OptimizerStates,
+    plain_attributes,
+    restore_attributes,
+)
 
 
 def _own(optimizer: Any) -> dict[str, Any]:
@@ -29,10 +34,25 @@ def _values(params: dict[str, Any]) -> dict[str, np.ndarray]:
             if p.dtype != ms.bfloat16}
 
 
-def _load(params: dict[str, Any], values: Mapping[str, np.ndarray]) -> None:
+def _load(params: dict[str, Any], values: Mapping[str, Any]) -> None:
     for n, v in values.items():
+        if n == ATTRS_KEY:
+            continue
         p = params[n]
         ms.ops.assign(p, ms.Tensor(v).astype(p.dtype))
+
+
+def _whole(optimizer: Any, own: dict[str, Any]) -> dict[str, Any]:
+    """The optimizer's own parameters' values and its plain attributes (a hand-written
+    optimizer Cell's step counter kept as a Python int, not a Parameter)."""
+    out: dict[str, Any] = dict(_values(own))
+    out[ATTRS_KEY] = plain_attributes(optimizer)
+    return out
+
+
+def _load_whole(optimizer: Any, own: dict[str, Any], state: Mapping[str, Any]) -> None:
+    _load(own, state)
+    restore_attributes(optimizer, state.get(ATTRS_KEY, {}))
 
 
 class StepStates(OptimizerStates):
@@ -44,8 +64,8 @@ class StepStates(OptimizerStates):
         super().__init__(optimizer)
         self._handle = optimizer.register_forward_pre_hook(self._pre)
 
-    def _copy(self, optimizer: Any) -> dict[str, np.ndarray]:
-        return _values(_own(optimizer))
+    def _copy(self, optimizer: Any) -> dict[str, Any]:
+        return _whole(optimizer, _own(optimizer))
 
     def _pre(self, cell: Any, args: Any) -> None:
         self.states.append(self._copy(cell))
@@ -89,9 +109,9 @@ def replay_step(optimizer: Any, model: Any, state: Any, grads: Mapping[str, np.n
     names, in the optimizer's order; zeros for a missing one) and restore its own state.
     Returns the optimizer's own state after the call when ``keep_state`` (else ``None``)."""
     own = _own(optimizer)
-    current = _values(own)
+    current = _whole(optimizer, own)
     names = {id(p): n for n, p in model.parameters_and_names()}
-    _load(own, state)
+    _load_whole(optimizer, own, state)
     after = None
     try:
         gs = []
@@ -103,7 +123,7 @@ def replay_step(optimizer: Any, model: Any, state: Any, grads: Mapping[str, np.n
         # mutable: constant tensors in a tuple make a graph-compiled optimizer warn and recompile
         optimizer(ms.mutable(tuple(gs)))
         if keep_state:
-            after = _values(own)
+            after = _whole(optimizer, own)
     finally:
-        _load(own, current)
+        _load_whole(optimizer, own, current)
     return after

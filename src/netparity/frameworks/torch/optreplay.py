@@ -10,7 +10,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from netparity.frameworks.base import OptimizerStates
+from netparity.frameworks.base import (
+    ATTRS_KEY,
+    OptimizerStates,
+    plain_attributes,
+    restore_attributes,
+)
 
 
 class StepStates(OptimizerStates):
@@ -23,11 +28,25 @@ class StepStates(OptimizerStates):
         self._handle = optimizer.register_step_pre_hook(self._pre)
 
     def _copy(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        with self.quiet() if self.quiet is not None else contextlib.nullcontext():
-            return copy.deepcopy(optimizer.state_dict())
+        return _whole_state(optimizer, self.quiet)
 
     def _pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self.states.append(self._copy(optimizer))
+
+
+def _whole_state(optimizer: torch.optim.Optimizer, quiet: Any = None) -> dict[str, Any]:
+    """A copy of the optimizer's ``state_dict`` and of its own plain attributes (a
+    hand-written optimizer's step counter: :func:`netparity.frameworks.base.plain_attributes`)."""
+    with quiet() if quiet is not None else contextlib.nullcontext():
+        out = copy.deepcopy(optimizer.state_dict())
+        out[ATTRS_KEY] = plain_attributes(optimizer)
+    return out
+
+
+def _load_whole(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    optimizer.load_state_dict(copy.deepcopy(  # torch ignores the extra key
+        {k: v for k, v in state.items() if k != ATTRS_KEY}))
+    restore_attributes(optimizer, state.get(ATTRS_KEY, {}))
 
 
 def moments(optimizer: torch.optim.Optimizer,
@@ -51,7 +70,8 @@ def merge_state(optimizer: torch.optim.Optimizer, moments: dict[str, Any],
                 settings: dict[str, Any]) -> dict[str, Any]:
     """A state with the per-parameter tensors (momentum buffers, Adam moments and step
     counts) of ``moments`` and the param groups (learning rates, ...) of ``settings``."""
-    return {"state": moments["state"], "param_groups": settings["param_groups"]}
+    return {"state": moments["state"], "param_groups": settings["param_groups"],
+            ATTRS_KEY: settings.get(ATTRS_KEY, {})}
 
 
 def replay_step(optimizer: torch.optim.Optimizer, model: torch.nn.Module, state: Any,
@@ -60,11 +80,11 @@ def replay_step(optimizer: torch.optim.Optimizer, model: torch.nn.Module, state:
     others get none) and take one step; the optimizer's own state and the parameters' gradients
     are restored afterwards (the parameters keep the stepped values). Returns the optimizer's
     state after the step when ``keep_state`` (else ``None``)."""
-    current = copy.deepcopy(optimizer.state_dict())
+    current = _whole_state(optimizer)
     named = dict(model.named_parameters())
     kept = {n: p.grad for n, p in named.items()}
     # a copy: loading keeps the given tensors (momentum buffers), which the step updates in place
-    optimizer.load_state_dict(copy.deepcopy(state))
+    _load_whole(optimizer, state)
     after = None
     try:
         for n, p in named.items():
@@ -73,9 +93,9 @@ def replay_step(optimizer: torch.optim.Optimizer, model: torch.nn.Module, state:
                       .reshape(p.shape) if g is not None else None)
         optimizer.step()
         if keep_state:
-            after = copy.deepcopy(optimizer.state_dict())
+            after = _whole_state(optimizer)
     finally:
-        optimizer.load_state_dict(current)
+        _load_whole(optimizer, current)
         for n, p in named.items():
             p.grad = kept[n]
     return after
