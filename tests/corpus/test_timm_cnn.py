@@ -36,8 +36,11 @@ def test_faithful_float64_passes_and_tf_batchnorm_eps_is_named(tmp_path, case):
     if case.startswith("float64"):
         assert r.first_phase is None, (r.first_phase, r.where, [p.summary for p in r.phases])
         assert not [p for p in r.phases if p.status == "warn"]
-        if case == "float64-2-per-channel":  # passes by the bound, not by luck
-            by_input = r.phase("later-steps").evidence.get("running_stats_by_input")
-            assert by_input and all(e["difference"] <= e["bound"] for e in by_input)
+        if case == "float64-2-per-channel":
+            # a running statistic beyond its noise estimate is excused only within what its
+            # layer's input difference makes. Whether any needs excusing depends on the CPU's
+            # rounding (on an AVX-512 EPYC the layer-jittered noise run already covers them all)
+            by_input = r.phase("later-steps").evidence.get("running_stats_by_input") or []
+            assert all(e["difference"] <= e["bound"] for e in by_input)
     else:
         assert (r.first_phase, r.where, r.first.step) == timm_cnn_spec.FOUND_AT[case]
