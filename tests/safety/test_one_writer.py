@@ -229,7 +229,7 @@ def test_a_writers_temporary_renamed_mid_check_is_not_a_foreign_file(tmp_path):
 
     run = tmp_path / "t"
     (run / "rank0").mkdir(parents=True)
-    (run / "manifest.json").write_text(json.dumps({"schema_version": 1}))
+    (run / "manifest.json").write_text(json.dumps({"schema_version": 1, "netparity_version": "0"}))
     stop = threading.Event()
 
     def writer() -> None:
@@ -237,7 +237,7 @@ def test_a_writers_temporary_renamed_mid_check_is_not_a_foreign_file(tmp_path):
         while not stop.is_set():
             i += 1
             tmp, rtmp = run / f".manifest.json.{i}.tmp", run / "rank0" / f".rank.json.{i}.tmp"
-            tmp.write_text(json.dumps({"schema_version": 1, "i": i}))
+            tmp.write_text(json.dumps({"schema_version": 1, "netparity_version": "0", "i": i}))
             rtmp.write_text("{}")
             os.replace(tmp, run / "manifest.json")
             os.replace(rtmp, run / "rank0" / "rank.json")

@@ -177,7 +177,9 @@ class CaptureSession:
         self.install()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is not None and self.writer is not None:
+            self.writer.interrupted = True  # an old trace it replaces is kept (trace.claim)
         self.close()  # close() uninstalls first, also when the body raised
 
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:

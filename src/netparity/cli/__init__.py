@@ -15,6 +15,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from netparity.cli._io import guard
 from netparity.errors import NetparityError
 
 #: subcommand modules, in the order ``--help`` lists them
@@ -89,6 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        # every output argument checked against every input before the command runs (and so
+        # before a framework is imported or a script launched): netparity.cli._io
+        guard(args)
         return int(args.func(args) or 0)
     except NetparityError as e:
         print(f"netparity: error: {one_line(e)}", file=sys.stderr)

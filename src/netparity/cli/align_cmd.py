@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from netparity.cli._common import add_json_out, console
+from netparity.cli._io import add_input, add_output
 from netparity.report.json_report import write_json
 
 SHOW = 5
@@ -12,16 +13,17 @@ SHOW = 5
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("align", help="pair module/op calls of two traces (1:1 and N:M groups)")
-    p.add_argument("ref", help="reference trace directory")
-    p.add_argument("cand", help="candidate trace directory")
+    add_input(p, "ref", kind="trace", help="reference trace directory")
+    add_input(p, "cand", kind="trace", help="candidate trace directory")
     p.add_argument("--level", choices=("module", "op", "both"), default="module",
                    help="which calls to pair (default: module)")
     p.add_argument("--steps", help="steps to align, e.g. 0 or 0,2-4 (default: all)")
     p.add_argument("--rank", type=int, default=0, help="rank of both traces (default 0)")
     p.add_argument("--direction", choices=("forward", "backward", "update"),
                    help="only this direction (default: all)")
-    p.add_argument("--mapping", metavar="FILE", help="YAML/JSON mapping that overrides the automatic one")
-    p.add_argument("--emit-mapping", metavar="FILE",
+    add_input(p, "--mapping", metavar="FILE",
+              help="YAML/JSON mapping that overrides the automatic one")
+    add_output(p, "--emit-mapping", metavar="FILE",
                    help="write the mapping found (YAML for .yaml/.yml, else JSON) to correct and pass back")
     add_json_out(p)
     p.set_defaults(func=run)

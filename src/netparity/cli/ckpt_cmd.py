@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from netparity.cli._common import guard_outputs
+from netparity.cli._io import add_input, add_output
 
 
 def register(subparsers: Any) -> None:
@@ -20,37 +20,38 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
     s = sub.add_parser("show", help="names, shapes, dtypes and counts of a checkpoint")
-    s.add_argument("file")
+    add_input(s, "file")
     s.add_argument("--limit", type=int, default=200, help="rows to print (default 200)")
     s.set_defaults(func=run_show)
 
     m = sub.add_parser("map", help="match parameter names between two checkpoints")
-    m.add_argument("ref")
-    m.add_argument("cand")
-    m.add_argument("-o", "--output", help="write the mapping file (JSON {\"params\": ...})")
-    m.add_argument("--mapping", help="start from this mapping file")
-    m.add_argument("--json", help="write the full result as JSON")
+    add_input(m, "ref")
+    add_input(m, "cand")
+    add_output(m, "-o", "--output", help="write the mapping file (JSON {\"params\": ...})")
+    add_input(m, "--mapping", help="start from this mapping file")
+    add_output(m, "--json", stdout=True, help="write the full result as JSON ('-' = stdout)")
     m.set_defaults(func=run_map)
 
     c = sub.add_parser("convert", help="convert a checkpoint to the other framework")
-    c.add_argument("src")
-    c.add_argument("dst", help="output; suffix picks format and naming (.ckpt, .pt, ...)")
-    c.add_argument("--mapping", help="mapping file (YAML/JSON)")
-    c.add_argument("--template", help="checkpoint of the target side to map names against")
+    add_input(c, "src")
+    add_output(c, "dst", force="force",
+               help="output; suffix picks format and naming (.ckpt, .pt, ...)")
+    add_input(c, "--mapping", help="mapping file (YAML/JSON)")
+    add_input(c, "--template", help="checkpoint of the target side to map names against")
     c.add_argument("--target", choices=("mindspore", "torch"), help="naming to convert to")
-    c.add_argument("--json", help="write the report as JSON")
+    add_output(c, "--json", stdout=True, help="write the report as JSON ('-' = stdout)")
     c.add_argument("-f", "--force", action="store_true",
                    help="replace an existing DST (without it an existing file is refused); "
                         "the file is written atomically either way")
     c.set_defaults(func=run_convert)
 
     d = sub.add_parser("diff", help="compare two checkpoints parameter by parameter")
-    d.add_argument("a", help="reference checkpoint")
-    d.add_argument("b", help="candidate checkpoint")
-    d.add_argument("--mapping", help="mapping file (YAML/JSON)")
+    add_input(d, "a", help="reference checkpoint")
+    add_input(d, "b", help="candidate checkpoint")
+    add_input(d, "--mapping", help="mapping file (YAML/JSON)")
     d.add_argument("--rtol", type=float, default=None, help="relative tolerance (1e-5)")
     d.add_argument("--atol", type=float, default=None, help="absolute tolerance (1e-8)")
-    d.add_argument("--json", help="write the result as JSON")
+    add_output(d, "--json", stdout=True, help="write the result as JSON ('-' = stdout)")
     d.add_argument("--all", action="store_true", help="list matching parameters too")
     d.set_defaults(func=run_diff)
 
@@ -104,7 +105,6 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_map(args: argparse.Namespace) -> int:
-    guard_outputs(args, ("ref", "cand", "mapping"), ("output", "json"))
     from netparity.ckpt import map_names
 
     nm = map_names(args.ref, args.cand, mapping=args.mapping)
@@ -146,7 +146,6 @@ def _print_leftovers(con: Any, ur: list[str], uc: list[str], amb: dict[str, list
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    guard_outputs(args, ("src", "template", "mapping"), ("dst", "json"))
     from netparity.ckpt import convert
 
     rep = convert(args.src, args.dst, mapping=args.mapping, template=args.template,
@@ -174,7 +173,6 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    guard_outputs(args, ("a", "b", "mapping"), ("json",))
     from netparity.ckpt import diff
     from netparity.ckpt.diff import DEFAULT_ATOL, DEFAULT_RTOL
 

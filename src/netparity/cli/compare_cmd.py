@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from netparity.cli._common import console, guard_outputs, progress
+from netparity.cli._common import console, progress
+from netparity.cli._io import add_input, add_output
 from netparity.errors import UsageError
 
 
@@ -19,9 +20,10 @@ def add_tolerance_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", metavar="FILE", help="write the result as JSON (recheck reads it)")
-    p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
-    p.add_argument("--csv", metavar="FILE", help="write one CSV row per tensor pair")
+    add_output(p, "--json", stdout=True, metavar="FILE",
+               help="write the result as JSON (recheck reads it; '-' = stdout)")
+    add_output(p, "--html", metavar="FILE", help="write a self-contained HTML report")
+    add_output(p, "--csv", metavar="FILE", help="write one CSV row per tensor pair")
     p.add_argument("--top", type=int, default=10, metavar="N", help="worst pairs to list (10)")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="print only the summary lines, no progress display")
@@ -34,9 +36,9 @@ def register(subparsers: Any) -> None:
         description="Compare two traces and say where they start to disagree and what "
         "introduced it. Exit 0 = agree, 1 = diverge, 2 = bad input.",
     )
-    p.add_argument("ref", help="reference trace directory")
-    p.add_argument("cand", help="candidate trace directory")
-    p.add_argument("--mapping", metavar="FILE", help="YAML/JSON module/param name mapping")
+    add_input(p, "ref", kind="trace", help="reference trace directory")
+    add_input(p, "cand", kind="trace", help="candidate trace directory")
+    add_input(p, "--mapping", metavar="FILE", help="YAML/JSON module/param name mapping")
     p.add_argument("--level", choices=("module", "op", "both"), default="module")
     p.add_argument("--steps", metavar="S", help="steps to compare, e.g. 0 or 0,2-4 (default all)")
     p.add_argument("--rank", type=int, default=0)
@@ -48,10 +50,10 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--profile", choices=("auto", "same", "cross"), default="auto",
                    help="default tolerance table (auto: cross when framework/device differ)")
-    p.add_argument("--fp64-ref", metavar="TRACE", help="float64 trace of the reference run")
+    add_input(p, "--fp64-ref", kind="trace", metavar="TRACE", help="float64 trace of the reference run")
     p.add_argument("--k", type=float, default=2.0,
                    help="fp64 mode: allowed error ratio candidate/reference (2)")
-    p.add_argument("--noise", metavar="TRACE",
+    add_input(p, "--noise", kind="trace", metavar="TRACE",
                    help="noise run of the reference (the same run with last-bit perturbed "
                         "weights and inputs, e.g. the ref-noise/ that `netparity step` writes): "
                         "judge each pair against its own measured noise")
@@ -87,7 +89,6 @@ def emit(result: Any, args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    guard_outputs(args, ("ref", "cand", "fp64_ref", "noise", "mapping"), ("json", "csv", "html"))
     from netparity.analyzers.divergence import compare
     from netparity.cli._common import check_tolerance, check_traces, close_traces, parse_steps
     from netparity.compare.tolerances import parse_tol_arg

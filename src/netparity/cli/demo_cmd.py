@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 
 from netparity.cli._common import add_quiet, console, progress
+from netparity.cli._io import add_output
+from netparity.workflow import STEP_FILES, STEP_TRACES
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("demo", help="the ResNet-50 PyTorch -> MindSpore migration, end to end")
-    p.add_argument("-o", "--out", default="netparity-demo", help="output directory")
+    add_output(p, "-o", "--out", kind="workdir", traces=STEP_TRACES, files=STEP_FILES,
+               default="netparity-demo", help="output directory")
     p.add_argument("--bug", help="inject a classic migration mistake (see --list-bugs)")
     p.add_argument("--list-bugs", action="store_true", help="list the injectable bugs")
     p.add_argument("--steps", type=int, default=3, help="training steps (default 3)")

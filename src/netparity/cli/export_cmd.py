@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from netparity.cli._io import add_input, add_output
 from netparity.trace.schema import DIRECTIONS, KINDS
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("export", help="export captured tensors to .npz or a folder of .npy")
-    p.add_argument("trace", help="trace directory")
-    p.add_argument("-o", "--out", required=True, help="OUT.npz or a directory")
+    add_input(p, "trace", kind="trace", help="trace directory")
+    add_output(p, "-o", "--out", kind="file_or_dir", force="force", required=True,
+               help="OUT.npz or a directory (a new folder appears complete, or not at all)")
     p.add_argument("--step", help="steps, e.g. 0 or 0,2-4")
     p.add_argument("--rank", type=int)
     p.add_argument("--kind", action="append", choices=KINDS,
@@ -24,9 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from netparity.cli._common import guard_outputs, parse_steps
-
-    guard_outputs(args, ("trace",), ("out",))
+    from netparity.cli._common import parse_steps
     from netparity.errors import UsageError
     from netparity.trace import open_trace
 

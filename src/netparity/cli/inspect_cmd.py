@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 
 from netparity.cli._common import add_json_out, console
+from netparity.cli._io import add_input
 from netparity.report.json_report import write_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("inspect", help="summarise a trace: run info, counts, module tree, NaN/Inf")
-    p.add_argument("trace", help="trace directory")
+    add_input(p, "trace", kind="trace", help="trace directory")
     p.add_argument("--step", type=int, help="step whose module tree is shown (default: first)")
     p.add_argument("--rank", type=int, help="only this rank")
     p.add_argument("--depth", type=int, default=None, help="deepest module level shown")

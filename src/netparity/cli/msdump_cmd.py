@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from netparity.cli._io import add_input, add_output
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -22,15 +24,16 @@ def register(subparsers: Any) -> None:
     )
     sub = p.add_subparsers(dest="msdump_command", metavar="ACTION")
     imp = sub.add_parser("import", help="convert a MindSpore dump directory into a trace")
-    imp.add_argument("dump_dir", help="the dump 'path' of the config (holds rank_*)")
-    imp.add_argument("-o", "--output", required=True, help="trace directory to write")
+    add_input(imp, "dump_dir", kind="path", help="the dump 'path' of the config (holds rank_*)")
+    add_output(imp, "-o", "--output", kind="trace", force="overwrite", required=True,
+               help="trace directory to write")
     imp.add_argument("--stats-only", action="store_true", help="do not store tensor payloads")
     imp.add_argument("--overwrite", action="store_true", help="replace an existing trace")
     imp.add_argument("--wrapper", action="append", default=None, metavar="ATTR",
                      help="scope attribute of a training wrapper to drop from module paths "
                      "(repeatable; default: network, _backbone, _network, backbone)")
     cfg = sub.add_parser("config", help="write a MindSpore dump configuration JSON")
-    cfg.add_argument("-o", "--output", required=True, help="the JSON file to write")
+    add_output(cfg, "-o", "--output", required=True, help="the JSON file to write")
     cfg.add_argument("--dir", required=True, dest="dump_dir", help="where MindSpore will dump")
     cfg.add_argument("--net-name", default="Net")
     cfg.add_argument("--iteration", default="all", help='"all" or e.g. "0|5-8"')

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from netparity.cli._common import add_json_out, console, guard_outputs
+from netparity.cli._common import add_json_out, console
+from netparity.cli._io import add_input, add_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -18,16 +19,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "parameters that do not update, the step where the loss explodes. Exit status 0 when "
         "healthy, 1 when a problem is found, 2 on bad input.",
     )
-    p.add_argument("trace", help="trace directory")
+    add_input(p, "trace", kind="trace", help="trace directory")
     p.add_argument("--rank", type=int, help="only this rank")
-    p.add_argument("--loss", metavar="FILE",
+    add_input(p, "--loss", metavar="FILE",
                    help="loss curve from a CSV ('loss' column) or a training log, instead of "
                    "the trace's recorded losses")
     p.add_argument("--factor", type=float, default=10.0,
                    help="a loss this many times the median before it explodes (default 10)")
     p.add_argument("--top", type=int, default=10, help="rows of the risk tables (default 10)")
     add_json_out(p)
-    p.add_argument("--html", metavar="FILE", help="also write an HTML report")
+    add_output(p, "--html", metavar="FILE", help="also write an HTML report")
     p.set_defaults(func=run)
 
 
@@ -40,7 +41,6 @@ def run(args: argparse.Namespace) -> int:
     from netparity.report.terminal import render_sections
     from netparity.trace import open_trace
 
-    guard_outputs(args, ("trace",), ("json", "html"))
     losses = read_losses(args.loss) if args.loss else None
     with open_trace(args.trace) as tr:
         r = analyze(tr, rank=args.rank, losses=losses, top=max(args.top, 1),

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from netparity.cli._common import add_json_out, console, guard_outputs
+from netparity.cli._common import add_json_out, console
+from netparity.cli._io import add_input, add_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -20,15 +21,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "two traces (REF CAND): where the candidate spends more time, per phase and per "
         "module, costliest first. Exit status 0 for any analysis, 2 on bad input.",
     )
-    p.add_argument("trace", help="trace directory (the reference when CAND is given)")
-    p.add_argument("cand", nargs="?", help="candidate trace directory: side by side")
+    add_input(p, "trace", kind="trace", help="trace directory (the reference when CAND is given)")
+    add_input(p, "cand", kind="trace", nargs="?", help="candidate trace directory: side by side")
     p.add_argument("--rank", type=int, default=0, help="rank to read (default 0)")
-    p.add_argument("--mapping", metavar="FILE",
+    add_input(p, "--mapping", metavar="FILE",
                    help="module mapping (YAML/JSON 'modules'/'rules') for the side by side")
     p.add_argument("--top", type=int, default=10, help="rows of the module tables (default 10)")
     add_json_out(p)
-    p.add_argument("--html", metavar="FILE", help="also write an HTML report")
-    p.add_argument("--chrome", metavar="FILE",
+    add_output(p, "--html", metavar="FILE", help="also write an HTML report")
+    add_output(p, "--chrome", metavar="FILE",
                    help="also write a Chrome trace-event JSON (opens in Perfetto)")
     p.set_defaults(func=run)
 
@@ -40,7 +41,6 @@ def run(args: argparse.Namespace) -> int:
     from netparity.report.sections import sections_for
     from netparity.report.terminal import render_sections
 
-    guard_outputs(args, ("trace", "cand"), ("json", "html", "chrome"))
     r = analyze(args.trace, rank=args.rank) if args.cand is None else \
         compare(args.trace, args.cand, rank=args.rank, mapping=args.mapping)
     if args.html:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from netparity.cli._io import add_input
 from netparity.cli.compare_cmd import add_output_args, add_tolerance_args
 
 
@@ -29,16 +30,13 @@ def register(subparsers: Any) -> None:
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("result", help="JSON written by `netparity compare --json`")
+    add_input(p, "result", help="JSON written by `netparity compare --json`")
     add_tolerance_args(p)
     add_output_args(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from netparity.cli._common import guard_outputs
-
-    guard_outputs(args, ("result",), ("json", "csv", "html"))
     from netparity.analyzers.divergence import recheck
     from netparity.cli._common import check_tolerance
     from netparity.cli.compare_cmd import emit

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from netparity.cli._io import add_input, add_output
 from netparity.errors import UsageError
 
 
@@ -22,7 +23,8 @@ def register(subparsers: Any) -> None:
         "Steps are delimited by optimizer steps; the loss is the output of a torch.nn loss "
         "module. The exit status is the command's.",
     )
-    p.add_argument("-o", "--output", required=True, help="trace directory to write")
+    add_output(p, "-o", "--output", kind="trace", force="overwrite", required=True,
+               help="trace directory to write (new, empty, or a trace with --overwrite)")
     p.add_argument("--level", choices=("module", "op", "both"), default=None,
                    help="what to record (default module; with --stop-on-nonfinite and no "
                    "--level: the light stop, which records losses only)")
@@ -42,7 +44,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--profile", action="store_true",
                    help="light step timing instead of a capture (read it with netparity perf); "
                    "PyTorch and MindSpore (PyNative; GRAPH_MODE: steps and compile time) scripts")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS")
+    add_input(p, "command", kind="command", nargs=argparse.REMAINDER,
+              help="-- python train.py ARGS")
     p.set_defaults(func=run)
 
 

@@ -14,6 +14,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from netparity.cli._io import add_input, add_output
 from netparity.errors import UsageError
 
 
@@ -27,14 +28,15 @@ def register(subparsers: Any) -> None:
         "numbers unless something is set (trap). The table is checked against the installed "
         "MindSpore. Exit 0: nothing missing, 1: something missing, 2: bad input.",
     )
-    p.add_argument("paths", nargs="*", metavar="PATH", help="script(s) or package directories")
+    add_input(p, "paths", kind="path", nargs="*", metavar="PATH",
+              help="script(s) or package directories")
     p.add_argument("--to", default="mindspore", choices=("mindspore",), help="target framework")
-    p.add_argument("--json", metavar="FILE", help="write the findings as JSON")
-    p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    add_output(p, "--json", metavar="FILE", help="write the findings as JSON")
+    add_output(p, "--html", metavar="FILE", help="write a self-contained HTML report")
     p.add_argument("--no-verify", action="store_true",
                    help="do not check the table against the installed MindSpore")
     p.add_argument("-v", "--verbose", action="store_true", help="full notes in the mapped table")
-    p.add_argument("--run", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+    add_input(p, "--run", kind="command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                    help="run COMMAND captured at op level (step 0) and list the aten ops it "
                    "executes; the .py files in COMMAND are scanned statically too; must come "
                    "last (netparity scan --run -- python train.py)")
@@ -49,7 +51,7 @@ def _scripts_in(cmd: list[str]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from netparity.cli._common import console
     from netparity.scan.analyze import scan_paths
-    from netparity.scan.render import check_output_path, print_terminal, write_html, write_json
+    from netparity.scan.render import print_terminal, write_html, write_json
 
     cmd = list(args.run) if args.run is not None else None
     paths = list(args.paths)
@@ -65,9 +67,6 @@ def run(args: argparse.Namespace) -> int:
         paths = _scripts_in(cmd)
     if not paths and cmd is None:
         raise UsageError("nothing to scan (use: netparity scan PATH... or --run -- COMMAND)")
-    outputs = [check_output_path(d, paths) for d in (args.json, args.html) if d]
-    if len(outputs) == 2 and outputs[0].resolve() == outputs[1].resolve():
-        raise UsageError("--json and --html name the same file")
     result = scan_paths(paths, to=args.to, verify=not args.no_verify)
     if cmd:
         from netparity.scan.runtime import run_coverage

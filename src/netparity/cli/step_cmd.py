@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from netparity.cli._common import add_quiet, console, progress
+from netparity.cli._io import add_input, add_output
+from netparity.workflow import STEP_FILES, STEP_TRACES
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -15,9 +17,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="Run the one-step parity workflow on two spec files (see README 'Writing a "
         "spec'). Exit status 0 when every phase agrees, 1 on a divergence, 2 on bad input.",
     )
-    p.add_argument("ref", help="reference spec: a .py file or module with build(**options)")
-    p.add_argument("cand", help="candidate spec")
-    p.add_argument("-o", "--out", default="netparity-step", help="output directory")
+    add_input(p, "ref", kind="spec",
+              help="reference spec: a .py file or module with build(**options)")
+    add_input(p, "cand", kind="spec", help="candidate spec")
+    add_output(p, "-o", "--out", kind="workdir", traces=STEP_TRACES, files=STEP_FILES,
+               default="netparity-step",
+               help="output directory (its traces are replaced only once the new ones are "
+               "complete; a folder netparity did not write is refused)")
     p.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="option for both specs")
     p.add_argument("--ref-opt", action="append", metavar="KEY=VALUE", help="reference-only option")

@@ -14,8 +14,10 @@ own files were taken over):
   a later rank whose ``NETPARITY_RUN_ID`` equals the manifest's run id). Each
   rank's index stores the id, so a reader can tell a stale ``rank<N>/`` from an older run.
 * **Never take over what netparity did not write.** A directory holding anything but a trace's
-  own entries (``manifest.json`` that is a netparity manifest, ``rank<N>/`` folders of index,
-  shards and ``rank.json``, netparity's lock and aside entries) is refused.
+  own entries (``manifest.json`` that is a netparity manifest -- its marker: an integer
+  ``schema_version`` and a string ``netparity_version`` --, ``rank<N>/`` folders of index,
+  shards, ``rank.json`` and ``capture_notes.json``, ``nonfinite/`` of a stop on NaN/Inf,
+  netparity's lock and aside entries) is refused.
 * **Overwrite never leaves neither.** With ``overwrite=True`` the old trace (manifest and every
   ``rank<N>/``) is *moved* into ``DIR/.netparity-replaced-<id>/`` (renames: atomic, instant),
   and deleted only when the new trace's writer closes cleanly. A capture that dies midway
@@ -45,9 +47,16 @@ _RANK_LOCK = re.compile(r"\.rank(\d+)\.lock")
 _RANK_FILE = re.compile(r"index\.sqlite(-wal|-shm|-journal)?|rank\.json|tensors-\d+\.safetensors"
                         r"|\.rank\.json\.\d+\.tmp"
                         # the columnar index copy (trace.columnar) and its temporary
-                        r"|index\.columns\.npz|\.index\.columns\.npz\.\w+\.tmp")
+                        r"|index\.columns\.npz|\.index\.columns\.npz\.\w+\.tmp"
+                        # what a MindSpore capture noted (frameworks.mindspore.capture)
+                        r"|capture_notes\.json")
 _TOP_FILE = re.compile(r"manifest\.json|\.manifest\.json\.\d+\.tmp|\.netparity\.lock"
                        r"|\.rank\d+\.lock")
+#: ``nonfinite/``: the inputs of the op that made the first NaN/Inf (capture.nonfinite), and
+#: the temporaries of their atomic writes
+NONFINITE_DIR = "nonfinite"
+_NONFINITE_FILE = re.compile(r"rank\d+\.(npz|json)|\.rank\w*\.npz\.tmp"
+                             r"|\.rank\d+\.json\.\w+\.tmp\.json")
 
 
 def rank_lock_name(rank: int) -> str:
@@ -104,14 +113,16 @@ def _foreign(run_dir: Path) -> str | None:
             if name == "manifest.json" and not _is_manifest(p):
                 return f"{name} (not a netparity manifest)"
             continue
-        if _RANK_DIR.fullmatch(name) and kind == "dir":
+        inner_files = (_RANK_FILE if _RANK_DIR.fullmatch(name) else
+                       _NONFINITE_FILE if name == NONFINITE_DIR else None)
+        if inner_files is not None and kind == "dir":
             try:
                 inner = list(p.iterdir())
             except FileNotFoundError:  # set aside by an overwriting writer meanwhile
                 continue
             for q in inner:
                 qkind = _kind(q)
-                if qkind is not None and not (_RANK_FILE.fullmatch(q.name) and qkind == "file"):
+                if qkind is not None and not (inner_files.fullmatch(q.name) and qkind == "file"):
                     return f"{name}/{q.name}"
             continue
         return name
@@ -119,16 +130,49 @@ def _foreign(run_dir: Path) -> str | None:
 
 
 def _is_manifest(p: Path) -> bool:
+    """Whether ``p`` is a manifest netparity wrote (:func:`netparity.trace.writer.build_manifest`):
+    its marker is an integer ``schema_version`` *and* a string ``netparity_version``, which a
+    user's own ``manifest.json`` (``{}``, or another tool's ``{"schema_version": 1}``) lacks."""
     try:
+        if p.stat().st_size > 1 << 24:  # a manifest is a few kB; do not read a user's big file
+            return False
         m = json.loads(p.read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return False
-    return isinstance(m, dict) and type(m.get("schema_version")) is int
+    return (isinstance(m, dict) and type(m.get("schema_version")) is int
+            and isinstance(m.get("netparity_version"), str))
 
 
 def _trace_entries(run_dir: Path) -> list[Path]:
     return [p for p in run_dir.iterdir()
-            if p.name == "manifest.json" or _RANK_DIR.fullmatch(p.name)]
+            if p.name in ("manifest.json", NONFINITE_DIR) or _RANK_DIR.fullmatch(p.name)]
+
+
+def check_trace_dir(run_dir: str | os.PathLike[str], *, overwrite: bool) -> None:
+    """What :func:`claim` would refuse, checked without writing anything (the CLI runs it
+    before a script starts, so a bad ``-o`` is one line instead of a capture that dies at the
+    script's first forward).
+
+    Raises:
+        TraceError: ``run_dir`` is not a directory, holds files netparity did not write, or
+            holds a trace and ``overwrite`` is False.
+    """
+    d = Path(run_dir)
+    if not (d.exists() or d.is_symlink()):
+        return
+    if not d.is_dir():
+        raise TraceError(f"{d} exists and is not a directory")
+    try:
+        bad = _foreign(d)
+        old = _trace_entries(d)
+    except OSError as e:
+        raise TraceError(f"{d}: cannot read the directory ({e.strerror})") from None
+    if bad is not None:
+        raise TraceError(f"{d} holds files netparity did not write ({bad}); capture into an "
+                         "empty or new directory")
+    if old and not overwrite:
+        raise TraceError(f"{d} already holds a trace; choose another directory or pass "
+                         "--overwrite")
 
 
 def _live_ranks(run_dir: Path, own: int) -> list[int]:

@@ -368,13 +368,15 @@ class Trace:
                overwrite: bool = True) -> int:
         """Write the payloads of ``records`` to an ``.npz`` file or a folder of ``.npy`` files.
 
-        Names are the records' keys made file-safe. Every file is written atomically
-        (:func:`netparity.outputs.atomic_output`); with ``overwrite=False`` an existing
+        Names are the records' keys made file-safe. The ``.npz`` is written atomically
+        (:func:`netparity.outputs.atomic_output`), the folder through
+        :func:`netparity.outputs.atomic_folder` (a new folder appears complete or not at all;
+        files written into an existing one are marked incomplete until the last lands); with ``overwrite=False`` an existing
         ``.npz`` or a non-empty folder is refused before anything is read. Returns how many
         tensors were written.
         """
         from netparity.errors import UsageError
-        from netparity.outputs import atomic_output, write_npz_file
+        from netparity.outputs import atomic_folder, atomic_output, write_npz_file
 
         out = Path(out)
         if not overwrite and (out.is_file() or out.is_dir() and any(out.iterdir())):
@@ -391,14 +393,10 @@ class Trace:
         if out.suffix == ".npz":
             with atomic_output(out, overwrite=overwrite, what="export") as tmp:
                 write_npz_file(tmp, arrays)
-        else:
-            try:
-                out.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise UsageError(f"{out}: cannot create the export folder ({e.strerror})") from None
-            for name, a in arrays.items():
-                with atomic_output(out / f"{name}.npy", what="export") as tmp:
-                    np.save(tmp, a)
+        else:  # built in a temporary sibling, renamed into place (outputs.atomic_folder)
+            with atomic_folder(out, overwrite=overwrite, what="export") as tmp:
+                for name, a in arrays.items():
+                    np.save(tmp / f"{name}.npy", a)
         return len(arrays)
 
     def close(self) -> None:

@@ -224,6 +224,9 @@ class TraceWriter:
         self._seq_lock = threading.Lock()
         self._error: BaseException | None = None
         self._closed = False
+        #: set when the code writing the trace raised: the trace may lack what it meant to
+        #: record, so an old trace it replaces is kept (set aside, see :mod:`.claim`)
+        self.interrupted = False
         self.records_written = 0
         self.bytes_written = 0
         self._flush_done = threading.Event()
@@ -321,8 +324,9 @@ class TraceWriter:
         self._db.close()
         if self._error is None:
             self._compact()
-        # the old trace (if overwritten) goes only once this one is complete
-        self._claim.release(clean=self._error is None)
+        # the old trace (if overwritten) goes only once this one is complete: not when the
+        # writer failed, nor when the code writing it raised (``interrupted``)
+        self._claim.release(clean=self._error is None and not self.interrupted)
         if self._error is not None:
             raise TraceError(f"trace writer failed: {self._error}") from self._error
 
@@ -340,7 +344,9 @@ class TraceWriter:
     def __enter__(self) -> TraceWriter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is not None:
+            self.interrupted = True
         self.close()
 
     def _check(self) -> None:

@@ -19,7 +19,6 @@ Example:
 from __future__ import annotations
 
 import functools
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -261,6 +260,27 @@ def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
             for k, v in d.items()}
 
 
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an output folder the workflow may not write into, before anything is written.
+
+    Its traces (:data:`netparity.workflow.STEP_TRACES`) are replaced by the trace writer's
+    claim, never removed here: an old trace is moved aside and deleted only once the new one is
+    complete, and a folder that is not a netparity trace (a user's ``ref/`` holding a
+    ``manifest.json`` of their own) is refused."""
+    from netparity.outputs import check_output
+    from netparity.trace.claim import check_trace_dir
+    from netparity.workflow import STEP_FILES, STEP_TRACES
+
+    check_output(out, [], what="output folder", kind="dir")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise UsageError(f"{out} is not empty; pass overwrite=True or choose another directory")
+    for name in STEP_TRACES:
+        check_output(out / name, [], what="trace folder", kind="dir")
+        check_trace_dir(out / name, overwrite=True)
+    for name in STEP_FILES:
+        check_output(out / name, [], what="report")
+
+
 def run_step_parity(
     ref_spec: str | Spec,
     cand_spec: str | Spec,
@@ -320,15 +340,12 @@ def run_step_parity(
     if steps < 1:
         raise UsageError("steps must be >= 1")
     out = Path(out_dir)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise UsageError(f"{out} is not empty; pass overwrite=True or choose another directory")
-    out.mkdir(parents=True, exist_ok=True)
-    for sub in ("ref", "cand", "ref-noise", "ref-eval", "cand-eval"):
-        if (out / sub / "manifest.json").exists():
-            shutil.rmtree(out / sub)
+    _check_out(out, overwrite)
     opts = dict(options or {})
     sides = []
     say.stage("build both sides")
+    # both specs are loaded (and their options checked) before anything is written: a missing
+    # or broken spec leaves the output folder as it was
     for src, extra in ((ref_spec, ref_options), (cand_spec, cand_options)):
         if isinstance(src, Spec):
             sides.append(src)
@@ -336,6 +353,11 @@ def run_step_parity(
         seed_everything(seed)
         sides.append(load_spec(src, defaults={"steps": steps}, **{**opts, **(extra or {})}))
     ref, cand = sides
+    _check_out(out, overwrite)  # again: building a side may take long
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{out}: cannot create the output folder ({e.strerror})") from None
     run = StepRun(
         out_dir=str(out), steps=steps, level=level,
         ref={"spec": ref.source, "framework": ref.framework, "description": ref.description},

@@ -15,12 +15,14 @@ def convert_weights(out: Path, options: dict[str, Any], say: Any = print) -> dic
 
     from netparity.ckpt import convert, load_checkpoint, map_names
     from netparity.examples.resnet import ms_resnet, torch_resnet, weights
+    from netparity.outputs import atomic_output
 
     depth, classes = options["depth"], options.get("num_classes", 4)
     tm = torch_resnet.FACTORIES[depth](num_classes=classes)
     torch_resnet.load_numpy_state(tm, weights.make_weights(depth, classes, seed=0))
     pth = out / f"resnet{depth}-torch.pth"
-    torch.save(tm.state_dict(), pth)
+    with atomic_output(pth, what="checkpoint") as tmp:
+        torch.save(tm.state_dict(), tmp)
     mm = ms_resnet.FACTORIES[depth](num_classes=classes)
     nm = map_names(tm, mm)
     ckpt = out / f"resnet{depth}-mindspore.ckpt"

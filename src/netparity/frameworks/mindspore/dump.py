@@ -46,6 +46,7 @@ import numpy as np
 from netparity.dtypes import encode_bf16
 from netparity.errors import TraceError, UsageError
 from netparity.hoststats import host_stats
+from netparity.outputs import write_text_atomic
 from netparity.trace.schema import Record
 from netparity.trace.vocab import canonical_op
 from netparity.trace.writer import TraceWriter
@@ -122,8 +123,8 @@ def write_dump_config(
         "e2e_dump_settings": {"enable": True, "trans_flag": trans_flag},
     }
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(cfg, indent=2) + "\n")
+    # atomic, never through a symlink nor into a FIFO or device (netparity.outputs)
+    write_text_atomic(out, json.dumps(cfg, indent=2) + "\n", what="dump configuration")
     return out
 
 
