@@ -87,10 +87,9 @@ def headline(result: CompareResult) -> str:
     status = result.status
     gaps = result.incomplete
     if status == "incomplete":
-        agree = ("they agree" if counts["warn"] == 0 else
-                 f"they agree, {counts['warn']} within a looser tolerance")
-        return (f"INCOMPLETE: {gaps[0]} (no verdict on missing evidence; the {n} tensor pairs "
-                f"both hold were compared: {agree})")
+        agree = "agree" if counts["warn"] == 0 else f"agree, {counts['warn']} warn"
+        return (f"INCOMPLETE: {gaps[0]} (no verdict on missing evidence; the {n} pairs both "
+                f"hold {agree})")
     if status == "pass":
         return f"PASS: the runs agree ({n} tensor pairs compared)"
     if status == "warn":
