@@ -46,6 +46,9 @@ class Mapping:
     ops: list[tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
     params: dict[str, str] = field(default_factory=dict)
     source: str = "<dict>"
+    #: read from a user's file (:func:`load_mapping`): its names are checked against the traces
+    #: it is applied to (``netparity.align.align_traces``); a mapping a program derives is not
+    from_file: bool = False
 
     @classmethod
     def from_dict(cls, d: Any, source: str = "<dict>") -> Mapping:
@@ -188,7 +191,9 @@ def load_mapping(path: str | os.PathLike[str]) -> Mapping:
         except yaml.YAMLError as e:
             line = str(e).replace("\n", " ")
             raise MappingError(f"{p}: not valid YAML ({line})") from None
-    return Mapping.from_dict(data, source=str(p))
+    m = Mapping.from_dict(data, source=str(p))
+    m.from_file = True
+    return m
 
 
 def save_mapping(mapping: dict[str, Any] | Mapping, path: str | os.PathLike[str]) -> None:

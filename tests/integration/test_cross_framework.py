@@ -212,7 +212,10 @@ def _check_op_level(r: dict[str, Any], expected_ops: set[str], all_pairs: bool,
     unmatched_cand = Counter(c["direction"] for c in js["unmatched"]["calls_cand"])
     assert unmatched_ref["backward"] > 0 and unmatched_cand.get("backward", 0) == 0
     if all_pairs:
-        assert r["op"]["rc"] == 0, r["op"]["text"]
+        # ... so the op-level verdict is INCOMPLETE, not PASS: the candidate holds no backward
+        # (nor update) op records (no verdict on missing evidence); every pair compared passes
+        assert r["op"]["rc"] == 1 and js["status"] == "incomplete", r["op"]["text"]
+        assert r["op"]["text"].startswith("INCOMPLETE: candidate has no backward op records")
         assert all(_ok(p["status"]) for p in js["pairs"])
         seen = {(p.get("metrics") or {}).get("layout") for p in js["pairs"]}
         assert layouts <= seen  # layout conventions recognised, not silently ignored

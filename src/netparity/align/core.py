@@ -102,7 +102,10 @@ def align_traces(
         0
     """
     _check_level(level)
-    mp = _with_ownership(_as_mapping(mapping), ref, cand, rank)
+    mp = _as_mapping(mapping)
+    if mp.from_file:
+        check_mapping_names(mp, ref, cand, rank)
+    mp = _with_ownership(mp, ref, cand, rank)
     call_kinds = ("module",) if level == "module" else ("module", "op")
     with paused_gc():  # hundreds of thousands of small objects, none of them garbage
         pools = Pools()
@@ -114,6 +117,42 @@ def align_traces(
                                                                                   tables))
         _align_params(rp, cp, out, mp)
         return out
+
+
+#: record kinds whose ``module`` field is a parameter (or loss/data) name, paired by name
+_NAMED_KINDS = ("param", "grad", "loss", "data", "custom")
+
+
+def check_mapping_names(mp: Mapping, ref: Trace, cand: Trace, rank: int) -> None:
+    """Refuse a user mapping that names modules or parameters these traces do not hold (at
+    ``rank``): a misspelt name used to be ignored, the pairs it meant to fix left unmatched and
+    the verdict PASS. A ``modules`` entry names a module path of a call or parameter of its side
+    (itself or a path below it); a ``params`` entry a param/grad/loss/data name of its side.
+    Rules and op groups are patterns, not names: not checked.
+
+    Raises:
+        MappingError: one line naming the unknown names.
+    """
+    from netparity.trace.coverage import names
+
+    unknown: list[str] = []
+    for side, tr, mods, params in (("reference", ref, list(mp.modules), list(mp.params)),
+                                   ("candidate", cand, list(mp.modules.values()),
+                                    list(mp.params.values()))):
+        got = names(tr, rank) if rank in tr.ranks else {}
+        named = set().union(*(got.get(k, set()) for k in _NAMED_KINDS))
+        paths = named | set().union(*(got.get(k, set()) for k in ("module", "op")))
+        prefixes = {p[:i] for p in paths for i, c in enumerate(p) if c == "."} | paths
+        bad_m = [m for m in mods if m and m not in prefixes]
+        bad_p = [p for p in params if p not in named]
+        for what, bad in (("module", bad_m), ("parameter", bad_p)):
+            if bad:
+                shown = ", ".join(repr(b) for b in bad[:5]) + (
+                    f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+                unknown.append(f"{side} {what}{'s' if len(bad) > 1 else ''} {shown}")
+    if unknown:
+        raise MappingError(f"{mp.source}: the mapping names {'; '.join(unknown)}, which the "
+                           f"traces do not hold (rank {rank})")
 
 
 def _owned_params(trace: Trace, rank: int) -> list[tuple[str, tuple[int, ...]]]:

@@ -501,10 +501,18 @@ def recheck(result: CompareResult, *, rtol: float | None = None,
             atol: float | None = None) -> CompareResult:
     """Re-judge a saved result at new tolerances (no tensors read), then re-localise.
 
-    ``min_tolerance`` keeps the values measured at the original tolerances.
+    ``min_tolerance`` keeps the values measured at the original tolerances; the saved
+    ``coverage`` is kept (a comparison that was INCOMPLETE stays so).
+
+    Raises:
+        UsageError: the result holds no tensor pairs (re-judging nothing is not a pass).
 
     Example:
         >>> bool(recheck(CompareResult(), rtol=1e-3, atol=1e-5))
-        True
+        Traceback (most recent call last):
+        ...
+        netparity.errors.UsageError: nothing to recheck: the saved result holds no tensor pairs
     """
+    if not result.n_pairs():
+        raise UsageError("nothing to recheck: the saved result holds no tensor pairs")
     return localise(engine.recheck(result, rtol=rtol, atol=atol), tolerances=False)

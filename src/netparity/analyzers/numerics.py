@@ -530,6 +530,25 @@ def find_nonfinite(trace: Trace | str | os.PathLike[str], *, rank: int | None = 
     return first, back, n
 
 
+#: the record kinds a numerics verdict rests on
+JUDGED_KINDS = ("module", "op", "param", "grad", "loss")
+
+
+def nothing_to_judge(tr: Trace, rank: int | None = None) -> str | None:
+    """Why ``tr`` (one rank, or all) holds nothing a numerics verdict could rest on -- no
+    module, op, parameter, gradient or loss record: an empty trace, or a profile-only one
+    (timing records) -- or None when it holds something. Read from the index alone."""
+    from netparity.trace.coverage import contents
+
+    ranks = [rank] if rank is not None else tr.ranks
+    if any(k in JUDGED_KINDS for r in ranks if r in tr.ranks for _, _, k in contents(tr, r)):
+        return None
+    what = "records" if not any(contents(tr, r) for r in ranks if r in tr.ranks) else \
+        "module, op, param, grad or loss records (a profile-only trace: `netparity perf` reads it)"
+    return (f"nothing to judge: {tr.path}" + (f" rank {rank}" if rank is not None else "")
+            + f" holds no {what}")
+
+
 def analyze(trace: Trace | str | os.PathLike[str], *, rank: int | None = None,
             losses: list[tuple[int, float]] | None = None, top: int = 15,
             explosion_factor: float = 10.0) -> NumericsResult:
@@ -544,12 +563,21 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int | None = None,
         top: rows of the range-risk tables.
         explosion_factor: a loss this many times the median of the steps before it explodes.
 
+    Raises:
+        UsageError: the trace holds nothing to judge (:func:`nothing_to_judge`) and no
+            ``losses`` are given: never HEALTHY on no evidence.
+
     Example:
         >>> r = analyze("runs/ref")                          # doctest: +SKIP
         >>> bool(r), r.to_json()["first_nonfinite"]          # doctest: +SKIP
         (True, None)
     """
     tr = _open(trace)
+    empty = nothing_to_judge(tr, rank)
+    if empty is not None and not losses:
+        from netparity.errors import UsageError
+
+        raise UsageError(empty)
     first, back, n = find_nonfinite(tr, rank=rank)
     r0 = rank if rank is not None else (tr.ranks[0] if tr.ranks else 0)
     res = NumericsResult(path=str(tr.path), ranks=[rank] if rank is not None else tr.ranks,

@@ -18,7 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--level", choices=("module", "op", "both"), default="module",
                    help="which calls to pair (default: module)")
     p.add_argument("--steps", help="steps to align, e.g. 0 or 0,2-4 (default: all)")
-    p.add_argument("--rank", type=int, default=0, help="rank of both traces (default 0)")
+    p.add_argument("--rank", type=int, default=None,
+                   help="rank of both traces (default 0; naming it narrows the coverage check)")
     p.add_argument("--direction", choices=("forward", "backward", "update"),
                    help="only this direction (default: all)")
     add_input(p, "--mapping", metavar="FILE",
@@ -33,30 +34,51 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape as esc
 
     from netparity.align import align_traces, load_mapping, save_mapping
-    from netparity.cli._common import parse_steps, span
+    from netparity.align.reading import check_rank
+    from netparity.cli._common import check_traces, close_traces, parse_steps, span
+    from netparity.compare.coverage import coverage
     from netparity.errors import UsageError
-    from netparity.trace import open_trace
 
     steps = parse_steps(args.steps) if args.steps else None
     mapping = load_mapping(args.mapping) if args.mapping else None
-    with open_trace(args.ref) as ref, open_trace(args.cand) as cand:
-        ref.check_rows()
-        cand.check_rows()
+    traces = check_traces(args.ref, args.cand)
+    ref, cand = traces
+    try:
         if steps is not None:  # naming steps neither trace holds would align nothing
             have = set(ref.steps()) & set(cand.steps())
             if not have.intersection(steps):
                 raise UsageError(f"--steps {args.steps}: no such step in both traces (they "
                                  f"share steps {span(sorted(have))})")
-        al = align_traces(ref, cand, level=args.level, step=steps, rank=args.rank,
+        rank = args.rank if args.rank is not None else 0
+        check_rank(ref, rank)
+        check_rank(cand, rank)
+        # what each side holds (index only): nothing on one side is nothing to align (exit 2),
+        # a gap is said first and the exit status is 1 (as compare's INCOMPLETE)
+        cov = coverage(ref, cand, rank=rank, rank_given=args.rank is not None,
+                       level=args.level, steps=steps,
+                       directions=[args.direction] if args.direction else None)
+        for side, path in (("ref", args.ref), ("cand", args.cand)):
+            if not cov[side]["steps"]:
+                raise UsageError(f"nothing to align: {path} holds no {args.level}-level, "
+                                 "param, grad or loss records"
+                                 + (f" at step(s) {args.steps}" if steps else "")
+                                 + (f" ({args.direction})" if args.direction else ""))
+        al = align_traces(ref, cand, level=args.level, step=steps, rank=rank,
                           direction=args.direction, mapping=mapping)
         fws = (ref.framework, cand.framework)
+    finally:
+        close_traces(traces)
     if args.emit_mapping:
         save_mapping(al.to_mapping(), args.emit_mapping)
+    gaps = cov["incomplete"]
+    status = 1 if gaps else 0
     if args.json:
-        write_json(al.to_json(), args.json)
+        write_json({**al.to_json(), "incomplete": gaps, "coverage": cov}, args.json)
         if args.json == "-":
-            return 0
+            return status
     con = console()
+    for g in gaps:
+        con.print(f"[bold yellow]INCOMPLETE:[/] {esc(g)}")
     s = al.summary()
     methods: dict[str, int] = {}
     for m in al.matches:
@@ -89,4 +111,4 @@ def run(args: argparse.Namespace) -> int:
             con.print(f"[yellow]unmatched {label} params:[/] {names}{more}")
     if args.emit_mapping:
         con.print(f"mapping written to {args.emit_mapping}")
-    return 0
+    return status

@@ -1,6 +1,8 @@
 """``netparity compare REF CAND``: where do two traces stop agreeing?
 
-Exit status: 0 everything passes (warnings allowed), 1 something diverges, 2 usage/input error.
+Exit status: 0 everything passes (warnings allowed), 1 something diverges or the evidence is
+incomplete (steps, ranks, levels or directions one side lacks; a capture not finished), 2
+usage/input error (nothing to compare included).
 """
 
 from __future__ import annotations
@@ -34,14 +36,17 @@ def register(subparsers: Any) -> None:
         "compare",
         help="compare two traces: first divergence, culprit, reports",
         description="Compare two traces and say where they start to disagree and what "
-        "introduced it. Exit 0 = agree, 1 = diverge, 2 = bad input.",
+        "introduced it. Exit 0 = agree, 1 = diverge or incomplete evidence (INCOMPLETE: "
+        "steps/ranks/levels/directions one side lacks; narrow with --steps/--rank), "
+        "2 = bad input.",
     )
     add_input(p, "ref", kind="trace", help="reference trace directory")
     add_input(p, "cand", kind="trace", help="candidate trace directory")
     add_input(p, "--mapping", metavar="FILE", help="YAML/JSON module/param name mapping")
     p.add_argument("--level", choices=("module", "op", "both"), default="module")
     p.add_argument("--steps", metavar="S", help="steps to compare, e.g. 0 or 0,2-4 (default all)")
-    p.add_argument("--rank", type=int, default=0)
+    p.add_argument("--rank", type=int, default=None,
+                   help="rank to compare (default 0); naming it narrows the comparison to it")
     add_tolerance_args(p)
     p.add_argument(
         "--tol", action="append", default=[], metavar="PATTERN=RTOL,ATOL",

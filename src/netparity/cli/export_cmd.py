@@ -26,18 +26,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from netparity.cli._common import parse_steps
+    from netparity.cli._common import check_traces, close_traces, parse_steps
     from netparity.errors import UsageError
-    from netparity.trace import open_trace
 
     steps = parse_steps(args.step, "--step")
-    with open_trace(args.trace) as tr:
-        tr.check_rows()
+    traces = check_traces(args.trace)
+    tr = traces[0]
+    try:
         if args.rank is not None and args.rank not in tr.ranks:
             raise UsageError(f"--rank {args.rank}: {args.trace} has ranks {tr.ranks}")
         recs = tr.iter_records(step=steps, rank=args.rank,
                                kind=args.kind, direction=args.direction, name=args.name)
         n = tr.export(recs, args.out, overwrite=args.force)
+    finally:
+        close_traces(traces)
     if n == 0:
         raise UsageError("no captured tensor payloads match (capture with payload='tensors')")
     print(f"exported {n} tensor(s) to {args.out}")

@@ -22,29 +22,33 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from netparity.analyzers.numerics import analyze
+    from netparity.analyzers.numerics import analyze, nothing_to_judge
     from netparity.analyzers.summary import summarize
-    from netparity.cli._common import span
+    from netparity.cli._common import check_traces, close_traces, span
     from netparity.errors import UsageError
     from netparity.report.sections import sections_for
     from netparity.report.terminal import render_sections
-    from netparity.trace import open_trace
 
-    with open_trace(args.trace) as tr:
-        tr.check_rows()
+    traces = check_traces(args.trace)
+    tr = traces[0]
+    try:
         if args.rank is not None and args.rank not in tr.ranks:  # (was: rank 0's counts)
             raise UsageError(f"--rank {args.rank}: {args.trace} has ranks {tr.ranks}")
         if args.step is not None and args.step not in tr.steps():
             raise UsageError(f"--step {args.step}: {args.trace} has steps "
                              f"{span(tr.steps())}")
         s = summarize(tr, step=args.step, rank=args.rank)
-        num = analyze(tr, rank=args.rank)
+        # (an empty or profile-only trace is summarised, with no numerics verdict)
+        num = analyze(tr, rank=args.rank) if nothing_to_judge(tr, args.rank) is None else None
+    finally:
+        close_traces(traces)
     if args.json:
-        write_json({**s.to_json(), "numerics": num.to_json()}, args.json)
+        write_json({**s.to_json(), "numerics": num.to_json() if num is not None else None},
+                   args.json)
         if args.json == "-":
             return 0
     # the numerics verdict, and on a problem where the first NaN/Inf came from
     names = ("verdict",) if num else ("verdict", "origin")
     render_sections(sections_for(s, depth=args.depth, max_rows=args.max_rows)
-                    + sections_for(num, names=names), console())
+                    + (sections_for(num, names=names) if num is not None else []), console())
     return 0

@@ -35,16 +35,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     from netparity.analyzers.health import read_losses
     from netparity.analyzers.numerics import analyze
+    from netparity.cli._common import check_traces, close_traces
     from netparity.report.html import write_html
     from netparity.report.json_report import write_json
     from netparity.report.sections import sections_for
     from netparity.report.terminal import render_sections
-    from netparity.trace import open_trace
 
     losses = read_losses(args.loss) if args.loss else None
-    with open_trace(args.trace) as tr:
-        r = analyze(tr, rank=args.rank, losses=losses, top=max(args.top, 1),
+    traces = check_traces(args.trace)
+    try:
+        r = analyze(traces[0], rank=args.rank, losses=losses, top=max(args.top, 1),
                     explosion_factor=args.factor)
+    finally:
+        close_traces(traces)
     status = 0 if r else 1
     if args.html:
         write_html(r, args.html, title=f"netparity numerics: {args.trace}")

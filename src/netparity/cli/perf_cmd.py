@@ -35,14 +35,23 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
+    from netparity.analyzers.kineto import is_kineto
     from netparity.analyzers.perf import analyze, chrome_trace, compare
+    from netparity.cli._common import check_traces, close_traces
     from netparity.report.html import write_html
     from netparity.report.json_report import write_json
     from netparity.report.sections import sections_for
     from netparity.report.terminal import render_sections
 
-    r = analyze(args.trace, rank=args.rank) if args.cand is None else \
-        compare(args.trace, args.cand, rank=args.rank, mapping=args.mapping)
+    paths = (args.trace, args.cand)
+    # a PyTorch profiler (Kineto) file is not a trace: read by its own reader
+    traces = check_traces(*(None if p is None or is_kineto(p) else p for p in paths))
+    try:
+        ref, cand = (t if t is not None else p for t, p in zip(traces, paths))
+        r = analyze(ref, rank=args.rank) if cand is None else \
+            compare(ref, cand, rank=args.rank, mapping=args.mapping)
+    finally:
+        close_traces(traces)
     if args.html:
         write_html(r, args.html, title=f"netparity perf: {args.trace}"
                    + (f" vs {args.cand}" if args.cand else ""))

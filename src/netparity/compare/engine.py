@@ -22,6 +22,7 @@ import numpy as np
 
 from netparity.compare import rowpairs
 from netparity.compare.argpairs import group_inputs, pair_tensors
+from netparity.compare.coverage import coverage
 from netparity.compare.metrics import (
     records_rms,
     stats_batch,
@@ -597,7 +598,7 @@ def compare(
     mapping: Any = None,
     level: str = "module",
     steps: int | Iterable[int] | None = None,
-    rank: int = 0,
+    rank: int | None = None,
     rtol: float | None = None,
     atol: float | None = None,
     tolerances: dict[str, tuple[float, float]] | None = None,
@@ -619,7 +620,8 @@ def compare(
             :class:`netparity.align.Mapping` (module/param renames between the runs).
         level: ``"module"``, ``"op"`` or ``"both"``.
         steps: step numbers to compare (default: every step both traces hold).
-        rank: which rank to compare.
+        rank: which rank to compare (default 0; naming it narrows the comparison's scope to
+            that rank: ranks the other side lacks then leave the verdict complete).
         rtol, atol: global tolerances (override the dtype defaults).
         tolerances: per-name overrides ``{glob: (rtol, atol)}``; ``""`` is the default key.
         fp64_ref: a float64 trace of the reference run; enables the fp64-reference verdict.
@@ -653,6 +655,8 @@ def compare(
     if not (noise_k > 0 and math.isfinite(noise_k)):
         raise UsageError("noise k must be a positive number")
     ref_tr, cand_tr = _open(ref, "ref"), _open(cand, "cand")
+    rank_given = rank is not None
+    rank = rank if rank is not None else 0
     if isinstance(mapping, (str, os.PathLike)):
         mapping = load_mapping(mapping)
     elif isinstance(mapping, dict):
@@ -673,6 +677,9 @@ def compare(
         missing = [s for s in step_list if s not in both]
         if missing:
             raise UsageError(f"step(s) {missing} not in both traces (common: {sorted(both)})")
+    # what each side holds, from the indexes only: a gap makes the verdict INCOMPLETE
+    cover = coverage(ref_tr, cand_tr, rank=rank, rank_given=rank_given, level=level,
+                     steps=None if steps is None else [s for s in step_list if s is not None])
 
     result = CompareResult()
     # pairs of matched calls: one tuple each, columns of a PairTable (compare.pairtable) --
@@ -900,6 +907,7 @@ def compare(
         else:
             result.params.append(pr)
     result.unmatched = unmatched
+    result.coverage = cover
     result.settings = {
         "level": level,
         "steps": None if steps is None else [s for s in step_list if s is not None],

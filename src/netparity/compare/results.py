@@ -19,6 +19,8 @@ from netparity.errors import UsageError
 
 RESULT_VERSION = 1
 STATUSES = ("pass", "warn", "fail", "unknown")
+#: a comparison's own status when nothing fails but evidence is missing (see ``incomplete``)
+INCOMPLETE = "incomplete"
 _RANK = {"pass": 0, "unknown": 0, "warn": 1, "fail": 2}
 #: a pair table's status codes
 _CODES = {"pass": 0, "warn": 1, "fail": 2, "unknown": 3}
@@ -225,6 +227,8 @@ class CompareResult:
     settings: dict[str, Any] = field(default_factory=dict)
     runs: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: what each side held and the gaps (:func:`netparity.compare.coverage.coverage`)
+    coverage: dict[str, Any] = field(default_factory=dict)
 
     # ---- the pairs of matched calls as a table (see the class docstring) ---------------------
     def set_table(self, table: Any) -> None:
@@ -253,7 +257,14 @@ class CompareResult:
         return [*self.params, *self.loss, *self.data]
 
     @property
-    def status(self) -> str:
+    def incomplete(self) -> list[str]:
+        """The gaps in the evidence (steps, ranks, levels or directions one side lacks, a
+        capture that has not finished), one line each; empty when complete."""
+        return list(self.coverage.get("incomplete") or [])
+
+    @property
+    def pair_status(self) -> str:
+        """The worst status of the pairs (``pass``, ``warn`` or ``fail``)."""
         t = self.table
         if t is not None:
             c = t.counts()
@@ -261,8 +272,15 @@ class CompareResult:
             return worst([best, *(p.status for p in self._others())])
         return worst([p.status for p in self.all_pairs()])
 
+    @property
+    def status(self) -> str:
+        """``fail`` when a pair fails; else ``incomplete`` when evidence is missing
+        (:attr:`incomplete`); else the pairs' ``warn`` or ``pass``."""
+        got = self.pair_status
+        return INCOMPLETE if got != "fail" and self.incomplete else got
+
     def __bool__(self) -> bool:
-        return self.status != "fail"
+        return self.status not in ("fail", INCOMPLETE)
 
     @property
     def passed(self) -> bool:
@@ -330,6 +348,8 @@ class CompareResult:
             "netparity_result_version": RESULT_VERSION,
             "status": self.status,
             "passed": bool(self),
+            "incomplete": self.incomplete,
+            "coverage": self.coverage,
             "counts": self.counts(),
             "first_divergence": div(self.first_divergence),
             "first_backward": div(self.first_backward),
@@ -385,6 +405,7 @@ class CompareResult:
                 settings=obj.get("settings", {}),
                 runs=obj.get("runs", {}),
                 notes=obj.get("notes", []),
+                coverage=obj.get("coverage") or {},
             )
         except (TypeError, KeyError) as e:
             raise UsageError(f"corrupt compare result ({e})") from None

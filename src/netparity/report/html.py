@@ -43,6 +43,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5em
 h1{font-size:1.4em} h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd}
 .verdict{font-size:1.3em;font-weight:bold;padding:.5em .8em;border-radius:6px;color:#fff}
 .v-pass{background:#2e7d32}.v-warn{background:#e69500}.v-fail{background:#c62828}
+.v-incomplete{background:#e69500}
 .culprit{border:3px solid #c62828;background:#fff4f4;padding:.6em 1em;margin:.8em 0;border-radius:6px}
 .culprit.warn{border-color:#e69500;background:#fffaf0}
 .culprit .name{font-size:1.2em;font-weight:bold;font-family:monospace}

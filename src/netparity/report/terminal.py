@@ -29,7 +29,7 @@ __all__ = ["PIPE_WIDTH", "STYLE", "divergence_lines", "make_console", "render_se
            "render_terminal", "summary_lines", "unit"]
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "unknown": "dim",
-         "skipped": "dim"}
+         "skipped": "dim", "incomplete": "bold yellow"}
 #: width of output that does not go to a terminal, unless ``COLUMNS`` says otherwise
 PIPE_WIDTH = 120
 

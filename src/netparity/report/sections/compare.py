@@ -17,9 +17,11 @@ from typing import Any
 from netparity.compare.results import CallResult, CompareResult, Divergence, PairResult
 from netparity.report.format import fmt
 from netparity.report.sections import Callout, Plot, Section, Table, Text, section
+from netparity.trace.coverage import ranges
 
 #: verdict colours shared by the outputs that draw (HTML plots and rows)
-COLOURS = {"pass": "#2e7d32", "warn": "#e69500", "fail": "#c62828", "unknown": "#888"}
+COLOURS = {"pass": "#2e7d32", "warn": "#e69500", "fail": "#c62828", "unknown": "#888",
+           "incomplete": "#e69500"}
 
 #: one row per pair in the CSV file (metric columns empty when not applicable)
 CSV_COLUMNS = (
@@ -77,10 +79,17 @@ def unit(t: dict[str, Any]) -> str:
 
 
 def headline(result: CompareResult) -> str:
-    """The verdict line: PASS / WARN / FAIL with counts."""
+    """The verdict line: PASS / WARN / FAIL with counts, or INCOMPLETE and the first gap in the
+    evidence (:func:`incomplete_lines` says the other gaps, and that a FAIL is also
+    incomplete)."""
     counts = result.counts()
     n = sum(counts.values())
     status = result.status
+    gaps = result.incomplete
+    if status == "incomplete":
+        agree = "agree" if counts["warn"] == 0 else f"agree, {counts['warn']} warn"
+        return (f"INCOMPLETE: {gaps[0]} (no verdict on missing evidence; the {n} pairs both "
+                f"hold {agree})")
     if status == "pass":
         return f"PASS: the runs agree ({n} tensor pairs compared)"
     if status == "warn":
@@ -147,9 +156,26 @@ def _divergences(result: CompareResult) -> list[tuple[str, Divergence | None, bo
     return out
 
 
+def incomplete_lines(result: CompareResult) -> list[str]:
+    """The gaps in the evidence the headline does not say, one ``INCOMPLETE:`` line each (all of
+    them under a FAIL), and how to compare only what both sides hold."""
+    gaps = result.incomplete
+    if not gaps:
+        return []
+    shown = gaps if result.status == "fail" else gaps[1:]
+    lines = [f"INCOMPLETE: {g}" for g in shown]
+    if any(" has steps " in g for g in gaps):
+        common = sorted(set(result.coverage.get("ref", {}).get("steps", []))
+                        & set(result.coverage.get("cand", {}).get("steps", [])))
+        if common:
+            lines.append(f"    (--steps {ranges(common)} compares only the steps both hold)")
+    return lines
+
+
 def summary_lines(result: CompareResult) -> list[str]:
-    """The first screen as plain text: verdict, culprit, backward, params, loss."""
-    lines = [headline(result)]
+    """The first screen as plain text: verdict, gaps in the evidence, culprit, backward,
+    params, loss."""
+    lines = [headline(result), *incomplete_lines(result)]
     for title, d, _ in _divergences(result):
         lines += divergence_lines(title, d)
     return lines + _findings(result)
@@ -168,6 +194,9 @@ def _callout(title: str, d: Divergence | None, main: bool) -> Callout:
 def verdict(result: CompareResult, **_: Any) -> Section:
     """Verdict, the first divergences (the culprit first), then the other findings."""
     s = Section("verdict", headline=headline(result), status=result.status, anchor="verdict")
+    gaps = incomplete_lines(result)
+    if gaps:
+        s.blocks.append(Text(gaps, pre=True))
     runs = result.runs
     if runs:
         s.blocks.append(Text([f"ref: {runs.get('ref', {})}", f"cand: {runs.get('cand', {})}"],
