@@ -16,13 +16,17 @@ Pairs:
 * torchvision's MobileNetV2 (nobody here wrote it) -> a PyTorch port with its conv+BN+ReLU6
   groups flattened (another module tree), through ``netparity compare``: faithful, and with the
   stem's BatchNorm eps copied from a Keras MobileNet (1e-3);
+* torchvision's MobileNetV2 -> the same network from a MindSpore model zoo (``mindcv``'s
+  ``mobilenet_v2_100``: flattened, renamed tree; weights converted through ``map_names``), eval
+  forward through ``netparity compare``: faithful, a stem BatchNorm eps 1e-3, a depthwise conv
+  without padding;
 * transformers' LLaMA (GQA, rotary, RMSNorm) with AdamW, clipping and warmup -> an independent
   MindSpore port with Meta's module names: faithful, six LLM-port mistakes (``--op`` adds op
   level).
 
 Run (a few minutes per ResNet pair on 2 cores):
     .venv/bin/python benchmarks/corpus.py [--depth 18]
-        [--only resnet|mobilenet|vit|msvit|gpt2|llama|timmcnn] [--op]
+        [--only resnet|mobilenet|zoo|vit|msvit|gpt2|llama|timmcnn] [--op]
 """
 
 from __future__ import annotations
@@ -102,6 +106,33 @@ def mobilenet_rows() -> list[tuple[str, ...]]:
                 fd.direction if fd else "params", fd.module if fd else "", fd.step if fd else 0)
             rows.append(("mobilenet_v2 tv -> flat port", name, "module", _fmt(want), _fmt(got),
                          _verdict(want, got), f"{time.perf_counter() - t0:.0f} s"))
+            print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
+def zoo_rows() -> list[tuple[str, ...]]:
+    from tests.corpus import zoo_pair
+
+    import netparity
+
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        ref = zoo_pair.torch_model()
+        zoo_pair.capture_torch(ref, Path(d) / "ref")
+        for bug in (None, *zoo_pair.BUGS):
+            t0 = time.perf_counter()
+            cand = zoo_pair.zoo_model(bug)
+            zoo_pair.load_weights(ref, cand)
+            zoo_pair.capture_zoo(cand, Path(d) / f"cand-{bug}")
+            res = netparity.compare(Path(d) / "ref", Path(d) / f"cand-{bug}")
+            fd = res.first_divergence
+            want = (None, None, None) if bug is None else (
+                "forward", zoo_pair.FOUND_AT[bug][0], 0)
+            got = (None, None, None) if res else (
+                fd.direction if fd else "params", fd.module if fd else "", fd.step if fd else 0)
+            rows.append(("mobilenet_v2 tv -> mindcv (mindspore)", bug or "faithful", "module",
+                         _fmt(want), _fmt(got), _verdict(want, got),
+                         f"{time.perf_counter() - t0:.0f} s"))
             print(" | ".join(rows[-1]), flush=True)
     return rows
 
@@ -232,8 +263,8 @@ def _verdict(want: tuple, got: tuple) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--depth", type=int, default=18)
-    ap.add_argument("--only", choices=("resnet", "mobilenet", "vit", "msvit", "gpt2", "llama",
-                                       "timmcnn"))
+    ap.add_argument("--only", choices=("resnet", "mobilenet", "zoo", "vit", "msvit", "gpt2",
+                                       "llama", "timmcnn"))
     ap.add_argument("--op", action="store_true",
                     help="also op level (ResNet, the MindSpore ViT and LLaMA ports)")
     ap.add_argument("--bugs", help="comma-separated subset of the demo bugs")
@@ -242,6 +273,8 @@ def main() -> int:
     rows = []
     if args.only in (None, "mobilenet"):
         rows += mobilenet_rows()
+    if args.only in (None, "zoo"):
+        rows += zoo_rows()
     if args.only in (None, "vit"):
         rows += vit_rows(ms=False, op=args.op)
     if args.only in (None, "timmcnn"):

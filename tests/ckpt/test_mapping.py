@@ -142,3 +142,31 @@ def test_constant_leftovers_are_not_taken_for_tied_weights():
     cand = {"bn.gamma": np.ones(8, np.float32)}
     nm = map_names(ref, cand)
     assert nm.unmatched_ref == ["extra.weight"] and not nm.aliases_ref
+
+
+def test_order_pairs_layers_by_role_whatever_order_their_tensors_are_listed_in():
+    """A flattened, renamed port whose checkpoint lists each BatchNorm as moving_mean,
+    moving_variance, gamma, beta (PyTorch: weight, bias, running_mean, running_var), and a
+    PyTorch list with every buffer after all parameters: every tensor pairs, none ambiguous."""
+    z = np.zeros
+    ref_params, ref_buffers, cand = {}, {}, {}
+    for i in range(3):  # equal blocks: conv 8->8 then BatchNorm(8)
+        ref_params[f"blocks.{i}.conv.weight"] = z((8, 8, 3, 3))
+        ref_params[f"blocks.{i}.bn.weight"] = z(8)
+        ref_params[f"blocks.{i}.bn.bias"] = z(8)
+        ref_buffers[f"blocks.{i}.bn.running_mean"] = z(8)
+        ref_buffers[f"blocks.{i}.bn.running_var"] = z(8)
+        cand[f"features.{3 * i}.weight"] = z((8, 8, 3, 3))
+        for leaf in ("moving_mean", "moving_variance", "gamma", "beta"):
+            cand[f"features.{3 * i + 1}.{leaf}"] = z(8)
+    m = map_names({**ref_params, **ref_buffers}, cand)
+    assert m and not m.ambiguous
+    got = m.ref_to_cand()
+    assert got["blocks.1.bn.weight"] == "features.4.gamma"
+    assert got["blocks.2.bn.running_var"] == "features.7.moving_variance"
+    assert got["blocks.2.conv.weight"] == "features.6.weight"
+    # a side listing only parameters (a trace of PyTorch parameters): the statistics, which the
+    # other side alone lists, stay unmatched and do not make the rest ambiguous
+    m = map_names(ref_params, cand)
+    assert not m.ambiguous and m.ref_to_cand()["blocks.1.bn.bias"] == "features.4.beta"
+    assert sorted(m.unmatched_cand)[:2] == ["features.1.moving_mean", "features.1.moving_variance"]

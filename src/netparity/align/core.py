@@ -34,7 +34,7 @@ import numpy as np
 from netparity.align.features import MATCH_LIMIT
 from netparity.align.model import Alignment, Call, Match, ParamPair, calls_from_records
 from netparity.align.names import LEAF_ALTERNATIVES, norm_path, split_param
-from netparity.align.ownership import modules_by_ownership
+from netparity.align.ownership import follow_siblings, modules_by_ownership
 from netparity.align.passes import Chunk, OpContext, module_pass, op_pass, pair_codes
 from netparity.align.reading import check_rank, count_records, load_records
 from netparity.align.table import CallTable, Pools, table_from_calls
@@ -105,12 +105,13 @@ def align_traces(
     mp = _as_mapping(mapping)
     if mp.from_file:
         check_mapping_names(mp, ref, cand, rank)
-    mp = _with_ownership(mp, ref, cand, rank)
+    mp, owned = _with_ownership(mp, ref, cand, rank)
     call_kinds = ("module",) if level == "module" else ("module", "op")
     with paused_gc():  # hundreds of thousands of small objects, none of them garbage
         pools = Pools()
         tables = [read_table(t, pools, rank=rank, step=step, direction=direction,
                              kinds=call_kinds) for t in (ref, cand)]
+        mp = _with_siblings(mp, owned, tables[0], tables[1], pools)
         out = align_tables(tables[0], tables[1], level=level, mapping=mp,
                            cross_framework=ref.framework != cand.framework, pools=pools)
         rp, cp = (_param_records(t, tb, rank, step, direction) for t, tb in zip((ref, cand),
@@ -181,23 +182,52 @@ def _owned_params(trace: Trace, rank: int) -> list[tuple[str, tuple[int, ...]]]:
     return []
 
 
-def _with_ownership(mp: Mapping, ref: Trace, cand: Trace, rank: int) -> Mapping:
+def _with_ownership(mp: Mapping, ref: Trace, cand: Trace,
+                    rank: int) -> tuple[Mapping, dict[str, str]]:
     """``mp`` plus the module pairs the two traces' parameters imply
-    (:mod:`netparity.align.ownership`); the user's own module entries win."""
+    (:mod:`netparity.align.ownership`); the user's own module entries win. Also returns every
+    pair ownership found (same paths included)."""
     rp, cp = _owned_params(ref, rank), _owned_params(cand, rank)
     if not rp or not cp:
-        return mp
+        return mp, {}
     try:
-        derived = modules_by_ownership(rp, cp, mapping=mp if (mp.params or mp.modules or
-                                                              mp.rules) else None)
+        owned = modules_by_ownership(rp, cp, mapping=mp if (mp.params or mp.modules or
+                                                            mp.rules) else None)
     except MappingError:  # the user's params name something these traces lack: pair without
-        derived = modules_by_ownership(rp, cp)
-    # the user's own entries win: exact module paths, and every path one of their rules matches
+        owned = modules_by_ownership(rp, cp)
+    return _user_wins(mp, owned), owned
+
+
+def _user_wins(mp: Mapping, derived: dict[str, str]) -> Mapping:
+    """``mp`` plus the derived module pairs that the user's own entries (exact module paths,
+    and every path one of their rules matches) leave open; same paths add nothing."""
     derived = {r: c for r, c in derived.items() if r != c and r not in mp.modules
                and not any(pat.search(r) for pat, _ in mp.rules)}
     if not derived:
         return mp
     return dataclasses.replace(mp, modules={**derived, **mp.modules})
+
+
+def _with_siblings(mp: Mapping, owned: dict[str, str], rt: CallTable, ct: CallTable,
+                   pools: Pools) -> Mapping:
+    """``mp`` plus the innermost modules without parameters (activations, dropouts) that
+    follow their paired numbered siblings (:func:`~netparity.align.ownership.follow_siblings`):
+    a ReLU6 that a port flattened next to its conv and BatchNorm goes where they went, never
+    to the module of the same index."""
+    if not owned:
+        return mp
+    strs = pools.paths.strs
+
+    def leaves(t: CallTable) -> tuple[list[str], set[str]]:
+        paths = [strs[i] for i in np.unique(t.module[t.is_module]).tolist()]
+        parents = {p.rpartition(".")[0] for p in paths}
+        return [p for p in paths if p and p not in parents], set(paths)
+
+    (ref_leaves, _), (cand_leaves, cand_paths) = leaves(rt), leaves(ct)
+    # a module the mapping already sends to an existing candidate module stays there
+    open_ = [p for p in ref_leaves if mp.module_target(p) not in cand_paths]
+    more = follow_siblings(open_, cand_leaves, {**owned, **mp.modules})
+    return _user_wins(mp, more)
 
 
 def _param_records(trace: Trace, calls: CallTable, rank: int, step: int | Iterable[int] | None,

@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -65,6 +66,90 @@ def param_pairs(ref: list[tuple[str, tuple[int, ...]]], cand: list[tuple[str, tu
     return {p.ref: p.cand for p in nm.pairs if p.shape_ok}
 
 
+def _holders(pairs: dict[str, str]) -> dict[str, str]:
+    """Modules holding parameters directly -> the candidate module holding all their
+    counterparts."""
+    out: dict[str, str] = {}
+    votes: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for r, c in pairs.items():
+        votes[_module(r)][_module(c)] += 1
+    for rm, vs in votes.items():
+        cm, n = max(vs.items(), key=lambda kv: kv[1])
+        if rm and cm and n == sum(vs.values()):
+            out[rm] = cm
+    return out
+
+
+def follow_siblings(ref_paths: Iterable[str], cand_paths: Iterable[str],
+                    known: dict[str, str]) -> dict[str, str]:
+    """Numbered modules (``P.t``) that follow their paired siblings: where every paired
+    numbered sibling ``P.j`` of the reference went to ``Q.(j + k)`` -- one candidate parent
+    ``Q``, one shift ``k`` (a port that flattened a group into its parent, or added layers
+    before it) -- ``P.t`` goes to ``Q.(t + k)``, when that candidate module is one of
+    ``cand_paths`` and nobody's counterpart yet. A conv paired two places over takes its
+    BatchNorm and activation with it: they never fall back to the module of the same index.
+
+    Example:
+        >>> follow_siblings(["f.1.2"], ["f.2", "f.5"], {"f.1.0": "f.3", "f.1.1": "f.4"})
+        {'f.1.2': 'f.5'}
+        >>> follow_siblings(["f.1.2"], ["f.5"], {"f.1.0": "f.3", "f.1.1": "g.4"})  # no one shift
+        {}
+    """
+    shifts: dict[str, set[tuple[str, int]]] = defaultdict(set)
+    for r, c in known.items():
+        rp, _, rt = r.rpartition(".")
+        cp, _, ct = c.rpartition(".")
+        if rt.isdigit() and ct.isdigit():
+            shifts[rp].add((cp, int(ct) - int(rt)))
+    cands = set(cand_paths)
+    taken = set(known.values())
+    out: dict[str, str] = {}
+    for r in ref_paths:
+        rp, _, rt = r.rpartition(".")
+        sh = shifts.get(rp)
+        if r in known or not rt.isdigit() or sh is None or len(sh) != 1:
+            continue
+        (cp, k), = sh
+        c = f"{cp}.{int(rt) + k}" if cp else str(int(rt) + k)
+        if c in cands and c not in taken:
+            out[r] = c
+            taken.add(c)
+    return out
+
+
+def _sibling_params(ref: list[tuple[str, tuple[int, ...]]],
+                    cand: list[tuple[str, tuple[int, ...]]], pairs: dict[str, str],
+                    holders: dict[str, str]) -> dict[str, str]:
+    """Parameters of layers left unpaired (the weight mapping saw several equal candidates)
+    paired through :func:`follow_siblings`: each tensor with its counterpart of the same role
+    (``weight`` = ``gamma``...) and a compatible shape, and only when the whole layer pairs."""
+    from netparity.ckpt.rules import canonical_leaf, shapes_compatible
+
+    def layers(side: list[tuple[str, tuple[int, ...]]],
+               paired: set[str]) -> dict[str, dict[str, tuple[str, tuple[int, ...]]]]:
+        by_mod: dict[str, dict[str, tuple[int, ...]]] = defaultdict(dict)
+        for n, shape in side:
+            by_mod[_module(n)][n] = tuple(shape)
+        out: dict[str, dict[str, tuple[str, tuple[int, ...]]]] = {}
+        for m, ns in by_mod.items():
+            if m and not paired & set(ns):
+                leaves = {n.rsplit(".", 1)[-1]: None for n in ns}
+                out[m] = {canonical_leaf(n, leaves): (n, shape) for n, shape in ns.items()}
+        return out
+
+    open_r, open_c = layers(ref, set(pairs)), layers(cand, set(pairs.values()))
+    if not open_r or not open_c:
+        return {}
+    more: dict[str, str] = {}
+    for rm, cm in follow_siblings(open_r, open_c, holders).items():
+        roles_r, roles_c = open_r[rm], open_c[cm]
+        shared = set(roles_r) & set(roles_c)
+        if shared and len(shared) == min(len(roles_r), len(roles_c)) and all(
+                shapes_compatible(roles_r[k][1], roles_c[k][1]) for k in shared):
+            more.update({roles_r[k][0]: roles_c[k][0] for k in shared})
+    return more
+
+
 def modules_by_ownership(ref: list[tuple[str, tuple[int, ...]]],
                          cand: list[tuple[str, tuple[int, ...]]],
                          mapping: Any = None) -> dict[str, str]:
@@ -75,15 +160,12 @@ def modules_by_ownership(ref: list[tuple[str, tuple[int, ...]]],
     pairs = param_pairs(ref, cand, mapping)
     if not pairs:
         return {}
-    out: dict[str, str] = {}
-    # modules that hold parameters directly
-    votes: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for r, c in pairs.items():
-        votes[_module(r)][_module(c)] += 1
-    for rm, vs in votes.items():
-        cm, n = max(vs.items(), key=lambda kv: kv[1])
-        if rm and cm and n == sum(vs.values()):
-            out[rm] = cm
+    out = _holders(pairs)
+    # layers the weights left open (several equal candidates) follow their paired siblings
+    more = _sibling_params(ref, cand, pairs, out)
+    if more:
+        pairs.update(more)
+        out = _holders(pairs)
     # containers: the candidate subtree that holds exactly the counterparts of theirs
     ref_under: dict[str, set[str]] = defaultdict(set)
     for r, _ in ref:

@@ -532,25 +532,49 @@ def _aliases(names: list[str], state: Mapping[str, Any],
 
 def _by_order(R: _Side, C: _Side, out: NameMap, pair: Any) -> None:
     """Pair what is still free gap by gap between order anchors (the pairs so far that keep
-    both sides' order): where a gap holds the same sequence of (leaf, shape) on both sides, its
-    parameters pair in order. A port that reorganises the module tree (flattened groups, other
-    block names) keeps the order in which layers create their parameters; equal layers then
-    stop being ambiguous, as they were when only the two files were given. Gaps whose
-    sequences differ stay unpaired and ambiguous: nothing is guessed there."""
+    both sides' order), layer by layer: in each gap the free parameters are grouped by the
+    module holding them (a layer, in the order its first tensor is listed), and where a gap
+    holds the same sequence of layers on both sides -- each layer the same roles and shapes
+    (:func:`_signature`), whatever order its own tensors are listed in -- the layers pair in
+    order and their tensors by role (``weight`` = ``gamma``, ``running_var`` =
+    ``moving_variance``...). A port that reorganises the module tree (flattened groups, other
+    block names) keeps the order in which layers create their parameters, while a checkpoint
+    file may list a layer's tensors in another order (MindSpore's BatchNorm: ``moving_mean,
+    moving_variance, gamma, beta``); equal layers then stop being ambiguous, as they were when
+    only the two files were given. A role that only one side lists anywhere (MindSpore's
+    BatchNorm statistics are parameters, recorded with the weights; PyTorch's are buffers, absent
+    from a list of parameters) has nothing to pair with: it is left out of the comparison and
+    stays unmatched. Gaps whose layer sequences differ stay unpaired and ambiguous: nothing is
+    guessed there."""
     anchors = _monotone_anchors([(R.order[p.ref], C.order[p.cand]) for p in out.pairs])
     bounds = [(-1, -1), *anchors, (len(R.order), len(C.order))]
-    rfree = sorted(R.free, key=R.order.__getitem__)
-    cfree = sorted(C.free, key=C.order.__getitem__)
+    shared = {R.leaf(n) for n in R.shapes} & {C.leaf(n) for n in C.shapes}
+    rl, cl = _layers(R, shared), _layers(C, shared)
     for (a0, b0), (a1, b1) in zip(bounds, bounds[1:]):
-        rs = [n for n in rfree if a0 < R.order[n] < a1]
-        cs = [n for n in cfree if b0 < C.order[n] < b1]
+        rs = [(m, ns) for pos, m, ns in rl if a0 < pos < a1]
+        cs = [(m, ns) for pos, m, ns in cl if b0 < pos < b1]
         if not rs or len(rs) != len(cs):
             continue
-        if all(R.leaf(r) == C.leaf(c) and shapes_compatible(R.shapes[r], C.shapes[c])
-               for r, c in zip(rs, cs)):
-            for r, c in zip(rs, cs):
-                pair(r, c, "order", "same layer sequence between matched neighbours")
-                out.ambiguous.pop(r, None)
+        if all(_signature(R, rm, rn, False)[1] == _signature(C, cm, cn, False)[1]
+               for (rm, rn), (cm, cn) in zip(rs, cs)):
+            for (_, rn), (_, cn) in zip(rs, cs):
+                by_role = {C.leaf(c): c for c in cn}
+                for r in rn:
+                    pair(r, by_role[R.leaf(r)], "order",
+                         "same layer sequence between matched neighbours")
+                    out.ambiguous.pop(r, None)
+
+
+def _layers(side: _Side, roles: set[str]) -> list[tuple[int, str, list[str]]]:
+    """The free tensors of ``roles`` grouped by the module holding them, each layer placed where
+    its first tensor is listed (PyTorch lists a model's buffers after all its parameters: a
+    BatchNorm's running statistics still belong where its weight is)."""
+    groups: dict[str, list[str]] = {}
+    for n in sorted(side.free, key=side.order.__getitem__):
+        if side.leaf(n) in roles:
+            groups.setdefault(split_name(n)[0], []).append(n)
+    pos = {m: min(side.order[n] for n in side.groups[m].values()) for m in groups}
+    return sorted((pos[m], m, ns) for m, ns in groups.items())
 
 
 def _monotone_anchors(pts: list[tuple[int, int]]) -> list[tuple[int, int]]:
