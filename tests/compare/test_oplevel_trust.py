@@ -9,6 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
+from tests.corpus.gru_pair import gru_pair  # noqa: E402
+
 import netparity  # noqa: E402
 from netparity.align.repeats import best_assignment  # noqa: E402
 from netparity.trace import open_trace  # noqa: E402
@@ -65,63 +67,8 @@ def test_arrival_order_breaks_ties_and_noise_never_reorders():
 
 # ---- 2. a GRU against a per-step rewrite -------------------------------------------------------
 
-class _Ref(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.rnn = nn.GRU(8, 16, batch_first=True)
-        self.head = nn.Linear(16, 4)
-
-    def forward(self, x):
-        return self.head(self.rnn(x)[0][:, -1])
-
-
-class _LoopGRU(nn.Module):
-    """The same GRU, projecting each time step on its own (as MindSpore's does)."""
-
-    def __init__(self):
-        super().__init__()
-        self.cell = nn.GRUCell(8, 16)
-
-    def forward(self, x):
-        h = x.new_zeros(x.shape[0], 16)
-        outs = []
-        for t in range(x.shape[1]):
-            h = self.cell(x[:, t], h)
-            outs.append(h)
-        return torch.stack(outs, 1), h[None]
-
-
-class _Cand(_Ref):
-    def __init__(self):
-        super().__init__()
-        self.rnn = _LoopGRU()
-
-
-def _gru_pair(root, bug):
-    torch.manual_seed(0)
-    ref, cand = _Ref(), _Cand()
-    with torch.no_grad():
-        for a in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
-            getattr(cand.rnn.cell, a).copy_(getattr(ref.rnn, a + "_l0"))
-        cand.head.load_state_dict(ref.head.state_dict())
-        if bug:
-            cand.rnn.cell.bias_hh[3] += 0.1
-    g = torch.Generator().manual_seed(2)
-    x, y = torch.randn(2, 10, 8, generator=g), torch.randn(2, 4, generator=g)
-    for m, name in ((ref, "ref"), (cand, "cand")):
-        opt = torch.optim.SGD(m.parameters(), lr=0.1)
-        with netparity.capture(m, str(root / name), level="both", payload="tensors",
-                               optimizer=opt) as cap:
-            loss = nn.functional.mse_loss(m(x), y)
-            loss.backward()
-            opt.step()
-            cap.record_loss(loss)
-            cap.step()
-    return netparity.compare(root / "ref", root / "cand", level="both")
-
-
 def test_gru_rewritten_per_step_passes_with_restructured_ops(tmp_path):
-    r = _gru_pair(tmp_path, bug=False)
+    r = gru_pair(tmp_path, bug=False)
     bad = [(p.key, p.cand_shape, p.reason) for p in r.all_pairs() if p.status != "pass"]
     assert r and not bad, bad[:4]
     listed = r.unmatched.get("restructured", [])
@@ -134,7 +81,7 @@ def test_gru_rewritten_per_step_passes_with_restructured_ops(tmp_path):
 
 
 def test_gru_with_a_wrong_bias_fails_at_the_module_with_its_ops(tmp_path):
-    r = _gru_pair(tmp_path, bug=True)
+    r = gru_pair(tmp_path, bug=True)
     assert not r
     d = r.first_divergence
     assert (d.module, d.level, d.verdict) == ("rnn", "module", "introduced")
