@@ -20,13 +20,15 @@ Pairs:
   ``mobilenet_v2_100``: flattened, renamed tree; weights converted through ``map_names``), eval
   forward through ``netparity compare``: faithful, a stem BatchNorm eps 1e-3, a depthwise conv
   without padding;
+* a torch GRU -> the same GRU written per time step (GRUCell loop), through ``netparity
+  compare`` at module and both levels: faithful, and a wrong hidden bias;
 * transformers' LLaMA (GQA, rotary, RMSNorm) with AdamW, clipping and warmup -> an independent
   MindSpore port with Meta's module names: faithful, six LLM-port mistakes (``--op`` adds op
   level).
 
 Run (a few minutes per ResNet pair on 2 cores):
     .venv/bin/python benchmarks/corpus.py [--depth 18]
-        [--only resnet|mobilenet|zoo|vit|msvit|gpt2|llama|timmcnn] [--op]
+        [--only resnet|mobilenet|zoo|vit|msvit|gpt2|llama|timmcnn|gru] [--op]
 """
 
 from __future__ import annotations
@@ -248,6 +250,28 @@ def _step_rows(pair: str, ref: str, cand: str, cases: list[tuple[str, dict, dict
     return rows
 
 
+def gru_rows() -> list[tuple[str, ...]]:
+    """A torch GRU against the same GRU written per time step (tests/corpus/gru_pair.py):
+    faithful at module and both levels (the per-step ops are restructured, never a
+    divergence), and a wrong hidden bias named at the GRU."""
+    from tests.corpus.gru_pair import gru_pair
+
+    rows = []
+    for bug, level in ((False, "module"), (False, "both"), (True, "module"), (True, "both")):
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as d:
+            res = gru_pair(Path(d), bug, level=level)
+        fd = res.first_divergence
+        want = ("forward", "rnn", 0) if bug else (None, None, None)
+        got = (None, None, None) if res else (
+            fd.direction if fd else "params", fd.module if fd else "", fd.step if fd else 0)
+        rows.append(("nn.GRU -> GRUCell per step", "bias_hh +0.1" if bug else "faithful",
+                     level, _fmt(want), _fmt(got), _verdict(want, got),
+                     f"{time.perf_counter() - t0:.0f} s"))
+        print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
 def _fmt(t: tuple) -> str:
     return "pass" if t[0] is None else f"{t[0]} @ {t[1]} (step {t[2]})"
 
@@ -264,13 +288,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--depth", type=int, default=18)
     ap.add_argument("--only", choices=("resnet", "mobilenet", "zoo", "vit", "msvit", "gpt2",
-                                       "llama", "timmcnn"))
+                                       "llama", "timmcnn", "gru"))
     ap.add_argument("--op", action="store_true",
                     help="also op level (ResNet, the MindSpore ViT and LLaMA ports)")
     ap.add_argument("--bugs", help="comma-separated subset of the demo bugs")
     args = ap.parse_args()
     print("pair | case | level | expected | netparity said | verdict | time")
     rows = []
+    if args.only in (None, "gru"):
+        rows += gru_rows()
     if args.only in (None, "mobilenet"):
         rows += mobilenet_rows()
     if args.only in (None, "zoo"):

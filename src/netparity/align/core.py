@@ -31,12 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from netparity.align.features import MATCH_LIMIT
+from netparity.align.features import MATCH_LIMIT, row_distance, stat_row, stats_rows
 from netparity.align.model import Alignment, Call, Match, ParamPair, calls_from_records
 from netparity.align.names import LEAF_ALTERNATIVES, norm_path, split_param
 from netparity.align.ownership import follow_siblings, modules_by_ownership
 from netparity.align.passes import Chunk, OpContext, module_pass, op_pass, pair_codes
 from netparity.align.reading import check_rank, count_records, load_records
+from netparity.align.repeats import pair_by_content
 from netparity.align.table import CallTable, Pools, table_from_calls
 from netparity.align.tableread import read_table
 from netparity.errors import MappingError, TraceError, UsageError
@@ -286,8 +287,10 @@ def align_tables(rt: CallTable, ct: CallTable, *, level: str, mapping: Mapping,
         ra, cb = ia[rt.is_module[ia]], ib[ct.is_module[ib]]
         paired = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         if len(ra) or len(cb):
-            mods = module_pass(rt.feats.take(ra), ra, ct.feats.take(cb), cb, rt, ct, mp,
-                               pools.paths)
+            fa, fb = rt.feats.take(ra), ct.feats.take(cb)
+            mods = module_pass(fa, ra, fb, cb, rt, ct, mp, pools.paths)
+            # a module's repeated calls (micro-batches, a recurrent cell) pair by content
+            pair_by_content(mods.pairs, fa, fb, rt.module[ra], ct.module[cb])
             paired = ra[mods.pairs.a], cb[mods.pairs.b]
             module_votes.add(rt.module[paired[0]], ct.module[paired[1]])
             if want_modules:
@@ -546,8 +549,10 @@ def _align_params(rr: list[Record], cr: list[Record], out: Alignment, mp: Mappin
     cand_names = {_pname(r) for r in cp if r.kind in ("param", "grad")}
     names = _param_name_map(ref_names, cand_names, out.module_map, mp)
 
+    acc = {**_accumulations(rp), **_accumulations(cp)}
+
     def key(r: Record, name: str) -> tuple[Any, ...]:
-        return (r.step, r.kind, r.direction, r.role, r.arg, name)
+        return (r.step, r.kind, r.direction, r.role, r.arg, name, acc.get(id(r)))
 
     index: dict[tuple[Any, ...], Record] = {}
     for r in cp:
@@ -567,6 +572,7 @@ def _align_params(rr: list[Record], cr: list[Record], out: Alignment, mp: Mappin
         else:
             left_r.append(r)
     left_c = [r for r in cp if id(r) not in used]
+    dropped = _drop_reordered_partials(out, acc)
     # last resort: same kind, step and shape, in order, when the shape is unambiguous
     if left_r and left_c:
         groups: dict[tuple[Any, ...], tuple[list[Record], list[Record]]] = defaultdict(lambda: ([], []))
@@ -583,5 +589,43 @@ def _align_params(rr: list[Record], cr: list[Record], out: Alignment, mp: Mappin
                     paired.add(id(y))
         left_r = [r for r in left_r if id(r) not in paired]
         left_c = [r for r in left_c if id(r) not in paired]
-    out.unmatched_params_ref = left_r
-    out.unmatched_params_cand = left_c
+    out.unmatched_params_ref = left_r + [pp.ref for pp in dropped]
+    out.unmatched_params_cand = left_c + [pp.cand for pp in dropped]
+
+
+def _accumulations(recs: list[Record]) -> dict[int, int | str]:
+    """Gradient accumulation: a parameter's gradient recorded after each of several backward
+    passes of a step. ``id(record) -> "last"`` for the final (accumulated) one, its backward
+    index for the partial sums before it."""
+    seen: dict[tuple[int, str], list[Record]] = defaultdict(list)
+    for r in recs:
+        if r.kind == "grad" and r.direction == "backward":
+            seen[(r.step, _pname(r))].append(r)
+    out: dict[int, int | str] = {}
+    for rs in seen.values():
+        out.update((id(r), k) for k, r in enumerate(rs[:-1]))
+        out[id(rs[-1])] = "last"  # (the only one, without accumulation)
+    return out
+
+
+#: partial gradient sums further apart than this (statistics distance) hold other micro-batches
+_PARTIAL_LIMIT = 0.25
+
+
+def _drop_reordered_partials(out: Alignment, acc: dict[int, int | str]) -> list[ParamPair]:
+    """Partial gradient sums of the same backward index whose statistics are unrelated: the
+    candidate ran its micro-batches' backward passes in another order, so its partial sums hold
+    other micro-batches (the final, accumulated gradients are paired and compared). They are
+    left unmatched, not judged as a divergence. Returns the pairs taken out."""
+    keep: list[ParamPair] = []
+    dropped: list[ParamPair] = []
+    for pp in out.params:
+        if isinstance(acc.get(id(pp.ref)), int) and isinstance(acc.get(id(pp.cand)), int):
+            d = float(row_distance(stats_rows([stat_row(pp.ref)]),
+                                   stats_rows([stat_row(pp.cand)]))[0])
+            if d > _PARTIAL_LIMIT:
+                dropped.append(pp)
+                continue
+        keep.append(pp)
+    out.params[:] = keep
+    return dropped

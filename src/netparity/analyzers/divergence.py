@@ -33,6 +33,7 @@ import numpy as np
 
 from netparity.compare import engine
 from netparity.compare.pairtable import CODE_RANK, PairTable, row_of
+from netparity.compare.restructured import settle as settle_restructured
 from netparity.compare.results import CallResult, CompareResult, Divergence, PairResult, worst
 from netparity.compare.verdicts import AMPLIFICATION
 from netparity.errors import UsageError
@@ -432,6 +433,7 @@ def localise(result: CompareResult, amplification: float | None = None, *,
     """
     if amplification is None:
         amplification = float(result.settings.get("amplification", AMPLIFICATION))
+    settle_restructured(result)  # op level is never worse than module level
     table = result.table
     pairs: Mapping[str, PairResult]
     got = _classify_table(result.calls, table, amplification) if table is not None else None

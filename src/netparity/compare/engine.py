@@ -452,7 +452,7 @@ class _RowAcc:
 _first = operator.itemgetter(0)
 #: what a fast call's keys and result read of the reference's call, and of the candidate's
 _REF_FIELDS = operator.attrgetter("step", "rank", "kind", "direction", "module", "op", "call",
-                                  "event", "native", "source")
+                                  "event", "native", "source", "module_call")
 _CAND_FIELDS = operator.attrgetter("module", "op", "source")
 
 
@@ -466,11 +466,11 @@ def _fast_results(fast: rowpairs.FastCalls, lv: str, matches: list[Any], base: i
     cands = list(map(_CAND_FIELDS, fast.cands))
     ms = [matches[k] for k in fast.match]
     cks = [f"{lv}|{st}|{rk}|{d}|{mo}|{op}|{ca}|{ev}"
-           for st, rk, _, d, mo, op, ca, ev, _, _ in refs]
+           for st, rk, _, d, mo, op, ca, ev, _, _, _ in refs]
     # a pair's key: "<level>|<step>|<rank>|<kind>|<direction>|<module>|<op>|<call>|"
     # + "in<j>" / "out<j>" + "|<event>", as pair_key makes it from the pair's records
     pres = np.array([f"{lv}|{st}|{rk}|{kd}|{d}|{mo}|{op}|{ca}|"
-                     for st, rk, kd, d, mo, op, ca, _, _, _ in refs] or [""], dtype=object)
+                     for st, rk, kd, d, mo, op, ca, _, _, _, _ in refs] or [""], dtype=object)
     evs = np.array([f"|{r[7]}" for r in refs] or [""], dtype=object)
     co, pos, is_out = fast.call_of, fast.pos, fast.is_out
     width = int(pos.max()) + 1 if len(pos) else 0
@@ -488,7 +488,7 @@ def _fast_results(fast: rowpairs.FastCalls, lv: str, matches: list[Any], base: i
     copy = dict(_CALL_TEMPLATE, level=lv).copy
     out: list[CallResult] = []
     append = out.append
-    for (st, rk, _, d, mo, op, _, _, na, so), (cmo, cop, cso), ck, m, order, b, s, e in zip(
+    for (st, rk, kd, d, mo, op, ca, _, na, so, mc), (cmo, cop, cso), ck, m, order, b, s, e in zip(
             refs, cands, cks, ms, fast.order, (mids - n_in).tolist(), mids.tolist(),
             ends.tolist()):
         call = _new(CallResult)
@@ -498,6 +498,7 @@ def _fast_results(fast: rowpairs.FastCalls, lv: str, matches: list[Any], base: i
         x["step"], x["rank"], x["source"], x["cand_source"] = st, rk, so, cso
         x["order"], x["inputs"], x["outputs"] = order, keys[b:s], keys[s:e]
         x["method"], x["confidence"] = m.method, float(m.confidence)
+        x["module_call"] = ca if kd == "module" else mc
         append(call)
     for i in np.nonzero(np.asarray(fast.aux, dtype=bool)
                         & (np.asarray(fast.n_out_ref, dtype=np.int64) > 1))[0].tolist():
@@ -515,7 +516,7 @@ _CALL_TEMPLATE: dict[str, Any] = {
     "key": "", "level": "", "module": "", "op": "", "native": "", "cand_module": "",
     "cand_op": "", "direction": "", "step": 0, "rank": 0, "source": "", "cand_source": "",
     "order": 0, "inputs": None, "outputs": None, "status": "pass", "origin": "", "note": "",
-    "method": "", "confidence": 1.0, "in_error": 0.0, "out_error": 0.0,
+    "method": "", "confidence": 1.0, "in_error": 0.0, "out_error": 0.0, "module_call": -1,
 }
 
 
@@ -531,7 +532,8 @@ def _match_call(m: Any, lv: str, ck: str, order: int) -> CallResult:
         cand_op=c0.op if len(m.cand) == 1 else "+".join(c.op for c in m.cand),
         direction=r0.direction, step=r0.step, rank=r0.rank, source=r0.source,
         cand_source=c0.source, order=order, inputs=[], outputs=[], method=m.method,
-        confidence=float(m.confidence))
+        confidence=float(m.confidence),
+        module_call=r0.call if r0.kind == "module" else r0.module_call)
     return call
 
 

@@ -182,6 +182,40 @@ class PairTable:
             seq = np.array([r.seq for r in self.refs], dtype=np.int64)
         self.perm = np.lexsort((seq, step)).tolist() if self.n else []
 
+    def subset(self, keep: np.ndarray, new_call: np.ndarray) -> PairTable:
+        """The pairs ``keep`` (a mask) as a new table, judged as they are; ``new_call`` maps
+        each old call position to the new one (calls were removed). The order of
+        ``result.pairs`` is made again (:meth:`finish`)."""
+        at = np.nonzero(keep)[0]
+        pos = at.tolist()
+        t = PairTable([])
+        t.n = len(at)
+        t.sides = self.sides
+        if self.sides is not None:
+            t.rrow, t.crow = self.rrow[at], self.crow[at]
+            t.refs = _RowRecords(self.sides[0], t.rrow)  # type: ignore[assignment]
+            t.cands = _RowRecords(self.sides[1], t.crow)  # type: ignore[assignment]
+        else:
+            t.refs = [self.refs[i] for i in pos]
+            t.cands = [self.cands[i] for i in pos]
+        t.tols = [self.tols[i] for i in pos]
+        t.scaled = self.scaled[at]  # type: ignore[call-overload]
+        t.idx = [self.idx[i] for i in pos]
+        t.keys = [self.keys[i] for i in pos]
+        t.call_keys = [self.call_keys[i] for i in pos]
+        t.call = new_call[self.call[at]] if t.n else np.zeros(0, dtype=np.int64)
+        t.is_out = self.is_out[at]
+        t.rtol = objects(list(self.rtol[at]))
+        t.atol = objects(list(self.atol[at]))
+        self.refresh()
+        t.obj = [self.obj[i] for i in pos]
+        t.made = [k for k, o in enumerate(t.obj) if o is not None]
+        t.code = self.code[at]
+        t.batch = self.batch
+        t.brow = self.brow[at]
+        t.finish()
+        return t
+
     # ---- reading -------------------------------------------------------------------------
     def get(self, i: int) -> PairResult:
         """Pair ``i`` as a :class:`PairResult` (made on first request, then the same object)."""

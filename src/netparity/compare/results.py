@@ -138,6 +138,9 @@ class CallResult:
     confidence: float = 1.0
     in_error: float = 0.0
     out_error: float = 0.0
+    #: the reference's module call index: the call's own (module level), the module call
+    #: running it (op level); -1 where unknown (results saved before it was kept)
+    module_call: int = -1
 
     @property
     def name(self) -> str:

@@ -23,6 +23,7 @@ from netparity.capture.session import CaptureSession
 from netparity.trace.schema import Record
 
 if TYPE_CHECKING:
+    from netparity.capture.phases import OutsidePhase
     from netparity.frameworks.torch.adapter import TorchAdapter
     from netparity.frameworks.torch.stats_plan import GradSlot, ReluPlan, SeenEntry, SumEntry
 
@@ -195,6 +196,8 @@ class TorchCaptureBase(CaptureSession):
     _node_edges: dict[int, list[tuple[_Call, list[tuple[int, str]]]]]
     _outside_fwd: int
     _outside_bwd: int
+    #: ops outside every module: the phase they run in (phases.py)
+    _phase: OutsidePhase
     _in_update: int
     _scaler_seen: bool  # a GradScaler scaled a loss (loss_scale.ScalerWatch)
     _update_ops: int

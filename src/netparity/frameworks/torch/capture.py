@@ -42,6 +42,7 @@ from typing import Any
 import torch
 import torch.optim.optimizer as _optim_mod
 
+from netparity.capture.phases import OutsidePhase
 from netparity.capture.policy import CapturePolicy
 from netparity.errors import UsageError
 from netparity.frameworks.torch._common import _TLS, _flatten, _Tensor, hook_forward
@@ -135,6 +136,7 @@ class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDi
         self._node_edges = {}
         self._outside_fwd = 0
         self._outside_bwd = 0
+        self._phase = OutsidePhase()
         self._in_update = 0
         self._update_ops = 0
         self._update_no = 0
@@ -293,6 +295,7 @@ class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDi
         self._custom_calls.clear()
         self._grads_seen.clear()
         self._outside_fwd = self._outside_bwd = 0
+        self._phase = OutsidePhase()
         self._update_ops = 0
         self._update_no = 0
         self._on = self.active and os.getpid() == self._pid

@@ -112,6 +112,8 @@ class ModuleHooks(TorchCaptureBase):
         native, op = self._module_names(module)
         info = _Call(path, module, native, op)
         info.recompute = _in_backward()  # forward re-run inside backward: checkpointing
+        if not self._tls.stack and not info.recompute:
+            self._phase.root_started()
         p = self.policy
         if self._on and not info.recompute:
             info.fwd_call = self._fwd_calls.get(path, 0)
@@ -152,6 +154,8 @@ class ModuleHooks(TorchCaptureBase):
         if not st or st[-1].module is not module:
             return
         info = st.pop()
+        if not st and not info.recompute:
+            self._phase.root_returned()
         if out is None or not self._on:
             return
         p = self.policy

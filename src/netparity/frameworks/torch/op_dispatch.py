@@ -65,6 +65,7 @@ class OpDispatch(TorchCaptureBase):
                 return func(*args, **kwargs)
             direction = "backward"
             info = tls.bwd[-1] if tls.bwd else None
+            self._phase.backward_ran()
         else:
             direction = "forward"
             info = tls.stack[-1] if tls.stack else None
@@ -72,13 +73,19 @@ class OpDispatch(TorchCaptureBase):
                 # loss.backward() builds the seed gradient (ones_like) before the engine runs:
                 # it belongs to the backward pass, not to the forward ops around the loss
                 direction = "backward"
+        # outside every module, after the model returned: the loss or gradient handling
+        phase = self._phase.where() if info is None and direction == "forward" else None
+        if phase is not None:
+            direction = phase[1]
         p = self.policy
         if not p.wants_direction(direction):
             return func(*args, **kwargs)
         native, op = self._names_of_op(func)
         if op in UNINITIALISED_OPS:  # its output is memory nobody has written yet
             return func(*args, **kwargs)
-        if direction == "update":
+        if phase is not None:
+            module, _, mcall, idx = phase
+        elif direction == "update":
             module, mcall, idx = "", self._update_no, self._update_ops
             self._update_ops += 1
         elif info is None:

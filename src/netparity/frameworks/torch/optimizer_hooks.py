@@ -46,6 +46,7 @@ class OptimizerHooks(TorchCaptureBase):
         if self._busy or not self._owns(opt):
             return
         self._in_update = max(0, self._in_update - 1)
+        self._phase.optimizer_stepped()
         if self._on:
             self._record_params(opt, grads=False, params=True)
             self._params_done = self.step_no

@@ -1,0 +1,159 @@
+"""Op level is never worse than module level: ops organised differently inside a module whose
+outputs agree are *restructured*, not a divergence.
+
+Two faithful implementations of one module may run different operators: PyTorch's GRU projects
+every time step's input in one matmul (``[20, 48]``), a port projects each step (``[2, 48]``);
+a fused attention against its MatMuls. Pairing such ops can only pair unlike tensors, and judging
+them reported hundreds of failures inside a module whose output agrees to 1e-7. So, in a
+comparison that holds both levels (``level="both"``), every op call with a failing or warning
+pair whose module call was compared at module level and passes there is taken out of the
+judged pairs and listed under ``result.unmatched["restructured"]`` (information: it counts
+neither as a pass nor as a failure), with a note. An op inside a module that diverges, or
+without a module-level record (ops outside every module), is judged as before: an op-level
+culprit is only named inside a diverging module.
+
+The module call of an op is its reference record's (module path, ``module_call``); where that
+module has no module-level pair, the innermost enclosing module call that has one (same step,
+rank and direction, an ancestor path, the first to finish after the op).
+
+Example:
+    >>> from netparity.compare.results import CompareResult
+    >>> settle(CompareResult())
+    0
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from netparity.compare.results import CallResult, CompareResult
+
+#: the note a comparison with restructured ops carries (followed by the modules)
+NOTE = ("{n} op call(s) inside modules whose outputs agree are organised differently on the two "
+        "sides (restructured, outputs agree; not judged): {where}")
+_BAD = ("fail", "warn")
+
+
+def _bad_calls(result: CompareResult) -> tuple[set[int], np.ndarray]:
+    """Positions of the calls with a failing/warning pair (inputs or outputs), and each call's
+    worst output status as a rank (0 pass, 1 warn, 2 fail; 3: no output compared, which is
+    not an agreement)."""
+    calls = result.calls
+    n = len(calls)
+    out_rank = np.full(n, 3, dtype=np.int8)
+    table = result.table
+    if table is not None:
+        from netparity.compare.pairtable import CODE_RANK
+
+        table.refresh()
+        rank = CODE_RANK[table.code]
+        cp = table.call
+        bad = set(np.unique(cp[rank > 0]).tolist())
+        o = table.is_out
+        out_rank[cp[o]] = 0
+        np.maximum.at(out_rank, cp[o], rank[o])
+        return bad, out_rank
+    at = {c.key: i for i, c in enumerate(calls)}
+    ranks = {"warn": 1, "fail": 2}
+    badset: set[int] = set()
+    for p in result.pairs:
+        i = at.get(p.call, -1)
+        if i < 0:
+            continue
+        r = ranks.get(p.status, 0)
+        if r:
+            badset.add(i)
+        if p.role == "output":
+            out_rank[i] = max(0 if out_rank[i] == 3 else out_rank[i], r)
+    return badset, out_rank
+
+
+def _enclosing(c: CallResult, exact: dict[tuple[Any, ...], int],
+               scope: dict[tuple[Any, ...], list[int]], calls: list[CallResult]) -> int:
+    """Position of the module-level call running op call ``c``, or -1."""
+    k = (c.step, c.rank, c.direction, c.module, c.module_call)
+    hit = exact.get(k)
+    if hit is not None:
+        return hit
+    best, best_key = -1, (-1, 0)
+    for i in scope.get((c.step, c.rank, c.direction), ()):
+        a = calls[i]
+        m = a.module
+        if a.order <= c.order or not (m == "" or c.module == m or c.module.startswith(m + ".")):
+            continue
+        key = (len(m), -a.order)  # the innermost, then the first to finish after the op
+        if key > best_key:
+            best, best_key = i, key
+    return best
+
+
+def _grads_agree(m: CallResult, result: CompareResult) -> bool:
+    """A backward module call with no gradient to hand on (its inputs need none) agrees when
+    what it makes, its parameters' gradients, all agree (and there is one). Its incoming
+    gradient has already been judged at the module that made it."""
+    if m.direction != "backward":
+        return False
+    pre = m.module + "." if m.module else ""
+    mine = [p for p in result.params if p.kind == "grad" and p.step == m.step
+            and p.rank == m.rank and p.module.startswith(pre)]
+    return bool(mine) and all(p.status not in _BAD for p in mine)
+
+
+def settle(result: CompareResult) -> int:
+    """Take the restructured op calls out of ``result`` (see the module docstring); returns
+    how many. Only a comparison holding module- and op-level calls has any."""
+    calls = result.calls
+    levels = {c.level for c in calls}
+    if not {"module", "op"} <= levels:
+        return 0
+    bad, out_rank = _bad_calls(result)
+    if not bad:
+        return 0
+    exact: dict[tuple[Any, ...], int] = {}
+    scope: dict[tuple[Any, ...], list[int]] = {}
+    for i, c in enumerate(calls):
+        if c.level == "module":
+            exact.setdefault((c.step, c.rank, c.direction, c.module, c.module_call), i)
+            scope.setdefault((c.step, c.rank, c.direction), []).append(i)
+    gone: list[int] = []
+    where: dict[str, None] = {}
+    for i in sorted(bad):
+        c = calls[i]
+        if c.level != "op" or c.module_call < 0 and not c.module:
+            continue
+        j = _enclosing(c, exact, scope, calls)
+        if j >= 0 and (out_rank[j] == 0 or out_rank[j] == 3 and _grads_agree(calls[j], result)):
+            gone.append(i)
+            where[calls[j].module or "<root>"] = None
+    if not gone:
+        return 0
+    _drop(result, gone)
+    names = list(where)
+    result.notes.append(NOTE.format(n=len(gone), where=", ".join(names[:5])
+                                    + (f" and {len(names) - 5} more" if len(names) > 5 else "")))
+    return len(gone)
+
+
+def _drop(result: CompareResult, gone: list[int]) -> None:
+    """Remove calls ``gone`` (positions) and their pairs; list them as restructured."""
+    calls = result.calls
+    drop = np.zeros(len(calls), dtype=bool)
+    drop[gone] = True
+    listed = result.unmatched.setdefault("restructured", [])
+    for i in gone:
+        c = calls[i]
+        listed.append({"name": c.name, "kind": "op", "module": c.module, "op": c.op,
+                       "cand_module": c.cand_module, "cand_op": c.cand_op,
+                       "direction": c.direction, "step": c.step, "rank": c.rank,
+                       "note": "restructured, outputs agree"})
+    table = result.table
+    if table is not None:
+        new_pos = np.cumsum(~drop) - 1
+        keep = ~drop[table.call] if table.n else np.zeros(0, dtype=bool)
+        result.set_table(table.subset(keep, new_pos))
+    else:
+        keys = {calls[i].key for i in gone}
+        result.pairs = [p for p in result.pairs if p.call not in keys]
+    result.calls = [c for c, d in zip(calls, drop.tolist()) if not d]
