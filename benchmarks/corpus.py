@@ -178,6 +178,8 @@ def gpt2_rows() -> list[tuple[str, ...]]:
         ("faithful float64 candidate", {}, {"dtype": "float64"}, "module")]
     cases += [(b, {}, {"bug": b}, "module") for b in gpt2_spec.BUGS]
     cases += [("faithful 1 vs 2 threads", {"threads": 2}, {"threads": 1}, "module")]
+    cases += [("equivalent rewrite: the loss written out (log-softmax, gather, masked mean)",
+               {}, {"hand_loss": True}, "module")]
     cases += [("faithful float64, dropout 0.1 (transformers' default)", {"dropout": 0.1},
                {"dropout": 0.1, "dtype": "float64"}, "module"),
               ("ln-eps, dropout 0.1", {"dropout": 0.1}, {"dropout": 0.1, "bug": "ln-eps"},

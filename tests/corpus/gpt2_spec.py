@@ -26,7 +26,8 @@ reads the clipping factor off AdamW's first moment after the step.
 ``dropout=`` sets GPT-2's three dropout rates (0 by default; transformers' own default is 0.1):
 the workflow seeds every side for each step, so a faithful pair draws the same masks.
 
-Options: dtype, threads, bug, dropout (0), steps (3).
+Options: dtype, threads, bug, dropout (0), steps (3), hand_loss (the loss written out by hand:
+an equivalent rewrite).
 """
 
 from __future__ import annotations
@@ -59,11 +60,12 @@ def transformers_module() -> Any:
 
 
 def causal_lm_step(model: Any, optimizer: Any, lrs: list[float], vocab: int, *,
-                   shift: bool = True, clip: float = 1.0) -> Any:
+                   shift: bool = True, clip: float = 1.0, hand_loss: bool = False) -> Any:
     """The one-step callable of a causal LM trained as LLM users train one: the step's
     learning rate from ``lrs``, next-token cross-entropy on the float32 logits (``shift=False``:
     each position predicts itself, a mistake), backward, clipping to global norm ``clip``, the
-    optimizer's step. Shared by the GPT-2 and LLaMA specs."""
+    optimizer's step. Shared by the GPT-2 and LLaMA specs. ``hand_loss``: the same loss written
+    out as ports often write it (log-softmax, gather, masked mean): an equivalent rewrite."""
     import torch
 
     class Step:
@@ -77,7 +79,13 @@ def causal_lm_step(model: Any, optimizer: Any, lrs: list[float], vocab: int, *,
             optimizer.zero_grad(set_to_none=True)
             x = torch.as_tensor(ids)
             logits = model(x).logits.float()
-            if shift:
+            if shift and hand_loss:
+                logp = torch.log_softmax(logits[:, :-1].reshape(-1, vocab), dim=-1)
+                target = x[:, 1:].reshape(-1)
+                mask = (target >= 0).to(logp.dtype)  # an ignore-index mask, all kept here
+                picked = logp.gather(1, target.clamp(min=0)[:, None]).squeeze(1)
+                loss = -(picked * mask).sum() / mask.sum()
+            elif shift:
                 loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, vocab),
                                                          x[:, 1:].reshape(-1))
             else:
@@ -121,5 +129,6 @@ def build(**options: Any) -> dict[str, Any]:
     optimizer = torch.optim.AdamW(groups, lr=lrs[0])
     return {"framework": "torch", "model": model, "batches": batches, "optimizer": optimizer,
             "lr_schedule": lrs,
-            "train_step": causal_lm_step(model, optimizer, lrs, VOCAB, shift=bug != "no-shift"),
+            "train_step": causal_lm_step(model, optimizer, lrs, VOCAB, shift=bug != "no-shift",
+                                         hand_loss=bool(options.get("hand_loss"))),
             "description": f"transformers GPT-2 (2 blocks, 64 wide), AdamW + clipping, {dtype}"}

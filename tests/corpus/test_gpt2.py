@@ -22,8 +22,9 @@ SPEC = str(Path(gpt2_spec.__file__))
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cand", [{"dtype": "float64"}, {"bug": "attn-layer-scale"},
-                                  {"dtype": "float64", "dropout": 0.1}],
-                         ids=["faithful-float64", "attn-layer-scale", "faithful-dropout"])
+                                  {"dtype": "float64", "dropout": 0.1}, {"hand_loss": True}],
+                         ids=["faithful-float64", "attn-layer-scale", "faithful-dropout",
+                              "hand-written-loss"])
 def test_gpt2(tmp_path, cand):
     # dropout 0.1 (transformers' default) on both sides: the same masks at every step
     opts = {"dropout": cand["dropout"]} if "dropout" in cand else None
