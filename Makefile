@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.netparity-installed
 EXTRAS ?= torch,mindspore,dev
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv lint bench clean-venv
+.PHONY: demo test verdicts-isa venv lint bench clean-venv
 
 venv: $(STAMP)
 
@@ -21,6 +21,16 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+# Verdicts must not move with the CPU's vector width or thread count (issue 28): the fast
+# verdict tests again under PyTorch's portable and AVX2 kernels, on 1 and 2 threads (the main
+# run covers the machine's own). Called from .ci/run after `make test`.
+ISA_TESTS ?= tests/workflow/test_replay.py tests/compare/test_noise_mode.py \
+	tests/corpus/test_tree_organisation.py \
+	"tests/workflow/test_step.py::test_bug_is_named_in_the_right_phase_and_place[clean]"
+verdicts-isa: $(STAMP)
+	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 -p no:cacheprovider $(ISA_TESTS)
+	ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=2 $(BIN)/python -m pytest -q -n 2 -p no:cacheprovider $(ISA_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools
