@@ -94,7 +94,7 @@ SPEC = textwrap.dedent('''
     def build(steps, scale=1.0, p=0.0, bad_grad=False, adam_eps=None, momentum=0.0,
               dampening=0.0, loss_scale=1.0, unscale=True, clip=None, lr1=None, gelu=None,
               double=False, gelu_grad=None, gelu_formula=False, accum=1, divide_twice=False,
-              hand_loss=False):
+              hand_loss=False, clip_per_tensor=False):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 16), Block(scale, p, bad_grad), nn.Linear(16, 3))
         if gelu is not None:  # an activation whose approximation is an op argument
@@ -139,7 +139,10 @@ SPEC = textwrap.dedent('''
             if divide_twice:  # the accumulated gradients averaged again: every update x 1/accum
                 for q in model.parameters():
                     q.grad.div_(float(accum))
-            if clip is not None:
+            if clip is not None and clip_per_tensor:  # each tensor clipped on its own norm
+                for q in model.parameters():
+                    nn.utils.clip_grad_norm_([q], float(clip))
+            elif clip is not None:
                 nn.utils.clip_grad_norm_(model.parameters(), float(clip))
             opt.step()
             done.append(1)
@@ -253,6 +256,17 @@ def test_a_hand_written_loss_is_an_equivalent_rewrite(spec, tmp_path, opts):
     r = _run(spec, tmp_path, options=opts, steps=3, hand_loss=True)
     assert r, _phases(r)
     assert all(p.status in ("pass", "skipped") for p in r.phases), _phases(r)
+
+
+def test_per_tensor_clipping_against_global_clipping_is_named_in_the_update(spec, tmp_path):
+    # the candidate clips each gradient on its own norm: its optimizer's replay finds no common
+    # factor, so it must not be judged by feeding it the reference's (globally clipped)
+    # gradients -- that passed every update (issue 28); the update phase names it
+    r = _run(spec, tmp_path, options={"clip": 0.05}, steps=2, clip_per_tensor=True)
+    assert r.phase("backward").status == "pass", _phases(r)
+    assert r.first_phase == "update", _phases(r)
+    assert "could not judge the candidate's update by replay" in str(
+        r.phase("update").evidence.get("optimizer_replay")), _phases(r)
 
 
 @pytest.mark.parametrize("momentum", [0.0, 0.9])
