@@ -97,7 +97,8 @@ def open_fd(path: str | os.PathLike[str], *, within: str | os.PathLike[str] | No
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise error(f"{p}: {what or 'file'} is missing (no such file)") from None
+        raise error(f"{p}: no such {what or 'file'} (the {what or 'file'} is missing: no such "
+                    "file or directory)") from None
     except IsADirectoryError:
         raise error(f"{p}: {label}is a directory, not a file") from None
     except OSError as e:
@@ -147,7 +148,7 @@ def read_text(path: str | os.PathLike[str], *, within: str | os.PathLike[str] | 
     try:
         return data.decode("utf-8", errors=errors)
     except UnicodeDecodeError as e:
-        raise error(f"{path}: {what or 'file'} is not UTF-8 text ({e.reason} at byte "
+        raise error(f"{path}: cannot read {what or 'file'}: not UTF-8 text ({e.reason} at byte "
                     f"{e.start})") from None
 
 

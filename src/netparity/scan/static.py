@@ -275,7 +275,6 @@ def iter_python_files(paths: Iterable[str]) -> Iterator[Path]:
 
 def read_source(path: Path) -> str:
     """A file's text; unreadable or undecodable -> ``UsageError``."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"{path}: cannot read: {e}") from None
+    from netparity import inputs
+
+    return inputs.read_text(path, error=UsageError, what="source file")
