@@ -228,8 +228,10 @@ def _header(f: IO[bytes], avail: int, where: str, error: ErrorType) -> tuple[tup
             shape, fortran, dtype = fmt.read_array_header_2_0(f)
         else:
             raise ValueError(f"unsupported .npy version {version}")
-    except (ValueError, OSError, SyntaxError, TypeError, EOFError, zlib.error,
-            zipfile.BadZipFile) as e:
+    except NetparityError:
+        raise
+    except Exception as e:  # noqa: BLE001 - hostile header bytes: numpy's parser raises
+        # ValueError, SyntaxError, tokenize.TokenError, TypeError, EOFError, zlib.error...
         raise error(f"{where}: not a valid .npy array ({str(e).splitlines()[0][:200]})") \
             from None
     if dtype.hasobject:

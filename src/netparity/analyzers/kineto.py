@@ -162,7 +162,7 @@ def find_kineto(path: str | os.PathLike[str]) -> Path:
         files = _trace_files(p)
         if not files:
             raise UsageError(f"{p}: no *.pt.trace.json file (torch.profiler output) here")
-        return max(files, key=lambda q: (q.stat().st_mtime, q.name))
+        return max(files, key=lambda q: (q.lstat().st_mtime, q.name))
     return p
 
 
@@ -171,8 +171,9 @@ def load_events(path: str | os.PathLike[str]) -> tuple[Path, list[dict[str, Any]
     """The trace's events and its top-level facts; :class:`UsageError` on anything else."""
     p = find_kineto(path)
     try:
-        doc = json.loads(inputs.read_bytes(p, error=UsageError, what="profiler trace",
-                                           limit=inputs.MAX_JSON))
+        doc = json.loads(inputs.read_bytes(
+            p, within=path if Path(path).is_dir() else None, error=UsageError,
+            what="profiler trace", limit=inputs.MAX_JSON))
     except (ValueError, UnicodeDecodeError) as e:
         raise UsageError(f"{p}: not a readable profiler trace ({type(e).__name__}: {e})") \
             from None

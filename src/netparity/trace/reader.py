@@ -377,7 +377,9 @@ class Trace:
                overwrite: bool = True) -> int:
         """Write the payloads of ``records`` to an ``.npz`` file or a folder of ``.npy`` files.
 
-        Names are the records' keys made file-safe. Every file is written atomically
+        Names are the records' keys made file-safe, led by ``rank<N>.`` when the trace has
+        more than one rank (a step and sequence number repeat across ranks: without the rank a
+        rank's tensors would replace another's). Every file is written atomically
         (:func:`netparity.outputs.atomic_output`); with ``overwrite=False`` an existing
         ``.npz`` or a non-empty folder is refused before anything is read. Returns how many
         tensors were written.
@@ -393,7 +395,12 @@ class Trace:
             if not rec.has_payload:
                 continue
             name = f"{rec.step}.{rec.seq}.{rec.kind}.{rec.module or rec.op}.{rec.direction}.{rec.role}{('.' + rec.arg) if rec.arg else ''}"
+            if len(self.ranks) > 1:
+                name = f"rank{rec.rank}.{name}"
             name = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+            if name in arrays:  # (two records one name: never one silently replacing another)
+                raise TraceError(f"{self.path}: two records export as {name!r} (rank{rec.rank} "
+                                 f"record {rec.seq}; corrupt index)")
             arrays[name] = np.asarray(self.tensor(rec))
         if not arrays:
             return 0
