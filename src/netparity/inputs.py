@@ -89,11 +89,7 @@ def open_fd(path: str | os.PathLike[str], *, within: str | os.PathLike[str] | No
     p = Path(path)
     label = f"{what} " if what else ""
     if within is not None:
-        root = Path(within).resolve()
-        real = p.resolve()
-        if not real.is_relative_to(root):
-            raise error(f"{p}: {label}resolves outside {tree or 'its input folder'} ({real}); "
-                        "refusing to read it")
+        check_within(p, within, error=error, what=what, tree=tree)
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -110,6 +106,20 @@ def open_fd(path: str | os.PathLike[str], *, within: str | os.PathLike[str] | No
         raise error(f"{p}: {label}not a regular file ({kind}); refusing to read it")
     os.set_blocking(fd, True)
     return fd, st.st_size
+
+
+def check_within(path: str | os.PathLike[str], within: str | os.PathLike[str], *,
+                 error: ErrorType = InputError, what: str = "", tree: str = "") -> None:
+    """``path`` (after every symlink) lies inside the input tree ``within``.
+
+    Raises:
+        error: it resolves outside (a link out of a trace would read any file of the host).
+    """
+    p = Path(path)
+    real = p.resolve()
+    if not real.is_relative_to(Path(within).resolve()):
+        raise error(f"{p}: {what + ' ' if what else ''}resolves outside "
+                    f"{tree or 'its input folder'} ({real}); refusing to read it")
 
 
 @contextmanager

@@ -140,6 +140,22 @@ def rewrite_columns(trace: Path, rank: int, edit: dict[str, np.ndarray]) -> None
     np.savez(p, **arrays)
 
 
+def columns_header_bomb(trace: Path, rank: int, *, compressed: bool) -> Path:
+    """A rank's columnar copy (meta and stamp kept) whose ``i.step`` member header claims
+    8 TiB; ``compressed``: members deflated (read through ``zipfile``), else stored (mapped)."""
+    p = trace / f"rank{rank}" / "index.columns.npz"
+    with np.load(p) as z:
+        arrays = {k: z[k] for k in z.files}
+    how = zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED
+    with zipfile.ZipFile(p, "w", how) as z:
+        for k, a in arrays.items():
+            if k != "i.step":
+                with z.open(f"{k}.npy", "w") as f:
+                    np.lib.format.write_array(f, a)
+        z.writestr("i.step.npy", npy_header((1 << 40,)) + b"\0" * 64)
+    return p
+
+
 def json_member(obj: object) -> np.ndarray:
     return np.frombuffer(json.dumps(obj).encode(), dtype=np.uint8)
 

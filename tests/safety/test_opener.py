@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -82,6 +81,13 @@ def index_outside(tmp: Path, base: Path):  # type: ignore[no-untyped-def]
     return ["align", str(t), str(t)], [t], ["outside the trace"]
 
 
+def index_fifo(tmp: Path, base: Path):  # type: ignore[no-untyped-def]
+    t = _trace(tmp, base)  # (was: rank 0 silently dropped, the other rank read alone)
+    (t / "rank0" / "index.sqlite").unlink()
+    _fifo(t / "rank0" / "index.sqlite")
+    return ["inspect", str(t)], [t], ["rank0/index.sqlite", "not a regular file (a FIFO)"]
+
+
 def columns_zip_bomb(tmp: Path, base: Path):  # type: ignore[no-untyped-def]
     t = _trace(tmp, base)
     h.zip_bomb(t / "rank0" / "index.columns.npz", "i.seq.npy", gib=3.5)
@@ -90,15 +96,7 @@ def columns_zip_bomb(tmp: Path, base: Path):  # type: ignore[no-untyped-def]
 
 def columns_header_bomb(tmp: Path, base: Path):  # type: ignore[no-untyped-def]
     t = _trace(tmp, base)
-    p = t / "rank1" / "index.columns.npz"
-    with np.load(p) as z:
-        arrays = {k: z[k] for k in z.files}
-    with zipfile.ZipFile(p, "w", zipfile.ZIP_DEFLATED) as z:  # (read through zipfile)
-        for k, a in arrays.items():
-            if k != "i.step":
-                with z.open(f"{k}.npy", "w") as f:
-                    np.lib.format.write_array(f, a)
-        z.writestr("i.step.npy", h.npy_header((1 << 40,)) + b"\0" * 64)
+    h.columns_header_bomb(t, 1, compressed=True)
     return ["export", str(t), "-o", str(tmp / "x.npz")], [t], ["header declares"]
 
 
@@ -238,6 +236,13 @@ def scan_fifo(tmp: Path, base: Path):  # type: ignore[no-untyped-def]
     return ["scan", str(tmp / "src")], [tmp / "src"], ["not a regular file (a FIFO)"]
 
 
+def scan_outside(tmp: Path, base: Path):  # type: ignore[no-untyped-def]
+    (tmp / "src").mkdir()
+    (tmp / "src" / "a.py").write_text("import torch\n")
+    _outside(tmp / "src" / "a.py", tmp)
+    return ["scan", str(tmp / "src")], [tmp / "src"], ["outside the scanned folder"]
+
+
 def mapping_fifo(tmp: Path, base: Path):  # type: ignore[no-untyped-def]
     t = _trace(tmp, base)
     (tmp / "in").mkdir()
@@ -247,11 +252,11 @@ def mapping_fifo(tmp: Path, base: Path):  # type: ignore[no-untyped-def]
 
 
 CASES: list[Case] = [
-    wal_dev_zero, wal_fifo, index_outside, columns_zip_bomb, columns_header_bomb,
+    wal_dev_zero, wal_fifo, index_fifo, index_outside, columns_zip_bomb, columns_header_bomb,
     columns_forged_codes, columns_forged_dtype, columns_forged_row, columns_hide_index_row,
     shard_zero, ckpt_npz_header_bomb, ckpt_npz_zip_bomb, ckpt_pth_zip_bomb, ckpt_wrong_label,
     ckpt_fifo, ckpt_truncated, loss_fifo, loss_dev_zero, result_dev_zero, profiler_gzip_bomb,
-    profiler_outside, msdump_npy_bomb, msdump_outside, scan_fifo, mapping_fifo,
+    profiler_outside, msdump_npy_bomb, msdump_outside, scan_fifo, scan_outside, mapping_fifo,
 ]
 
 

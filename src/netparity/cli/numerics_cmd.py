@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     guard_outputs(args, ("trace",), ("json", "html"))
     losses = read_losses(args.loss) if args.loss else None
     with open_trace(args.trace) as tr:
+        tr.check_rows()  # (as every command reading whole traces: a bad row is one line)
         r = analyze(tr, rank=args.rank, losses=losses, top=max(args.top, 1),
                     explosion_factor=args.factor)
     status = 0 if r else 1

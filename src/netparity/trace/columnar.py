@@ -290,8 +290,11 @@ class _Members:
         if dtype.hasobject or len(shape) != 1 or fortran:
             raise ValueError(f"member {name!r} is not a flat array of plain values")
         data = start + f.tell()
-        if data + shape[0] * dtype.itemsize != end:
-            raise ValueError(f"member {name!r}: size disagrees with its header")
+        if data + shape[0] * dtype.itemsize != end:  # forged (a header bomb): refused
+            raise TraceError(f"{self.path}: member {name!r}: .npy header declares "
+                             f"{shape[0] * dtype.itemsize} bytes, the member holds "
+                             f"{max(end - data, 0)} (a corrupt columnar index, forged or "
+                             "damaged); delete it to read the SQLite index")
         with memoryview(mm) as whole, whole[start:end] as member:
             crc = zlib.crc32(member)  # ~0.03 s per 100 MB: a flipped bit is not read as data
         if crc != info.CRC:

@@ -98,7 +98,8 @@ class Trace:
         self.ranks = sorted(
             int(p.name[4:])
             for p in self.path.glob("rank*")
-            if p.name[4:].isdigit() and (p / "index.sqlite").is_file()
+            # (lexists: an index that is a FIFO or a link is refused when opened, not skipped)
+            if p.name[4:].isdigit() and os.path.lexists(p / INDEX_FILE)
         )
         if not self.ranks:
             raise TraceError(f"{self.path}: trace has no rank index (rank*/index.sqlite)")
