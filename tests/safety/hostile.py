@@ -21,7 +21,7 @@ import numpy as np
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 #: address-space limit of a CLI child: every hostile input must be refused within it
-#: (measured: ``python -m netparity`` peaks below 1.5 GiB of address space with torch loaded)
+#: (measured: ``netparity ckpt show x.pth``, torch imported, runs under a 2 GiB limit)
 MEMORY_LIMIT = 3 << 30
 
 

@@ -335,3 +335,17 @@ def test_a_damaged_npy_header_is_refused_or_read_within_its_size(tmp_path: Path,
     assert arr.nbytes <= len(data)  # never more than the file holds
     if not flips and not cut:
         assert np.array_equal(arr, _ARR)
+
+
+def test_gzip_is_read_as_a_bounded_stream(tmp_path: Path) -> None:
+    import gzip
+
+    p = tmp_path / "a.json.gz"
+    p.write_bytes(gzip.compress(b'{"a": ') + gzip.compress(b"1}"))  # two members, one text
+    assert inputs.read_text(p) == '{"a": 1}'
+    p.write_bytes(gzip.compress(b"x" * 1000)[:-12])
+    with pytest.raises(InputError, match="truncated gzip stream"):
+        inputs.read_bytes(p)
+    h.gzip_bomb(p, mib=128)  # 128 MiB from ~130 KiB: past the 64 MiB floor
+    with pytest.raises(InputError, match="inflates past 67108864 bytes"):
+        inputs.read_bytes(p)
