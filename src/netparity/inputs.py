@@ -182,7 +182,8 @@ def _gunzip(f: IO[bytes], limit: int, path: str | os.PathLike[str], error: Error
                 chunk = d.unconsumed_tail or f.read(1 << 20)
                 if not chunk:
                     raise error(f"{path}: truncated gzip stream")
-            out += d.decompress(chunk, limit + 1 - len(out))
+            # (at most 16 MiB a call: no temporary as large as the whole output)
+            out += d.decompress(chunk, min(1 << 24, limit + 1 - len(out)))
             if len(out) > limit:
                 raise error(f"{path}: gzip stream inflates past {limit} bytes (a decompression "
                             "bomb, or more than an input of this kind holds); refusing it")
