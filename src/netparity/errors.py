@@ -34,3 +34,8 @@ class MappingError(NetparityError):
 
 class FrameworkError(NetparityError):
     """A framework needed for this operation is missing or the object is not supported."""
+
+
+class InputError(NetparityError):
+    """An input file is unsafe to read: a special file, a symlink out of its tree, or a size
+    its own header does not declare (a decompression or header bomb)."""

@@ -26,11 +26,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from netparity import inputs
 from netparity.errors import MappingError
 
 SECTIONS = ("modules", "rules", "ops", "params")
@@ -167,17 +167,7 @@ def load_mapping(path: str | os.PathLike[str]) -> Mapping:
         {'fc': 'classifier'}
     """
     p = Path(path)
-    try:
-        st = p.stat()
-        if not stat.S_ISREG(st.st_mode):  # a FIFO would hang, a device never end
-            raise MappingError(f"{p}: not a regular file (a directory, device, FIFO or socket)")
-        if st.st_size > _MAX_MAPPING:
-            raise MappingError(f"{p}: {st.st_size} bytes is not a mapping file")
-        text = p.read_text()
-    except FileNotFoundError:
-        raise MappingError(f"{p}: no such mapping file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise MappingError(f"{p}: cannot read mapping file ({e.__class__.__name__})") from None
+    text = inputs.read_text(p, error=MappingError, what="mapping file", limit=_MAX_MAPPING)
     if p.suffix.lower() == ".json":
         try:
             data = json.loads(text)

@@ -234,10 +234,9 @@ def read_losses(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
         [(0, 2.5), (1, 2.1)]
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read the loss file ({e.strerror})") from None
+    from netparity import inputs
+
+    text = inputs.read_text(p, error=UsageError, what="loss file", errors="replace")
     out: list[tuple[int, float]] = []
     first = text.splitlines()[0] if text.strip() else ""
     if p.suffix.lower() == ".csv" or ("," in first and "loss" in first.lower()):

@@ -30,7 +30,6 @@ Example:
 from __future__ import annotations
 
 import bisect
-import gzip
 import json
 import os
 import re
@@ -40,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from netparity import inputs
 from netparity.errors import UsageError
 
 __all__ = ["OP_CLASSES", "OpTime", "find_kineto", "is_kineto", "load_events", "op_class",
@@ -162,7 +162,7 @@ def find_kineto(path: str | os.PathLike[str]) -> Path:
         files = _trace_files(p)
         if not files:
             raise UsageError(f"{p}: no *.pt.trace.json file (torch.profiler output) here")
-        return max(files, key=lambda q: (q.stat().st_mtime, q.name))
+        return max(files, key=lambda q: (q.lstat().st_mtime, q.name))
     return p
 
 
@@ -171,10 +171,10 @@ def load_events(path: str | os.PathLike[str]) -> tuple[Path, list[dict[str, Any]
     """The trace's events and its top-level facts; :class:`UsageError` on anything else."""
     p = find_kineto(path)
     try:
-        opener: Any = gzip.open if p.name.endswith(".gz") else open
-        with opener(p, "rt", encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError, UnicodeDecodeError, EOFError) as e:
+        doc = json.loads(inputs.read_bytes(
+            p, within=path if Path(path).is_dir() else None, error=UsageError,
+            what="profiler trace", limit=inputs.MAX_JSON))
+    except (ValueError, UnicodeDecodeError) as e:
         raise UsageError(f"{p}: not a readable profiler trace ({type(e).__name__}: {e})") \
             from None
     if isinstance(doc, list) and p.name == "trace_view.json":  # MindSpore Profiler

@@ -35,7 +35,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import stat
 import struct
 import zipfile
 from collections.abc import Mapping
@@ -44,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from netparity import inputs
 from netparity.ckpt import msproto
 from netparity.ckpt.safetensors_io import read_safetensors, write_safetensors_file
 from netparity.dtypes import DTYPES, storage_dtype
@@ -55,6 +55,8 @@ _SUFFIX = {
     ".safetensors": "safetensors", ".ckpt": "mindspore", ".npz": "npz",
 }
 _NPZ_DTYPES_KEY = "__netparity_dtypes__"
+#: a checkpoint is read whole (a regular file: bounded by its size)
+_NO_LIMIT = 1 << 62
 
 
 class CheckpointDict(dict):
@@ -117,31 +119,23 @@ def as_checkpoint(tensors: Mapping[str, Any], dtypes: Mapping[str, str] | None =
 
 
 def check_readable_file(p: Path) -> None:
-    """Refuse what is not a regular file before reading it: a ``.ckpt`` symlinked to
-    ``/dev/zero`` would be read until memory runs out, a FIFO would hang."""
-    try:
-        st = p.stat()  # (follows symlinks: what would be read)
-    except FileNotFoundError:
-        raise CheckpointError(f"no such file: {p}") from None
-    except OSError as e:
-        raise CheckpointError(f"{p}: cannot read ({e.strerror})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise CheckpointError(f"{p} is a directory, not a checkpoint file")
-    if not stat.S_ISREG(st.st_mode):
-        raise CheckpointError(f"{p} is not a regular file (a device, FIFO or socket); refusing "
-                              "to read it")
+    """Refuse what is not a regular file before reading it (:mod:`netparity.inputs`): a
+    ``.ckpt`` symlinked to ``/dev/zero`` would be read until memory runs out, a FIFO would
+    hang; and a zip whose members declare a decompression bomb's size."""
+    os.close(inputs.open_fd(p, error=CheckpointError, what="checkpoint")[0])
+    inputs.check_archive(p, error=CheckpointError)
 
 
 def detect_format(path: str | os.PathLike) -> str:
     """The checkpoint format of ``path`` from its first bytes, falling back to its suffix."""
     p = Path(path)
-    check_readable_file(p)
-    with open(p, "rb") as f:
+    with inputs.open_binary(p, error=CheckpointError, what="checkpoint") as f:
         head = f.read(16)
     by_suffix = _SUFFIX.get(p.suffix.lower())
     if head[:4] == b"PK\x03\x04":  # zip: PyTorch >= 1.6 or npz
         try:
-            with zipfile.ZipFile(p) as z:
+            with inputs.open_binary(p, error=CheckpointError, what="checkpoint") as f, \
+                    zipfile.ZipFile(f) as z:
                 names = z.namelist()
         except (zipfile.BadZipFile, OSError):
             return by_suffix or "torch"
@@ -261,7 +255,8 @@ def _load_safetensors(p: Path) -> CheckpointDict:
 
 def _load_mindspore(p: Path) -> CheckpointDict:
     try:
-        entries = msproto.decode_checkpoint(p.read_bytes())
+        entries = msproto.decode_checkpoint(inputs.read_bytes(
+            p, error=CheckpointError, what="checkpoint", limit=_NO_LIMIT))
     except CheckpointError as err:
         raise CheckpointError(f"not a valid MindSpore checkpoint ({err})") from None
     out = CheckpointDict()
@@ -279,22 +274,38 @@ def _load_mindspore(p: Path) -> CheckpointDict:
 
 def _load_npz(p: Path) -> CheckpointDict:
     out = CheckpointDict()
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            names = list(z.files)
-            special = {}
-            if _NPZ_DTYPES_KEY in names:
-                special = json.loads(str(z[_NPZ_DTYPES_KEY]))
-                names.remove(_NPZ_DTYPES_KEY)
-            for name in names:
-                arr = z[name]
-                out[name] = arr
-                out.dtypes[name] = special.get(name) or dtype_name(arr)
-    except ValueError as e:
-        if "pickle" in str(e).lower():
-            raise CheckpointError("npz holds pickled objects; refusing to unpickle") from None
-        raise
+    with inputs.NpzReader(p, error=CheckpointError, what="checkpoint") as z:
+        names = list(z.files)
+        special: Any = {}
+        if _NPZ_DTYPES_KEY in names:
+            label = z[_NPZ_DTYPES_KEY]
+            try:
+                special = json.loads(str(label)) if label.dtype.kind == "U" else None
+            except ValueError:
+                special = None
+            if not isinstance(special, dict) or not all(
+                    isinstance(v, str) for v in special.values()):
+                raise CheckpointError(f"{_NPZ_DTYPES_KEY!r} is not a JSON object of dtype "
+                                      "names (corrupt file)")
+            names.remove(_NPZ_DTYPES_KEY)
+        for name in names:
+            arr = z[name]
+            out[name] = arr
+            out.dtypes[name] = special.get(name) or dtype_name(arr)
+            if name in special:
+                _check_label(name, special[name], arr)
     return out
+
+
+def _check_label(name: str, label: str, arr: np.ndarray) -> None:
+    """A dtype label (``bfloat16`` on raw ``uint16`` bits) must fit the stored array: the same
+    storage dtype, else the bits would be reinterpreted as something they are not."""
+    if label not in DTYPES:
+        raise CheckpointError(f"{name!r}: unknown dtype label {label!r} (corrupt file)")
+    want = storage_dtype(label)
+    if arr.dtype != want:
+        raise CheckpointError(f"{name!r}: labelled {label} (stored as {want}), but the array is "
+                              f"{arr.dtype}; refusing to reinterpret its bytes (corrupt file)")
 
 
 def _framework(name: str) -> Any:

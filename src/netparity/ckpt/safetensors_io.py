@@ -23,6 +23,7 @@ import struct
 
 import numpy as np
 
+from netparity import inputs
 from netparity.dtypes import DTYPES, TAG_TO_DTYPE, storage_dtype
 from netparity.errors import CheckpointError
 
@@ -31,7 +32,7 @@ _MAX_HEADER = 100 * 1024 * 1024  # the reference implementation's limit
 
 def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, tuple[str, np.ndarray]], dict]:
     """Read a safetensors file -> ({name: (canonical dtype, storage array)}, metadata)."""
-    with open(path, "rb") as f:
+    with inputs.open_binary(path, error=CheckpointError, what="checkpoint") as f:
         head = f.read(8)
         if len(head) < 8:
             raise CheckpointError("truncated safetensors header")

@@ -64,11 +64,11 @@ def write_result(result: CompareResult, path: str | os.PathLike[str], *,
 
 def read_json(path: str | os.PathLike[str]) -> CompareResult:
     """Load a result written by :func:`write_result`."""
+    from netparity import inputs
+
+    data = inputs.read_bytes(path, error=UsageError, what="saved result", limit=inputs.MAX_JSON)
     try:
-        with open(path) as f:
-            obj: Any = json.load(f)
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read result ({e.strerror})") from None
+        obj: Any = json.loads(data)
     except ValueError as e:
         raise UsageError(f"{path}: not a JSON file ({e})") from None
     return CompareResult.from_json(obj)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from netparity import inputs
 from netparity.errors import UsageError
 
 #: directories never descended into when a package directory is scanned
@@ -266,6 +267,8 @@ def iter_python_files(paths: Iterable[str]) -> Iterator[Path]:
                 dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
                 for f in sorted(files):
                     if f.endswith(".py"):
+                        inputs.check_within(Path(root) / f, path, error=UsageError,
+                                            what="source file", tree="the scanned folder")
                         yield Path(root) / f
         elif path.exists():
             yield path
@@ -275,7 +278,4 @@ def iter_python_files(paths: Iterable[str]) -> Iterator[Path]:
 
 def read_source(path: Path) -> str:
     """A file's text; unreadable or undecodable -> ``UsageError``."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"{path}: cannot read: {e}") from None
+    return inputs.read_text(path, error=UsageError, what="source file")

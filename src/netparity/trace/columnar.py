@@ -35,6 +35,7 @@ import io
 import json
 import mmap
 import os
+import re
 import tempfile
 import weakref
 import zipfile
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from netparity import inputs
 from netparity.errors import TraceError
 from netparity.trace.schema import COLUMN_NAMES, COLUMNS, SCHEMA_VERSION
 
@@ -59,6 +61,7 @@ FORMAT = 1
 DISABLE_ENV = "NETPARITY_NO_COLUMNAR"
 
 _TYPES = {c: t.split()[0] for c, t in COLUMNS}
+_NULLABLE = frozenset(c for c, t in COLUMNS if "NOT NULL" not in t and "PRIMARY" not in t)
 
 
 class Store:
@@ -74,7 +77,10 @@ class Store:
         self._seq_up: bool | None = None
 
     def column(self, name: str) -> Any:
-        """Column ``name`` for every row: an array, or a ``Strings`` for text."""
+        """Column ``name`` for every row: an array, or a ``Strings`` for text. Checked as
+        strictly as SQLite's typing checks the index: the member's dtype is the column's, it
+        has one value per row, a text column's codes index its values (a forged copy is an
+        error, never wrong statistics or an ``IndexError`` later)."""
         from netparity.trace.scan import Strings
 
         got = self._cols.get(name)
@@ -82,21 +88,70 @@ class Store:
             t = _TYPES[name]
             try:
                 if t == "TEXT":
-                    values = json.loads(bytes(self._npz[f"v.{name}"]).decode("utf-8"))
-                    got = Strings(self._npz[f"c.{name}"], values)
+                    values = json.loads(bytes(self._member(f"v.{name}", "u1")).decode("utf-8"))
+                    if (not isinstance(values, list)
+                            or not all(isinstance(v, str) for v in values)):
+                        raise ValueError(f"values of {name!r} are not a list of strings")
+                    codes = self._member(f"c.{name}", "i4")
+                    if len(codes) and (int(codes.min()) < 0 or int(codes.max()) >= len(values)):
+                        raise ValueError(f"codes of {name!r} out of range")
+                    got = Strings(codes, values)
                 else:
-                    got = self._npz[f"{'f' if t == 'REAL' else 'i'}.{name}"]
-                nm = f"n.{name}"
-                self._nulls[name] = self._npz.get(nm)
-            except (KeyError, ValueError, OSError) as e:
-                raise TraceError(f"{self.path}: corrupt columnar index ({e}); delete it to "
-                                 "read the SQLite index") from None
+                    got = self._member(f"{'f' if t == 'REAL' else 'i'}.{name}",
+                                       "f8" if t == "REAL" else "i8")
+                null = self._npz.get(f"n.{name}")
+                if null is not None:
+                    if null.dtype != np.bool_ or len(null) != self.n:
+                        raise ValueError(f"NULL mask of {name!r} is not {self.n} booleans")
+                    if name not in _NULLABLE:
+                        raise ValueError(f"column {name!r} cannot hold NULL")
+                self._nulls[name] = null
+            except (KeyError, ValueError, OSError, UnicodeDecodeError) as e:
+                raise self._corrupt(str(e)) from None
             if len(got) != self.n:
-                raise TraceError(f"{self.path}: corrupt columnar index (column {name!r} has "
-                                 f"{len(got)} rows, not {self.n}); delete it to read the "
-                                 "SQLite index")
+                raise self._corrupt(f"column {name!r} has {len(got)} rows, not {self.n}")
             self._cols[name] = got
         return got
+
+    def _member(self, name: str, dtype: str) -> np.ndarray:
+        a = self._npz[name]
+        if a.dtype != np.dtype(dtype):
+            raise ValueError(f"member {name!r} is {a.dtype}, not {np.dtype(dtype)}")
+        return a
+
+    def _corrupt(self, why: str) -> TraceError:
+        return TraceError(f"{self.path}: corrupt columnar index ({why}); delete it to read the "
+                          "SQLite index")
+
+    def check_rows(self) -> tuple[Any, str] | None:
+        """The copy's first row (``(seq, column)``) holding what no writer produces -- what
+        :data:`~netparity.trace.reader._BAD_ROW_SQL` finds in an index, checked on the arrays
+        a scan reads (a few vectorised passes); None: every row is clean."""
+        from netparity.trace.scan import Strings
+
+        bad = np.zeros(self.n, dtype=bool)
+        first: dict[int, str] = {}
+        for c in COLUMN_NAMES:
+            v, null = self.column(c), self.null(c)
+            if isinstance(v, Strings):
+                if c not in ("shape", "extra"):
+                    continue
+                wrong = _shapes_wrong(v.values) if c == "shape" else _extras_wrong(v.values)
+                m = wrong[v.codes] if len(wrong) else np.zeros(self.n, dtype=bool)
+                if null is not None:
+                    m &= ~null
+            elif c in ("offset", "nbytes"):
+                m = v < 0 if null is None else (v < 0) & ~null
+            else:
+                continue
+            new = m & ~bad
+            if new.any():
+                first.setdefault(int(np.argmax(new)), c)
+                bad |= m
+        if not first:
+            return None
+        row = min(first)
+        return int(self.column("seq")[row]), first[row]
 
     def seq_increasing(self) -> bool:
         """Whether the ``seq`` column is strictly increasing (what :func:`compact` writes)."""
@@ -114,11 +169,62 @@ class Store:
         """What :meth:`Trace.check_rows <netparity.trace.reader.Trace.check_rows>` found in
         the index when this copy was written: ``(True, None)`` nothing (:func:`compact`
         refuses an index with bad rows), ``(True, (seq, column))`` a bad row; ``(False,
-        None)`` for a copy written before the check was recorded (check the index itself)."""
-        if "bad_row" not in self.meta:
+        None)``: not known (a copy written before the check or the index's checksum were
+        recorded, or an index whose bytes are no longer those the copy was made of: check the
+        index itself)."""
+        if "bad_row" not in self.meta or self.meta.get("index_crc") != _index_crc(
+                self.path.parent / self.index_file):
             return False, None
         got = self.meta["bad_row"]
+        if not (got is None or isinstance(got, list) and len(got) == 2):
+            return False, None
         return True, (None if got is None else (got[0], str(got[1])))
+
+    index_file = "index.sqlite"
+
+
+_SHAPE = re.compile(r"\[[0-9, \]]*\]")
+
+
+def _shapes_wrong(values: list[str]) -> np.ndarray:
+    """Which shapes are not what the index check accepts (a flat list of integers)."""
+    return np.array([_SHAPE.fullmatch(s) is None for s in values], dtype=bool)
+
+
+def _extras_wrong(values: list[str]) -> np.ndarray:
+    """Which ``extra`` values are neither NULL (``''``) nor a JSON object. One parse of all
+    of them as a JSON list first (~0.02 s per 100k distinct values, against ~0.15 s one by
+    one); a value that breaks it (or splits into two) is then found one by one."""
+    body = [x for x in values if x != ""]
+    try:
+        got = json.loads("[" + ",".join(body) + "]")
+        if len(got) == len(body) and all(isinstance(x, dict) for x in got):
+            return np.zeros(len(values), dtype=bool)
+    except ValueError:
+        pass
+    return np.array([not _extra_ok(x) for x in values], dtype=bool)
+
+
+def _extra_ok(s: str) -> bool:
+    if s == "":  # (how NULL is stored in a text column's values)
+        return True
+    try:
+        return isinstance(json.loads(s), dict)
+    except ValueError:
+        return False
+
+
+def _index_crc(path: Path) -> int | None:
+    """CRC-32 of a rank's SQLite index file (read through the opener), None if unreadable."""
+    try:
+        fd, _ = inputs.open_fd(path, error=TraceError, what="trace index")
+    except TraceError:
+        return None
+    crc = 0
+    with os.fdopen(fd, "rb") as f:
+        while chunk := f.read(1 << 22):
+            crc = zlib.crc32(chunk, crc)
+    return crc
 
 
 #: open stores per trace object and rank (dropped with the trace)
@@ -153,16 +259,18 @@ class _Members:
     ``os.replace``, so a reader's map keeps the old file's bytes.
     """
 
-    def __init__(self, path: Path):
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+    def __init__(self, path: Path, root: Path):
+        fd, size = inputs.open_fd(path, within=root, error=TraceError, what="columnar index",
+                                  tree="the trace")
+        with os.fdopen(fd, "rb") as f:
             if not size:
                 raise ValueError("empty file")
             self._map = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
             with zipfile.ZipFile(f) as z:
+                inputs.check_zip(z, size, path, TraceError)
                 self._infos = {i.filename[:-4]: i for i in z.infolist()
                                if i.filename.endswith(".npy")}
-        self.path, self.size = path, size
+        self.path, self.size, self._root = path, size, root
         self.files = list(self._infos)
 
     def get(self, name: str) -> np.ndarray | None:
@@ -171,9 +279,10 @@ class _Members:
 
     def __getitem__(self, name: str) -> np.ndarray:
         info = self._infos[name]  # KeyError: no such member
-        if info.compress_type != zipfile.ZIP_STORED:
-            with zipfile.ZipFile(self.path) as z, z.open(info) as f:
-                return np.lib.format.read_array(f, allow_pickle=False)  # type: ignore[no-any-return]
+        if info.compress_type != zipfile.ZIP_STORED:  # (header checked against the member)
+            with inputs.NpzReader(self.path, within=self._root, error=TraceError,
+                                  what="columnar index", tree="the trace") as z:
+                return z[name]
         mm, off = self._map, info.header_offset
         head = mm[off : off + 30]
         if len(head) < 30 or head[:4] != b"PK\x03\x04":
@@ -194,8 +303,11 @@ class _Members:
         if dtype.hasobject or len(shape) != 1 or fortran:
             raise ValueError(f"member {name!r} is not a flat array of plain values")
         data = start + f.tell()
-        if data + shape[0] * dtype.itemsize != end:
-            raise ValueError(f"member {name!r}: size disagrees with its header")
+        if data + shape[0] * dtype.itemsize != end:  # forged (a header bomb): refused
+            raise TraceError(f"{self.path}: member {name!r}: .npy header declares "
+                             f"{shape[0] * dtype.itemsize} bytes, the member holds "
+                             f"{max(end - data, 0)} (a corrupt columnar index, forged or "
+                             "damaged); delete it to read the SQLite index")
         with memoryview(mm) as whole, whole[start:end] as member:
             crc = zlib.crc32(member)  # ~0.03 s per 100 MB: a flipped bit is not read as data
         if crc != info.CRC:
@@ -204,17 +316,23 @@ class _Members:
 
 
 def _open(trace: Trace, rank: int) -> Store | None:
+    """The current copy of ``rank``'s index; None: none, or an outdated or unreadable one
+    (SQLite has everything). A special file, a link out of the trace or a header or zip bomb
+    is refused (:mod:`netparity.inputs`), not skipped."""
     path = trace.path / f"rank{rank}" / COLUMNS_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
     try:
-        npz = _Members(path)
+        npz = _Members(path, trace.path)
         meta = json.loads(bytes(npz["meta"]).decode("utf-8"))
+        if not isinstance(meta, dict) or type(meta.get("n")) is not int or type(
+                meta.get("max_seq")) is not int:
+            return None
         fresh = (meta.get("format") == FORMAT and meta.get("columns") == list(COLUMN_NAMES)
                  # an older version's copy has the same layout (schema.SCHEMA_HISTORY)
                  and type(meta.get("schema_version")) is int
                  and 1 <= meta["schema_version"] <= SCHEMA_VERSION)
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+    except (OSError, ValueError, KeyError, UnicodeDecodeError, zipfile.BadZipFile):
         return None  # unreadable copy: SQLite still has everything
     if not fresh:
         return None
@@ -295,6 +413,8 @@ def compact(path: str | os.PathLike[str], ranks: Iterable[int] | None = None) ->
             arrays["meta"] = _json_bytes({"format": FORMAT, "schema_version": SCHEMA_VERSION,
                                           "columns": list(COLUMN_NAMES), "n": n,
                                           "max_seq": max_seq, "index_stamp": stamp,
+                                          "index_crc": _index_crc(
+                                              tr.path / f"rank{rank}" / Store.index_file),
                                           "bad_row": None})
             _save_atomic(tr.path / f"rank{rank}" / COLUMNS_FILE, arrays)
         return len(todo)

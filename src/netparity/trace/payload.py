@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import math
 import os
-import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from netparity import inputs
 from netparity.dtypes import DTYPES, decode, storage_dtype
 from netparity.errors import TraceError
 from netparity.trace.checksum import Running, digest
@@ -86,17 +86,8 @@ def open_shard(root: Path, rec: Record) -> tuple[int, Path]:
     """
     off, n = check_location(rec)
     p = shard_path(root, rec)
-    try:
-        real = p.resolve()
-        if not real.is_relative_to(root.resolve()):
-            raise TraceError(f"{p}: payload shard resolves outside the trace ({real})")
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        raise TraceError(f"{p}: payload shard is missing or unreadable ({e.strerror})") from None
+    fd, size = inputs.open_fd(p, within=root, error=TraceError, tree="the trace", what="payload shard")
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise TraceError(f"{p}: payload shard is not a regular file (a device, FIFO or socket)")
     if st.st_size < off + n:
         os.close(fd)
         raise TraceError(f"{p}: truncated payload shard (need byte {off + n}, has {st.st_size})")

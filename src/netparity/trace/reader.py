@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from netparity import inputs
 from netparity.dtypes import decode, storage_dtype
 from netparity.errors import TraceError
 from netparity.trace import checksum, fastrows
@@ -69,12 +70,12 @@ class Trace:
         if not self.path.is_dir():
             raise TraceError(f"{self.path}: not a trace directory (expected a folder)")
         mpath = self.path / "manifest.json"
-        if not mpath.is_file():
+        if not os.path.lexists(mpath):
             raise TraceError(f"{self.path}: not a netparity trace (no manifest.json)")
-        if mpath.stat().st_size > _MAX_MANIFEST:
-            raise TraceError(f"{mpath}: corrupt manifest ({mpath.stat().st_size} bytes)")
         try:
-            self.manifest: dict[str, Any] = json.loads(mpath.read_text())
+            self.manifest: dict[str, Any] = json.loads(inputs.read_text(
+                mpath, within=self.path, error=TraceError, tree="the trace", what="manifest",
+                limit=_MAX_MANIFEST))
             if not isinstance(self.manifest, dict):
                 raise ValueError("manifest is not an object")
         except (ValueError, UnicodeDecodeError) as e:
@@ -97,7 +98,8 @@ class Trace:
         self.ranks = sorted(
             int(p.name[4:])
             for p in self.path.glob("rank*")
-            if p.name[4:].isdigit() and (p / "index.sqlite").is_file()
+            # (lexists: an index that is a FIFO or a link is refused when opened, not skipped)
+            if p.name[4:].isdigit() and os.path.lexists(p / INDEX_FILE)
         )
         if not self.ranks:
             raise TraceError(f"{self.path}: trace has no rank index (rank*/index.sqlite)")
@@ -121,9 +123,12 @@ class Trace:
 
     def rank_info(self, rank: int) -> dict[str, Any]:
         p = self.path / f"rank{rank}" / "rank.json"
+        if not os.path.lexists(p):
+            return {}
         try:
-            return dict(json.loads(p.read_text()))
-        except (OSError, ValueError):
+            return dict(json.loads(inputs.read_text(p, within=self.path, error=TraceError, tree="the trace",
+                                                    what="rank info", limit=_MAX_MANIFEST)))
+        except (ValueError, TypeError):
             return {}
 
     def _conn(self, rank: int) -> sqlite3.Connection:
@@ -131,7 +136,7 @@ class Trace:
             return self._db[rank]
         p = self.path / f"rank{rank}" / "index.sqlite"
         try:
-            db = _open_index(p, self._scratch)
+            db = _open_index(p, self.path, self._scratch)
             db.execute("SELECT count(*) FROM records").fetchone()
         except sqlite3.DatabaseError as e:
             raise TraceError(f"{p}: corrupt trace index ({e})") from None
@@ -189,8 +194,10 @@ class Trace:
         much as a comparison's own column scan), so the commands that read whole traces run it
         (``compare``, ``align``, ``inspect``, ``export``, ``recheck``). A rank whose columnar
         copy is current (:mod:`netparity.trace.columnar`: the index has not changed since the
-        copy was written) is not scanned again: the copy records what this check found in
-        the index then, and it holds for every reader of that index, SQL ones included.
+        copy was written, its CRC-32 says so) is not scanned again: the copy records what this
+        check found in the index then, and it holds for every reader of that index, SQL ones
+        included. The copy's own rows (what scans read) are checked the same way, on its
+        arrays: a forged copy is not trusted.
 
         Raises:
             TraceError: the first bad row, with its ``seq`` and column.
@@ -202,6 +209,9 @@ class Trace:
             known, found = st.bad_row() if st is not None else (False, None)
             bad = ([found] if found is not None else []) if known else self._query(
                 _BAD_ROW_SQL, (), rank)
+            if not bad and st is not None:  # what scans read: the copy's own rows
+                got = st.check_rows()
+                bad = [got] if got is not None else []
             if bad:
                 seq, col = bad[0]
                 raise TraceError(f"{self.path}/rank{rank}/{INDEX_FILE}: corrupt trace index "
@@ -368,10 +378,13 @@ class Trace:
                overwrite: bool = True) -> int:
         """Write the payloads of ``records`` to an ``.npz`` file or a folder of ``.npy`` files.
 
-        Names are the records' keys made file-safe. The ``.npz`` is written atomically
+        Names are the records' keys made file-safe, led by ``rank<N>.`` when the trace has
+        more than one rank (a step and sequence number repeat across ranks: without the rank a
+        rank's tensors would replace another's). The ``.npz`` is written atomically
         (:func:`netparity.outputs.atomic_output`), the folder through
         :func:`netparity.outputs.atomic_folder` (a new folder appears complete or not at all;
-        files written into an existing one are marked incomplete until the last lands); with ``overwrite=False`` an existing
+        files written into an existing one are marked incomplete until the last lands); with
+        ``overwrite=False`` an existing
         ``.npz`` or a non-empty folder is refused before anything is read. Returns how many
         tensors were written.
         """
@@ -386,7 +399,12 @@ class Trace:
             if not rec.has_payload:
                 continue
             name = f"{rec.step}.{rec.seq}.{rec.kind}.{rec.module or rec.op}.{rec.direction}.{rec.role}{('.' + rec.arg) if rec.arg else ''}"
+            if len(self.ranks) > 1:
+                name = f"rank{rec.rank}.{name}"
             name = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+            if name in arrays:  # (two records one name: never one silently replacing another)
+                raise TraceError(f"{self.path}: two records export as {name!r} (rank{rec.rank} "
+                                 f"record {rec.seq}; corrupt index)")
             arrays[name] = np.asarray(self.tensor(rec))
         if not arrays:
             return 0
@@ -461,32 +479,65 @@ def _check_manifest_types(mpath: Path, m: dict[str, Any]) -> None:
                              f"{type(v).__name__} {v!r:.40})")
 
 
-def _open_index(p: Path, scratch: list[str]) -> sqlite3.Connection:
-    """Open a rank's index for reading without creating any file inside the trace.
+def _open_index(p: Path, root: Path, scratch: list[str]) -> sqlite3.Connection:
+    """Open a rank's index for reading without creating or changing any file of the trace.
 
-    A cleanly closed index has no ``-wal`` file: it is opened ``immutable`` (SQLite then takes
-    no locks and creates no ``-wal``/``-shm``; works on read-only media). A ``-wal`` next to it
-    means a live writer or a killed one whose last commits live only in the WAL: opened
-    read-only through the WAL. Where that fails (read-only media, no ``-shm``) the index and its
-    WAL are copied to a temporary directory (in ``scratch``, removed on close) and read there.
+    Every file SQLite will touch goes through :mod:`netparity.inputs` first: a regular file
+    inside the trace (an index, ``-wal`` or ``-shm`` linked to ``/dev/zero`` or out of the
+    trace is refused). A cleanly closed index has no ``-wal`` file: it is opened ``immutable``
+    (SQLite then takes no locks and creates no ``-wal``/``-shm``; works on read-only media). A
+    ``-wal`` and its ``-shm`` next to it mean a live writer (or a killed one whose last commits
+    live only in the WAL): opened read-only through them. A ``-wal`` without ``-shm`` (SQLite
+    would create one in the trace), or read-only media: the index and the whole frames of its
+    WAL (bounded by the page size its header declares) are copied to a temporary directory (in
+    ``scratch``, removed on close) and read there.
     """
-    if not p.is_file():
-        raise sqlite3.DatabaseError("missing or not a regular file")
+    for suffix in ("", "-wal", "-shm"):
+        if suffix == "" or os.path.lexists(f"{p}{suffix}"):
+            os.close(inputs.open_fd(f"{p}{suffix}", within=root, error=TraceError, tree="the trace",
+                                    what="trace index")[0])
     if not os.path.lexists(f"{p}-wal"):
         return sqlite3.connect(f"{p.resolve().as_uri()}?immutable=1", uri=True,
                                check_same_thread=False)
-    try:
-        db = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True,
-                             check_same_thread=False)
-        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return db
-    except sqlite3.OperationalError:
-        pass
+    if os.path.lexists(f"{p}-shm"):
+        try:
+            db = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True,
+                                 check_same_thread=False)
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return db
+        except sqlite3.OperationalError:
+            pass
     d = tempfile.mkdtemp(prefix="netparity-index-")
     scratch.append(d)
-    for suffix in ("", "-wal"):
-        shutil.copyfile(f"{p}{suffix}", os.path.join(d, f"index.sqlite{suffix}"))
-    return sqlite3.connect(os.path.join(d, "index.sqlite"), check_same_thread=False)
+    inputs.copy_file(p, os.path.join(d, INDEX_FILE), within=root, error=TraceError, tree="the trace",
+                     what="trace index")
+    inputs.copy_file(f"{p}-wal", os.path.join(d, f"{INDEX_FILE}-wal"), within=root,
+                     error=TraceError, tree="the trace", what="trace index WAL", limit=_wal_extent(f"{p}-wal"))
+    return sqlite3.connect(os.path.join(d, INDEX_FILE), check_same_thread=False)
+
+
+#: a WAL file's magic numbers (big- or little-endian frame checksums) and its header size
+_WAL_MAGIC = (0x377F0682, 0x377F0683)
+_WAL_HEADER, _WAL_FRAME_HEADER = 32, 24
+
+
+def _wal_extent(wal: str) -> int:
+    """How many bytes of a WAL file SQLite can use: its header and the whole frames after it
+    (the page size is the header's). Anything else in the file (not a WAL: a sparse or
+    zero-filled file) is 0 bytes: the copy then holds no WAL and reads the index alone."""
+    fd, size = inputs.open_fd(wal, error=TraceError, tree="the trace", what="trace index WAL")
+    try:
+        head = os.pread(fd, _WAL_HEADER, 0)
+    finally:
+        os.close(fd)
+    if len(head) < _WAL_HEADER or int.from_bytes(head[:4], "big") not in _WAL_MAGIC:
+        return 0
+    page = int.from_bytes(head[8:12], "big")
+    page = 65536 if page == 1 else page
+    if page < 512 or page > 65536 or page & (page - 1):
+        return 0
+    frame = _WAL_FRAME_HEADER + page
+    return _WAL_HEADER + (size - _WAL_HEADER) // frame * frame
 
 
 def holds_trace(path: str | os.PathLike[str]) -> bool:

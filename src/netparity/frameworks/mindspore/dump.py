@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import re
@@ -43,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from netparity import inputs
 from netparity.dtypes import encode_bf16
 from netparity.errors import TraceError, UsageError
 from netparity.hoststats import host_stats
@@ -196,8 +198,9 @@ def _load_order(rank_dir: Path) -> tuple[dict[str, str], dict[str, int]]:
     files = sorted(eo.glob("ms_execution_order_graph_*.csv")) if eo.is_dir() else []
     pos = 0
     for f in files:
-        with open(f, newline="") as fh:
-            for row in csv.reader(fh):
+        text = inputs.read_text(f, within=rank_dir, error=TraceError, what="execution order",
+                                tree="the dump folder")
+        for row in csv.reader(io.StringIO(text, newline="")):
                 if not row or row[0].startswith("NodeExecutionOrder"):
                     continue
                 full = row[0].strip()
@@ -222,12 +225,11 @@ def _guess_scope(op_name: str) -> str:
     return prefix + "/".join(comps)
 
 
-def _read(path: Path, tag: str) -> tuple[np.ndarray, str]:
-    """Load one dump .npy as (storage array, canonical dtype)."""
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise TraceError(f"cannot read dump file {path}: {e}") from None
+def _read(path: Path, tag: str, root: Path) -> tuple[np.ndarray, str]:
+    """Load one dump .npy as (storage array, canonical dtype); it must lie in the dump folder
+    ``root`` and hold what its header declares (:func:`netparity.inputs.load_npy`)."""
+    arr = inputs.load_npy(path, within=root, error=TraceError, what="dump file",
+                          tree="the dump folder")
     name = _DTYPE_TAGS.get(tag)
     if name == "bfloat16":
         if arr.dtype.itemsize == 2 and arr.dtype.kind in "uV":
@@ -313,7 +315,7 @@ def import_dump(
             events: dict[tuple[int, str], int] = {}
             op_index: dict[tuple[int, str, str], int] = {}
             for step, _pos, _ts, full, df in entries:
-                arr, dtype = _read(df.path, df.dtype_tag)
+                arr, dtype = _read(df.path, df.dtype_tag, root)
                 counts["files"] += 1
                 key = (step, full)
                 if key not in events:

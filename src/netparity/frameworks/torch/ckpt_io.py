@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from netparity import inputs
 from netparity.dtypes import DTYPES
 from netparity.errors import CheckpointError
 from netparity.frameworks.base import CheckpointData
@@ -48,7 +49,7 @@ def read(p: Path) -> CheckpointData:
             warnings.simplefilter("ignore")
             # (a file object, not the path: torch.load sends a path named .safetensors to the
             # safetensors reader, whatever the bytes are)
-            with open(p, "rb") as f:
+            with inputs.open_binary(p, error=CheckpointError, what="checkpoint") as f:
                 obj = torch.load(f, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as e:
         msg = str(e)
