@@ -9,7 +9,10 @@ enough for that fails ordinary noise further down.
 So the reference is run a second time -- the *noise run* -- with every floating-point weight and
 input moved by one unit in the last place, up or down at random (``perturb_last_bit``). That run
 computes the same function with last-bit different numbers, so its distance from the reference
-is, tensor by tensor, the rounding noise that computation amplifies. A candidate pair passes
+is, tensor by tensor, the rounding noise that computation amplifies. The step workflow also moves
+every layer's outputs and incoming gradients one ulp in that run
+(``FrameworkAdapter.rounding_jitter``): another implementation rounds at every layer, not only
+where the inputs and weights enter. A candidate pair passes
 when its normwise error is within ``k`` times the noise run's error for the same tensor plus a
 floor of a few units of the dtype's precision (for tensors the perturbation does not reach).
 
