@@ -8,7 +8,8 @@ called on the *reference's* captured inputs (converted to the candidate's framew
 weights) and its output compared with the reference's captured output: that is the module's
 *local* error. Its noise floor is measured the same way as the noise run's
 (:mod:`netparity.compare.noise`): the reference's module replayed on its inputs and its own
-weights moved one unit in the last place. A module *introduces* a divergence when its local
+weights moved one unit in the last place, and every layer inside it rounding one ulp off (the
+largest of three such replays). A module *introduces* a divergence when its local
 error exceeds ``NOISE_K`` x that noise plus a floor of a few units of the dtype's precision.
 
 This module is the judging half (stateless, numbers in, verdicts out); the step workflow
@@ -62,7 +63,7 @@ class ReplayOutcome:
     accumulated: float  # the call's normwise output error in the comparison (upstream included)
     direction: str = "forward"
     local: float | None = None  # candidate module on the reference's inputs vs reference output
-    noise: float | None = None  # reference module on last-bit moved inputs/weights
+    noise: float | None = None  # reference module, inputs/weights/inner outputs one ulp off
     bound: float | None = None
     verdict: str = ""  # "introduced" | "reproduces" | "not replayed"
     reason: str = ""
