@@ -91,10 +91,31 @@ SPEC = textwrap.dedent('''
             h = self.act(self.lin1(x)) * self.scale    # the block's own code
             return self.drop(self.lin2(h))
 
+    class HandAdam(torch.optim.Optimizer):
+        """Adam written by hand, its step counter a plain attribute (not in state_dict)."""
+
+        def __init__(self, params, lr, eps):
+            super().__init__(params, {"lr": lr})
+            self.t, self.eps = 0, eps
+
+        @torch.no_grad()
+        def step(self, closure=None):
+            self.t += 1
+            for group in self.param_groups:
+                for q in group["params"]:
+                    st = self.state[q]
+                    if not st:
+                        st["m"], st["v"] = torch.zeros_like(q), torch.zeros_like(q)
+                    st["m"].mul_(0.9).add_(q.grad, alpha=0.1)
+                    st["v"].mul_(0.999).addcmul_(q.grad, q.grad, value=0.001)
+                    m_hat = st["m"] / (1 - 0.9**self.t)
+                    v_hat = st["v"] / (1 - 0.999**self.t)
+                    q.sub_(group["lr"] * m_hat / (v_hat.sqrt() + self.eps))
+
     def build(steps, scale=1.0, p=0.0, bad_grad=False, adam_eps=None, momentum=0.0,
               dampening=0.0, loss_scale=1.0, unscale=True, clip=None, lr1=None, gelu=None,
               double=False, gelu_grad=None, gelu_formula=False, accum=1, divide_twice=False,
-              hand_loss=False, clip_per_tensor=False):
+              hand_loss=False, clip_per_tensor=False, hand_adam_eps=None):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 16), Block(scale, p, bad_grad), nn.Linear(16, 3))
         if gelu is not None:  # an activation whose approximation is an op argument
@@ -108,6 +129,8 @@ SPEC = textwrap.dedent('''
         opt = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=float(momentum),
                                dampening=float(dampening)) if adam_eps is None else
                torch.optim.Adam(model.parameters(), lr=0.1, eps=float(adam_eps)))
+        if hand_adam_eps is not None:
+            opt = HandAdam(model.parameters(), lr=0.01, eps=float(hand_adam_eps))
         lrs = [0.1] + [0.1 if lr1 is None else float(lr1)] * (steps - 1)
         rng = np.random.default_rng(0)
         batches = [(rng.standard_normal((4, 8)).astype(np.float32), rng.integers(0, 3, 4))
@@ -256,6 +279,21 @@ def test_a_hand_written_loss_is_an_equivalent_rewrite(spec, tmp_path, opts):
     r = _run(spec, tmp_path, options=opts, steps=3, hand_loss=True)
     assert r, _phases(r)
     assert all(p.status in ("pass", "skipped") for p in r.phases), _phases(r)
+
+
+def test_a_hand_written_optimizer_with_a_python_counter_is_replayed(spec, tmp_path):
+    # an Adam the user wrote, counting its steps in a plain attribute: the faithful pair passes
+    # by optimizer replay at every step (before, the replay's counter kept advancing and the
+    # first update came out ~0.49x: "the learning rate differs"), and an eps copied wrong is
+    # named in the update by that replay
+    ok = _run(spec, tmp_path / "ok", options={"hand_adam_eps": 1e-8}, steps=3)
+    assert ok, _phases(ok)
+    assert ok.phase("later-steps").evidence["optimizer_replay_steps"] == [1, 2]
+    bad = _run(spec, tmp_path / "bad", options={"hand_adam_eps": 1e-8}, steps=3,
+               hand_adam_eps=1e-1)
+    assert bad.first_phase == "update", _phases(bad)
+    assert isinstance(bad.phase("update").evidence["optimizer_replay"], dict), _phases(bad)
+    assert bad.where != "optimizer (learning rate)", _phases(bad)
 
 
 def test_per_tensor_clipping_against_global_clipping_is_named_in_the_update(spec, tmp_path):
