@@ -178,3 +178,22 @@ def test_running_statistics_are_bounded_by_their_layers_input_difference(which):
     x = np.random.default_rng(1).standard_normal((2, 6, 1, 1)) * 3.0 + 1.0
     r, stat = _stat_pairs(x, np.zeros_like(x), 0.1, 0.9, which)
     assert params_differing_after(r, []) == [stat]
+
+
+def test_a_gradient_culprit_is_the_one_nearest_the_loss():
+    # backward runs from the loss back: of two diverging parameter gradients the head's is
+    # reached first, whatever forward order says (issue 28: a decoder BatchNorm was named ahead
+    # of the head); a parameter of a module never seen in forward comes last
+    from netparity.analyzers.step import judge_backward
+
+    def grad(name: str) -> PairResult:
+        return PairResult(name, "grad", "", 0, 0, "grad", "", name, "", name, "", "float32",
+                          "float32", [4], [4], 1e-5, 1e-5, "noise", status="fail")
+
+    order = {"decoder.bn": 3, "head": 10}
+    r0 = CompareResult(params=[grad("decoder.bn.weight"), grad("head.weight"),
+                               grad("unused.weight")])
+    bwd = judge_backward(r0, order)
+    assert (bwd.status, bwd.where) == ("fail", "head"), bwd.summary
+    r1 = CompareResult(params=[grad("unused.weight"), grad("decoder.bn.weight")])
+    assert judge_backward(r1, order).where == "decoder.bn"

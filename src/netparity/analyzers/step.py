@@ -265,6 +265,18 @@ def _first_param(pairs: list[PairResult], order: dict[str, int]) -> PairResult:
     return min(pairs, key=key)
 
 
+def _grad_culprit(pairs: list[PairResult], order: dict[str, int]) -> PairResult:
+    """The diverging parameter gradient backward reached first: the one nearest the loss
+    (latest in forward order; backward runs from the loss back), parameters of modules never
+    seen in forward last. Forward order named a BatchNorm deep in a decoder ahead of the head
+    nearer the loss and further over its bound (issue 28)."""
+    def key(p: PairResult) -> tuple[int, int, str]:
+        pos = order.get(module_of(p.module), -1)
+        return (-pos, 0 if p.status == "fail" else 1, p.module)
+
+    return min(pairs, key=key)
+
+
 def name_mapping(ref_to_cand: dict[str, str]) -> dict[str, Any]:
     """The comparison mapping (modules and params) implied by a parameter name map."""
     return {
@@ -462,10 +474,11 @@ def judge_backward(r0: CompareResult, order: dict[str, int]) -> Phase:
         bwd.summary = f"gradient flowing back diverges first at {db.module or '<root>'} ({db.verdict})"
         bwd.evidence = {"verdict": db.verdict, "metrics": db.metrics}
     if grads and any(g.status == "fail" for g in grads):
-        g = _first_param([g for g in grads if g.status == "fail"], order)
+        g = _grad_culprit([g for g in grads if g.status == "fail"], order)
         if bwd.status != "fail":
             bwd.status, bwd.where, bwd.step = "fail", module_of(g.module), 0
-            bwd.summary = f"parameter gradient {g.module} diverges first"
+            bwd.summary = (f"parameter gradient {g.module} diverges first (nearest the loss: "
+                           "backward reaches it first)")
         bwd.evidence.update({"first_grad": g.module, "grads_diverging": len(grads),
                              "grad_metrics": g.metrics})
     if bwd.status == "pass":
@@ -966,7 +979,7 @@ def later_step_divergence(r: CompareResult, step: int, deltas: list[dict[str, An
                 f"gradient flowing back diverges first at {db.module or '<root>'} ({db.verdict})")
     grads = [g for g in r.divergent_params("grad") if g.status == "fail"]
     if grads and "backward" not in cleared:
-        g = _first_param(grads, order)
+        g = _grad_culprit(grads, order)
         return "backward", module_of(g.module), f"parameter gradient {g.module} diverges"
     verdict = judge_updates(deltas, order, lr_ref)
     if verdict is not None:
