@@ -115,7 +115,7 @@ SPEC = textwrap.dedent('''
     def build(steps, scale=1.0, p=0.0, bad_grad=False, adam_eps=None, momentum=0.0,
               dampening=0.0, loss_scale=1.0, unscale=True, clip=None, lr1=None, gelu=None,
               double=False, gelu_grad=None, gelu_formula=False, accum=1, divide_twice=False,
-              hand_loss=False, clip_per_tensor=False, hand_adam_eps=None):
+              hand_loss=False, clip_per_tensor=False, hand_adam_eps=None, head_scale=None):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 16), Block(scale, p, bad_grad), nn.Linear(16, 3))
         if gelu is not None:  # an activation whose approximation is an op argument
@@ -124,6 +124,12 @@ SPEC = textwrap.dedent('''
             model[1].act = HandGelu(gelu_grad)
         if gelu_formula:  # several operators where the reference has one
             model[1].act = FormulaGelu()
+        if head_scale is not None:  # the head's own code scales its output
+            head = model[2]
+            model[2] = type("ScaledHead", (nn.Linear,), {
+                "forward": lambda self, x: nn.Linear.forward(self, x) * float(head_scale)})(
+                16, 3)
+            model[2].load_state_dict(head.state_dict())
         if double:
             model = model.double()
         opt = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=float(momentum),
@@ -294,6 +300,18 @@ def test_a_hand_written_optimizer_with_a_python_counter_is_replayed(spec, tmp_pa
     assert bad.first_phase == "update", _phases(bad)
     assert isinstance(bad.phase("update").evidence["optimizer_replay"], dict), _phases(bad)
     assert bad.where != "optimizer (learning rate)", _phases(bad)
+
+
+def test_every_module_introducing_a_difference_of_its_own_is_named(spec, tmp_path):
+    # two independent wrong defaults: an activation inside the block and a scale in the head's
+    # own code; replay goes on past the first culprit and names the second (issue 28: only the
+    # first was named, the second labelled "propagated")
+    r = _run(spec, tmp_path, gelu="tanh", head_scale=1.01)
+    fwd = r.phase("forward")
+    assert (r.first_phase, r.where) == ("forward", "1.act"), _phases(r)
+    others = [o["module"] for o in fwd.evidence.get("also_introduced", [])]
+    assert others == ["2"], (others, fwd.summary)
+    assert "also introducing a difference of its own: 2 " in fwd.summary
 
 
 def test_per_tensor_clipping_against_global_clipping_is_named_in_the_update(spec, tmp_path):

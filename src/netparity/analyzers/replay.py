@@ -34,7 +34,7 @@ from netparity.compare.noise import FLOOR_EPS, NOISE_K, unit_roundoff
 from netparity.compare.results import CallResult, CompareResult
 
 __all__ = ["REPLAY_LIMIT", "SELF_TOLERANCE", "ReplayOutcome", "describe_factor",
-           "gradient_factor", "judge", "normwise_error", "plan", "refine", "refine_forward",
+           "gradient_factor", "independent_culprits", "judge", "normwise_error", "plan", "refine", "refine_forward",
            "refine_update"]
 
 #: at most this many calls are replayed per step (each costs one forward of that module)
@@ -261,6 +261,13 @@ def refine(phase: Any, outcomes: list[ReplayOutcome], r0: CompareResult | None =
         if before and before != phase.where:
             phase.evidence["compare_pointed_at"] = before
         phase.evidence["verdict"] = "introduced (replay)"
+        others = independent_culprits(outcomes)[1:]
+        if others:
+            phase.evidence["also_introduced"] = [o.to_json() for o in others]
+            phase.summary += ("; also introducing a difference of its own: " + ", ".join(
+                f"{o.module or '<root>'} ({o.op}: {o.local:.3g} against {o.bound:.3g})"
+                for o in others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5
+                                        else ""))
         return
     if replayed and phase.status == "fail":
         if r0 is not None and _explained(phase, outcomes, r0):
@@ -273,6 +280,18 @@ def refine(phase: Any, outcomes: list[ReplayOutcome], r0: CompareResult | None =
                           f"{replayed[0].unit}(s) replayed differs beyond its noise on the "
                           f"reference's tensors -- the difference enters {where} or with the "
                           "inputs")
+
+
+def independent_culprits(outcomes: list[ReplayOutcome]) -> list[ReplayOutcome]:
+    """The replayed calls that introduce a difference of their own, in execution order, less
+    those that contain or lie inside an earlier one (a block around a wrong LayerNorm is
+    "introduced" because of it): every independent mistake replay found, first the culprit."""
+    out: list[ReplayOutcome] = []
+    for o in outcomes:
+        if o.introduced and not any(_contains(p.module, o.module) or _contains(o.module, p.module)
+                                    for p in out):
+            out.append(o)
+    return out
 
 
 def _explained(phase: Any, outcomes: list[ReplayOutcome], r0: CompareResult) -> bool:

@@ -192,8 +192,9 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
             except Exception as e:  # noqa: BLE001 - a module the user wrote may refuse replay
                 first = (str(e).strip().splitlines() or [""])[0]
                 o.verdict, o.reason = "not replayed", f"{type(e).__name__}: {first}"[:200]
-            if o.introduced:
-                break
+            # no break at the first culprit: a port carrying two wrong defaults (LayerNorm eps
+            # and a tanh GELU) has two modules introducing a difference of their own, and each
+            # replay is fed the reference's tensors, free of the first one's
     finally:
         load(ref_model, keep_ref)
         load(cand_model, keep_cand)
