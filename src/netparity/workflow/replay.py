@@ -11,8 +11,8 @@ order, read the reference's captured tensors of that call from its trace and
   outputs, comparing the gradients with respect to its inputs (modules called once per step).
 
 Both models are set to their step-0 weights first and restored afterwards, so replays change
-nothing the workflow reports. Replaying a direction stops at the first call that introduces a
-difference.
+nothing the workflow reports. Module replay goes on past the first call that introduces a
+difference (a second independent mistake is named too); op replay stops there.
 """
 
 from __future__ import annotations
