@@ -177,8 +177,16 @@ SPEC = textwrap.dedent('''
             done.append(1)
             return total
 
+        def evaluate():
+            model.eval()
+            with torch.no_grad():
+                x = torch.as_tensor(batches[0][0])
+                out = model(x.double() if double else x)
+            return {"mean_logit": float(out.mean())}
+
         return {"framework": "torch", "model": model, "batches": batches,
-                "train_step": train_step, "optimizer": opt, "lr_schedule": lrs}
+                "train_step": train_step, "optimizer": opt, "lr_schedule": lrs,
+                "eval": evaluate}
 ''')
 
 
@@ -300,6 +308,21 @@ def test_a_hand_written_optimizer_with_a_python_counter_is_replayed(spec, tmp_pa
     assert bad.first_phase == "update", _phases(bad)
     assert isinstance(bad.phase("update").evidence["optimizer_replay"], dict), _phases(bad)
     assert bad.where != "optimizer (learning rate)", _phases(bad)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1.0003])
+def test_the_eval_phase_is_judged_against_its_own_noise(spec, tmp_path, scale):
+    # 3e-4 in a block's own code: inside the cross-framework table's band, ~1000x the float32
+    # noise. The eval phase used the table and said "evaluation outputs agree" (issue 28); it
+    # is judged against the reference's evaluation noise run now, and a faithful pair passes
+    r = run_step_parity(spec, spec, tmp_path / "run", steps=1, cand_options={"scale": scale},
+                        run_eval=True, free_running=False)
+    ev = r.phase("eval")
+    assert ev.evidence.get("calibrated_by") == "the reference's evaluation noise run"
+    if scale == 1.0:
+        assert r, _phases(r)
+    else:
+        assert (ev.status, ev.where) == ("fail", "1"), _phases(r)
 
 
 def test_every_module_introducing_a_difference_of_its_own_is_named(spec, tmp_path):

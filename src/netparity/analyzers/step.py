@@ -188,6 +188,9 @@ class StepRun:
     optimizer_settings: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
     ref_eval_trace: str | None = None
     cand_eval_trace: str | None = None
+    #: the reference's evaluation again, weights one ulp off and every layer rounding one ulp
+    #: off: the eval phase is judged against its noise as training is
+    eval_noise_trace: str | None = None
     eval_metrics: dict[str, Any] = field(default_factory=dict)  # {"ref": ..., "cand": ...}
     eval_skipped: str = ""  # why eval was not run ("" when it was)
     rtol: float | None = None
@@ -1094,8 +1097,10 @@ def judge_eval(run: StepRun, mapping: dict[str, Any]) -> Phase:
         return ev
     m_ref, m_cand = run.eval_metrics.get("ref"), run.eval_metrics.get("cand")
     re = compare(run.ref_eval_trace, run.cand_eval_trace, mapping=mapping, level="module",
-                 rtol=run.rtol, atol=run.atol)
-    ev.evidence = {"ref": m_ref, "cand": m_cand}
+                 rtol=run.rtol, atol=run.atol, noise_run=run.eval_noise_trace)
+    if run.eval_noise_trace is not None:
+        ev.evidence["calibrated_by"] = "the reference's evaluation noise run"
+    ev.evidence.update({"ref": m_ref, "cand": m_cand})
     de = re.first_divergence
     if de is not None and de.status == "fail":
         ev.status, ev.where = "fail", de.module or de.op

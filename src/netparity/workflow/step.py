@@ -454,6 +454,21 @@ def run_step_parity(
         run.eval_metrics = {"ref": _evaluate(ref, out / "ref-eval", "module", payload),
                             "cand": _evaluate(cand, out / "cand-eval", "module", payload)}
         run.ref_eval_trace, run.cand_eval_trace = str(out / "ref-eval"), str(out / "cand-eval")
+        if noise and payload == "tensors":
+            # the eval forward judged against its own noise, as training is: the reference's
+            # evaluation again with its weights one ulp off and every layer rounding one ulp off
+            from netparity.compare.noise import perturb_last_bit
+            from netparity.frameworks.models import rounding_jitter
+
+            rng = np.random.default_rng(seed + 104_723)
+            set_weights(ref.model, {k: perturb_last_bit(np.asarray(v), rng)
+                                    for k, v in ref_state0.items()
+                                    if ref_state0.dtypes.get(k) != "bfloat16"})
+            with rounding_jitter(ref.model, "", seed + 1_299_709):
+                _evaluate(ref, out / "ref-eval-noise", "module", payload)
+            set_weights(ref.model, ref_state0, {k: v for k, v in ref_state0.dtypes.items()
+                                                if v == "bfloat16"})
+            run.eval_noise_trace = str(out / "ref-eval-noise")
     else:
         run.eval_skipped = "no eval in the specs" if run_eval else "not asked"
 
