@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from netparity.errors import MappingError
+from netparity.untrusted import load_json
 
 SECTIONS = ("modules", "rules", "ops", "params")
 _MAX_MAPPING = 64 << 20  # a mapping file of a huge model is a few MiB
@@ -177,7 +178,7 @@ def load_mapping(path: str | os.PathLike[str]) -> Mapping:
         raise MappingError(f"{p}: cannot read mapping file ({e.__class__.__name__})") from None
     if p.suffix.lower() == ".json":
         try:
-            data = json.loads(text)
+            data = load_json(text, what="mapping")
         except ValueError as e:
             raise MappingError(f"{p}: not valid JSON ({e})") from None
     else:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import bisect
 import gzip
-import json
 import os
 import re
 from dataclasses import asdict, dataclass
@@ -41,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from netparity.errors import UsageError
+from netparity.untrusted import load_json
 
 __all__ = ["OP_CLASSES", "OpTime", "find_kineto", "is_kineto", "load_events", "op_class",
            "summarize"]
@@ -173,7 +173,7 @@ def load_events(path: str | os.PathLike[str]) -> tuple[Path, list[dict[str, Any]
     try:
         opener: Any = gzip.open if p.name.endswith(".gz") else open
         with opener(p, "rt", encoding="utf-8") as f:
-            doc = json.load(f)
+            doc = load_json(f.read(), what="trace")
     except (OSError, ValueError, UnicodeDecodeError, EOFError) as e:
         raise UsageError(f"{p}: not a readable profiler trace ({type(e).__name__}: {e})") \
             from None

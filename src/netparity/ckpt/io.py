@@ -48,6 +48,7 @@ from netparity.ckpt import msproto
 from netparity.ckpt.safetensors_io import read_safetensors, write_safetensors_file
 from netparity.dtypes import DTYPES, storage_dtype
 from netparity.errors import CheckpointError, FrameworkError, NetparityError
+from netparity.untrusted import load_json
 
 FORMATS = ("torch", "safetensors", "mindspore", "npz")
 _SUFFIX = {
@@ -284,7 +285,7 @@ def _load_npz(p: Path) -> CheckpointDict:
             names = list(z.files)
             special = {}
             if _NPZ_DTYPES_KEY in names:
-                special = json.loads(str(z[_NPZ_DTYPES_KEY]))
+                special = load_json(str(z[_NPZ_DTYPES_KEY]), what=f"{p}: dtype list")
                 names.remove(_NPZ_DTYPES_KEY)
             for name in names:
                 arr = z[name]

@@ -25,6 +25,7 @@ import numpy as np
 
 from netparity.dtypes import DTYPES, TAG_TO_DTYPE, storage_dtype
 from netparity.errors import CheckpointError
+from netparity.untrusted import load_json
 
 _MAX_HEADER = 100 * 1024 * 1024  # the reference implementation's limit
 
@@ -42,8 +43,8 @@ def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, tuple[str, np.n
         if len(raw) < n:
             raise CheckpointError("truncated safetensors header")
         try:
-            header = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            header = load_json(raw, what="safetensors header")
+        except ValueError:
             raise CheckpointError("safetensors header is not valid JSON (corrupt file)") from None
         if not isinstance(header, dict):
             raise CheckpointError("safetensors header is not a JSON object")

@@ -25,6 +25,7 @@ from netparity.compare.results import CompareResult
 from netparity.errors import UsageError
 from netparity.outputs import write_text_atomic
 from netparity.report.sections import Section, for_output
+from netparity.untrusted import load_json
 
 
 def _plain(o: Any) -> Any:
@@ -66,7 +67,7 @@ def read_json(path: str | os.PathLike[str]) -> CompareResult:
     """Load a result written by :func:`write_result`."""
     try:
         with open(path) as f:
-            obj: Any = json.load(f)
+            obj: Any = load_json(f.read(), what="result")
     except OSError as e:
         raise UsageError(f"{path}: cannot read result ({e.strerror})") from None
     except ValueError as e:

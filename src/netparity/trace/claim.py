@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import re
 import stat
@@ -35,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from netparity.errors import TraceError
+from netparity.untrusted import load_json
 
 DIR_LOCK = ".netparity.lock"
 ASIDE_PREFIX = ".netparity-replaced-"
@@ -120,7 +120,7 @@ def _foreign(run_dir: Path) -> str | None:
 
 def _is_manifest(p: Path) -> bool:
     try:
-        m = json.loads(p.read_text())
+        m = load_json(p.read_text(), what=str(p))
     except (OSError, ValueError, UnicodeDecodeError):
         return False
     return isinstance(m, dict) and type(m.get("schema_version")) is int
@@ -159,7 +159,7 @@ def _holder(path: Path) -> str:
 
 def _manifest_run_id(run_dir: Path) -> str | None:
     with contextlib.suppress(OSError, ValueError, UnicodeDecodeError, AttributeError):
-        rid = json.loads((run_dir / "manifest.json").read_text()).get("run_id")
+        rid = load_json((run_dir / "manifest.json").read_text(), what="manifest").get("run_id")
         return rid if isinstance(rid, str) else None
     return None
 

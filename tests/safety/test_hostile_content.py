@@ -1,0 +1,191 @@
+"""Hostile content is one ``netparity: error:`` line and exit 2, never a traceback or a hang
+(issue 29): malformed shape strings, shapes whose element count overflows, JSON nested deeper
+than the interpreter can recurse (manifest, index ``extra``, saved results, mapping files,
+profiler traces, checkpoint headers), manifest fields and timing rows of the wrong type."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from netparity.errors import NetparityError
+from netparity.untrusted import MAX_JSON_DEPTH, ContentError, load_json, parse_shape
+
+from .helpers import assert_one_line_error, run_cli
+from .test_boundary import _unconstrained
+from .test_confined_reads import make_trace
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+# ---- the parsers: any input is a value or a NetparityError -----------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=40), st.text(alphabet="[]0123456789,- .e", max_size=40),
+                 st.lists(st.integers(-2, 2**40), max_size=70).map(json.dumps),
+                 st.binary(max_size=20), st.none(), st.integers()))
+def test_parse_shape_is_a_shape_or_one_error(text):
+    try:
+        dims = parse_shape(text)
+    except NetparityError:
+        return
+    assert isinstance(dims, tuple) and all(type(d) is int and d >= 0 for d in dims)
+    assert json.loads(text) == list(dims)
+
+
+@pytest.mark.parametrize("text", ["[1,,2]", "[1,2", "[1.5]", "[-1]", "[true]", "{}", '"3"',
+                                  "[2147483648,2147483648,2147483648]", "[1]" + " " * 5000,
+                                  json.dumps([1] * 65), "[[1]]", "", "null"])
+def test_bad_shapes(text):
+    with pytest.raises(ContentError):
+        parse_shape(text)
+
+
+_nested = st.recursive(st.integers() | st.text(alphabet='[]{}"\\ab', max_size=6),
+                       lambda inner: st.lists(inner, max_size=2)
+                       | st.dictionaries(st.text(alphabet='[{"\\', max_size=3), inner,
+                                         max_size=2), max_leaves=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_nested.map(json.dumps), st.text(alphabet='[]{}",:1\\ ', max_size=60),
+                 st.integers(1, 3000).map(lambda n: "[" * n + "]" * n),
+                 st.integers(1, 3000).map(lambda n: '{"a":' * n + "1" + "}" * n)))
+def test_load_json_is_a_value_or_one_error(text):
+    try:
+        value = load_json(text, what="x")
+    except NetparityError:
+        assert text.count("[") + text.count("{") > MAX_JSON_DEPTH or not _valid(text)
+        return
+    assert value == json.loads(text)
+
+
+def _valid(text):
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def test_brackets_inside_strings_do_not_count_as_depth():
+    text = json.dumps({"name": "[" * 10_000, "esc": '\\"[[[' * 500, "k": [[1]]})
+    assert load_json(text, what="x")["k"] == [[1]]
+    with pytest.raises(ContentError, match="deeper than"):
+        load_json(json.dumps({"name": "[" * 300}) + "[" * 300, what="x")
+
+
+# ---- every command that reads the content ----------------------------------------------------
+
+def _rows(out: Path, sql: str, *params: object) -> None:
+    db = _unconstrained(out)
+    db.execute(sql, params)
+    db.commit()
+    db.close()
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_trace(tmp_path_factory.mktemp("good") / "t")
+
+
+def _copy(good: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "t"
+    shutil.copytree(good, out)
+    return out
+
+
+@pytest.mark.parametrize("shape, needle", [
+    ("[1,,2]", "'[1,,2]' is not a list of non-negative integers"),
+    ("[2147483648,2147483648,2147483648]", "more elements than any tensor"),
+])
+def test_bad_shapes_in_index_rows(good, tmp_path, shape, needle):
+    out = _copy(good, tmp_path)
+    _rows(out, "UPDATE records SET shape = ?", shape)
+    for argv in (("inspect", str(out)), ("compare", str(out), str(good)),
+                 ("compare", str(out), str(out)), ("align", str(out), str(good)),
+                 ("export", str(out), "-o", str(tmp_path / "x.npz"))):
+        assert_one_line_error(run_cli(*argv), needle)
+
+
+def test_deep_json_in_manifest_result_and_mapping(good, tmp_path):
+    out = _copy(good, tmp_path)
+    (out / "manifest.json").write_text(DEEP)
+    assert_one_line_error(run_cli("inspect", str(out)), "nested deeper than")
+    res = tmp_path / "result.json"
+    res.write_text(DEEP)
+    assert_one_line_error(run_cli("recheck", str(res)), "nested deeper than")
+    mp = tmp_path / "map.json"
+    mp.write_text(DEEP)
+    assert_one_line_error(run_cli("compare", str(good), str(good), "--mapping", str(mp)),
+                          "nested deeper than")
+    prof = tmp_path / "x.pt.trace.json.gz"
+    prof.write_bytes(gzip.compress(('{"traceEvents": ' + DEEP + "}").encode()))
+    assert_one_line_error(run_cli("perf", str(prof)), "nested deeper than")
+    st_file = tmp_path / "w.safetensors"
+    header = DEEP.encode()
+    st_file.write_bytes(len(header).to_bytes(8, "little") + header)
+    assert_one_line_error(run_cli("ckpt", "show", str(st_file)))
+
+
+def test_json_deeper_than_the_stack_in_an_index_extra(good, tmp_path):
+    """SQLite's json_valid accepts 999 levels; Python's decoder gave up earlier."""
+    out = _copy(good, tmp_path)
+    _rows(out, "UPDATE records SET extra = ?", '{"a":' + "[" * 990 + "]" * 990 + "}")
+    for argv in (("inspect", str(out)), ("compare", str(out), str(good))):
+        assert_one_line_error(run_cli(*argv), "nested deeper than")
+
+
+# ---- perf: manifest fields and timing rows -------------------------------------------------
+
+def _timing_trace(out: Path) -> Path:
+    """A trace with the records and manifest facts ``netparity.profile`` writes, made without a
+    framework (the shapes of capture/timing.py's records)."""
+    from netparity.trace import Record, TraceWriter
+
+    with TraceWriter(out, manifest={"loader": {"class": "DataLoader", "num_workers": 0},
+                                    "params": [["w", [4, 4]]], "param_bytes": [64],
+                                    "memory": "rss_peak", "module_memory": "rss_peak"}) as w:
+        for s in range(3):
+            t = float(s)
+            recs = [Record(kind="timing", op=ph, step=s, direction="forward", role="output",
+                           extra={"t": t, "d": 0.1}) for ph in
+                    ("step", "data", "forward", "backward", "optimizer", "other")]
+            recs.append(Record(kind="timing", op="module", native="Linear", module="fc",
+                               step=s, direction="forward", role="output",
+                               extra={"t": t, "d": 0.05, "self": 0.05}))
+            recs.append(Record(kind="timing", op="grads", step=s, direction="backward",
+                               role="output", extra={"t": t, "d": 0.01, "ready": [[0, t]]}))
+            w.add_many(recs)
+    return out
+
+
+@pytest.mark.parametrize("where, key, value", [
+    ("manifest", "loader", [1]), ("manifest", "params", [["w", "4x4"]]),
+    ("manifest", "params", [[3, [4]]]), ("manifest", "param_bytes", ["64"]),
+    ("manifest", "memory", {"x": 1}), ("manifest", "module_memory", 3),
+    ("extra", "step", [1, 2]), ("extra", "step", {"t": "soon", "d": 0.1}),
+    ("extra", "module", {"t": 0.0, "d": [1]}), ("extra", "grads", {"ready": [[0, "x"]]}),
+    ("extra", "forward", {"t": 0.0, "d": 1e400}),
+])
+def test_perf_on_fields_of_the_wrong_type(tmp_path, where, key, value):
+    out = _timing_trace(tmp_path / "t")
+    assert run_cli("perf", str(out)).returncode == 0
+    if where == "manifest":
+        m = json.loads((out / "manifest.json").read_text())
+        m[key] = value
+        (out / "manifest.json").write_text(json.dumps(m))
+    else:
+        db = sqlite3.connect(out / "rank0" / "index.sqlite")
+        db.execute("UPDATE records SET extra = ? WHERE kind = 'timing' AND op = ?",
+                   (json.dumps(value).replace("Infinity", "1e400"), key))
+        db.commit()
+        db.close()
+    assert_one_line_error(run_cli("perf", str(out)), "corrupt")
