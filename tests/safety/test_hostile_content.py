@@ -189,3 +189,43 @@ def test_perf_on_fields_of_the_wrong_type(tmp_path, where, key, value):
         db.commit()
         db.close()
     assert_one_line_error(run_cli("perf", str(out)), "corrupt")
+
+
+# ---- a reader that goes away: `netparity ... | head -1` ---------------------------------------
+
+def _run_into_closed_pipe(*argv: str):
+    """The command with its stdout a pipe whose reader has already gone (every write fails
+    with EPIPE, what ``| head -1`` does to a longer output)."""
+    import os
+    import subprocess
+    import sys
+
+    from .helpers import SRC
+
+    r, w = os.pipe()
+    os.close(r)
+    env = dict(os.environ, PYTHONPATH=SRC)
+    try:
+        return subprocess.run([sys.executable, "-m", "netparity", *argv], stdout=w,
+                              stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+    finally:
+        os.close(w)
+
+
+def _subcommands() -> list[str]:
+    from netparity.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return sorted(sub.choices)
+
+
+def test_every_subcommand_into_a_closed_pipe_keeps_its_status(good, tmp_path):
+    res = tmp_path / "r.json"
+    assert run_cli("compare", str(good), str(good), "--json", str(res)).returncode == 0
+    runs = [("--help",), *((c, "--help") for c in _subcommands()),
+            ("inspect", str(good)), ("compare", str(good), str(good)),
+            ("align", str(good), str(good)), ("numerics", str(good)), ("recheck", str(res)),
+            ("compare", str(good), str(good), "--json", "-")]
+    for argv in runs:  # each exits 0 with a reader (the traces agree; rich used to exit 1)
+        p = _run_into_closed_pipe(*argv)
+        assert (p.returncode, p.stderr) == (0, ""), (argv, p.returncode, p.stderr[-600:])
