@@ -145,7 +145,7 @@ def test_json_deeper_than_the_stack_in_an_index_extra(good, tmp_path):
 
 # ---- perf: manifest fields and timing rows -------------------------------------------------
 
-def _timing_trace(out: Path) -> Path:
+def _timing_trace(out: Path, module: str = "fc") -> Path:
     """A trace with the records and manifest facts ``netparity.profile`` writes, made without a
     framework (the shapes of capture/timing.py's records)."""
     from netparity.trace import Record, TraceWriter
@@ -158,7 +158,7 @@ def _timing_trace(out: Path) -> Path:
             recs = [Record(kind="timing", op=ph, step=s, direction="forward", role="output",
                            extra={"t": t, "d": 0.1}) for ph in
                     ("step", "data", "forward", "backward", "optimizer", "other")]
-            recs.append(Record(kind="timing", op="module", native="Linear", module="fc",
+            recs.append(Record(kind="timing", op="module", native="Linear", module=module,
                                step=s, direction="forward", role="output",
                                extra={"t": t, "d": 0.05, "self": 0.05}))
             recs.append(Record(kind="timing", op="grads", step=s, direction="backward",
@@ -229,3 +229,128 @@ def test_every_subcommand_into_a_closed_pipe_keeps_its_status(good, tmp_path):
     for argv in runs:  # each exits 0 with a reader (the traces agree; rich used to exit 1)
         p = _run_into_closed_pipe(*argv)
         assert (p.returncode, p.stderr) == (0, ""), (argv, p.returncode, p.stderr[-600:])
+
+
+# ---- names that look like markup or terminal control sequences --------------------------------
+
+#: module names a real ``nn.ModuleDict`` may hold (keys are free text)
+HOSTILE = ["cls[/]", "box[red]", "esc\x1b[2Jx", "bell\x07\rmod", "[bold]b[/bold]"]
+
+
+def _hostile_trace(out: Path, scale: float = 1.0) -> Path:
+    import numpy as np
+
+    from netparity.trace import Record, TraceWriter
+
+    with TraceWriter(out) as w:
+        for step in range(2):
+            for i, name in enumerate(HOSTILE):
+                a = (np.arange(8, dtype=np.float32) + i) * (scale if i == 1 else 1.0)
+                w.add(Record(kind="module", op="Linear", native=name + "Cls", module=name,
+                             step=step, dtype="float32", shape=(8,)), payload=a)
+                w.add(Record(kind="param", module=name + ".weight", role="param",
+                             direction="update", step=step, dtype="float32", shape=(4,)),
+                      payload=np.full(4, step + 1.0, np.float32))
+            w.add(Record(kind="loss", op="loss", step=step, dtype="float32", shape=()),
+                  payload=np.float32(1.0 + step))
+    return out
+
+
+def _cli_out(*argv: str) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    from netparity.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+#: subcommands that print no text read from a file, or need a framework run (their output
+#: still goes through the one console: test_stdout_goes_through_the_console)
+NOT_RENDERED = {"run": "runs a script", "step": "runs two frameworks",
+                "demo": "runs two frameworks", "msdump": "needs a MindSpore dump"}
+
+
+def test_every_subcommand_prints_hostile_names_as_text(tmp_path):
+    import numpy as np
+
+    from netparity.ckpt import save_checkpoint
+
+    d = tmp_path / "d[red]"  # paths are printed too
+    d.mkdir()
+    a = _hostile_trace(d / "a")
+    b = _hostile_trace(d / "b", scale=2.0)
+    res = tmp_path / "r.json"
+    ck = tmp_path / "w.npz"
+    save_checkpoint({n + ".weight": np.ones(3, np.float32) for n in HOSTILE}, ck)
+    ck2 = tmp_path / "w2.npz"
+    save_checkpoint({n + ".weight": np.full(3, 2, np.float32) for n in HOSTILE}, ck2)
+    ck3 = tmp_path / "w3.npz"  # other names: map lists them
+    save_checkpoint({"model." + n + ".kernel": np.ones(3, np.float32) for n in HOSTILE}, ck3)
+    src = tmp_path / "m[red]x\x1b[2J.py"
+    src.write_text("import torch\nm = torch.nn.Linear(2, 2)\n")
+    perf = _timing_trace(tmp_path / "p", module=HOSTILE[0])
+    runs = {
+        "inspect": [("inspect", str(a))],
+        "compare": [("compare", str(a), str(b), "--json", str(res)),
+                    ("compare", str(a), str(b), "-q")],
+        "align": [("align", str(a), str(b))],
+        "recheck": [("recheck", str(res))],
+        "numerics": [("numerics", str(a))],
+        "perf": [("perf", str(perf))],
+        "ckpt": [("ckpt", "show", str(ck)), ("ckpt", "map", str(ck), str(ck3)),
+                 ("ckpt", "diff", str(ck), str(ck2))],
+        "scan": [("scan", str(src), "--no-verify")],
+        "export": [("export", str(a), "-o", str(tmp_path / "o[red]\x1b[2J.npz"))],
+    }
+    assert set(runs) | set(NOT_RENDERED) == set(_subcommands())
+    for argvs in runs.values():
+        for argv in argvs:
+            rc, out, err = _cli_out(*argv)
+            assert rc in (0, 1) and not err.strip(), (argv, rc, err)
+            assert "\x1b" not in out and "\x07" not in out and "\r" not in out, (argv, out)
+            shown = [n for n in ("cls[/]", "box[red]", "[bold]b[/bold]", "esc\\x1b[2Jx",
+                                 "[red]") if n in out]
+            assert shown, (argv, out[-2000:])
+
+
+def test_a_5mb_module_name_is_shortened_on_the_terminal(tmp_path):
+    out = make_trace(tmp_path / "t")
+    _rows(out, "UPDATE records SET module = ?", "m" * 5_000_000)
+    rc, text, err = _cli_out("numerics", str(out))  # (its tables name modules)
+    assert rc == 0 and not err, err
+    # (the name is folded in its table column: the marker may be split across lines)
+    assert text.count("m") < 2000 and len(text) < 100_000, len(text)
+
+
+def test_stdout_goes_through_the_console():
+    """No command writes to stdout but through :func:`netparity.cli._common.say` or the
+    console of :func:`netparity.report.terminal.make_console` (which escapes every string):
+    no bare ``print``, no other rich ``Console``, no markup."""
+    import ast
+
+    import netparity
+
+    pkg = Path(netparity.__file__).parent
+    bad = []
+    for path in sorted(pkg.rglob("*.py")):
+        rel = path.relative_to(pkg).as_posix()
+        if rel.startswith(("examples/", "frameworks/")):  # scripts' own output and launchers
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(
+                    f, ast.Attribute) else ""
+                kws = {k.arg for k in node.keywords}
+                if name == "print" and isinstance(f, ast.Name) and "file" not in kws:
+                    bad.append(f"{rel}:{node.lineno}: print to stdout")
+                if name == "Console" and rel != "report/terminal.py":
+                    bad.append(f"{rel}:{node.lineno}: a console of its own")
+            if isinstance(node, ast.ImportFrom) and node.module == "rich.markup":
+                bad.append(f"{rel}:{node.lineno}: rich markup")
+    assert not bad, bad

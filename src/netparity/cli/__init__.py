@@ -139,9 +139,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return 2
     args = parser.parse_args(argv)
     if args.version:
+        from netparity.cli._common import say
         from netparity.trace.writer import netparity_version
 
-        print(netparity_version())
+        say(netparity_version())
         return 0
     if not getattr(args, "func", None):
         parser.print_help()

@@ -29,6 +29,15 @@ def console() -> Any:
     return make_console()
 
 
+def say(*lines: str) -> None:
+    """Plain lines on stdout, through the console (text made safe for the terminal, see
+    :func:`netparity.report.terminal.safe_text`; long lines not wrapped). Commands print
+    nothing to stdout any other way."""
+    con = console()
+    for line in lines:
+        con.print(line, soft_wrap=True)
+
+
 def progress(args: argparse.Namespace, con: Any = None) -> Progress:
     """A progress display for long work: a rich bar on a terminal, nothing when piped or with
     ``--quiet``."""

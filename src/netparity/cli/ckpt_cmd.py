@@ -147,6 +147,8 @@ def _print_leftovers(con: Any, ur: list[str], uc: list[str], amb: dict[str, list
 
 def run_convert(args: argparse.Namespace) -> int:
     guard_outputs(args, ("src", "template", "mapping"), ("dst", "json"))
+    from rich.text import Text
+
     from netparity.ckpt import convert
 
     rep = convert(args.src, args.dst, mapping=args.mapping, template=args.template,
@@ -163,8 +165,8 @@ def run_convert(args: argparse.Namespace) -> int:
     for k, why in {**rep.dropped, **rep.added}.items():
         con.print(f"{'dropped' if k in rep.dropped else 'added'} {k}: {why}")
     if rep.missing:
-        con.print(f"[bold]missing[/bold] (template has them, source does not): "
-                  f"{', '.join(rep.missing)}")
+        con.print(Text.assemble(("missing", "bold"), " (template has them, source does not): "
+                                f"{', '.join(rep.missing)}"))
     con.print(f"wrote {rep.written} tensors to {rep.dst}"
               + (f" with {rep.target} names" if rep.target else ""))
     for note in rep.notes:
@@ -175,6 +177,8 @@ def run_convert(args: argparse.Namespace) -> int:
 
 def run_diff(args: argparse.Namespace) -> int:
     guard_outputs(args, ("a", "b", "mapping"), ("json",))
+    from rich.text import Text
+
     from netparity.ckpt import diff
     from netparity.ckpt.diff import DEFAULT_ATOL, DEFAULT_RTOL
 
@@ -192,7 +196,7 @@ def run_diff(args: argparse.Namespace) -> int:
                   "" if p.max_abs is None else f"{p.max_abs:.3g}",
                   "" if p.max_rel is None else f"{p.max_rel:.3g}",
                   str(p.mismatched) if p.shape_ok else "shape",
-                  "ok" if p.ok else "[bold red]DIFF[/bold red]")
+                  "ok" if p.ok else Text("DIFF", style="bold red"))
     if t.row_count:
         con.print(t)
     _print_leftovers(con, res.unmatched_ref, res.unmatched_cand, res.ambiguous)

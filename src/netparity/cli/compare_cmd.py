@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from netparity.cli._common import console, guard_outputs, progress
+from netparity.cli._common import console, guard_outputs, progress, say
 from netparity.errors import UsageError
 
 
@@ -80,7 +80,7 @@ def emit(result: Any, args: argparse.Namespace) -> int:
 
         write_html(result, args.html)
     if args.quiet:
-        print("\n".join(summary_lines(result)))
+        say(*summary_lines(result))
     else:
         render_terminal(result, top=args.top, console=console())
     return 0 if result else 1

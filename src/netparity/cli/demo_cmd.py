@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from netparity.cli._common import add_quiet, console, progress
+from netparity.cli._common import add_quiet, console, progress, say
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.list_bugs:
         for name, text in BUGS.items():
-            print(f"{name:12s} {text}")
+            say(f"{name:12s} {text}")
         return 0
     from netparity.report.terminal import render_terminal
     from netparity.workflow.demo import run_demo

@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from netparity.cli._common import guard_outputs, parse_steps
+    from netparity.cli._common import guard_outputs, parse_steps, say
 
     guard_outputs(args, ("trace",), ("out",))
     from netparity.errors import UsageError
@@ -40,5 +40,5 @@ def run(args: argparse.Namespace) -> int:
         n = tr.export(recs, args.out, overwrite=args.force)
     if n == 0:
         raise UsageError("no captured tensor payloads match (capture with payload='tensors')")
-    print(f"exported {n} tensor(s) to {args.out}")
+    say(f"exported {n} tensor(s) to {args.out}")
     return 0
