@@ -264,7 +264,10 @@ def _cli_out(*argv: str) -> tuple[int, str, str]:
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(list(argv))
+        try:
+            rc = main(list(argv))
+        except SystemExit as e:  # argparse: a bad argument or --help
+            rc = int(e.code or 0)
     return rc, out.getvalue(), err.getvalue()
 
 
@@ -354,3 +357,52 @@ def test_stdout_goes_through_the_console():
             if isinstance(node, ast.ImportFrom) and node.module == "rich.markup":
                 bad.append(f"{rel}:{node.lineno}: rich markup")
     assert not bad, bad
+
+
+# ---- numeric options: finite and in range -----------------------------------------------------
+
+def _numeric_options():
+    """(subcommand path, option, its type) for every numeric option of every subcommand."""
+    import argparse
+
+    from netparity.cli import build_parser
+
+    out = []
+
+    def walk(parser, path):
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sub in a.choices.items():
+                    walk(sub, (*path, name))
+            elif a.option_strings and a.type not in (None, str) and not a.choices:
+                out.append((path, a.option_strings[-1], a.type))  # (choices: a range)
+    walk(build_parser(), ())
+    return out
+
+
+def test_every_numeric_option_refuses_nan_inf_and_negatives(tmp_path):
+    from netparity.cli._common import Number
+
+    opts = _numeric_options()
+    assert len(opts) >= 20
+    assert not [(p, o) for p, o, t in opts if t in (int, float)], \
+        "numeric options take their type from netparity.cli._common.Number"
+    floats = [(p, o) for p, o, t in opts if isinstance(t, Number) and t.kind is float]
+    assert (("numerics",), "--factor") in floats and (("compare",), "--rtol") in floats
+    for path, opt, t in opts:
+        if not isinstance(t, Number):
+            continue
+        for bad in ("nan", "inf", "-inf", "-1", "1e999", "x"):
+            rc, out, err = _cli_out(*path, opt, bad, "--help")
+            lines = [ln for ln in err.splitlines() if ln.strip()]
+            assert rc == 2 and not out and len(lines) == 1, (path, opt, bad, rc, err, out[:200])
+            assert lines[0].startswith("netparity: error: ") and opt in lines[0], lines
+
+
+def test_factor_nan_no_longer_hides_an_explosion(tmp_path):
+    log = tmp_path / "loss.txt"
+    log.write_text("".join(f"step {i} loss: {v}\n" for i, v in enumerate([2, 1.9, 1.8, 90])))
+    out = _hostile_trace(tmp_path / "t")
+    assert _cli_out("numerics", str(out), "--loss", str(log))[0] == 1
+    rc, _, err = _cli_out("numerics", str(out), "--loss", str(log), "--factor", "nan")
+    assert rc == 2 and "--factor" in err and "finite" in err, err

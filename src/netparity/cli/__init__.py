@@ -38,7 +38,9 @@ COMMANDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from netparity.cli._common import Parser
+
+    parser = Parser(
         prog="netparity",
         description="Find where two runs of the same network stop agreeing.",
     )

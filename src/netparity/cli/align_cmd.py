@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from netparity.cli._common import add_json_out, console
+from netparity.cli._common import INDEX, add_json_out, console
 from netparity.report.json_report import write_json
 
 SHOW = 5
@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--level", choices=("module", "op", "both"), default="module",
                    help="which calls to pair (default: module)")
     p.add_argument("--steps", help="steps to align, e.g. 0 or 0,2-4 (default: all)")
-    p.add_argument("--rank", type=int, default=0, help="rank of both traces (default 0)")
+    p.add_argument("--rank", type=INDEX, default=0, help="rank of both traces (default 0)")
     p.add_argument("--direction", choices=("forward", "backward", "update"),
                    help="only this direction (default: all)")
     p.add_argument("--mapping", metavar="FILE", help="YAML/JSON mapping that overrides the automatic one")

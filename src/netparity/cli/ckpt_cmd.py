@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from netparity.cli._common import guard_outputs
+from netparity.cli._common import COUNT, TOLERANCE, guard_outputs
 
 
 def register(subparsers: Any) -> None:
@@ -21,7 +21,7 @@ def register(subparsers: Any) -> None:
 
     s = sub.add_parser("show", help="names, shapes, dtypes and counts of a checkpoint")
     s.add_argument("file")
-    s.add_argument("--limit", type=int, default=200, help="rows to print (default 200)")
+    s.add_argument("--limit", type=COUNT, default=200, help="rows to print (default 200)")
     s.set_defaults(func=run_show)
 
     m = sub.add_parser("map", help="match parameter names between two checkpoints")
@@ -48,8 +48,8 @@ def register(subparsers: Any) -> None:
     d.add_argument("a", help="reference checkpoint")
     d.add_argument("b", help="candidate checkpoint")
     d.add_argument("--mapping", help="mapping file (YAML/JSON)")
-    d.add_argument("--rtol", type=float, default=None, help="relative tolerance (1e-5)")
-    d.add_argument("--atol", type=float, default=None, help="absolute tolerance (1e-8)")
+    d.add_argument("--rtol", type=TOLERANCE, default=None, help="relative tolerance (1e-5)")
+    d.add_argument("--atol", type=TOLERANCE, default=None, help="absolute tolerance (1e-8)")
     d.add_argument("--json", help="write the result as JSON")
     d.add_argument("--all", action="store_true", help="list matching parameters too")
     d.set_defaults(func=run_diff)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from netparity.cli._common import add_quiet, console, progress, say
+from netparity.cli._common import COUNT, add_quiet, console, progress, say
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -12,10 +12,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("-o", "--out", default="netparity-demo", help="output directory")
     p.add_argument("--bug", help="inject a classic migration mistake (see --list-bugs)")
     p.add_argument("--list-bugs", action="store_true", help="list the injectable bugs")
-    p.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
+    p.add_argument("--steps", type=COUNT, default=3, help="training steps (default 3)")
     p.add_argument("--depth", type=int, default=50, choices=(18, 34, 50, 101, 152))
-    p.add_argument("--image-size", type=int, default=64)
-    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--image-size", type=COUNT, default=64)
+    p.add_argument("--batch-size", type=COUNT, default=4)
     add_quiet(p, "no narration and no progress display; only the report")
     p.set_defaults(func=run)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from netparity.cli._common import INDEX
 from netparity.trace.schema import DIRECTIONS, KINDS
 
 
@@ -12,7 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("trace", help="trace directory")
     p.add_argument("-o", "--out", required=True, help="OUT.npz or a directory")
     p.add_argument("--step", help="steps, e.g. 0 or 0,2-4")
-    p.add_argument("--rank", type=int)
+    p.add_argument("--rank", type=INDEX)
     p.add_argument("--kind", action="append", choices=KINDS,
                    help="module, op, param, grad, loss, custom, data")
     p.add_argument("--direction", action="append", choices=DIRECTIONS,

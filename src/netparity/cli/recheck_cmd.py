@@ -40,13 +40,10 @@ def run(args: argparse.Namespace) -> int:
 
     guard_outputs(args, ("result",), ("json", "csv", "html"))
     from netparity.analyzers.divergence import recheck
-    from netparity.cli._common import check_tolerance
     from netparity.cli.compare_cmd import emit
     from netparity.errors import UsageError
     from netparity.report.json_report import read_json
 
-    check_tolerance(args.rtol, "--rtol")
-    check_tolerance(args.atol, "--atol")
     data = read_json(args.result)
     try:
         result = recheck(data, rtol=args.rtol, atol=args.atol)
