@@ -406,3 +406,21 @@ def test_factor_nan_no_longer_hides_an_explosion(tmp_path):
     assert _cli_out("numerics", str(out), "--loss", str(log))[0] == 1
     rc, _, err = _cli_out("numerics", str(out), "--loss", str(log), "--factor", "nan")
     assert rc == 2 and "--factor" in err and "finite" in err, err
+
+
+# ---- scan: special files and deeply nested source ---------------------------------------------
+
+def test_scan_of_a_fifo_a_device_and_a_deep_expression(tmp_path):
+    import os
+
+    fifo = tmp_path / "train.py"
+    os.mkfifo(fifo)
+    deep = tmp_path / "gen.py"
+    deep.write_text("x = " + " + ".join(["1"] * 20_000) + "\n")
+    shallow = tmp_path / "ok.py"
+    shallow.write_text("import torch\ny = " + " + ".join(["1"] * 300) + "\n")
+    for argv, needle in ((("scan", str(fifo), "--no-verify"), "not a regular file"),
+                         (("scan", "/dev/zero", "--no-verify"), "not a regular file"),
+                         (("scan", str(deep), "--no-verify"), "nested too deeply")):
+        assert_one_line_error(run_cli(*argv, timeout=60), needle)
+    assert run_cli("scan", str(shallow), "--no-verify", timeout=60).returncode == 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import os
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,12 +249,16 @@ def scan_source(source: str, file: str, known: set[str], modules: set[str]) -> l
     """Uses of PyTorch APIs in one file's text; a syntax error -> ``UsageError`` naming the line."""
     try:
         tree = ast.parse(source, filename=file)
+        visitor = _Visitor(file, collect_aliases(tree), known, modules)
+        visitor.visit(tree)
     except SyntaxError as e:
         raise UsageError(f"{file}:{e.lineno or 0}: syntax error: {e.msg}") from None
     except ValueError as e:  # e.g. null bytes
         raise UsageError(f"{file}: cannot parse: {e}") from None
-    visitor = _Visitor(file, collect_aliases(tree), known, modules)
-    visitor.visit(tree)
+    except (RecursionError, MemoryError):
+        # ``x = 1 + 1 + ...`` 20k times: the parser and the tree walk recurse once per level
+        raise UsageError(f"{file}: expressions nested too deeply to scan (a generated "
+                         "file?); scan the scripts that use PyTorch") from None
     return sorted(visitor.uses, key=lambda u: (u.line, u.col))
 
 
@@ -273,9 +278,28 @@ def iter_python_files(paths: Iterable[str]) -> Iterator[Path]:
             raise UsageError(f"{p}: no such file or directory")
 
 
+#: the largest source file scanned (the biggest hand-written Python files are a few MB)
+MAX_SOURCE = 64 << 20
+
+
 def read_source(path: Path) -> str:
-    """A file's text; unreadable or undecodable -> ``UsageError``."""
+    """A file's text; not a regular file (a FIFO would hang, ``/dev/zero`` never end), larger
+    than :data:`MAX_SOURCE`, unreadable or undecodable -> ``UsageError``."""
     try:
-        return path.read_text(encoding="utf-8")
+        with open(path, "rb", opener=_nonblocking) as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise UsageError(f"{path}: not a regular file (a device, FIFO or socket); "
+                                 "scan Python source files")
+            if st.st_size > MAX_SOURCE:
+                raise UsageError(f"{path}: {st.st_size} bytes is not a Python script "
+                                 f"(at most {MAX_SOURCE >> 20} MiB)")
+            return f.read(MAX_SOURCE + 1).decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"{path}: cannot read: {e}") from None
+
+
+def _nonblocking(path: str, flags: int) -> int:
+    # a FIFO opened for reading blocks until a writer comes; O_NONBLOCK returns at once and
+    # the fstat above refuses it (it does not change how a regular file reads)
+    return os.open(path, flags | os.O_NONBLOCK)
