@@ -189,6 +189,8 @@ def load_mapping(path: str | os.PathLike[str]) -> Mapping:
         except yaml.YAMLError as e:
             line = str(e).replace("\n", " ")
             raise MappingError(f"{p}: not valid YAML ({line})") from None
+        except RecursionError:  # PyYAML composes nested nodes recursively
+            raise MappingError(f"{p}: YAML nested too deeply") from None
     return Mapping.from_dict(data, source=str(p))
 
 

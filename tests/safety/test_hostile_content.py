@@ -126,6 +126,10 @@ def test_deep_json_in_manifest_result_and_mapping(good, tmp_path):
     mp.write_text(DEEP)
     assert_one_line_error(run_cli("compare", str(good), str(good), "--mapping", str(mp)),
                           "nested deeper than")
+    mpy = tmp_path / "map.yaml"
+    mpy.write_text("".join("  " * i + "a:\n" for i in range(3000)))
+    assert_one_line_error(run_cli("compare", str(good), str(good), "--mapping", str(mpy)),
+                          "nested too deeply")
     prof = tmp_path / "x.pt.trace.json.gz"
     prof.write_bytes(gzip.compress(('{"traceEvents": ' + DEEP + "}").encode()))
     assert_one_line_error(run_cli("perf", str(prof)), "nested deeper than")
