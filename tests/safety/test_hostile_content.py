@@ -428,3 +428,28 @@ def test_scan_of_a_fifo_a_device_and_a_deep_expression(tmp_path):
                          (("scan", str(deep), "--no-verify"), "nested too deeply")):
         assert_one_line_error(run_cli(*argv, timeout=60), needle)
     assert run_cli("scan", str(shallow), "--no-verify", timeout=60).returncode == 0
+
+
+# ---- profiler traces: events of the wrong type --------------------------------------------------
+
+def _kineto(events):
+    return {"schemaVersion": 1, "traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "ts": 0, "dur": 100,
+         "tid": 1, "pid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10, "dur": 50, "tid": 1,
+         "pid": 1, "args": {"Input type": ["float", "float"]}}, *events]}
+
+
+@pytest.mark.parametrize("bad", [
+    {"dur": "x"}, {"dur": [1]}, {"dur": -5}, {"ts": "soon"}, {"ts": None}, {"name": 3},
+    {"args": [1, 2]}, {"tid": [1]}, {"cat": {"a": 1}},
+])
+def test_profiler_events_of_the_wrong_type(tmp_path, bad):
+    good = tmp_path / "good.pt.trace.json"
+    good.write_text(json.dumps(_kineto([])))
+    assert run_cli("perf", str(good)).returncode == 0
+    ev = {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 20, "dur": 5, "tid": 1,
+          "pid": 1, **bad}
+    p = tmp_path / "x.pt.trace.json"
+    p.write_text(json.dumps(_kineto([ev])))
+    assert_one_line_error(run_cli("perf", str(p)), "event 2", "damaged profiler trace")
