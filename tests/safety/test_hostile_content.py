@@ -331,6 +331,9 @@ def test_a_5mb_module_name_is_shortened_on_the_terminal(tmp_path):
     assert rc == 0 and not err, err
     # (the name is folded in its table column: the marker may be split across lines)
     assert text.count("m") < 2000 and len(text) < 100_000, len(text)
+    from netparity.cli import one_line
+
+    assert len(one_line(ValueError(f"no module {'m' * 5_000_000!r}\n"))) < 1100  # errors too
 
 
 def test_stdout_goes_through_the_console():

@@ -65,16 +65,17 @@ def build_parser() -> argparse.ArgumentParser:
 def one_line(e: BaseException) -> str:
     """An error message as one line: characters that are not printable (newlines, and the
     record separators ``str.splitlines`` also breaks at) are shown escaped, so a name read from
-    a file can neither split the message nor write control sequences to the terminal.
+    a file can neither split the message nor write control sequences to the terminal, and a
+    message quoting a name of megabytes is shortened (:func:`netparity.report.terminal.safe_text`).
 
     Example:
         >>> one_line(ValueError("bad key '\\x1e' in\\nmap.json"))
         "bad key '\\\\x1e' in\\\\nmap.json"
     """
-    text = str(e)
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    from netparity.report.terminal import safe_text
+
+    # (newlines first: safe_text keeps them; a name of megabytes is shortened there too)
+    return safe_text(str(e).replace("\n", "\\n"))
 
 
 class _ClosedPipeStdout:
