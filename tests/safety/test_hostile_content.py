@@ -456,3 +456,14 @@ def test_profiler_events_of_the_wrong_type(tmp_path, bad):
     p = tmp_path / "x.pt.trace.json"
     p.write_text(json.dumps(_kineto([ev])))
     assert_one_line_error(run_cli("perf", str(p)), "event 2", "damaged profiler trace")
+
+
+@pytest.mark.parametrize("shape, needle", [
+    ([2**32, 2**32], "more elements than any tensor"), ([-1, -4], "non-negative"),
+    (["x"], "non-negative"), ([1.5], "non-negative"), ("[4]", "non-negative"),
+])
+def test_safetensors_header_shapes(tmp_path, shape, needle):
+    h = json.dumps({"w": {"dtype": "F32", "shape": shape, "data_offsets": [0, 16]}}).encode()
+    p = tmp_path / "w.safetensors"
+    p.write_bytes(len(h).to_bytes(8, "little") + h + b"\0" * 16)
+    assert_one_line_error(run_cli("ckpt", "show", str(p)), "tensor 'w': shape", needle)
