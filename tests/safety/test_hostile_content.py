@@ -467,3 +467,19 @@ def test_safetensors_header_shapes(tmp_path, shape, needle):
     p = tmp_path / "w.safetensors"
     p.write_bytes(len(h).to_bytes(8, "little") + h + b"\0" * 16)
     assert_one_line_error(run_cli("ckpt", "show", str(p)), "tensor 'w': shape", needle)
+
+
+def test_progress_stages_with_hostile_names_on_a_terminal():
+    import io
+
+    from netparity.report.progress import RichProgress
+    from netparity.report.terminal import make_console
+
+    buf = io.StringIO()
+    bar = RichProgress(make_console(buf, force_terminal=True))
+    for name in HOSTILE:
+        bar.stage(f"compare {name}", total=2)
+        bar.advance(2)
+    bar.done()
+    out = buf.getvalue()
+    assert "\x1b[2J" not in out and "\x07" not in out and "cls[/]" in out and "box[red]" in out
