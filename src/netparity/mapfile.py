@@ -32,6 +32,7 @@ from typing import Any
 
 from netparity import inputs
 from netparity.errors import MappingError
+from netparity.untrusted import load_json
 
 SECTIONS = ("modules", "rules", "ops", "params")
 _MAX_MAPPING = 64 << 20  # a mapping file of a huge model is a few MiB
@@ -170,7 +171,7 @@ def load_mapping(path: str | os.PathLike[str]) -> Mapping:
     text = inputs.read_text(p, error=MappingError, what="mapping file", limit=_MAX_MAPPING)
     if p.suffix.lower() == ".json":
         try:
-            data = json.loads(text)
+            data = load_json(text, what="mapping")
         except ValueError as e:
             raise MappingError(f"{p}: not valid JSON ({e})") from None
     else:
@@ -181,6 +182,8 @@ def load_mapping(path: str | os.PathLike[str]) -> Mapping:
         except yaml.YAMLError as e:
             line = str(e).replace("\n", " ")
             raise MappingError(f"{p}: not valid YAML ({line})") from None
+        except RecursionError:  # PyYAML composes nested nodes recursively
+            raise MappingError(f"{p}: YAML nested too deeply") from None
     m = Mapping.from_dict(data, source=str(p))
     m.from_file = True
     return m

@@ -22,7 +22,6 @@ Everything not paired is reported in ``unmatched_*``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -45,6 +44,7 @@ from netparity.gcpause import paused_gc
 from netparity.mapfile import Mapping, load_mapping
 from netparity.trace.reader import Trace
 from netparity.trace.schema import Record
+from netparity.untrusted import parse_shape
 
 __all__ = ["LEVELS", "PARAM_KINDS", "align_records", "align_tables", "align_traces", "load_records"]
 
@@ -174,7 +174,7 @@ def _owned_params(trace: Trace, rank: int) -> list[tuple[str, tuple[int, ...]]]:
             rows = rows[::-1]
         names, shapes = cols["module"], cols["shape"]
         try:
-            dims = [tuple(json.loads(s)) for s in shapes.values]
+            dims = [parse_shape(s) for s in shapes.values]
         except (TypeError, ValueError) as e:
             raise TraceError(f"{trace.path}/rank{rank}: corrupt trace index (shape: {e})"
                              ) from None

@@ -21,7 +21,6 @@ eagerly read records -- which record is a call's first input or output follows
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -44,6 +43,7 @@ from netparity.align.vocab import is_view_op, primary_input
 from netparity.trace.reader import Trace
 from netparity.trace.scan import Columns, Strings
 from netparity.trace.schema import ROLES
+from netparity.untrusted import parse_shape
 
 _STATS5 = ["s_mean", "s_std", "s_min", "s_max", "s_norm"]
 #: arguments that may open a run of inputs or outputs (the rest are looked up by seq)
@@ -313,7 +313,7 @@ def read_table(
     ix = _Index(trace, rank, {"step": step, "direction": direction, "kind": list(kinds)})
     rec = _Records(ix)
     info = _CallInfo(ix, rec)
-    shape_tuples = [tuple(json.loads(s)) for s in rec.shape_strs]
+    shape_tuples = [parse_shape(s) for s in rec.shape_strs]
     root = np.array([math.sqrt(math.prod(int(d) for d in t) or 1) for t in shape_tuples])
     stats = _Stats(ix, rec, root)
     fi, fo = rec.opening(outputs=False), rec.opening(outputs=True)

@@ -41,13 +41,13 @@ Example:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from netparity.trace import Trace
+from netparity.trace.schema import timing_extra
 
 __all__ = ["DDP_DEFAULT_CAP", "DDP_FIRST_CAP", "Bandwidth", "BucketAdvice", "advise",
            "best_cap", "best_split", "ddp_buckets", "fit_bandwidth", "fusion_config",
@@ -254,9 +254,8 @@ class BucketAdvice:
                 f"all_reduce_fusion_config={p['all_reduce_fusion_config']}")
 
 
-def _extra(extras: Any, i: int) -> dict[str, Any]:
-    raw = extras[i]
-    return json.loads(raw) if raw else {}
+def _extra(extras: Any, i: int, op: str) -> dict[str, Any]:
+    return timing_extra(extras[i], op)
 
 
 def advise(tr: Trace, rank: int, steady: set[int], starts: dict[int, float],
@@ -278,16 +277,16 @@ def advise(tr: Trace, rank: int, steady: set[int], starts: dict[int, float],
     for k, op in enumerate(ops):
         s = int(steps[k])
         if op == "grads" and s in steady and s in starts:
-            for i, t in _extra(extras, k).get("ready", []):
+            for i, t in _extra(extras, k, op).get("ready", []):
                 ready.setdefault(int(i), []).append(float(t) - starts[s])
         elif op == "allreduce" and s in steady:
-            e = _extra(extras, k)
+            e = _extra(extras, k, op)
             buckets.setdefault(s, []).append((int(calls[k]), float(e["t"]),
                                               float(e["t"]) + float(e["d"]),
                                               int(e.get("bytes", 0)),
                                               [int(x) for x in e.get("params", [])]))
         elif op == "comm_probe":
-            e = _extra(extras, k)
+            e = _extra(extras, k, op)
             probe += list(zip(e.get("bytes", []), e.get("seconds", [])))
     if not ready:
         return None

@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import csv
+import heapq
 import math
 import os
 import re
@@ -276,14 +277,28 @@ def find_explosion(losses: list[tuple[int, float]], *, factor: float = 10.0,
         (None, '')
     """
     vals = [v for _, v in losses]
-    for i, (st, v) in enumerate(losses):
+    # the median of the finite |loss| before each step, kept as two heaps (the lower half as a
+    # max-heap of negated values, the upper half as a min-heap): O(n log n) over the curve,
+    # where a median of the prefix at each step was quadratic (117 s for a 40k-line log)
+    lo_half: list[float] = []
+    hi_half: list[float] = []
+    for st, v in losses:
         if not math.isfinite(v):
             return st, "nonfinite"
-        prior = [x for x in vals[:i] if math.isfinite(x)]
-        if prior:
-            med = float(np.median(np.abs(prior)))
+        if lo_half:
+            med = (-lo_half[0] if len(lo_half) > len(hi_half)
+                   else (-lo_half[0] + hi_half[0]) / 2)
             if med > 0 and abs(v) > factor * med:
                 return st, "jump"
+        a = abs(v)
+        if lo_half and a > -lo_half[0]:
+            heapq.heappush(hi_half, a)
+        else:
+            heapq.heappush(lo_half, -a)
+        if len(hi_half) > len(lo_half):
+            heapq.heappush(lo_half, -heapq.heappop(hi_half))
+        elif len(lo_half) > len(hi_half) + 1:
+            heapq.heappush(hi_half, -heapq.heappop(lo_half))
     if len(vals) >= 4:
         m = int(np.argmin(vals))
         lo = vals[m]

@@ -30,7 +30,7 @@ Example:
 from __future__ import annotations
 
 import bisect
-import json
+import math
 import os
 import re
 from dataclasses import asdict, dataclass
@@ -41,6 +41,7 @@ import numpy as np
 
 from netparity import inputs
 from netparity.errors import UsageError
+from netparity.untrusted import load_json
 
 __all__ = ["OP_CLASSES", "OpTime", "find_kineto", "is_kineto", "load_events", "op_class",
            "summarize"]
@@ -171,9 +172,9 @@ def load_events(path: str | os.PathLike[str]) -> tuple[Path, list[dict[str, Any]
     """The trace's events and its top-level facts; :class:`UsageError` on anything else."""
     p = find_kineto(path)
     try:
-        doc = json.loads(inputs.read_bytes(
+        doc = load_json(inputs.read_bytes(
             p, within=path if Path(path).is_dir() else None, error=UsageError,
-            what="profiler trace", limit=inputs.MAX_JSON))
+            what="profiler trace", limit=inputs.MAX_JSON), what="trace")
     except (ValueError, UnicodeDecodeError) as e:
         raise UsageError(f"{p}: not a readable profiler trace ({type(e).__name__}: {e})") \
             from None
@@ -182,9 +183,32 @@ def load_events(path: str | os.PathLike[str]) -> tuple[Path, list[dict[str, Any]
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise UsageError(f"{p}: no traceEvents (not a torch.profiler Chrome trace)")
     ev = [e for e in doc["traceEvents"] if isinstance(e, dict)]
+    for i, event in enumerate(ev):
+        if event.get("ph") == "X" and (why := _malformed(event)):
+            raise UsageError(f"{p}: event {i}: {why} (a damaged profiler trace)")
     facts = {k: v for k, v in doc.items() if k != "traceEvents"}
     facts.setdefault("framework", "torch")
     return p, ev, facts
+
+
+def _malformed(e: dict[str, Any]) -> str:
+    """Why a complete event (``"ph": "X"``) cannot be read ('' when it can): the fields the
+    summary reads must have the types torch.profiler writes."""
+    def num(v: Any) -> bool:
+        return type(v) in (int, float) and math.isfinite(v)
+
+    if not num(e.get("ts")):
+        return f"'ts' is not a finite number: {e.get('ts')!r:.40}"
+    if "dur" in e and not (num(e["dur"]) and e["dur"] >= 0):
+        return f"'dur' is not a duration: {e['dur']!r:.40}"
+    if not isinstance(e.get("name"), str):
+        return "no 'name'"
+    if not isinstance(e.get("args", {}), dict):
+        return "'args' is not an object"
+    for k in ("tid", "pid", "cat"):
+        if k in e and not isinstance(e[k], (int, str)):
+            return f"{k!r} is a {type(e[k]).__name__}"
+    return ""
 
 
 def _mindspore_events(doc: list[Any]) -> list[dict[str, Any]]:

@@ -22,7 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
@@ -37,7 +36,7 @@ from netparity.analyzers.kineto import OP_CLASSES, OpTime, is_kineto, summarize
 from netparity.errors import MappingError, UsageError
 from netparity.mapfile import Mapping, load_mapping
 from netparity.trace import Trace, open_trace
-from netparity.trace.schema import TIMING_PHASES
+from netparity.trace.schema import TIMING_PHASES, timing_extra
 
 __all__ = ["PHASES", "Finding", "ModuleTime", "PerfComparison", "PerfResult", "analyze",
            "chrome_trace", "compare"]
@@ -163,7 +162,7 @@ def _read(tr: Trace, rank: int) -> tuple[list[dict[str, float]], list[_ModRow]]:
     mods: list[_ModRow] = []
     for s, op, mod, cls, ex in zip(c["step"].tolist(), c["op"].objects(), c["module"].objects(),
                                    c["native"].objects(), c["extra"].objects()):
-        e = json.loads(ex) if ex else {}
+        e = timing_extra(ex, op)
         if op == "module":
             mods.append((s, "module", mod, cls, float(e.get("t", 0.0)), float(e.get("d", 0.0)),
                          float(e.get("self", 0.0)),
@@ -548,7 +547,7 @@ def _comm_spans(tr: Trace, rank: int) -> list[tuple[int, str, str, str, float, f
     for s, op, b, ex in zip(c["step"].tolist(), c["op"].objects(), c["call"].tolist(),
                             c["extra"].objects()):
         if op == "allreduce" and ex:
-            e = json.loads(ex)
+            e = timing_extra(ex, op)
             out.append((int(s), "comm", f"bucket {b}", f"{e.get('bytes', 0)} B",
                         float(e["t"]), float(e["d"])))
     return out

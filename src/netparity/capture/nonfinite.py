@@ -34,6 +34,7 @@ import numpy as np
 
 from netparity.errors import NetparityError, UsageError
 from netparity.outputs import write_text_atomic
+from netparity.untrusted import load_json
 
 #: largest finite value, smallest normal and smallest subnormal of the formats a run may use
 FORMATS: dict[str, tuple[float, float, float]] = {
@@ -168,7 +169,7 @@ def load_origin(trace_dir: str | os.PathLike[str], rank: int = 0
     """What :func:`save_origin` wrote: the description and the input arrays by argument path."""
     out = Path(trace_dir) / "nonfinite"
     try:
-        info = json.loads((out / f"rank{rank}.json").read_text())
+        info = load_json((out / f"rank{rank}.json").read_text(), what=f"rank{rank}.json")
         with np.load(out / f"rank{rank}.npz", allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError) as e:

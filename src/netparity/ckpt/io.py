@@ -48,6 +48,7 @@ from netparity.ckpt import msproto
 from netparity.ckpt.safetensors_io import read_safetensors, write_safetensors_file
 from netparity.dtypes import DTYPES, storage_dtype
 from netparity.errors import CheckpointError, FrameworkError, NetparityError
+from netparity.untrusted import load_json
 
 FORMATS = ("torch", "safetensors", "mindspore", "npz")
 _SUFFIX = {
@@ -280,7 +281,8 @@ def _load_npz(p: Path) -> CheckpointDict:
         if _NPZ_DTYPES_KEY in names:
             label = z[_NPZ_DTYPES_KEY]
             try:
-                special = json.loads(str(label)) if label.dtype.kind == "U" else None
+                special = (load_json(str(label), what=f"{p}: dtype list")
+                           if label.dtype.kind == "U" else None)
             except ValueError:
                 special = None
             if not isinstance(special, dict) or not all(

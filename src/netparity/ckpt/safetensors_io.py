@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 
@@ -26,6 +27,7 @@ import numpy as np
 from netparity import inputs
 from netparity.dtypes import DTYPES, TAG_TO_DTYPE, storage_dtype
 from netparity.errors import CheckpointError
+from netparity.untrusted import ContentError, check_shape, load_json
 
 _MAX_HEADER = 100 * 1024 * 1024  # the reference implementation's limit
 
@@ -43,8 +45,8 @@ def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, tuple[str, np.n
         if len(raw) < n:
             raise CheckpointError("truncated safetensors header")
         try:
-            header = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            header = load_json(raw, what="safetensors header")
+        except ValueError:
             raise CheckpointError("safetensors header is not valid JSON (corrupt file)") from None
         if not isinstance(header, dict):
             raise CheckpointError("safetensors header is not a JSON object")
@@ -58,10 +60,13 @@ def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, tuple[str, np.n
         dtype = TAG_TO_DTYPE.get(tag)
         if dtype is None:
             raise CheckpointError(f"tensor {name!r} has unsupported safetensors dtype {tag!r}")
-        shape = tuple(int(d) for d in info.get("shape", []))
+        try:
+            shape = check_shape(info.get("shape", []), what=f"tensor {name!r:.60}: shape")
+        except ContentError as e:
+            raise CheckpointError(str(e)) from None
         begin, end = _offsets((name, info))
         np_dt = storage_dtype(dtype).newbyteorder("<")
-        want = int(np.prod(shape)) * np_dt.itemsize if shape else np_dt.itemsize
+        want = math.prod(shape) * np_dt.itemsize  # (exact: no int64 wrap-around)
         if end > len(data):
             raise CheckpointError(f"tensor {name!r} runs past the end of the file (truncated)")
         if end - begin != want:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from netparity.cli._io import guard
 from netparity.errors import NetparityError
@@ -37,7 +39,9 @@ COMMANDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from netparity.cli._common import Parser
+
+    parser = Parser(
         prog="netparity",
         description="Find where two runs of the same network stop agreeing.",
     )
@@ -62,19 +66,76 @@ def build_parser() -> argparse.ArgumentParser:
 def one_line(e: BaseException) -> str:
     """An error message as one line: characters that are not printable (newlines, and the
     record separators ``str.splitlines`` also breaks at) are shown escaped, so a name read from
-    a file can neither split the message nor write control sequences to the terminal.
+    a file can neither split the message nor write control sequences to the terminal, and a
+    message quoting a name of megabytes is shortened (:func:`netparity.report.terminal.safe_text`).
 
     Example:
         >>> one_line(ValueError("bad key '\\x1e' in\\nmap.json"))
         "bad key '\\\\x1e' in\\\\nmap.json"
     """
-    text = str(e)
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    from netparity.report.terminal import safe_text
+
+    # (newlines first: safe_text keeps them; a name of megabytes is shortened there too)
+    return safe_text(str(e).replace("\n", "\\n"))
+
+
+class _ClosedPipeStdout:
+    """``sys.stdout`` while a command runs: once the reader has gone (``netparity compare A B |
+    head -1``), writes are dropped instead of raising ``BrokenPipeError`` in whatever printed
+    (rich would exit with status 1; a bare ``print`` would show a traceback), so the command
+    finishes and exits with its own status. Everything else is the real stream's."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+        self.closed_pipe = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def _broken(self) -> None:
+        self.closed_pipe = True
+        # the descriptor onto /dev/null: the interpreter's last flush and any child that
+        # inherited it write nowhere instead of failing again
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def write(self, text: str) -> int:
+        if not self.closed_pipe:
+            try:
+                return int(self._stream.write(text))
+            except BrokenPipeError:
+                self._broken()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.closed_pipe:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._broken()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command line; every subcommand's output goes through a stdout that tolerates
+    a reader that went away (see :class:`_ClosedPipeStdout`)."""
+    real = sys.stdout
+    guard = _ClosedPipeStdout(real) if real is not None else None
+    if guard is not None:
+        sys.stdout = guard  # type: ignore[assignment]
+    try:
+        status = _main(argv)
+        if guard is not None:
+            guard.flush()
+        return status
+    finally:
+        sys.stdout = real
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         parser = build_parser()
     except NetparityError as e:
@@ -82,9 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args = parser.parse_args(argv)
     if args.version:
+        from netparity.cli._common import say
         from netparity.trace.writer import netparity_version
 
-        print(netparity_version())
+        say(netparity_version())
         return 0
     if not getattr(args, "func", None):
         parser.print_help()
@@ -100,5 +162,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("netparity: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0

@@ -9,9 +9,68 @@ progress.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import math
+from typing import Any, NoReturn
 
 from netparity.report.progress import Progress, progress_for
+
+
+class Number:
+    """The ``type=`` of every numeric option: a finite number within ``[low, high]`` (``low``
+    excluded with ``above=True``), so ``--factor nan`` (which silently turned off explosion
+    detection) or ``--rtol inf`` (which passed everything) is a usage error, not a verdict.
+
+    Example:
+        >>> Number(1.0, above=True, what="a factor")("10")
+        10.0
+        >>> Number(0)("nan")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: 'nan' is not a finite number >= 0
+    """
+
+    def __init__(self, low: float = 0.0, *, high: float = math.inf, above: bool = False,
+                 integer: bool = False, what: str = "") -> None:
+        self.low, self.high, self.above, self.integer = low, high, above, integer
+        self.kind = int if integer else float
+        rng = (f"> {low:g}" if above else f">= {low:g}") + (
+            f" and <= {high:g}" if math.isfinite(high) else "")
+        self.__name__ = f"{'an integer' if integer else 'a finite number'} {rng}"
+        self.what = what
+
+    def __call__(self, text: str) -> float:
+        try:
+            v: float = int(text) if self.integer else float(text)
+        except ValueError:
+            v = math.nan
+        ok = math.isfinite(v) and (v > self.low if self.above else v >= self.low) and (
+            v <= self.high)
+        if not ok:
+            raise argparse.ArgumentTypeError(
+                f"{text!r:.40} is not {self.__name__}" + (f" ({self.what})" if self.what else ""))
+        return v
+
+    def __repr__(self) -> str:
+        return self.__name__
+
+
+#: a tolerance: NaN would make every comparison false (every pair "differs"), infinity pass all
+TOLERANCE = Number(0.0, what="a tolerance")
+#: a count of rows or steps to show or run
+COUNT = Number(1, integer=True)
+#: a rank or a step index
+INDEX = Number(0, integer=True)
+
+
+class Parser(argparse.ArgumentParser):
+    """netparity's argument parser: a bad argument is one line (``netparity: error: ...``) and
+    exit status 2, like every other bad input (argparse would print its usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        from netparity.cli import one_line
+
+        self.exit(2, f"netparity: error: {self.prog}: {one_line(ValueError(message))} "
+                     f"(see {self.prog} --help)\n")
 
 
 def add_json_out(p: argparse.ArgumentParser) -> None:
@@ -30,6 +89,15 @@ def console() -> Any:
     from netparity.report.terminal import make_console
 
     return make_console()
+
+
+def say(*lines: str) -> None:
+    """Plain lines on stdout, through the console (text made safe for the terminal, see
+    :func:`netparity.report.terminal.safe_text`; long lines not wrapped). Commands print
+    nothing to stdout any other way."""
+    con = console()
+    for line in lines:
+        con.print(line, soft_wrap=True)
 
 
 def progress(args: argparse.Namespace, con: Any = None) -> Progress:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from netparity.cli._common import add_json_out, console
+from netparity.cli._common import INDEX, add_json_out, console
 from netparity.cli._io import add_input, add_output
 from netparity.report.json_report import write_json
 
@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--level", choices=("module", "op", "both"), default="module",
                    help="which calls to pair (default: module)")
     p.add_argument("--steps", help="steps to align, e.g. 0 or 0,2-4 (default: all)")
-    p.add_argument("--rank", type=int, default=None,
+    p.add_argument("--rank", type=INDEX, default=None,
                    help="rank of both traces (default 0; naming it narrows the coverage check)")
     p.add_argument("--direction", choices=("forward", "backward", "update"),
                    help="only this direction (default: all)")
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.markup import escape as esc
+    from rich.text import Text
 
     from netparity.align import align_traces, load_mapping, save_mapping
     from netparity.align.reading import check_rank
@@ -78,37 +78,37 @@ def run(args: argparse.Namespace) -> int:
             return status
     con = console()
     for g in gaps:
-        con.print(f"[bold yellow]INCOMPLETE:[/] {esc(g)}")
+        con.print(Text.assemble(("INCOMPLETE:", "bold yellow"), f" {g}"))
     s = al.summary()
     methods: dict[str, int] = {}
     for m in al.matches:
         methods[m.method] = methods.get(m.method, 0) + 1
-    con.print(f"[bold]align[/] {esc(args.ref)} ({fws[0]}) <-> {esc(args.cand)} ({fws[1]})  "
-              f"level={args.level}")
+    con.print(Text.assemble(("align", "bold"), f" {args.ref} ({fws[0]}) <-> {args.cand} "
+                            f"({fws[1]})  level={args.level}"))
     con.print(f"matched {s['matched']}  groups {s['groups']}  unmatched ref {s['unmatched_ref']}  "
               f"unmatched cand {s['unmatched_cand']}   by method: "
               + (", ".join(f"{k}={v}" for k, v in sorted(methods.items())) or "-"))
     renamed = [(r, c) for r, c in al.module_map.items() if r != c]
     if renamed:
         con.print(f"modules renamed: {len(renamed)}  e.g. "
-                  + ", ".join(esc(f"{r or '<root>'} -> {c or '<root>'}") for r, c in renamed[:SHOW]))
+                  + ", ".join(f"{r or '<root>'} -> {c or '<root>'}" for r, c in renamed[:SHOW]))
     for g in al.groups[:SHOW]:
-        con.print(esc(f"  group  {' + '.join(c.name for c in g.ref)}  <->  "
-                        f"{' + '.join(c.name for c in g.cand)}"))
+        con.print(f"  group  {' + '.join(c.name for c in g.ref)}  <->  "
+                  f"{' + '.join(c.name for c in g.cand)}")
     if len(al.groups) > SHOW:
         con.print(f"  ... {len(al.groups) - SHOW} more groups")
     for label, calls in (("ref", al.unmatched_ref), ("cand", al.unmatched_cand)):
         if calls:
-            names = esc(", ".join(f"{c.name} ({c.direction} step {c.step})" for c in calls[:SHOW]))
+            names = ", ".join(f"{c.name} ({c.direction} step {c.step})" for c in calls[:SHOW])
             more = f" ... +{len(calls) - SHOW}" if len(calls) > SHOW else ""
-            con.print(f"[yellow]unmatched {label}:[/] {names}{more}")
+            con.print(Text.assemble((f"unmatched {label}:", "yellow"), f" {names}{more}"))
     con.print(f"params/grads/loss paired {s['params']}  unmatched ref {s['unmatched_params_ref']}  "
               f"unmatched cand {s['unmatched_params_cand']}")
     for label, recs in (("ref", al.unmatched_params_ref), ("cand", al.unmatched_params_cand)):
         if recs:
-            names = esc(", ".join(f"{r.kind}:{r.module or r.op}" for r in recs[:SHOW]))
+            names = ", ".join(f"{r.kind}:{r.module or r.op}" for r in recs[:SHOW])
             more = f" ... +{len(recs) - SHOW}" if len(recs) > SHOW else ""
-            con.print(f"[yellow]unmatched {label} params:[/] {names}{more}")
+            con.print(Text.assemble((f"unmatched {label} params:", "yellow"), f" {names}{more}"))
     if args.emit_mapping:
         con.print(f"mapping written to {args.emit_mapping}")
     return status

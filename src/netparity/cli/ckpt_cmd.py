@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import Any
 
+from netparity.cli._common import COUNT, TOLERANCE
 from netparity.cli._io import add_input, add_output
 
 
@@ -21,7 +22,7 @@ def register(subparsers: Any) -> None:
 
     s = sub.add_parser("show", help="names, shapes, dtypes and counts of a checkpoint")
     add_input(s, "file")
-    s.add_argument("--limit", type=int, default=200, help="rows to print (default 200)")
+    s.add_argument("--limit", type=COUNT, default=200, help="rows to print (default 200)")
     s.set_defaults(func=run_show)
 
     m = sub.add_parser("map", help="match parameter names between two checkpoints")
@@ -49,8 +50,8 @@ def register(subparsers: Any) -> None:
     add_input(d, "a", help="reference checkpoint")
     add_input(d, "b", help="candidate checkpoint")
     add_input(d, "--mapping", help="mapping file (YAML/JSON)")
-    d.add_argument("--rtol", type=float, default=None, help="relative tolerance (1e-5)")
-    d.add_argument("--atol", type=float, default=None, help="absolute tolerance (1e-8)")
+    d.add_argument("--rtol", type=TOLERANCE, default=None, help="relative tolerance (1e-5)")
+    d.add_argument("--atol", type=TOLERANCE, default=None, help="absolute tolerance (1e-8)")
     add_output(d, "--json", stdout=True, help="write the result as JSON ('-' = stdout)")
     d.add_argument("--all", action="store_true", help="list matching parameters too")
     d.set_defaults(func=run_diff)
@@ -146,6 +147,8 @@ def _print_leftovers(con: Any, ur: list[str], uc: list[str], amb: dict[str, list
 
 
 def run_convert(args: argparse.Namespace) -> int:
+    from rich.text import Text
+
     from netparity.ckpt import convert
 
     rep = convert(args.src, args.dst, mapping=args.mapping, template=args.template,
@@ -162,8 +165,8 @@ def run_convert(args: argparse.Namespace) -> int:
     for k, why in {**rep.dropped, **rep.added}.items():
         con.print(f"{'dropped' if k in rep.dropped else 'added'} {k}: {why}")
     if rep.missing:
-        con.print(f"[bold]missing[/bold] (template has them, source does not): "
-                  f"{', '.join(rep.missing)}")
+        con.print(Text.assemble(("missing", "bold"), " (template has them, source does not): "
+                                f"{', '.join(rep.missing)}"))
     con.print(f"wrote {rep.written} tensors to {rep.dst}"
               + (f" with {rep.target} names" if rep.target else ""))
     for note in rep.notes:
@@ -173,6 +176,8 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
+    from rich.text import Text
+
     from netparity.ckpt import diff
     from netparity.ckpt.diff import DEFAULT_ATOL, DEFAULT_RTOL
 
@@ -190,7 +195,7 @@ def run_diff(args: argparse.Namespace) -> int:
                   "" if p.max_abs is None else f"{p.max_abs:.3g}",
                   "" if p.max_rel is None else f"{p.max_rel:.3g}",
                   str(p.mismatched) if p.shape_ok else "shape",
-                  "ok" if p.ok else "[bold red]DIFF[/bold red]")
+                  "ok" if p.ok else Text("DIFF", style="bold red"))
     if t.row_count:
         con.print(t)
     _print_leftovers(con, res.unmatched_ref, res.unmatched_cand, res.ambiguous)

@@ -10,15 +10,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from netparity.cli._common import console, progress
+from netparity.cli._common import COUNT, INDEX, TOLERANCE, Number, console, progress, say
 from netparity.cli._io import add_input, add_output
 from netparity.errors import UsageError
 
 
 def add_tolerance_args(p: argparse.ArgumentParser) -> None:
     """Tolerance options shared by ``compare`` and ``recheck``."""
-    p.add_argument("--rtol", type=float, default=None, help="relative tolerance for every pair")
-    p.add_argument("--atol", type=float, default=None, help="absolute tolerance for every pair")
+    p.add_argument("--rtol", type=TOLERANCE, default=None, help="relative tolerance for every pair")
+    p.add_argument("--atol", type=TOLERANCE, default=None, help="absolute tolerance for every pair")
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:
@@ -26,7 +26,7 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
                help="write the result as JSON (recheck reads it; '-' = stdout)")
     add_output(p, "--html", metavar="FILE", help="write a self-contained HTML report")
     add_output(p, "--csv", metavar="FILE", help="write one CSV row per tensor pair")
-    p.add_argument("--top", type=int, default=10, metavar="N", help="worst pairs to list (10)")
+    p.add_argument("--top", type=COUNT, default=10, metavar="N", help="worst pairs to list (10)")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="print only the summary lines, no progress display")
 
@@ -45,7 +45,7 @@ def register(subparsers: Any) -> None:
     add_input(p, "--mapping", metavar="FILE", help="YAML/JSON module/param name mapping")
     p.add_argument("--level", choices=("module", "op", "both"), default="module")
     p.add_argument("--steps", metavar="S", help="steps to compare, e.g. 0 or 0,2-4 (default all)")
-    p.add_argument("--rank", type=int, default=None,
+    p.add_argument("--rank", type=INDEX, default=None,
                    help="rank to compare (default 0); naming it narrows the comparison to it")
     add_tolerance_args(p)
     p.add_argument(
@@ -56,13 +56,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--profile", choices=("auto", "same", "cross"), default="auto",
                    help="default tolerance table (auto: cross when framework/device differ)")
     add_input(p, "--fp64-ref", kind="trace", metavar="TRACE", help="float64 trace of the reference run")
-    p.add_argument("--k", type=float, default=2.0,
+    p.add_argument("--k", type=Number(0, above=True, what="an error ratio"), default=2.0,
                    help="fp64 mode: allowed error ratio candidate/reference (2)")
     add_input(p, "--noise", kind="trace", metavar="TRACE",
                    help="noise run of the reference (the same run with last-bit perturbed "
                         "weights and inputs, e.g. the ref-noise/ that `netparity step` writes): "
                         "judge each pair against its own measured noise")
-    p.add_argument("--noise-k", type=float, default=5.0,
+    p.add_argument("--noise-k", type=Number(0, above=True, what="a multiple"), default=5.0,
                    help="noise mode: allowed error as a multiple of the noise run's (5)")
     add_output_args(p)
     p.set_defaults(func=run)
@@ -87,7 +87,7 @@ def emit(result: Any, args: argparse.Namespace) -> int:
 
         write_html(result, args.html)
     if args.quiet:
-        print("\n".join(summary_lines(result)))
+        say(*summary_lines(result))
     else:
         render_terminal(result, top=args.top, console=console())
     return 0 if result else 1
@@ -99,8 +99,6 @@ def run(args: argparse.Namespace) -> int:
     from netparity.compare.tolerances import parse_tol_arg
 
     steps = parse_steps(args.steps) if args.steps else None
-    check_tolerance(args.rtol, "--rtol")
-    check_tolerance(args.atol, "--atol")
     overrides = dict(parse_tol_arg(t) for t in args.tol)
     for t, (r, a) in zip(args.tol, overrides.values()):
         check_tolerance(r, f"--tol {t!r}: rtol")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from netparity.cli._common import add_quiet, console, progress
+from netparity.cli._common import COUNT, add_quiet, console, progress, say
 from netparity.cli._io import add_output
 from netparity.workflow import STEP_FILES, STEP_TRACES
 
@@ -15,10 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                default="netparity-demo", help="output directory")
     p.add_argument("--bug", help="inject a classic migration mistake (see --list-bugs)")
     p.add_argument("--list-bugs", action="store_true", help="list the injectable bugs")
-    p.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
+    p.add_argument("--steps", type=COUNT, default=3, help="training steps (default 3)")
     p.add_argument("--depth", type=int, default=50, choices=(18, 34, 50, 101, 152))
-    p.add_argument("--image-size", type=int, default=64)
-    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--image-size", type=COUNT, default=64)
+    p.add_argument("--batch-size", type=COUNT, default=4)
     add_quiet(p, "no narration and no progress display; only the report")
     p.set_defaults(func=run)
 
@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.list_bugs:
         for name, text in BUGS.items():
-            print(f"{name:12s} {text}")
+            say(f"{name:12s} {text}")
         return 0
     from netparity.report.terminal import render_terminal
     from netparity.workflow.demo import run_demo

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from netparity.cli._common import INDEX
 from netparity.cli._io import add_input, add_output
 from netparity.trace.schema import DIRECTIONS, KINDS
 
@@ -14,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_output(p, "-o", "--out", kind="file_or_dir", force="force", required=True,
                help="OUT.npz or a directory (a new folder appears complete, or not at all)")
     p.add_argument("--step", help="steps, e.g. 0 or 0,2-4")
-    p.add_argument("--rank", type=int)
+    p.add_argument("--rank", type=INDEX)
     p.add_argument("--kind", action="append", choices=KINDS,
                    help="module, op, param, grad, loss, custom, data")
     p.add_argument("--direction", action="append", choices=DIRECTIONS,
@@ -26,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from netparity.cli._common import check_traces, close_traces, parse_steps
+    from netparity.cli._common import check_traces, close_traces, parse_steps, say
     from netparity.errors import UsageError
 
     steps = parse_steps(args.step, "--step")
@@ -42,5 +43,5 @@ def run(args: argparse.Namespace) -> int:
         close_traces(traces)
     if n == 0:
         raise UsageError("no captured tensor payloads match (capture with payload='tensors')")
-    print(f"exported {n} tensor(s) to {args.out}")
+    say(f"exported {n} tensor(s) to {args.out}")
     return 0

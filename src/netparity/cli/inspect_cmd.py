@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from netparity.cli._common import add_json_out, console
+from netparity.cli._common import COUNT, INDEX, add_json_out, console
 from netparity.cli._io import add_input
 from netparity.report.json_report import write_json
 
@@ -13,10 +13,10 @@ from netparity.report.json_report import write_json
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("inspect", help="summarise a trace: run info, counts, module tree, NaN/Inf")
     add_input(p, "trace", kind="trace", help="trace directory")
-    p.add_argument("--step", type=int, help="step whose module tree is shown (default: first)")
-    p.add_argument("--rank", type=int, help="only this rank")
-    p.add_argument("--depth", type=int, default=None, help="deepest module level shown")
-    p.add_argument("--max-rows", type=int, default=60, help="module rows shown (default 60)")
+    p.add_argument("--step", type=INDEX, help="step whose module tree is shown (default: first)")
+    p.add_argument("--rank", type=INDEX, help="only this rank")
+    p.add_argument("--depth", type=INDEX, default=None, help="deepest module level shown")
+    p.add_argument("--max-rows", type=COUNT, default=60, help="module rows shown (default 60)")
     add_json_out(p)
     p.set_defaults(func=run)
 

@@ -46,12 +46,13 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from netparity.cli._common import say
     from netparity.frameworks.mindspore.dump import DEFAULT_WRAPPERS, import_dump, write_dump_config
 
     if args.msdump_command == "import":
         counts = import_dump(args.dump_dir, args.output, payload=not args.stats_only,
                              wrappers=args.wrapper or DEFAULT_WRAPPERS, overwrite=args.overwrite)
-        print(f"imported {counts['records']} tensors from {counts['ranks']} rank(s) into "
+        say(f"imported {counts['records']} tensors from {counts['ranks']} rank(s) into "
               f"{args.output}" + (f" ({counts['skipped']} files skipped)" if counts["skipped"]
                                   else ""))
         return 0
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         path = write_dump_config(args.output, args.dump_dir, net_name=args.net_name,
                                  iteration=args.iteration, saved_data=args.saved_data,
                                  input_output=args.input_output, kernels=args.kernel)
-        print(f"wrote {path}; run with MINDSPORE_DUMP_CONFIG={path.resolve()}")
+        say(f"wrote {path}; run with MINDSPORE_DUMP_CONFIG={path.resolve()}")
         return 0
     args._msdump_parser.print_help()
     return 2

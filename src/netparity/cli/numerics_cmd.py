@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from netparity.cli._common import add_json_out, console
+from netparity.cli._common import COUNT, INDEX, Number, add_json_out, console
 from netparity.cli._io import add_input, add_output
 
 
@@ -20,13 +20,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "healthy, 1 when a problem is found, 2 on bad input.",
     )
     add_input(p, "trace", kind="trace", help="trace directory")
-    p.add_argument("--rank", type=int, help="only this rank")
+    p.add_argument("--rank", type=INDEX, help="only this rank")
     add_input(p, "--loss", metavar="FILE",
                    help="loss curve from a CSV ('loss' column) or a training log, instead of "
                    "the trace's recorded losses")
-    p.add_argument("--factor", type=float, default=10.0,
+    p.add_argument("--factor", type=Number(1, above=True, what="a factor"), default=10.0,
                    help="a loss this many times the median before it explodes (default 10)")
-    p.add_argument("--top", type=int, default=10, help="rows of the risk tables (default 10)")
+    p.add_argument("--top", type=COUNT, default=10, help="rows of the risk tables (default 10)")
     add_json_out(p)
     add_output(p, "--html", metavar="FILE", help="also write an HTML report")
     p.set_defaults(func=run)

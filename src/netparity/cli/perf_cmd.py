@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from netparity.cli._common import add_json_out, console
+from netparity.cli._common import COUNT, INDEX, add_json_out, console
 from netparity.cli._io import add_input, add_output
 
 
@@ -23,10 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     add_input(p, "trace", kind="trace", help="trace directory (the reference when CAND is given)")
     add_input(p, "cand", kind="trace", nargs="?", help="candidate trace directory: side by side")
-    p.add_argument("--rank", type=int, default=0, help="rank to read (default 0)")
+    p.add_argument("--rank", type=INDEX, default=0, help="rank to read (default 0)")
     add_input(p, "--mapping", metavar="FILE",
                    help="module mapping (YAML/JSON 'modules'/'rules') for the side by side")
-    p.add_argument("--top", type=int, default=10, help="rows of the module tables (default 10)")
+    p.add_argument("--top", type=COUNT, default=10, help="rows of the module tables (default 10)")
     add_json_out(p)
     add_output(p, "--html", metavar="FILE", help="also write an HTML report")
     add_output(p, "--chrome", metavar="FILE",

@@ -38,13 +38,10 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from netparity.analyzers.divergence import recheck
-    from netparity.cli._common import check_tolerance
     from netparity.cli.compare_cmd import emit
     from netparity.errors import UsageError
     from netparity.report.json_report import read_json
 
-    check_tolerance(args.rtol, "--rtol")
-    check_tolerance(args.atol, "--atol")
     data = read_json(args.result)
     try:
         result = recheck(data, rtol=args.rtol, atol=args.atol)

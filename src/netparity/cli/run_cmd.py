@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from netparity.cli._common import INDEX
 from netparity.cli._io import add_input, add_output
 from netparity.errors import UsageError
 
@@ -35,7 +36,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--exclude", action="append", help="glob to leave out (repeatable)")
     p.add_argument("--directions", default="forward,backward",
                    help="comma list of forward, backward (default: both)")
-    p.add_argument("--max-bytes", type=int, help="stop storing tensors after this many bytes")
+    p.add_argument("--max-bytes", type=INDEX, help="stop storing tensors after this many bytes")
     p.add_argument("--overwrite", action="store_true", help="replace an existing trace")
     p.add_argument("--stop-on-nonfinite", action="store_true",
                    help="stop at the first op whose output holds NaN/Inf (one line naming it; "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from netparity.cli._common import add_quiet, console, progress
+from netparity.cli._common import COUNT, INDEX, TOLERANCE, add_quiet, console, progress
 from netparity.cli._io import add_input, add_output
 from netparity.workflow import STEP_FILES, STEP_TRACES
 
@@ -24,15 +24,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                default="netparity-step",
                help="output directory (its traces are replaced only once the new ones are "
                "complete; a folder netparity did not write is refused)")
-    p.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
+    p.add_argument("--steps", type=COUNT, default=3, help="training steps (default 3)")
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="option for both specs")
     p.add_argument("--ref-opt", action="append", metavar="KEY=VALUE", help="reference-only option")
     p.add_argument("--cand-opt", action="append", metavar="KEY=VALUE", help="candidate-only option")
     p.add_argument("--level", choices=("module", "op", "both"), default="module")
     p.add_argument("--payload", choices=("tensors", "stats"), default="tensors")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rtol", type=float)
-    p.add_argument("--atol", type=float)
+    p.add_argument("--seed", type=INDEX, default=0)
+    p.add_argument("--rtol", type=TOLERANCE)
+    p.add_argument("--atol", type=TOLERANCE)
     p.add_argument("--no-eval", action="store_true", help="skip the evaluation phase")
     add_quiet(p, "no progress display while the steps run")
     p.set_defaults(func=run)

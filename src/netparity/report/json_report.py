@@ -25,6 +25,7 @@ from netparity.compare.results import CompareResult
 from netparity.errors import UsageError
 from netparity.outputs import write_text_atomic
 from netparity.report.sections import Section, for_output
+from netparity.untrusted import load_json
 
 
 def _plain(o: Any) -> Any:
@@ -68,7 +69,7 @@ def read_json(path: str | os.PathLike[str]) -> CompareResult:
 
     data = inputs.read_bytes(path, error=UsageError, what="saved result", limit=inputs.MAX_JSON)
     try:
-        obj: Any = json.loads(data)
+        obj: Any = load_json(data, what="result")
     except ValueError as e:
         raise UsageError(f"{path}: not a JSON file ({e})") from None
     return CompareResult.from_json(obj)

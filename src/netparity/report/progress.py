@@ -68,10 +68,14 @@ class RichProgress(Progress):
         )
         from rich.progress import Progress as _RichProgress
 
+        from netparity.report.terminal import make_console
+
+        # the one safe console (stage names may hold paths and names: no markup, escaped)
         self._bar = _RichProgress(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+            SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(),
             MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("left"),
-            TimeRemainingColumn(), console=console, transient=transient,
+            TimeRemainingColumn(), console=console if console is not None else make_console(),
+            transient=transient,
             refresh_per_second=REFRESH_HZ, auto_refresh=False,
         )
         self._lock = threading.Lock()
@@ -82,12 +86,14 @@ class RichProgress(Progress):
         self._started = False
 
     def stage(self, name: str, total: int | None = None) -> None:
+        from netparity.report.terminal import safe_text
+
         with self._lock:
             if not self._started:
                 self._bar.start()
                 self._started = True
             self._finish_task()
-            self._task = self._bar.add_task(name, total=total)
+            self._task = self._bar.add_task(safe_text(name), total=total)
             self._bar.refresh()
             self._done = self._shown = 0
             self._last = time.monotonic()

@@ -41,8 +41,8 @@ def _sorted(findings: Iterable[Finding]) -> list[Finding]:
 
 def print_terminal(result: ScanResult, console: Any, verbose: bool = False) -> None:
     """Summary line, then missing, traps, not-in-table and (grouped by API) mapped."""
-    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     console.print(summary_line(result))
     for status, title in (("missing", "Missing in MindSpore"), ("trap", "Traps (numbers change)"),
@@ -57,7 +57,7 @@ def print_terminal(result: ScanResult, console: Any, verbose: bool = False) -> N
             where = f"{f.file}:{f.line}" + (" (inferred)" if f.confidence != "resolved" else "")
             # traps: only what to set (the general notes are in --verbose, JSON and HTML)
             note = f.note if verbose or not f.traps else " | ".join(f.traps)
-            t.add_row(escape(where), escape(f.name), escape(f.target), escape(note))
+            t.add_row(where, f.name, f.target, note)
         console.print(t)
     mapped = [f for f in _sorted(result.findings) if f.status == "mapped"]
     if mapped:
@@ -72,15 +72,15 @@ def print_terminal(result: ScanResult, console: Any, verbose: bool = False) -> N
             if len(fs) > 6:
                 lines += f" (+{len(fs) - 6})"
             note = fs[0].note if verbose or len(fs[0].note) < 160 else fs[0].note[:157] + "..."
-            t.add_row(escape(name), escape(fs[0].target), escape(lines), escape(note))
+            t.add_row(name, fs[0].target, lines, note)
         console.print(t)
     if result.runtime is not None:
         t = Table(title=f"Executed aten ops ({result.runtime_note})")
         for col in ("aten op", "records", "status", "MindSpore primitive"):
             t.add_column(col, overflow="fold")
         for op in sorted(result.runtime, key=lambda o: (_ORDER.get(o.status, 9), o.name)):
-            t.add_row(escape(op.name), str(op.count),
-                      f"[{_STYLE.get(op.status, '')}]{op.status}[/]", escape(op.target))
+            t.add_row(op.name, str(op.count),
+                      Text(op.status, style=_STYLE.get(op.status, "")), op.target)
         console.print(t)
 
 

@@ -249,12 +249,16 @@ def scan_source(source: str, file: str, known: set[str], modules: set[str]) -> l
     """Uses of PyTorch APIs in one file's text; a syntax error -> ``UsageError`` naming the line."""
     try:
         tree = ast.parse(source, filename=file)
+        visitor = _Visitor(file, collect_aliases(tree), known, modules)
+        visitor.visit(tree)
     except SyntaxError as e:
         raise UsageError(f"{file}:{e.lineno or 0}: syntax error: {e.msg}") from None
     except ValueError as e:  # e.g. null bytes
         raise UsageError(f"{file}: cannot parse: {e}") from None
-    visitor = _Visitor(file, collect_aliases(tree), known, modules)
-    visitor.visit(tree)
+    except (RecursionError, MemoryError):
+        # ``x = 1 + 1 + ...`` 20k times: the parser and the tree walk recurse once per level
+        raise UsageError(f"{file}: expressions nested too deeply to scan (a generated "
+                         "file?); scan the scripts that use PyTorch") from None
     return sorted(visitor.uses, key=lambda u: (u.line, u.col))
 
 
@@ -276,6 +280,11 @@ def iter_python_files(paths: Iterable[str]) -> Iterator[Path]:
             raise UsageError(f"{p}: no such file or directory")
 
 
+#: the largest source file scanned (the biggest hand-written Python files are a few MB)
+MAX_SOURCE = 64 << 20
+
+
 def read_source(path: Path) -> str:
-    """A file's text; unreadable or undecodable -> ``UsageError``."""
+    """A file's text; not a regular file (a FIFO would hang, ``/dev/zero`` never end), larger
+    than the opener's text limit, unreadable or undecodable -> ``UsageError``."""
     return inputs.read_text(path, error=UsageError, what="source file")

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import re
 import stat
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from netparity.errors import TraceError
+from netparity.untrusted import load_json
 
 DIR_LOCK = ".netparity.lock"
 ASIDE_PREFIX = ".netparity-replaced-"
@@ -136,7 +136,7 @@ def _is_manifest(p: Path) -> bool:
     try:
         if p.stat().st_size > 1 << 24:  # a manifest is a few kB; do not read a user's big file
             return False
-        m = json.loads(p.read_text())
+        m = load_json(p.read_text(), what=str(p))
     except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return False
     return (isinstance(m, dict) and type(m.get("schema_version")) is int
@@ -203,7 +203,7 @@ def _holder(path: Path) -> str:
 
 def _manifest_run_id(run_dir: Path) -> str | None:
     with contextlib.suppress(OSError, ValueError, UnicodeDecodeError, AttributeError):
-        rid = json.loads((run_dir / "manifest.json").read_text()).get("run_id")
+        rid = load_json((run_dir / "manifest.json").read_text(), what="manifest").get("run_id")
         return rid if isinstance(rid, str) else None
     return None
 

@@ -13,7 +13,6 @@ column, so a new column is never dropped or defaulted here.
 from __future__ import annotations
 
 import dataclasses
-import json
 import operator
 from collections.abc import Iterable
 from typing import Any
@@ -27,6 +26,7 @@ from netparity.trace.schema import (
     Record,
     row_to_record,
 )
+from netparity.untrusted import load_json, parse_shape
 
 _STATS = ("min", "max", "mean", "std", "norm", "abs_sum", "nan", "posinf", "neginf", "zeros",
           "fp16_overflow")
@@ -54,14 +54,13 @@ def rows_to_records(rows: list[tuple[Any, ...]]) -> list[Record]:
     new = object.__new__
     out: list[Record] = []
     append = out.append
-    loads = json.loads
     nan = float("nan")
     for (seq, step, rank, kind, op, native, module, call, module_call, direction, role, arg,
          event, dtype, s, _numel, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, shard, offset,
          nbytes, hsh, source, extra, has_nan) in rows:
         shp = shapes.get(s)
         if shp is None:
-            shp = shapes[s] = tuple(loads(s))
+            shp = shapes[s] = parse_shape(s)
         if has_nan:
             stats = {k: (nan if v == "nan" else v) for k, v in
                      zip(_STATS, (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10))}
@@ -75,7 +74,7 @@ def rows_to_records(rows: list[tuple[Any, ...]]) -> list[Record]:
             "dtype": dtype, "shape": shp, "step": step, "rank": rank, "seq": seq,
             "event": event, "stats": stats, "shard": shard, "offset": offset,
             "nbytes": nbytes, "hash": hsh, "source": source,
-            "extra": loads(extra) if extra else {},
+            "extra": load_json(extra, what="extra") if extra else {},
         }
         append(r)
     return out
@@ -189,7 +188,7 @@ class ScannedRows:
     def shapes(self) -> list[tuple[int, ...]]:
         """The shape tuple of each distinct ``shape`` value (index: the column's codes)."""
         if self._shapes is None:
-            self._shapes = [tuple(json.loads(s)) for s in self.cols["shape"].values]
+            self._shapes = [parse_shape(s) for s in self.cols["shape"].values]
         return self._shapes
 
     def _columns(self, rows: list[int]) -> list[Any]:
@@ -212,7 +211,6 @@ class ScannedRows:
         # the rows' values column by column, picked in C (no tuple per row of the whole scan)
         vals = self._columns(rows)
         new = object.__new__
-        loads = json.loads
         st, extra = self.table, self._extra
         out: list[Record] = []
         append = out.append
@@ -226,7 +224,8 @@ class ScannedRows:
                 "module_call": module_call, "direction": direction, "role": role, "arg": arg,
                 "dtype": dtype, "shape": shp, "step": step, "rank": rank, "seq": seq,
                 "event": event, "shard": shard, "offset": offset, "nbytes": nbytes,
-                "hash": hsh, "source": source, "extra": loads(x) if x is not None else {},
+                "hash": hsh, "source": source,
+                "extra": load_json(x, what="extra") if x is not None else {},
                 "_table": st, "_row": i, "_numel": numel,
             }
             append(r)
@@ -244,7 +243,7 @@ def _base_lists(cols: Any, shapes: list[tuple[int, ...]] | None = None,
     order (shapes as tuples, NULLs as None; ``extra`` as codes into its value table), then
     ``numel``; of rows ``rows`` only when given."""
     if shapes is None:
-        shapes = [tuple(json.loads(s)) for s in cols["shape"].values]
+        shapes = [parse_shape(s) for s in cols["shape"].values]
     sel: Any = slice(None) if rows is None else rows
 
     def ints(c: str) -> list[Any]:
@@ -289,7 +288,6 @@ def columns_to_records(cols: Any, *, lazy_stats: bool = False) -> list[Record]:
         return ScannedRows(cols).records(range(cols.n))
     extra_v = cols["extra"]
     has_extra = [bool(x) for x in extra_v.values] or [False]
-    loads = json.loads
     new = object.__new__
     out: list[Record] = []
     append = out.append
@@ -306,7 +304,7 @@ def columns_to_records(cols: Any, *, lazy_stats: bool = False) -> list[Record]:
             "event": event, "stats": dict(zip(keys, stv)), "shard": shard, "offset": offset,
             "nbytes": nbytes, "hash": hsh, "source": source,
             # a fresh dict per record, as row_to_record makes (callers may add to it)
-            "extra": loads(extra_v.values[ec]) if has_extra[ec] else {},
+            "extra": load_json(extra_v.values[ec], what="extra") if has_extra[ec] else {},
         }
         append(rec)
     # NULL statistics: None (the arrays hold NaN or -1 there)

@@ -9,7 +9,6 @@ Example:
 from __future__ import annotations
 
 import fnmatch
-import json
 import mmap
 import os
 import shutil
@@ -42,6 +41,7 @@ from netparity.trace.schema import (
     Record,
     row_to_record,
 )
+from netparity.untrusted import ContentError, check_shape, load_json
 
 INDEX_FILE = "index.sqlite"
 """File name of a rank's crash-safe SQLite index, inside ``rank<N>/``."""
@@ -73,9 +73,9 @@ class Trace:
         if not os.path.lexists(mpath):
             raise TraceError(f"{self.path}: not a netparity trace (no manifest.json)")
         try:
-            self.manifest: dict[str, Any] = json.loads(inputs.read_text(
+            self.manifest: dict[str, Any] = load_json(inputs.read_text(
                 mpath, within=self.path, error=TraceError, tree="the trace", what="manifest",
-                limit=_MAX_MANIFEST))
+                limit=_MAX_MANIFEST), what="manifest.json")
             if not isinstance(self.manifest, dict):
                 raise ValueError("manifest is not an object")
         except (ValueError, UnicodeDecodeError) as e:
@@ -126,8 +126,9 @@ class Trace:
         if not os.path.lexists(p):
             return {}
         try:
-            return dict(json.loads(inputs.read_text(p, within=self.path, error=TraceError, tree="the trace",
-                                                    what="rank info", limit=_MAX_MANIFEST)))
+            return dict(load_json(inputs.read_text(
+                p, within=self.path, error=TraceError, tree="the trace", what="rank info",
+                limit=_MAX_MANIFEST), what=str(p)))
         except (ValueError, TypeError):
             return {}
 
@@ -469,6 +470,9 @@ def _check_manifest_types(mpath: Path, m: dict[str, Any]) -> None:
         "framework": (str,), "framework_version": (str,), "device": (str,),
         "run_id": (str,), "world_size": (int,), "precision": (dict,), "capture": (dict,),
         "seeds": (dict, list, int), "argv": (list,), "host": (str,),
+        # what netparity.profile adds (perf reads them)
+        "loader": (dict,), "mode": (str,), "memory": (str,), "module_memory": (str,),
+        "params": (list,), "param_bytes": (list,),
     }
     for key, types in kinds.items():
         v = m.get(key)
@@ -477,6 +481,17 @@ def _check_manifest_types(mpath: Path, m: dict[str, Any]) -> None:
                                 int: "an integer"}[t] for t in types)
             raise TraceError(f"{mpath}: corrupt manifest ({key!r} should be {want}, not "
                              f"{type(v).__name__} {v!r:.40})")
+    for i, p in enumerate(m.get("params") or []):
+        try:
+            if not (isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)):
+                raise ContentError("not a [name, shape] pair")
+            check_shape(p[1], what="its shape")
+        except ContentError as e:
+            raise TraceError(f"{mpath}: corrupt manifest ('params' entry {i}: {e})") from None
+    for i, b in enumerate(m.get("param_bytes") or []):
+        if type(b) is not int or b < 0:
+            raise TraceError(f"{mpath}: corrupt manifest ('param_bytes' entry {i} is not a "
+                             f"byte count: {b!r:.40})")
 
 
 def _open_index(p: Path, root: Path, scratch: list[str]) -> sqlite3.Connection:

@@ -41,6 +41,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from netparity.untrusted import ContentError, load_json, parse_shape
+
 #: Bump when the index layout or record semantics change. Readers refuse newer versions and
 #: read every older one (:data:`SCHEMA_HISTORY`).
 SCHEMA_VERSION = 2
@@ -55,6 +57,58 @@ KINDS = ("module", "op", "param", "grad", "loss", "custom", "data", "timing")
 #: phases of a step in ``timing`` records (``step`` is the whole step; ``other`` the rest)
 TIMING_PHASES = ("step", "data", "compile", "forward", "backward", "comm", "optimizer", "other")
 DIRECTIONS = ("forward", "backward", "update")
+
+#: what a timing record's ``extra`` holds (capture/timing.py writes it): keys with one number
+#: (seconds, bytes), and keys with lists
+_TIMING_NUMBERS = frozenset({"t", "d", "self", "bt", "bd", "bself", "mem", "mem_rise", "mem0"})
+_TIMING_LISTS = {"seconds": "numbers", "params": "integers", "ready": "pairs"}
+#: keys a record of these ops must hold (``bytes``: one number, except ``comm_probe``'s list)
+_TIMING_REQUIRED = {"allreduce": ("t", "d")}
+
+
+def _number(v: Any) -> bool:
+    return type(v) in (int, float) and math.isfinite(v)
+
+
+def timing_extra(raw: str | None, op: str) -> dict[str, Any]:
+    """A timing record's ``extra``, parsed and checked: an object whose known keys hold finite
+    numbers (``t``, ``d``, ...; ``bytes`` a number or a list of numbers), lists of numbers
+    (``seconds``), of integers (``params``) or of ``[integer, number]`` pairs (``ready``).
+
+    Raises:
+        ContentError: anything else (``perf`` used to end in a ``TypeError``).
+
+    Example:
+        >>> timing_extra('{"t": 0.5, "d": 0.25}', "forward")
+        {'t': 0.5, 'd': 0.25}
+        >>> timing_extra('{"t": "soon"}', "forward")
+        Traceback (most recent call last):
+        ...
+        netparity.untrusted.ContentError: corrupt timing record (forward: 't' is not a finite number: 'soon')
+    """
+    what = f"corrupt timing record ({op:.40}"
+    e = load_json(raw, what=what + ")") if raw else {}
+    if not isinstance(e, dict):
+        raise ContentError(f"{what}: extra is a {type(e).__name__}, not an object)")
+    for k in _TIMING_REQUIRED.get(op, ()):
+        if k not in e:
+            raise ContentError(f"{what}: no {k!r})")
+    for k, v in e.items():
+        if k in _TIMING_NUMBERS or (k == "bytes" and op != "comm_probe"):
+            ok, want = _number(v), "a finite number"
+        elif k in _TIMING_LISTS or k == "bytes":
+            kind = _TIMING_LISTS.get(k, "numbers")
+            want = f"a list of {kind}"
+            ok = isinstance(v, list) and all(
+                (type(x) is int and x >= 0) if kind == "integers" else
+                (isinstance(x, list) and len(x) == 2 and type(x[0]) is int and _number(x[1]))
+                if kind == "pairs" else _number(x) for x in v)
+        else:
+            continue
+        if not ok:
+            raise ContentError(f"{what}: {k!r} is not {want}: {v!r:.40})")
+    return e
+
 ROLES = ("input", "output", "param", "grad")
 
 #: Statistics computed for every captured floating/int/bool tensor, in this order.
@@ -239,10 +293,7 @@ _NS = len(STAT_COLUMNS)
 def _shape(text: str) -> tuple[int, ...]:
     """A shape column's JSON list, checked: non-negative integers only (a corrupt index row is
     a ``ValueError`` here, not a ``math domain error`` deep in a comparison)."""
-    dims = json.loads(text)
-    if not isinstance(dims, list) or not all(type(d) is int and d >= 0 for d in dims):
-        raise ValueError(f"shape {text!r:.40} is not a list of non-negative integers")
-    return tuple(dims)
+    return parse_shape(text)
 
 
 def row_to_record(row: tuple[Any, ...]) -> Record:
@@ -274,5 +325,5 @@ def row_to_record(row: tuple[Any, ...]) -> Record:
         nbytes=nbytes,
         hash=hsh,
         source=source,
-        extra=json.loads(extra) if extra else {},
+        extra=load_json(extra, what="extra") if extra else {},
     )

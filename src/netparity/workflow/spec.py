@@ -29,7 +29,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from netparity.errors import NetparityError, UsageError
+from netparity.untrusted import load_json
 
 REQUIRED = ("framework", "model", "batches", "train_step")
 
@@ -169,7 +169,7 @@ def parse_options(pairs: list[str] | None) -> dict[str, Any]:
             raise UsageError(f"option {item!r} must look like key=value")
         k, v = item.split("=", 1)
         try:
-            out[k.strip()] = json.loads(v)
-        except ValueError:
+            out[k.strip()] = load_json(v, what=f"option {k.strip()!r}")
+        except ValueError:  # (ContentError is one) not JSON: the text itself
             out[k.strip()] = v
     return out
