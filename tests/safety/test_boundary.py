@@ -95,7 +95,7 @@ def test_outputs_that_cannot_be_written(tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
     assert_one_line_error(run_cli("run", "-o", str(f / "trace"), "--", "true"),
-                          "cannot write the trace")
+                          "cannot write the output --output there")
     out = make_trace(tmp_path / "t")
     assert_one_line_error(run_cli("export", str(out), "-o", str(f / "x.npz")), "x.npz")
     assert f.read_text() == "x"

@@ -20,12 +20,18 @@ from netparity.trace import Record, TraceWriter, open_trace
 from .helpers import assert_one_line_error, run_cli, small_tmpfs, snapshot
 
 
-def make_trace(out: Path, value: float = 1.0, n: int = 3, size: int = 64) -> Path:
+def make_trace(out: Path, value: float = 1.0, n: int = 3, size: int = 64,
+               kind: str = "custom") -> Path:
+    """``n`` records of ``kind`` (``module``: a module's forward outputs, which the verdict
+    commands compare; ``custom``: tensors only ``inspect``/``export`` read)."""
     with TraceWriter(out) as w:
         for i in range(n):
             a = np.arange(size, dtype=np.float32) + value * (i + 1)
-            w.add(Record(kind="custom", op="x", call=i, dtype="float32", shape=(size,)),
-                  payload=a)
+            rec = (Record(kind="custom", op="x", call=i, dtype="float32", shape=(size,))
+                   if kind == "custom" else
+                   Record(kind="module", op="linear", module=f"m{i}", call=0,
+                          direction="forward", role="output", dtype="float32", shape=(size,)))
+            w.add(rec, payload=a)
     return out
 
 

@@ -93,7 +93,7 @@ def _rows(out: Path, sql: str, *params: object) -> None:
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_trace(tmp_path_factory.mktemp("good") / "t")
+    return make_trace(tmp_path_factory.mktemp("good") / "t", kind="module")
 
 
 def _copy(good: Path, tmp_path: Path) -> Path:
@@ -325,7 +325,7 @@ def test_every_subcommand_prints_hostile_names_as_text(tmp_path):
 
 
 def test_a_5mb_module_name_is_shortened_on_the_terminal(tmp_path):
-    out = make_trace(tmp_path / "t")
+    out = make_trace(tmp_path / "t", kind="module")
     _rows(out, "UPDATE records SET module = ?", "m" * 5_000_000)
     rc, text, err = _cli_out("numerics", str(out))  # (its tables name modules)
     assert rc == 0 and not err, err
