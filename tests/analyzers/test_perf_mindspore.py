@@ -382,7 +382,10 @@ def test_zero_code_profile_of_an_unmodified_mindspore_script(tmp_path: Path, sty
     # by the dataset's own thread while the step runs
     assert r.steps[0]["data"] >= SLEEP * 0.9, r.steps[0]
     if style == "pynative":
-        assert r.modules[0].module == "extra" and r.modules[0].self_time >= SLEEP * 0.9
+        # the sleeping Cell's time is its own (on a loaded machine a Dense's first PyNative
+        # calls may take longer still: its rank among the top two, not first)
+        extra = next(m for m in r.modules if m.module == "extra")
+        assert extra.self_time >= SLEEP * 0.9 and extra in r.modules[:2], r.modules[:3]
         assert all(s["optimizer"] > 0 and s["backward"] > 0 for s in r.steps)
     else:  # compile time apart from the steps: the first step's graph build, measured
         assert r.steps[0]["compile"] > 0.1 and r.steps[0]["compile"] > r.steps[0]["forward"]
