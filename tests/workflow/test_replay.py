@@ -91,6 +91,24 @@ SPEC = textwrap.dedent('''
             h = self.act(self.lin1(x)) * self.scale    # the block's own code
             return self.drop(self.lin2(h))
 
+    class _WGradFn(torch.autograd.Function):
+        """A linear layer whose hand-written backward gets the weight's gradient 1% off
+        (the input's gradient right): a difference only the parameter gradient shows."""
+
+        @staticmethod
+        def forward(ctx, x, w, b):
+            ctx.save_for_backward(x, w)
+            return x @ w.t() + b
+
+        @staticmethod
+        def backward(ctx, g):
+            x, w = ctx.saved_tensors
+            return g @ w, (g.t() @ x) * 1.01, g.sum(0)
+
+    class WGradLinear(nn.Linear):
+        def forward(self, x):
+            return _WGradFn.apply(x, self.weight, self.bias)
+
     class HandAdam(torch.optim.Optimizer):
         """Adam written by hand, its step counter a plain attribute (not in state_dict)."""
 
@@ -115,7 +133,8 @@ SPEC = textwrap.dedent('''
     def build(steps, scale=1.0, p=0.0, bad_grad=False, adam_eps=None, momentum=0.0,
               dampening=0.0, loss_scale=1.0, unscale=True, clip=None, lr1=None, gelu=None,
               double=False, gelu_grad=None, gelu_formula=False, accum=1, divide_twice=False,
-              hand_loss=False, clip_per_tensor=False, hand_adam_eps=None, head_scale=None):
+              hand_loss=False, clip_per_tensor=False, hand_adam_eps=None, head_scale=None,
+              bad_wgrad=False):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 16), Block(scale, p, bad_grad), nn.Linear(16, 3))
         if gelu is not None:  # an activation whose approximation is an op argument
@@ -124,6 +143,10 @@ SPEC = textwrap.dedent('''
             model[1].act = HandGelu(gelu_grad)
         if gelu_formula:  # several operators where the reference has one
             model[1].act = FormulaGelu()
+        if bad_wgrad:
+            head = model[2]
+            model[2] = WGradLinear(16, 3)
+            model[2].load_state_dict(head.state_dict())
         if head_scale is not None:  # the head's own code scales its output
             head = model[2]
             model[2] = type("ScaledHead", (nn.Linear,), {
@@ -335,6 +358,18 @@ def test_every_module_introducing_a_difference_of_its_own_is_named(spec, tmp_pat
     others = [o["module"] for o in fwd.evidence.get("also_introduced", [])]
     assert others == ["2"], (others, fwd.summary)
     assert "also introducing a difference of its own: 2 " in fwd.summary
+
+
+def test_a_wrong_weight_gradient_is_named_by_replay_of_its_modules_backward(spec, tmp_path):
+    # the head's hand-written backward gets its weight's gradient 1% off, the input's right:
+    # replay of the head's backward on the reference's tensors names it by its parameter
+    # gradients (issue 28: parameter gradients were judged by the comparison alone)
+    r = _run(spec, tmp_path, bad_wgrad=True)
+    bwd = r.phase("backward")
+    assert (r.first_phase, r.where) == ("backward", "2"), _phases(r)
+    assert bwd.evidence.get("verdict") == "introduced (replay)", _phases(r)
+    row = {o["module"]: o for o in bwd.evidence["replay"]}["2"]
+    assert row["param_local"] > 10 * row["param_bound"], row
 
 
 def test_per_tensor_clipping_against_global_clipping_is_named_in_the_update(spec, tmp_path):
@@ -627,7 +662,9 @@ def test_a_relu_mask_flipped_by_rounding_is_cleared_by_replay(tmp_path):
     assert "diverges first at 1" in bwd.evidence["compare_said"]  # what replay overturned
     row = {o["module"]: o for o in bwd.evidence["replay"]}["1"]
     assert row["verdict"] == "reproduces" and row["accumulated"] > 1e-2
-    assert "2 parameter gradient(s) carry it" in bwd.summary
+    # the parameter gradients upstream carry it, or their modules' replays clear them
+    assert ("2 parameter gradient(s) carry it" in bwd.summary
+            or "reproduce the reference's by replay of their backward" in bwd.summary)
     # a passing verdict's first screen says nothing of divergence; the evidence stays in JSON
     import io
 

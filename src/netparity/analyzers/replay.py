@@ -68,6 +68,10 @@ class ReplayOutcome:
     verdict: str = ""  # "introduced" | "reproduces" | "not replayed"
     reason: str = ""
     cand_op: str = ""  # op level: the candidate's op(s), ``mul+add+...`` for an N:M group
+    # backward: the gradients the call adds to the module's parameters, judged the same way
+    param_local: float | None = None
+    param_noise: float | None = None
+    param_bound: float | None = None
 
     @property
     def introduced(self) -> bool:
@@ -95,6 +99,10 @@ def plan(r0: CompareResult, direction: str = "forward",
     calls = sorted((c for c in same if c.status in ("fail", "warn")), key=lambda c: c.order)
     if level != "module":
         return calls[:limit]
+    owners = _grad_owners(r0) if direction == "backward" else set()
+    if owners:  # a diverging parameter gradient is judged by replaying its module's backward
+        calls = sorted({id(c): c for c in (*calls, *(c for c in same if c.module in owners))}
+                       .values(), key=lambda c: c.order)
     intro = [c for c in calls if c.origin == "introduced"]
 
     def ancestors(i: CallResult, among: list[CallResult]) -> list[CallResult]:
@@ -128,6 +136,13 @@ def _first_step_calls(r0: CompareResult, direction: str, level: str) -> list[Cal
     first = min((x.step for x in r0.calls), default=0)
     return [c for c in r0.calls if c.direction == direction and c.level == level
             and c.step == first]
+
+
+def _grad_owners(r0: CompareResult) -> set[str]:
+    """The modules owning a parameter whose gradient fails or warns (its direct parent)."""
+    from netparity.analyzers.step import module_of
+
+    return {module_of(g.module) for g in r0.divergent_params("grad")}
 
 
 def _contains(outer: str, inner: str) -> bool:
@@ -314,10 +329,18 @@ def _explained(phase: Any, outcomes: list[ReplayOutcome], r0: CompareResult) -> 
     bad = [c for c in same if c.status in ("fail", "warn")]
     intro = [c for c in bad if c.origin == "introduced"]
     ok = [o.module for o in outcomes if o.verdict == "reproduces" and o.direction == direction]
-    if not intro or not all(any(_contains(m, c.module) for m in ok) for c in intro):
+    # parameter gradients whose module's replay reproduced them (the reference's backward
+    # tensors fed to the candidate's module, its parameter gradients within their noise)
+    params_ok = {o.module for o in outcomes if o.verdict == "reproduces"
+                 and o.param_local is not None}
+    grads = [g for g in r0.divergent_params("grad") if g.status == "fail"
+             and module_of(g.module) not in params_ok] if direction == "backward" else []
+    cleared_grads = direction == "backward" and any(
+        g.status == "fail" for g in r0.divergent_params("grad"))
+    if not intro and not (cleared_grads and not grads):
         return False
-    grads = [g for g in r0.divergent_params("grad") if g.status == "fail"] \
-        if direction == "backward" else []
+    if not all(any(_contains(m, c.module) for m in ok) for c in intro):
+        return False
     status = {p.key: p.status for p in r0.pairs if p.direction == direction}
     first = same[0].step if same else 0
     carried = {c.module for c in r0.calls if c.direction == direction and c.step == first
@@ -328,12 +351,16 @@ def _explained(phase: Any, outcomes: list[ReplayOutcome], r0: CompareResult) -> 
     phase.evidence["verdict"] = "amplified noise (replay)"
     phase.status, phase.where, phase.step = "pass", "", None
     what = "gradients" if direction == "backward" else "outputs"
+    head = (intro[0].module or "<root>") if intro else "(parameter gradients only)"
     phase.summary = (
         f"{what} agree up to amplified rounding noise: {len(bad)} module call(s) differ beyond "
-        f"their noise estimate, first {intro[0].module or '<root>'}, but replay clears every "
+        f"their noise estimate, first {head}, but replay clears every "
         f"place a difference could start ({len(intro)}): each reproduces the reference on the "
         "reference's tensors (itself or a module containing it), so the difference is the "
         "agreeing inputs' rounding noise amplified (e.g. a ReLU input within noise of 0)")
+    if params_ok:
+        phase.summary += (f"; the parameter gradients of {len(params_ok)} module(s) reproduce "
+                          "the reference's by replay of their backward")
     if grads:
         phase.summary += f"; {len(grads)} parameter gradient(s) carry it"
     return True

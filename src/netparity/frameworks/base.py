@@ -306,13 +306,19 @@ class FrameworkAdapter(abc.ABC):
     def run_module_backward(self, model: Any, path: str,
                             inputs: Sequence[tuple[str, np.ndarray, str]],
                             grad_outputs: Sequence[tuple[str, np.ndarray]],
-                            train: bool = True) -> list[tuple[str, np.ndarray]]:
+                            train: bool = True,
+                            params: bool = False) -> list[tuple[str, np.ndarray]]:
         """The backward of :meth:`run_module`: call the submodule on ``inputs``, feed
         ``grad_outputs`` (``(output argument path, gradient)``) back through it and return the
-        gradients with respect to its floating-point inputs, ``(input argument path, array)``.
+        gradients with respect to its floating-point inputs, ``(input argument path, array)``;
+        with ``params`` also those of its own trainable parameters (not its children's),
+        ``("param:<full name in the model>", array)``: what this call adds to them.
         """
-        return self._unit("replay", "replaying a module's backward").run_module_backward(
-            model, path, inputs, grad_outputs, train)
+        unit = self._unit("replay", "replaying a module's backward")
+        if params:
+            return unit.run_module_backward(model, path, inputs, grad_outputs, train,
+                                            params=True)
+        return unit.run_module_backward(model, path, inputs, grad_outputs, train)
 
     def rounding_jitter(self, model: Any, path: str, seed: int) -> Any:
         """A context manager under which every module *inside* the submodule ``path`` (not

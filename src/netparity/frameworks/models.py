@@ -56,11 +56,12 @@ def run_module(model: Any, path: str, inputs: Sequence[tuple[str, np.ndarray, st
 
 def run_module_backward(model: Any, path: str, inputs: Sequence[tuple[str, np.ndarray, str]],
                         grad_outputs: Sequence[tuple[str, np.ndarray]],
-                        train: bool = True) -> list[tuple[str, np.ndarray]]:
-    """Gradients of the submodule ``path`` with respect to its float inputs, given its output
-    gradients (see ``FrameworkAdapter.run_module_backward``)."""
-    return get_adapter(framework_of(model)).run_module_backward(model, path, inputs,
-                                                                grad_outputs, train)
+                        train: bool = True, params: bool = False) -> list[tuple[str, np.ndarray]]:
+    """Gradients of the submodule ``path`` with respect to its float inputs (and its
+    parameters, ``params``), given its output gradients (see
+    ``FrameworkAdapter.run_module_backward``)."""
+    return get_adapter(framework_of(model)).run_module_backward(
+        model, path, inputs, grad_outputs, train, params=params)
 
 
 def rounding_jitter(model: Any, path: str, seed: int) -> Any:

@@ -108,10 +108,14 @@ def _sampled_noise(want: Tensors, run: Callable[[], list[tuple[str, np.ndarray]]
 
 def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: str,
                  ref_model: Any, cand_model: Any, ref_state0: Any, cand_state0: Any,
-                 seed: int = 0, step: int = 0) -> list[ReplayOutcome]:
+                 seed: int = 0, step: int = 0,
+                 ref_to_cand: dict[str, str] | None = None) -> list[ReplayOutcome]:
     """Replay step 0's diverging module calls of ``direction`` (``forward`` or ``backward``;
     see the module docstring). For a resynchronised later ``step``, ``r0`` is that step's
-    comparison and the two states are the ones both sides started it from."""
+    comparison and the two states are the ones both sides started it from. In backward, with
+    ``ref_to_cand`` (parameter names), the gradients each call adds to its module's parameters
+    are judged too: the candidate's against the reference's replay, within the reference's
+    jittered replays' noise (``param_local`` / ``param_noise`` / ``param_bound``)."""
     from netparity.ckpt.mapping import state_of
     from netparity.compare.noise import perturb_last_bit
     from netparity.frameworks.models import (
@@ -159,6 +163,46 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
             return with_moved_weights(module, functools.partial(
                 run, ref_model, module, _moved(ins, rng), moved_g))
 
+    def param_grads(model: Any, path: str, ins: Tensors,
+                    g: list[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        return {a[6:]: v for a, v in run_module_backward(model, path, ins, g, params=True)
+                if a.startswith("param:")}
+
+    cand_to_ref = {cn: rn for rn, cn in (ref_to_cand or {}).items()}
+
+    def judge_params(o: ReplayOutcome, c: CallResult, ins: Tensors, gout: Tensors,
+                     cand_ins: Tensors, cand_g: list[tuple[str, np.ndarray]]) -> None:
+        """The gradients the call adds to its module's parameters: the candidate's module on
+        the reference's tensors against the reference module's own replay."""
+        want = param_grads(ref_model, c.module, ins, [(a, v) for a, v, _ in gout])
+        got = {cand_to_ref.get(n, ""): v
+               for n, v in param_grads(cand_model, c.cand_module, cand_ins, cand_g).items()}
+        names = [n for n in want if n in got and got[n].size == want[n].size]
+        if not names:
+            return
+        wanted = [want[n] for n in names]
+        local = normwise_error(wanted, [got[n].reshape(want[n].shape) for n in names])
+
+        def noisy() -> list[np.ndarray]:
+            moved_g = [(a, v) for a, v, _ in _moved(gout, rng)]
+            with rounding_jitter(ref_model, c.module, int(rng.integers(2**31))):
+                d = with_moved_weights(c.module, functools.partial(
+                    param_grads, ref_model, c.module, _moved(ins, rng), moved_g))
+            return [d[n] for n in names]
+
+        noise = max(normwise_error(wanted, noisy()) for _ in range(NOISE_SAMPLES))
+        po = ReplayOutcome(o.key, c.module, c.cand_module, c.op, accumulated=0.0,
+                           direction="backward")
+        judge(po, local, noise, ref_state0.dtypes.get(names[0], "float32"),
+              cand_state0.dtypes.get((ref_to_cand or {}).get(names[0], ""), "float32"))
+        o.param_local, o.param_noise, o.param_bound = po.local, po.noise, po.bound
+        if po.introduced and not o.introduced:
+            o.local, o.noise, o.bound, o.verdict = po.local, po.noise, po.bound, "introduced"
+            o.reason = "the gradients it adds to its parameters differ beyond their noise"
+        elif o.verdict in ("", "not replayed"):
+            o.verdict = "reproduces"
+            o.local, o.noise, o.bound = po.local, po.noise, po.bound
+
     outcomes: list[ReplayOutcome] = []
     try:
         load(ref_model, ref_state0)
@@ -168,8 +212,16 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
                               direction=direction)
             outcomes.append(o)
             try:
-                ins, gout, want = _call_tensors(c, direction, ref)
+                ins, gout, want = _call_tensors(c, direction, ref, allow_no_input_grads=bool(
+                    ref_to_cand))
                 cand_ins, in_names = _cand_inputs(c, ins, cand)
+                if direction == "backward" and ref_to_cand:
+                    judge_params(o, c, ins, gout, cand_ins, _cand_grads(c, gout, cand))
+                if not want:  # the module's inputs take no gradient (the network's inputs)
+                    if not o.verdict:
+                        raise _NotReplayable("the call's inputs take no gradient and its "
+                                             "module has no parameters to judge")
+                    continue
                 ref_g = [(a, v) for a, v, _ in gout]
                 own = normwise_error([v for _, v, _ in want],
                                      _in_order(want, run(ref_model, c.module, ins, ref_g)))
@@ -185,8 +237,14 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
                 if direction == "backward":  # gradients w.r.t. the inputs, under their names
                     got = [(in_names.get(a, a), v) for a, v in got]
                 local = normwise_error(*_paired(want, got))
-                judge(o, local, noise, want[0][2], _cand_out_dtype(c, direction, cand,
-                                                                   want[0][2]))
+                po = ReplayOutcome(o.key, c.module, c.cand_module, c.op,
+                                   accumulated=c.out_error, direction=direction)
+                judge(po, local, noise, want[0][2], _cand_out_dtype(c, direction, cand,
+                                                                    want[0][2]))
+                if po.introduced or not o.introduced:  # (the parameters' verdict stands)
+                    o.local, o.noise, o.bound, o.verdict = po.local, po.noise, po.bound, \
+                        po.verdict
+                    o.reason = "" if po.introduced or o.verdict != "introduced" else o.reason
             except NetparityError as e:
                 o.verdict, o.reason = "not replayed", str(e)
             except Exception as e:  # noqa: BLE001 - a module the user wrote may refuse replay
@@ -524,9 +582,11 @@ def _call_index(c: CallResult) -> tuple[int, str]:
     return int(parts[-2]), parts[-1]
 
 
-def _call_tensors(c: CallResult, direction: str, ref: _Calls) -> tuple[Tensors, Tensors,
-                                                                        Tensors]:
-    """(module inputs, gradients of its outputs, what the replay must reproduce)."""
+def _call_tensors(c: CallResult, direction: str, ref: _Calls,
+                  allow_no_input_grads: bool = False) -> tuple[Tensors, Tensors, Tensors]:
+    """(module inputs, gradients of its outputs, what the replay must reproduce); in backward
+    with ``allow_no_input_grads`` the last is empty when the inputs took no gradient (the
+    network's first layer: only its parameters' gradients can be judged)."""
     call, event = _call_index(c)
     recs = ref.recs(direction, c.module, call, event)
     if not recs:
@@ -543,6 +603,8 @@ def _call_tensors(c: CallResult, direction: str, ref: _Calls) -> tuple[Tensors, 
                              "cannot be matched to one forward call")
     fwd_ins = ref.tensors(ref.recs("forward", c.module, 0), "input")
     gout, gin = ref.tensors(recs, "input"), ref.tensors(recs, "output")
+    if fwd_ins and gout and not gin and allow_no_input_grads:
+        return fwd_ins, gout, []
     if not fwd_ins or not gout or not gin:
         raise _NotReplayable("the call's forward inputs or gradients were not captured")
     return fwd_ins, gout, gin

@@ -489,7 +489,8 @@ def run_step_parity(
             say.stage(f"replay the diverging modules ({direction}) on the reference's tensors")
             refine(ph, replay_step0(result.compare_step0, direction, run.ref_trace,
                                     run.cand_trace, ref.model, cand.model, ref_state0,
-                                    cand_state0, seed), result.compare_step0)
+                                    cand_state0, seed, ref_to_cand=run.setup.ref_to_cand()),
+                   result.compare_step0)
         if level not in ("op", "both"):
             return
         from netparity.workflow.replay import replay_ops_step0
@@ -524,7 +525,8 @@ def _replay_clear(run: StepRun, ref: Spec, cand: Spec, seed: int, say: Progress,
     say.stage(f"replay step {step}'s diverging modules ({direction}) on the reference's tensors")
     ph = Phase(direction, status="fail", step=step)
     refine(ph, replay_step0(rk, direction, run.ref_trace, run.cand_trace, ref.model, cand.model,
-                            run.ref_starts[step], run.cand_starts[step], seed, step=step), rk)
+                            run.ref_starts[step], run.cand_starts[step], seed, step=step,
+                            ref_to_cand=run.setup.ref_to_cand()), rk)
     return {"cleared": ph.status == "pass", "summary": ph.summary,
             "replay": ph.evidence.get("replay", [])}
 

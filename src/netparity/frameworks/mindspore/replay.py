@@ -72,7 +72,7 @@ def run_module(model: Any, path: str, inputs: Sequence[tuple[str, np.ndarray, st
 
 def run_module_backward(model: Any, path: str, inputs: Sequence[tuple[str, np.ndarray, str]],
                         grad_outputs: Sequence[tuple[str, np.ndarray]],
-                        train: bool = True) -> list[tuple[str, np.ndarray]]:
+                        train: bool = True, params: bool = False) -> list[tuple[str, np.ndarray]]:
     """See :meth:`netparity.frameworks.base.FrameworkAdapter.run_module_backward`."""
     cell = _cell(model, path)
     tensors = _tensors(inputs)
@@ -82,8 +82,11 @@ def run_module_backward(model: Any, path: str, inputs: Sequence[tuple[str, np.nd
     floats = [i for i, (_, _, d) in enumerate(inputs) if d in _FLOATS]
     if not floats:
         raise FrameworkError("nothing to differentiate: no float input")
+    # its own parameters (not its children's: a child's gradients are its own replay's)
+    weights = cell.trainable_params(recurse=False) if params else []
     with _mode(cell, train):
-        out, vjp_fn = ms.vjp(lambda *xs: cell(*xs), *args)
+        out, vjp_fn = (ms.vjp(lambda *xs: cell(*xs), *args, weights=weights) if weights else
+                       ms.vjp(lambda *xs: cell(*xs), *args))
         flat = list(_flatten(out, "", _is_tensor))
         given = dict(grad_outputs)
         if any(a not in given for a, _ in flat):
@@ -91,8 +94,13 @@ def run_module_backward(model: Any, path: str, inputs: Sequence[tuple[str, np.nd
         sens = [ms.Tensor(np.array(given[a], copy=True)).astype(t.dtype) for a, t in flat]
         cot: Any = sens[0] if len(sens) == 1 and _is_tensor(out) else tuple(sens)
         grads = vjp_fn(cot)
+    wgrads: Any = ()
+    if weights:  # (gradients of the inputs, of the weights)
+        grads, wgrads = grads
     grads = grads if isinstance(grads, tuple) else (grads,)
-    return [(tensors[i][0], _host(grads[i])) for i in floats]
+    # a Parameter's name is its full path in the model
+    return [(tensors[i][0], _host(grads[i])) for i in floats] + [
+        (f"param:{w.name}", _host(g)) for w, g in zip(weights, wgrads)]
 
 
 def _nest(values: dict[str, Any]) -> list[Any]:

@@ -118,9 +118,13 @@ def run_module(model: torch.nn.Module, path: str,
 def run_module_backward(model: torch.nn.Module, path: str,
                         inputs: Sequence[tuple[str, np.ndarray, str]],
                         grad_outputs: Sequence[tuple[str, np.ndarray]],
-                        train: bool = True) -> list[tuple[str, np.ndarray]]:
+                        train: bool = True, params: bool = False) -> list[tuple[str, np.ndarray]]:
     """See :meth:`netparity.frameworks.base.FrameworkAdapter.run_module_backward`."""
     mod = _submodule(model, path)
+    prefix = f"{path}." if path else ""
+    # its own parameters (not its children's: a child's gradients are its own replay's)
+    owned = ([(f"param:{prefix}{n}", q) for n, q in mod.named_parameters(recurse=False)
+              if q.requires_grad] if params else [])
     tensors = _tensors(mod, inputs)
     for _, t in tensors:
         if t.is_floating_point():
@@ -133,7 +137,7 @@ def run_module_backward(model: torch.nn.Module, path: str,
     given = dict(grad_outputs)
     outs = [(t, torch.from_numpy(np.array(given[a], copy=True)).to(t.device, t.dtype))
             for a, t in flat if a in given and t.requires_grad]
-    wrt = [(a, t) for a, t in tensors if t.requires_grad]
+    wrt = [(a, t) for a, t in tensors if t.requires_grad] + owned
     if not outs or not wrt:
         raise FrameworkError("nothing to differentiate: no output gradient or no float input")
     grads = torch.autograd.grad([o for o, _ in outs], [t for _, t in wrt],
