@@ -110,7 +110,8 @@ CURATED: dict[str, dict[str, Any]] = {
     "torch.nn.ConvTranspose2d": {"target": "mindspore.nn.Conv2dTranspose",
                                  "alt": ["mindspore.mint.nn.ConvTranspose2d"],
                                  "args": {"groups": "group", "bias": "has_bias"},
-                                 "traps": [{"rule": "conv_padding", "pos": 4, "ms_args": ["pad_mode", "padding"]}]},
+                                 "traps": [{"rule": "conv_padding", "pos": 4, "ms_args": ["pad_mode", "padding"]},
+                                           {'rule': 'when_arg', 'arg': 'output_padding', 'pos': 6, 'unless': 0, 'note': "MindSpore's Conv2dTranspose(pad_mode='pad', output_padding=...) fills the extra rows/columns with zeros where PyTorch computes them (MindSpore 2.10 CPU: the last row 0 against the kernel's values); crop a larger output or pad the input instead, and check the last row/column against PyTorch"}]},
     "torch.nn.ConvTranspose3d": {"target": "mindspore.nn.Conv3dTranspose",
                                  "args": {"groups": "group", "bias": "has_bias"},
                                  "traps": [{"rule": "conv_padding", "pos": 4, "ms_args": ["pad_mode", "padding"]}]},
@@ -151,14 +152,16 @@ CURATED: dict[str, dict[str, Any]] = {
                            "traps": [{"rule": "always",
                                       "note": "default table init differs: PyTorch N(0, 1), "
                                               "MindSpore embedding_table='normal' (Normal, "
-                                              "sigma=0.01): set embedding_table or load weights"}]},
+                                              "sigma=0.01): set embedding_table or load weights"},
+                                     {'rule': 'when_arg', 'arg': 'padding_idx', 'pos': 2, 'unless': None, 'note': "MindSpore's nn.Embedding(padding_idx=...) only zeroes that row at init: its gradient is not masked, so the padding row trains where PyTorch's stays fixed (verified on MindSpore 2.10 CPU: gradient 2.0 per use against 0); zero that row's gradient (or the row after each step) by hand"}]},
     "torch.nn.Softmax": {"target": "mindspore.nn.Softmax", "alt": ["mindspore.mint.nn.Softmax"],
                          "args": {"dim": "axis"}},
     "torch.nn.LogSoftmax": {"target": "mindspore.nn.LogSoftmax", "args": {"dim": "axis"}},
     "torch.nn.MaxPool1d": _pool("mindspore.nn.MaxPool1d", "mindspore.mint.nn.MaxPool2d"),
     "torch.nn.MaxPool2d": _pool("mindspore.nn.MaxPool2d", "mindspore.mint.nn.MaxPool2d"),
     "torch.nn.AvgPool1d": _pool("mindspore.nn.AvgPool1d", "mindspore.mint.nn.AvgPool2d"),
-    "torch.nn.AvgPool2d": _pool("mindspore.nn.AvgPool2d", "mindspore.mint.nn.AvgPool2d"),
+    "torch.nn.AvgPool2d": {**_pool("mindspore.nn.AvgPool2d", "mindspore.mint.nn.AvgPool2d"),
+                           "traps": [*_pool("x", "x")["traps"], {'rule': 'when_arg', 'arg': 'padding', 'pos': 2, 'unless': 0, 'note': "PyTorch averages the zero padding in (count_include_pad=True by default); MindSpore's AvgPool2d(pad_mode='same') leaves it out (a 3x3 corner: 3.5 against PyTorch's 1.56 on MindSpore 2.10 CPU): use pad_mode='pad' with the padding, or count_include_pad=False on both sides"}]},
     "torch.nn.AdaptiveAvgPool2d": {
         "target": "mindspore.nn.AdaptiveAvgPool2d", "alt": ["mindspore.mint.nn.AdaptiveAvgPool2d"],
         "notes": "for output_size 1 and fixed input shapes the reference port uses "

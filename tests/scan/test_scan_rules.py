@@ -81,3 +81,16 @@ def test_graph_mode_differences_are_flagged() -> None:
     f = _one("idx = torch.nonzero(mask)\n")
     assert f.status == "mapped" and "output shape depends on the data" in f.graph
     assert _one("nn.ReLU()\n").graph == ""
+
+
+def test_mindspore_facts_found_while_porting_are_traps() -> None:
+    # each checked on MindSpore 2.10 CPU (issue 28): the padding row's gradient is not masked;
+    # Conv2dTranspose's output_padding rows are zeros; AvgPool2d(pad_mode='same') leaves the
+    # padding out of the average
+    assert "gradient is not masked" in _one("nn.Embedding(10, 4, padding_idx=0)\n").note
+    assert "not masked" not in _one("nn.Embedding(10, 4)\n").note
+    convt = _one("nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1)\n").note
+    assert "fills the extra rows/columns with zeros" in convt
+    assert "zeros" not in _one("nn.ConvTranspose2d(8, 4, 3, 2, 1, 0)\n").note
+    assert "averages the zero padding in" in _one("nn.AvgPool2d(3, 1, 1)\n").note
+    assert "averages the zero padding in" not in _one("nn.AvgPool2d(2)\n").note
