@@ -106,9 +106,11 @@ ms.set_context(mode=ms.PYNATIVE_MODE, pynative_synchronize=True)
 class Net(nn.Cell):
     def __init__(self):
         super().__init__()
-        self.fc1 = nn.Dense(16, 1024)
-        self.big = nn.Dense(1024, 1024)  # its gradient: two 512x1024x1024 matmuls
-        self.head = nn.Dense(1024, 4)
+        self.fc1 = nn.Dense(16, 2048)
+        # its gradient: two 512x2048x2048 matmuls, ~0.1 s on 2 cores: far above what a loaded
+        # machine's scheduling adds to the small Cells' (1024 wide failed once under load)
+        self.big = nn.Dense(2048, 2048)
+        self.head = nn.Dense(2048, 4)
 
     def construct(self, x):
         return self.head(self.big(self.fc1(x)))
