@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tests.frameworks.hand_adam import hand_adam
 
 from netparity.ckpt.mapping import state_of
 from netparity.frameworks.models import set_weights
@@ -59,6 +60,18 @@ def _check(adapter, model, opt, watch, step_with, scheduler) -> None:
                                (moments[1][key][0] - zero[key][0]) / 2, rtol=1e-5)
 
 
+def _torch_step_with(model, opt):
+    """One optimizer step on given gradients (by parameter name)."""
+    import torch
+
+    def step_with(g):
+        for n, p in model.named_parameters():
+            p.grad = torch.from_numpy(g[n])
+        opt.step()
+
+    return step_with
+
+
 def test_torch_adam():
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
@@ -67,13 +80,7 @@ def test_torch_adam():
     scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: (k + 1) / STEPS)
     adapter = adapter_for(model)
     watch = adapter.watch_steps(opt)
-
-    def step_with(g):
-        for n, p in model.named_parameters():
-            p.grad = torch.from_numpy(g[n])
-        opt.step()
-
-    _check(adapter, model, opt, watch, step_with, scheduler)
+    _check(adapter, model, opt, watch, _torch_step_with(model, opt), scheduler)
 
 
 def test_mindspore_adamw():
@@ -117,37 +124,12 @@ def _check_counter_replayed(adapter, model, opt, watch, step_with) -> None:
 def test_torch_hand_written_adam_with_a_python_counter():
     torch = pytest.importorskip("torch")
 
-    class HandAdam(torch.optim.Optimizer):
-        def __init__(self, params, lr=0.1):
-            super().__init__(params, {"lr": lr})
-            self.t = 0  # not in state_dict
-
-        @torch.no_grad()
-        def step(self, closure=None):
-            self.t += 1
-            for group in self.param_groups:
-                for p in group["params"]:
-                    st = self.state[p]
-                    if not st:
-                        st["m"], st["v"] = torch.zeros_like(p), torch.zeros_like(p)
-                    st["m"].mul_(0.9).add_(p.grad, alpha=0.1)
-                    st["v"].mul_(0.999).addcmul_(p.grad, p.grad, value=0.001)
-                    m_hat = st["m"] / (1 - 0.9**self.t)
-                    v_hat = st["v"] / (1 - 0.999**self.t)
-                    p.sub_(group["lr"] * m_hat / (v_hat.sqrt() + 1e-8))
-
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
-    opt = HandAdam(model.parameters())
+    opt = hand_adam(model.parameters())
     adapter = adapter_for(model)
     watch = adapter.watch_steps(opt)
-
-    def step_with(g):
-        for n, p in model.named_parameters():
-            p.grad = torch.from_numpy(g[n])
-        opt.step()
-
-    _check_counter_replayed(adapter, model, opt, watch, step_with)
+    _check_counter_replayed(adapter, model, opt, watch, _torch_step_with(model, opt))
 
 
 def test_mindspore_hand_written_adam_with_a_python_counter():

@@ -109,27 +109,6 @@ SPEC = textwrap.dedent('''
         def forward(self, x):
             return _WGradFn.apply(x, self.weight, self.bias)
 
-    class HandAdam(torch.optim.Optimizer):
-        """Adam written by hand, its step counter a plain attribute (not in state_dict)."""
-
-        def __init__(self, params, lr, eps):
-            super().__init__(params, {"lr": lr})
-            self.t, self.eps = 0, eps
-
-        @torch.no_grad()
-        def step(self, closure=None):
-            self.t += 1
-            for group in self.param_groups:
-                for q in group["params"]:
-                    st = self.state[q]
-                    if not st:
-                        st["m"], st["v"] = torch.zeros_like(q), torch.zeros_like(q)
-                    st["m"].mul_(0.9).add_(q.grad, alpha=0.1)
-                    st["v"].mul_(0.999).addcmul_(q.grad, q.grad, value=0.001)
-                    m_hat = st["m"] / (1 - 0.9**self.t)
-                    v_hat = st["v"] / (1 - 0.999**self.t)
-                    q.sub_(group["lr"] * m_hat / (v_hat.sqrt() + self.eps))
-
     def build(steps, scale=1.0, p=0.0, bad_grad=False, adam_eps=None, momentum=0.0,
               dampening=0.0, loss_scale=1.0, unscale=True, clip=None, lr1=None, gelu=None,
               double=False, gelu_grad=None, gelu_formula=False, accum=1, divide_twice=False,
@@ -159,7 +138,9 @@ SPEC = textwrap.dedent('''
                                dampening=float(dampening)) if adam_eps is None else
                torch.optim.Adam(model.parameters(), lr=0.1, eps=float(adam_eps)))
         if hand_adam_eps is not None:
-            opt = HandAdam(model.parameters(), lr=0.01, eps=float(hand_adam_eps))
+            from tests.frameworks.hand_adam import hand_adam
+
+            opt = hand_adam(model.parameters(), lr=0.01, eps=float(hand_adam_eps))
         lrs = [0.1] + [0.1 if lr1 is None else float(lr1)] * (steps - 1)
         rng = np.random.default_rng(0)
         batches = [(rng.standard_normal((4, 8)).astype(np.float32), rng.integers(0, 3, 4))
