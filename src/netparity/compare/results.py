@@ -310,6 +310,31 @@ class CompareResult:
         return ([t.get(i) for i in t.perm if t.code[i] == code]
                 + [p for p in self._others() if p.status == status])
 
+    def clear(self, direction: str, why: str) -> int:
+        """Mark every failing or warning pair of ``direction`` (backward: parameter gradients
+        too) and every such call as passing, with ``why`` as the pairs' reason: replay showed
+        their difference is no one's own (agreeing inputs' rounding noise amplified), so the
+        comparison a user reads says what the verdict says. Returns how many pairs changed."""
+        n = 0
+        for status in ("fail", "warn"):
+            for p in self.pairs_with_status(status):
+                if p.direction == direction or (direction == "backward" and p.kind == "grad"):
+                    p.status, p.reason = "pass", why
+                    n += 1
+        if self.table is not None:
+            self.table.refresh()
+        for c in self.calls:
+            if c.direction == direction and c.status in ("fail", "warn"):
+                c.status = "pass"
+        for attr in ("first_divergence", "first_backward"):
+            d = getattr(self, attr)
+            if d is not None and d.direction == direction:
+                setattr(self, attr, None)
+        if n:
+            self.notes.append(f"{n} {direction} pair(s) differ only by amplified rounding "
+                              f"noise: {why}")
+        return n
+
     def divergent_params(self, kind: str) -> list[PairResult]:
         """Params of ``kind`` ("grad" or "param") that do not pass, in execution order."""
         return [p for p in self.params if p.kind == kind and p.status in ("fail", "warn")]

@@ -473,6 +473,13 @@ def run_step_parity(
         run.eval_skipped = "no eval in the specs" if run_eval else "not asked"
 
     def replay(result: StepResult) -> None:
+        upd = result.phase("update")
+        if result.compare_step0 is not None and upd.status == "pass" \
+                and upd.evidence.get("values_within_update_noise"):
+            # parameters the update phase accepted as its gradients' noise: the step-0
+            # comparison the report shows says so too
+            result.compare_step0.clear("update", "within the noise of the gradients the "
+                                                 "update was made from (update phase)")
         # Culprits by replay: the candidate's diverging modules fed the reference's tensors
         # (its optimizer was replayed before the diagnosis: see _replay_optimizers).
         if (payload != "tensors" or result.compare_step0 is None or run.ref_trace is None
@@ -491,6 +498,10 @@ def run_step_parity(
                                     run.cand_trace, ref.model, cand.model, ref_state0,
                                     cand_state0, seed, ref_to_cand=run.setup.ref_to_cand()),
                    result.compare_step0)
+            if ph.evidence.get("verdict") == "amplified noise (replay)":
+                # the step-0 comparison the report shows says what the phase says
+                result.compare_step0.clear(direction, "replay: every place the difference "
+                                                      "could start reproduces the reference")
         if level not in ("op", "both"):
             return
         from netparity.workflow.replay import replay_ops_step0
