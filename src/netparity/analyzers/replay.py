@@ -34,8 +34,8 @@ from netparity.compare.noise import FLOOR_EPS, NOISE_K, unit_roundoff
 from netparity.compare.results import CallResult, CompareResult
 
 __all__ = ["REPLAY_LIMIT", "SELF_TOLERANCE", "ReplayOutcome", "describe_factor",
-           "gradient_factor", "independent_culprits", "judge", "normwise_error", "plan", "refine", "refine_forward",
-           "refine_update"]
+           "gradient_factor", "independent_culprits", "judge", "normwise_error", "plan", "refine",
+           "refine_forward", "refine_update"]
 
 #: at most this many calls are replayed per step (each costs one forward of that module)
 REPLAY_LIMIT = 16
