@@ -178,8 +178,8 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
         got = {cand_to_ref.get(n, ""): v
                for n, v in param_grads(cand_model, c.cand_module, cand_ins, cand_g).items()}
         names = [n for n in want if n in got and got[n].size == want[n].size]
-        if not names:
-            return
+        if not names or not any(np.any(want[n] != 0) for n in names):
+            return  # nothing to compare, or a gradient exactly zero (no relative scale)
         wanted = [want[n] for n in names]
         local = normwise_error(wanted, [got[n].reshape(want[n].shape) for n in names])
 
@@ -222,6 +222,11 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
                         raise _NotReplayable("the call's inputs take no gradient and its "
                                              "module has no parameters to judge")
                     continue
+                if not any(np.any(np.asarray(v) != 0) for _, v, _ in want):
+                    # (a gate whose incoming gradient is exactly zero: any candidate rounding
+                    # is an infinite relative error; the comparison's answer stands)
+                    raise _NotReplayable("the reference's result is exactly zero: a relative "
+                                         "error has no scale")
                 ref_g = [(a, v) for a, v, _ in gout]
                 own = normwise_error([v for _, v, _ in want],
                                      _in_order(want, run(ref_model, c.module, ins, ref_g)))
