@@ -314,11 +314,8 @@ class FrameworkAdapter(abc.ABC):
         with ``params`` also those of its own trainable parameters (not its children's),
         ``("param:<full name in the model>", array)``: what this call adds to them.
         """
-        unit = self._unit("replay", "replaying a module's backward")
-        if params:
-            return unit.run_module_backward(model, path, inputs, grad_outputs, train,
-                                            params=True)
-        return unit.run_module_backward(model, path, inputs, grad_outputs, train)
+        return self._unit("replay", "replaying a module's backward").run_module_backward(
+            model, path, inputs, grad_outputs, train, params=params)
 
     def rounding_jitter(self, model: Any, path: str, seed: int) -> Any:
         """A context manager under which every module *inside* the submodule ``path`` (not

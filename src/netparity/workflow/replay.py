@@ -155,13 +155,14 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
 
     run = forward if direction == "forward" else backward
 
-    def jittered(module: str, ins: Tensors, gout: Tensors) -> list[tuple[str, np.ndarray]]:
-        # inputs, weights and every inner layer's outputs (and incoming gradients) one ulp
-        # off: the rounding another implementation makes at each of the module's layers
+    def jittered(module: str, ins: Tensors, gout: Tensors, fn: Callable[..., Any] = run) -> Any:
+        # ``fn`` of the reference's module with its inputs, output gradients, weights and every
+        # inner layer's outputs (and incoming gradients) one ulp off: the rounding another
+        # implementation makes at each of the module's layers
         moved_g = [(a, v) for a, v, _ in _moved(gout, rng)]
         with rounding_jitter(ref_model, module, int(rng.integers(2**31))):
             return with_moved_weights(module, functools.partial(
-                run, ref_model, module, _moved(ins, rng), moved_g))
+                fn, ref_model, module, _moved(ins, rng), moved_g))
 
     def param_grads(model: Any, path: str, ins: Tensors,
                     g: list[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -184,10 +185,7 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
         local = normwise_error(wanted, [got[n].reshape(want[n].shape) for n in names])
 
         def noisy() -> list[np.ndarray]:
-            moved_g = [(a, v) for a, v, _ in _moved(gout, rng)]
-            with rounding_jitter(ref_model, c.module, int(rng.integers(2**31))):
-                d = with_moved_weights(c.module, functools.partial(
-                    param_grads, ref_model, c.module, _moved(ins, rng), moved_g))
+            d = jittered(c.module, ins, gout, param_grads)
             return [d[n] for n in names]
 
         noise = max(normwise_error(wanted, noisy()) for _ in range(NOISE_SAMPLES))
