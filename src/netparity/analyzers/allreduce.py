@@ -162,6 +162,16 @@ def best_split(ready: list[float], sizes: list[int], bw: Bandwidth,
     return out[::-1]
 
 
+def proposed_split(ready: list[float], sizes: list[int], bw: Bandwidth) -> list[list[int]]:
+    """:func:`best_split`, unless DDP's default buckets (also contiguous in ready order) have
+    a shorter simulated tail: the fewest buckets within the slack of the optimum can still
+    lose to the default, and advice must never be worse than changing nothing."""
+    split = best_split(ready, sizes, bw)
+    default = ddp_buckets(sizes, DDP_DEFAULT_CAP, DDP_FIRST_CAP)
+    return default if simulate(ready, sizes, split, bw) > simulate(ready, sizes, default, bw) \
+        else split
+
+
 def ddp_buckets(sizes: list[int], cap: int, first_cap: int | None = None,
                 caps: list[int] | None = None) -> list[list[int]]:
     """DDP's greedy assignment in gradient-ready order (as its reducer rebuilds the buckets
@@ -308,11 +318,11 @@ def advise(tr: Trace, rank: int, steady: set[int], starts: dict[int, float],
     sz = [sizes_all[i] if i < len(sizes_all) else 0 for i in order]
     pos = {p: k for k, p in enumerate(order)}
 
-    split = best_split(rt, sz, bw)
+    default_tail = simulate(rt, sz, ddp_buckets(sz, DDP_DEFAULT_CAP, DDP_FIRST_CAP), bw)
+    split = proposed_split(rt, sz, bw)
     split_params = [[order[k] for k in b] for b in split]
     cfg, contiguous = fusion_config(split_params)
     cap, cap_tail = best_cap(rt, sz, bw)
-    default_tail = simulate(rt, sz, ddp_buckets(sz, DDP_DEFAULT_CAP, DDP_FIRST_CAP), bw)
     measured: dict[str, Any] = {"tail": comm_phase, "buckets": [], "reduce_seconds": None,
                                 "predicted_tail": None, "predicted_tail_probe": None}
     if buckets:
