@@ -23,6 +23,8 @@ from netparity.trace import open_trace  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 from test_numerics import LogBlock, _net, run_stopping  # noqa: E402
 
+from netparity.cli import main as cli_main  # noqa: E402
+
 
 class SqrtMin(torch.nn.Module):
     """sqrt(h - min(h)): finite forward; d sqrt/dx = inf at each row's minimum, and nothing
@@ -199,6 +201,12 @@ def test_light_run_stop_on_nonfinite(tmp_path: Path,
     assert "Traceback" not in err
     manifest = (out / "manifest.json").read_text()
     assert '"stop_on_nonfinite": "light"' in manifest
+    # the light stop records nothing but the stop: numerics reports it (it said "nothing to
+    # judge", exit 2, on the trace of a run it had stopped)
+    capfd.readouterr()
+    rc = cli_main(["numerics", str(out)])
+    text = capfd.readouterr().out
+    assert rc == 1 and "stopped at a NaN/Inf" in text and "nothing to judge" not in text
 
 
 class ZeroInPlace(torch.nn.Module):

@@ -574,12 +574,13 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int | None = None,
     """
     tr = _open(trace)
     empty = nothing_to_judge(tr, rank)
-    if empty is not None and not losses:
+    r0 = rank if rank is not None else (tr.ranks[0] if tr.ranks else 0)
+    # a live stop's record (the light stop records nothing else) is evidence of its own
+    if empty is not None and not losses and _live_stop(tr, r0) is None:
         from netparity.errors import UsageError
 
         raise UsageError(empty)
     first, back, n = find_nonfinite(tr, rank=rank)
-    r0 = rank if rank is not None else (tr.ranks[0] if tr.ranks else 0)
     res = NumericsResult(path=str(tr.path), ranks=[rank] if rank is not None else tr.ranks,
                          steps=tr.steps(), first_nonfinite=first,
                          # a backward origin of its own: introduced there, not the forward
