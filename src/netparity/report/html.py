@@ -31,9 +31,11 @@ from netparity.report.sections import (
     Section,
     Table,
     Text,
+    TreeView,
     for_output,
     sections_for,
 )
+from netparity.report.view import VIEW_CSS, VIEW_JS, view_fragment
 
 PALETTE = ("#1565c0", "#c62828", "#2e7d32", "#6a1b9a", "#ef6c00", "#00838f", "#9e9e9e", "#f9a825",
            "#6d4c41", "#ad1457")  # distinct for the step breakdown's 7 phases and more
@@ -308,6 +310,8 @@ def _block(b: Block) -> str:
         return _table(b)
     if isinstance(b, Plot):
         return _plot(b)
+    if isinstance(b, TreeView):
+        return view_fragment(b.model, include_assets=False)
     return _text(b)
 
 
@@ -339,7 +343,7 @@ def render_page(sections: Sequence[Section], *, title: str = "netparity report",
             body += [f"<h2>{esc(t)}</h2>{frag}" for t, frag in extra_sections]
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             f"<meta name='viewport' content='width=device-width'><title>{esc(title)}</title>"
-            f"<style>{CSS}</style><script>{JS}</script></head><body>"
+            f"<style>{CSS}{VIEW_CSS}</style><script>{JS}{VIEW_JS}</script></head><body>"
             + "\n".join(body) + "</body></html>")
 
 

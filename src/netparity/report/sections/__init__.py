@@ -111,7 +111,16 @@ class Callout:
     only: tuple[str, ...] = OUTPUTS
 
 
-Block = Text | Table | Plot | Callout
+@dataclass
+class TreeView:
+    """The interactive network view (:mod:`netparity.report.view`) of a tree ``model``
+    (:mod:`netparity.report.tree`): HTML only."""
+
+    model: dict[str, Any]
+    only: tuple[str, ...] = ("html",)
+
+
+Block = Text | Table | Plot | Callout | TreeView
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any
 
 from netparity.compare.results import CallResult, CompareResult, Divergence, PairResult
 from netparity.report.format import fmt
-from netparity.report.sections import Callout, Plot, Section, Table, Text, section
+from netparity.report.sections import Callout, Plot, Section, Table, Text, TreeView, section
 from netparity.trace.coverage import ranges
 
 #: verdict colours shared by the outputs that draw (HTML plots and rows)
@@ -205,6 +205,17 @@ def verdict(result: CompareResult, **_: Any) -> Section:
         s.blocks.append(_callout(title, d, main))
     s.blocks.append(Text(_findings(result), pre=True))
     return s
+
+
+@section("CompareResult", "view")
+def view(result: CompareResult, **_: Any) -> Section | None:
+    """Both module trees side by side, coloured by verdict (HTML: interactive)."""
+    if not result.calls and not result.params:
+        return None
+    from netparity.report.tree import compare_tree
+
+    return Section("view", "Network view: both module trees, aligned",
+                   blocks=[TreeView(compare_tree(result))], only=("html",))
 
 
 def _depth_plot(result: CompareResult, direction: str) -> Plot | None:

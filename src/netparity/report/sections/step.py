@@ -23,6 +23,7 @@ from netparity.report.sections import (
     Section,
     Table,
     Text,
+    TreeView,
     section,
     sections_for,
 )
@@ -75,6 +76,26 @@ def phases(r: StepResult, **_: Any) -> Section:
                    rows=[("reference", r.ref.get("description") or r.ref.get("spec")),
                          ("candidate", r.cand.get("description") or r.cand.get("spec"))],
                    blocks=[table, Text(_evidence(r), only=("terminal", "json"))])
+
+
+@section("StepResult", "view")
+def view(r: StepResult, **_: Any) -> Section | None:
+    """The network view of step 0, right under the phase table, opened on the step's first
+    divergence when it is a module of the tree (HTML only)."""
+    if r.compare_step0 is None or not (r.compare_step0.calls or r.compare_step0.params):
+        return None
+    from netparity.report.tree import compare_tree, focus, overlay_replay
+
+    model = compare_tree(r.compare_step0)
+    for ph in r.phases:  # replay decides who introduced a difference
+        entries = (ph.evidence or {}).get("replay")
+        if isinstance(entries, list) and ph.name in ("forward", "backward"):
+            overlay_replay(model, [e for e in entries if isinstance(e, dict)])
+    f = r.first
+    if f is not None and f.where:
+        focus(model, f.where, phase=f.name, step=f.step)
+    return Section("view", "Network view (step 0): both module trees, aligned",
+                   blocks=[TreeView(model)], only=("html",))
 
 
 @section("StepResult", "numerics")
@@ -230,4 +251,5 @@ def detail(r: StepResult, **options: Any) -> list[Section]:
         return []
     head = Section("detail", title="Step 0 in detail", only=("html",))
     return [head] + [dataclasses.replace(s, only=("html",))
-                     for s in sections_for(r.compare_step0, **options)]
+                     for s in sections_for(r.compare_step0, **options)
+                     if s.key != "view"]  # shown under the phase table
