@@ -196,3 +196,66 @@ def test_per_module_backward_and_memory_can_be_left_out(tmp_path: Path) -> None:
     read = {s for s, mod, e in zip(c["step"].tolist(), c["module"].objects(),
                                    c["extra"].objects()) if mod and '"mem"' in e}
     assert read == ({0} if sys.platform.startswith("linux") else set())  # first step only
+
+
+class _ParamFree(torch.nn.Module):
+    """No parameters; its backward's slow part is its first op, not the op that made its
+    output (the pattern of a softmax attention between two projections)."""
+
+    def forward(self, x: Any) -> Any:
+        return _SleepInBackward.apply(x) * 2.0
+
+
+class _NetParamFree(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.mix = _ParamFree()
+        self.fc2 = torch.nn.Linear(32, 4)
+
+    def forward(self, x: Any) -> Any:
+        return self.fc2(self.mix(self.fc1(x)))
+
+
+def test_a_parameterless_modules_backward_is_its_own_not_the_roots(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = _NetParamFree()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with netparity.profile(model, str(tmp_path / "p"), optimizer=opt):
+        for _ in range(3):
+            model(torch.randn(8, 16)).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    r = analyze(tmp_path / "p")
+    mods = {m.module: m for m in r.modules}
+    # the sleep is inside `mix`'s backward: it was charged to the root (its output's node,
+    # the multiplication, ended `mix` before the sleeping op ran)
+    assert mods["mix"].backward_self is not None and mods["mix"].backward_self > 0.8 * SLEEP
+    assert (mods[""].backward_self or 0.0) < 0.5 * SLEEP
+    f = next(f for f in r.findings if f.kind == "hot-module-backward")
+    assert f.where == "mix"
+    # rows costliest first, backward included
+    assert r.modules[0].module == "mix"
+
+
+def test_chrome_trace_slices_nest_per_thread() -> None:
+    from netparity.analyzers.perf import nested
+
+    # a child whose backward end passes its parent's by the hooks' skew; a sibling after it
+    spans = [(0, "module-backward", "(root)", "", 0.0, 1.0),
+             (0, "module-backward", "a", "", 0.2, 0.9),
+             (0, "module-backward", "a.x", "", 0.3, 0.95),
+             (0, "module-backward", "b", "", 1.5, 0.2),
+             (1, "module-backward", "(root)", "", 2.0, 1.0)]
+    got = nested(spans)
+    by = {(s[0], s[2]): s for s in got}
+    assert by[(0, "a")][4] + by[(0, "a")][5] == pytest.approx(1.0)  # cut at the root's end
+    assert by[(0, "a.x")][4] + by[(0, "a.x")][5] == pytest.approx(1.0)
+    assert by[(0, "b")][5] == pytest.approx(0.2) and by[(1, "(root)")][5] == 1.0
+    # every pair of slices of one step either nests or does not overlap
+    for s0 in got:
+        for s1 in got:
+            if s0 is s1 or s0[0] != s1[0]:
+                continue
+            a0, a1, b0, b1 = s0[4], s0[4] + s0[5], s1[4], s1[4] + s1[5]
+            assert a1 <= b0 or b1 <= a0 or (a0 <= b0 and b1 <= a1) or (b0 <= a0 and a1 <= b1)

@@ -215,7 +215,9 @@ def _modules(mods: list[_ModRow], steady: set[int]) -> list[ModuleTime]:
                               float(np.median(arr[:, 3])) if b else None,
                               float(np.median(arr[:, 4])) if b else None,
                               *mem.get(path, (None, None))))
-    out.sort(key=lambda m: -m.self_time)
+    # costliest first, forward and backward together (a module slow only in backward led
+    # nowhere when rows were sorted by forward time)
+    out.sort(key=lambda m: -(m.self_time + (m.backward_self or 0.0)))
     return out
 
 
@@ -707,6 +709,30 @@ def _ops_side(r: PerfResult, c: PerfResult) -> list[dict[str, Any]]:
 
 
 # -- Chrome trace ---------------------------------------------------------------------------------
+def nested(spans: list[tuple[int, str, str, str, float, float]]
+           ) -> list[tuple[int, str, str, str, float, float]]:
+    """``spans`` with each category's slices properly nested per step, as Perfetto draws a
+    thread: a slice that starts inside another and ends after it (module backward times are
+    read from autograd hooks on different nodes, so a child's end can pass its parent's by
+    the hooks' skew) is cut at its parent's end. Slices that do not overlap are untouched."""
+    out: list[tuple[int, str, str, str, float, float]] = []
+    groups: dict[tuple[int, str], list[tuple[int, str, str, str, float, float]]] = {}
+    for sp in spans:
+        groups.setdefault((sp[0], sp[1]), []).append(sp)
+    for group in groups.values():
+        group.sort(key=lambda sp: (sp[4], -sp[5]))  # by start; the longer (outer) first
+        stack: list[float] = []  # ends of the open slices
+        for step, what, name, cls, t, d in group:
+            while stack and stack[-1] <= t:
+                stack.pop()
+            end = t + d
+            if stack and end > stack[-1]:
+                end = stack[-1]
+            out.append((step, what, name, cls, t, max(end - t, 0.0)))
+            stack.append(end)
+    return out
+
+
 def chrome_trace(result: PerfResult | PerfComparison) -> dict[str, Any]:
     """Chrome trace-event JSON (opens in Perfetto / chrome://tracing): complete events
     (``"ph": "X"``, microseconds) for steps, phases and module calls; one process per run.
@@ -726,7 +752,7 @@ def chrome_trace(result: PerfResult | PerfComparison) -> dict[str, Any]:
                            (5, "modules (backward)")):
             events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
                            "args": {"name": label}})
-        for step, what, name, cls, t, d in run.spans:
+        for step, what, name, cls, t, d in nested(run.spans):
             if not (math.isfinite(t) and math.isfinite(d)) or d <= 0:
                 continue
             tid = 1 if name == "step" and what == "phase" else \

@@ -280,7 +280,7 @@ class StepTimer:
                 row[_RMPEAK], row[_RMRISE] = peak, peak - base
                 if stack:
                     stack[-1][5] = max(stack[-1][5], peak)
-            self._watch_backward(out, row)
+            self._watch_backward(out, row, args)
             if stack:
                 stack[-1][3] += dur
             else:
@@ -293,9 +293,10 @@ class StepTimer:
 
         return post
 
-    def _watch_backward(self, out: Any, row: list[Any]) -> None:
-        """Framework units hook the autograd nodes of ``out`` so that the module's backward
-        start and end land in ``row`` (:meth:`_bwd_begins`, :meth:`_bwd_ends`)."""
+    def _watch_backward(self, out: Any, row: list[Any], args: Any = ()) -> None:
+        """Framework units hook the autograd nodes of ``out`` (and the gradients of the call's
+        inputs ``args``) so that the module's backward start and end land in ``row``
+        (:meth:`_bwd_begins`, :meth:`_bwd_ends`)."""
 
     def _bwd_begins(self, row: list[Any], *_: Any) -> None:
         t = _clock() - self._t0

@@ -83,7 +83,7 @@ class MindSporeTiming(StepTimer):
         return h
 
 
-    def _watch_backward(self, out: Any, row: list[Any]) -> None:
+    def _watch_backward(self, out: Any, row: list[Any], args: Any = ()) -> None:
         if not self._module_backward or not self._handles:
             return
         if self._bw_marks is not self._cur:  # a new step: the last one's rows are written

@@ -124,23 +124,31 @@ class TorchTiming(StepTimer):
         return h
 
 
-    def _watch_backward(self, out: Any, row: list[Any]) -> None:
+    def _watch_backward(self, out: Any, row: list[Any], args: Any = ()) -> None:
         # the module's backward begins when the gradient reaches its output's autograd node
-        # and (with the parameters it owns, whose accumulation is the module's first op's
-        # node) ends when that node is done; node hooks die with the graph: nothing to remove
+        # and ends with the gradients of the parameters it owns (whose accumulation is the
+        # module's first op's node) or of its inputs; node hooks die with the graph
         if not self._handles or not self._module_backward:
             return
-        # a module with parameters ends with their gradients (after its output's node): only
-        # a parameterless one needs the node's end (half the hooks on a ResNet)
-        ends = not self._owned.get(row[0])
         outs = out if isinstance(out, (tuple, list)) else (out,)
-        for o in outs:
-            if isinstance(o, self._tensor):
-                node = o.grad_fn
-                if node is not None:
-                    node.register_prehook(functools.partial(self._bwd_begins, row))
-                    if ends:
-                        node.register_hook(functools.partial(self._bwd_ends, row))
+        nodes = [o.grad_fn for o in outs if isinstance(o, self._tensor) and o.grad_fn is not None]
+        for node in nodes:
+            node.register_prehook(functools.partial(self._bwd_begins, row))
+        if not nodes or self._owned.get(row[0]):
+            return  # with parameters: their gradients end it (after its output's node)
+        # parameterless: it ends when the gradient leaves it, i.e. when its inputs' gradients
+        # are made -- not when its output's node is done (a softmax-attention's other ops ran
+        # after that, and were charged to its parent: the root)
+        ins = [a for a in (args if isinstance(args, (tuple, list)) else (args,))
+               if isinstance(a, self._tensor) and a.requires_grad
+               and not any(a is o for o in outs)  # in place: the input is the output now
+               and a.grad_fn not in nodes]
+        end = functools.partial(self._bwd_ends, row)
+        for a in ins:
+            a.register_hook(lambda g, end=end: end())
+        if not ins:  # its gradient leaves for no input (data in): its output's node ends it
+            for node in nodes:
+                node.register_hook(end)
 
     def _hook_ddp(self, model: Any) -> None:
         from torch.nn.parallel import DistributedDataParallel
