@@ -24,11 +24,15 @@ Pairs:
   compare`` at module and both levels: faithful, and a wrong hidden bias;
 * transformers' LLaMA (GQA, rotary, RMSNorm) with AdamW, clipping and warmup -> an independent
   MindSpore port with Meta's module names: faithful, six LLM-port mistakes (``--op`` adds op
-  level).
+  level);
+* a PyTorch U-Net (ConvTranspose, bilinear upsample, concatenation skips, ignore-index
+  cross-entropy, warm-up + cosine LR stepped every iteration) -> an independent MindSpore port,
+  through ``netparity step``: faithful (dynamic LR list, and a schedule cell) and an equivalent
+  rewrite at module and both levels, four port mistakes (``tests/corpus/seg_pair.py``).
 
 Run (a few minutes per ResNet pair on 2 cores):
     .venv/bin/python benchmarks/corpus.py [--depth 18]
-        [--only resnet|mobilenet|zoo|vit|msvit|gpt2|llama|timmcnn|gru] [--op]
+        [--only resnet|mobilenet|zoo|vit|msvit|gpt2|llama|timmcnn|gru|seg] [--op]
 """
 
 from __future__ import annotations
@@ -231,6 +235,26 @@ def llama_rows(op: bool) -> list[tuple[str, ...]]:
                       str(Path(ms_llama_spec.__file__)), cases, ms_llama_spec.FOUND_AT)
 
 
+def seg_rows() -> list[tuple[str, ...]]:
+    """A PyTorch U-Net against an independent MindSpore port (``tests/corpus/seg_pair.py``):
+    the faithful port (dynamic LR list; a ``LearningRateSchedule`` cell) and an equivalent
+    rewrite (hand-written loss, functional resize, the skip concatenated the other way round,
+    an emulated transposed convolution) at module and both levels, and four port mistakes."""
+    from tests.corpus import seg_pair
+
+    spec = str(Path(seg_pair.__file__))
+    ms = {"framework": "mindspore"}
+    rewrite = "equivalent rewrite: hand loss, ResizeBilinearV2, concat swapped, emulated deconv"
+    cases: list[tuple[str, dict, dict, str]] = [
+        ("faithful", {}, ms, "module"), ("faithful", {}, ms, "both"),
+        ("faithful, schedule as a LearningRateSchedule cell", {}, {**ms, "lr_cell": True},
+         "module"),
+        (rewrite, {}, {**ms, "rewrite": True}, "module"),
+        (rewrite, {}, {**ms, "rewrite": True}, "both")]
+    cases += [(b, {}, {**ms, "bug": b}, "module") for b in seg_pair.BUGS]
+    return _step_rows("u-net torch -> mindspore port", spec, spec, cases, seg_pair.FOUND_AT)
+
+
 def _step_rows(pair: str, ref: str, cand: str, cases: list[tuple[str, dict, dict, str]],
                found: dict) -> list[tuple[str, ...]]:
     """One ``netparity step`` run (3 steps, no eval) per case: (name, reference options,
@@ -290,7 +314,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--depth", type=int, default=18)
     ap.add_argument("--only", choices=("resnet", "mobilenet", "zoo", "vit", "msvit", "gpt2",
-                                       "llama", "timmcnn", "gru"))
+                                       "llama", "timmcnn", "gru", "seg"))
     ap.add_argument("--op", action="store_true",
                     help="also op level (ResNet, the MindSpore ViT and LLaMA ports)")
     ap.add_argument("--bugs", help="comma-separated subset of the demo bugs")
@@ -299,6 +323,8 @@ def main() -> int:
     rows = []
     if args.only in (None, "gru"):
         rows += gru_rows()
+    if args.only in (None, "seg"):
+        rows += seg_rows()
     if args.only in (None, "mobilenet"):
         rows += mobilenet_rows()
     if args.only in (None, "zoo"):
@@ -315,8 +341,8 @@ def main() -> int:
         rows += llama_rows(op=args.op)
     if args.only in (None, "resnet"):
         rows += resnet_rows(args.depth, args.op, args.bugs.split(",") if args.bugs else None)
-    faithful = [r for r in rows if r[1].startswith("faithful")]
-    bugs = [r for r in rows if not r[1].startswith("faithful")]
+    faithful = [r for r in rows if r[1].startswith(("faithful", "equivalent"))]
+    bugs = [r for r in rows if r not in faithful]
     print(f"\n{len(rows)} pairs: {len(faithful)} faithful, {len(bugs)} with one mistake; "
           f"false alarms {sum(r[5] == 'FALSE ALARM' for r in rows)}, "
           f"misses {sum(r[5] == 'MISS' for r in rows)}, "

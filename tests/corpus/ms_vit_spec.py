@@ -112,6 +112,28 @@ def _cells(bug: str | None, size: int) -> Any:
     return VisionTransformer()
 
 
+def train_step(model: Any, grad_fn: Any, params: list[Any], optimizer: Any) -> Any:
+    """A MindSpore image model's one-step callable: ``grad_fn(images, labels)`` (a
+    ``value_and_grad`` over ``params``, in the optimizer's order), then the optimizer;
+    ``.last_grads`` holds the parameter gradients of its last call."""
+    import mindspore as ms
+    import numpy as np
+
+    class Step:
+        def __init__(self) -> None:
+            self.last_grads: dict[str, np.ndarray] = {}
+
+        def __call__(self, images: Any, labels: Any) -> float:
+            model.set_train(True)
+            x = ms.Tensor(np.asarray(images, np.float32))
+            loss, grads = grad_fn(x, ms.Tensor(np.asarray(labels, np.int32)))
+            self.last_grads = {p.name: g.asnumpy() for p, g in zip(params, grads)}
+            optimizer(grads)
+            return float(loss.asnumpy())
+
+    return Step()
+
+
 def build(**options: Any) -> dict[str, Any]:
     """Build the MindSpore ViT, its data, optimizer and one-step callable."""
     import mindspore as ms
@@ -155,18 +177,6 @@ def build(**options: Any) -> dict[str, Any]:
     params = decay + rest  # the optimizer's order: gradients are handed over in it
     grad_fn = ms.value_and_grad(forward, None, params)
 
-    class Step:
-        def __init__(self) -> None:
-            self.last_grads: dict[str, np.ndarray] = {}
-
-        def __call__(self, images: Any, labels: Any) -> float:
-            model.set_train(True)
-            x = ms.Tensor(np.asarray(images, np.float32))
-            loss, grads = grad_fn(x, ms.Tensor(np.asarray(labels, np.int32)))
-            self.last_grads = {p.name: g.asnumpy() for p, g in zip(params, grads)}
-            optimizer(grads)
-            return float(loss.asnumpy())
-
     ref_names = {p.name: p.name.replace(".gamma", ".weight").replace(".beta", ".bias")
                  for p in params}
     return {
@@ -176,7 +186,7 @@ def build(**options: Any) -> dict[str, Any]:
         "loss_fn": loss_fn,
         "optimizer": optimizer,
         "lr_schedule": [lr] * steps,
-        "train_step": Step(),
+        "train_step": train_step(model, grad_fn, params, optimizer),
         "description": f"MindSpore ViT port (4 blocks, {size}px, patch 8), "
         + ("AdamWeightDecay" if bug == "adamwd" else "experimental.optim.AdamW") + f", bug {bug}",
         "name_map": ref_names,

@@ -77,15 +77,18 @@ def common_options(options: dict[str, Any], bugs: tuple[str, ...]) -> tuple[Any,
 
 
 def classifier_spec(model: Any, batches: Any, optimizer: Any, dtype: Any, lr_schedule: list[float],
-                    description: str) -> dict[str, Any]:
-    """The spec of a PyTorch image classifier trained with cross-entropy: its ``loss_fn`` and
-    one-step ``train_step`` (``train_step.last_grads`` holds the parameter gradients of its
-    last call) with the model, batches, optimizer and learning rates given."""
+                    description: str, *, ignore_index: int = -100,
+                    scheduler: Any = None) -> dict[str, Any]:
+    """The spec of a PyTorch image classifier trained with cross-entropy (``ignore_index``
+    labels left out): its ``loss_fn`` and one-step ``train_step`` (``train_step.last_grads``
+    holds the parameter gradients of its last call) with the model, batches, optimizer and
+    learning rates given; a ``scheduler`` is stepped after every update."""
     import numpy as np
     import torch
 
     def loss_fn(output: torch.Tensor, labels: Any) -> torch.Tensor:
-        return torch.nn.functional.cross_entropy(output, torch.as_tensor(labels).long())
+        return torch.nn.functional.cross_entropy(output, torch.as_tensor(labels).long(),
+                                                 ignore_index=ignore_index)
 
     class Step:
         def __init__(self) -> None:
@@ -99,6 +102,8 @@ def classifier_spec(model: Any, batches: Any, optimizer: Any, dtype: Any, lr_sch
             self.last_grads = {n: p.grad.detach().double().numpy()
                                for n, p in model.named_parameters() if p.grad is not None}
             optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
             return float(loss.detach())
 
     return {

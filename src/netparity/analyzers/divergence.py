@@ -34,6 +34,7 @@ import numpy as np
 from netparity.compare import engine
 from netparity.compare.pairtable import CODE_RANK, PairTable, row_of
 from netparity.compare.restructured import settle as settle_restructured
+from netparity.compare.restructured import settle_reordered
 from netparity.compare.results import CallResult, CompareResult, Divergence, PairResult, worst
 from netparity.compare.verdicts import AMPLIFICATION
 from netparity.errors import UsageError
@@ -433,6 +434,7 @@ def localise(result: CompareResult, amplification: float | None = None, *,
     """
     if amplification is None:
         amplification = float(result.settings.get("amplification", AMPLIFICATION))
+    settle_reordered(result)  # a module's input laid out differently, its outputs agreeing
     settle_restructured(result)  # op level is never worse than module level
     table = result.table
     pairs: Mapping[str, PairResult]

@@ -16,9 +16,21 @@ The module call of an op is its reference record's (module path, ``module_call``
 module has no module-level pair, the innermost enclosing module call that has one (same step,
 rank and direction, an ancestor path, the first to finish after the op).
 
+Inputs laid out differently (:func:`settle_reordered`): a port may feed a module the same
+values in another order -- a skip concatenated the other way round, the consuming conv's input
+channels swapped to match -- so the module's input differs while its output agrees; the
+gradient with respect to that input is laid out the same way. A module's input, and the
+gradient its backward hands on for that input, are taken out of the judged pairs (listed as
+restructured, "input laid out differently") when the module's outputs agree at that call and
+both pairs hold the same values in another order (equal RMS within the pair's own bound, equal
+shapes). A mistake that reorders values is still found where the values are *used*: at the
+consumer's outputs, and at the producers' incoming gradients.
+
 Example:
     >>> from netparity.compare.results import CompareResult
     >>> settle(CompareResult())
+    0
+    >>> settle_reordered(CompareResult())
     0
 """
 
@@ -28,12 +40,16 @@ from typing import Any
 
 import numpy as np
 
-from netparity.compare.results import CallResult, CompareResult
+from netparity.compare.results import CallResult, CompareResult, PairResult
 
 #: the note a comparison with restructured ops carries (followed by the modules)
 NOTE = ("{n} op call(s) inside modules whose outputs agree are organised differently on the two "
         "sides (restructured, outputs agree; not judged): {where}")
 _BAD = ("fail", "warn")
+#: the note of inputs laid out differently (followed by the modules)
+REORDERED_NOTE = ("{n} module input(s) and the gradient(s) handed back for them hold the same "
+                  "values in another order while the modules' outputs agree (input laid out "
+                  "differently, e.g. a concatenation in the other order; not judged): {where}")
 
 
 def _bad_calls(result: CompareResult) -> tuple[set[int], np.ndarray]:
@@ -157,3 +173,87 @@ def _drop(result: CompareResult, gone: list[int]) -> None:
         keys = {calls[i].key for i in gone}
         result.pairs = [p for p in result.pairs if p.call not in keys]
     result.calls = [c for c, d in zip(calls, drop.tolist()) if not d]
+
+
+def _same_values_reordered(p: PairResult) -> bool:
+    """Whether pair ``p`` (tensors basis) can be the same values in another order: equal shapes
+    and RMS equal within the bound the pair was judged by (its noise bound, normwise tolerance
+    or rtol; a permutation keeps the RMS)."""
+    m = p.metrics
+    if m.get("basis") != "tensors" or list(p.ref_shape) != list(p.cand_shape):
+        return False
+    r, c = m.get("ref_rms"), m.get("cand_rms")
+    if not r or c is None or m.get("nan_mismatch") or m.get("inf_mismatch"):
+        return False
+    bound = m.get("noise_bound") or m.get("norm_tol") or p.rtol
+    return abs(float(c) - float(r)) <= float(bound) * float(r)
+
+
+def settle_reordered(result: CompareResult) -> int:
+    """Take module inputs laid out differently out of ``result`` (see the module docstring):
+    the failing forward input and the failing backward input-gradient of one argument of a
+    module call whose forward outputs all pass, when both hold the same values in another
+    order. Returns how many pairs were taken out."""
+    bad = [p for s in _BAD for p in result.pairs_with_status(s)
+           if p.kind == "module" and p.call]
+    if not bad:
+        return 0
+    calls = {c.key: c for c in result.calls}
+
+    def where(p: PairResult) -> tuple[Any, ...] | None:
+        c = calls.get(p.call)
+        if c is None or c.level != "module" or c.module_call < 0:
+            return None
+        return (p.step, p.rank, p.module, c.module_call, p.arg)
+
+    fwd_in = {w: p for p in bad if p.direction == "forward" and p.role == "input"
+              and (w := where(p)) is not None}
+    if not fwd_in:
+        return 0
+    out_bad = {p.call for p in bad if p.direction == "forward" and p.role == "output"}
+    has_out = {c.key for c in result.calls if c.direction == "forward" and c.outputs} \
+        if result.table is None else _calls_with_outputs(result)
+    gone: dict[str, str] = {}
+    for p in bad:
+        if p.direction != "backward" or p.role != "output":
+            continue
+        w = where(p)
+        f = fwd_in.get(w) if w is not None else None
+        if f is None or f.call in out_bad or f.call not in has_out:
+            continue
+        if _same_values_reordered(f) and _same_values_reordered(p):
+            gone[f.key] = gone[p.key] = p.module
+    if not gone:
+        return 0
+    _drop_pairs(result, gone)
+    names = list(dict.fromkeys(gone.values()))
+    result.notes.append(REORDERED_NOTE.format(
+        n=len(gone) // 2, where=", ".join(names[:5])
+        + (f" and {len(names) - 5} more" if len(names) > 5 else "")))
+    return len(gone)
+
+
+def _calls_with_outputs(result: CompareResult) -> set[str]:
+    """Keys of the calls holding at least one output pair (table mode)."""
+    t = result.table
+    return {result.calls[i].key for i in np.unique(t.call[t.is_out]).tolist()}
+
+
+def _drop_pairs(result: CompareResult, gone: dict[str, str]) -> None:
+    """Remove the pairs whose keys are in ``gone``; list them as restructured."""
+    listed = result.unmatched.setdefault("restructured", [])
+    table = result.table
+    pairs = ([table.get(i) for i, k in enumerate(table.keys) if k in gone]
+             if table is not None else result.pairs)
+    for p in pairs:
+        if p.key in gone:
+            listed.append({"name": p.name, "kind": "module", "module": p.module, "op": p.op,
+                           "cand_module": p.cand_module, "cand_op": p.cand_op,
+                           "direction": p.direction, "step": p.step, "rank": p.rank,
+                           "note": "input laid out differently (the same values in another "
+                                   "order), outputs agree"})
+    if table is not None:
+        keep = np.array([k not in gone for k in table.keys], dtype=bool)
+        result.set_table(table.subset(keep, np.arange(len(result.calls))))
+    else:
+        result.pairs = [p for p in result.pairs if p.key not in gone]
