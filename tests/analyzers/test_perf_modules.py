@@ -236,6 +236,14 @@ def test_a_parameterless_modules_backward_is_its_own_not_the_roots(tmp_path: Pat
     assert f.where == "mix"
     # rows costliest first, backward included
     assert r.modules[0].module == "mix"
+    # the network view of time per module jumps to it, in backward
+    from netparity.report.tree import perf_tree
+
+    m = perf_tree(r)
+    assert m["nodes"][m["first"]["id"]]["ref"] == "mix" and m["first"]["dir"] == "backward"
+    html = tmp_path / "p.html"
+    assert main(["perf", str(tmp_path / "p"), "--html", str(html)]) == 0
+    assert "class='npv'" in html.read_text()
 
 
 def test_chrome_trace_slices_nest_per_thread() -> None:

@@ -199,3 +199,46 @@ def test_view_of_a_saved_result_and_bad_input(traces: tuple[Path, Path],
                              timeout=120)
         assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def _nan_run(tmp_path: Path) -> Path:
+    """A full op-level capture of a script whose module `scale` divides by a zero std at
+    step 1 (0/0 in the forward)."""
+    script = tmp_path / "nan.py"
+    script.write_text(
+        "import torch\n"
+        "class Scale(torch.nn.Module):\n"
+        "    def forward(self, h):\n"
+        "        return h / h.std(dim=0, keepdim=True)\n"
+        "torch.manual_seed(0)\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(4, 4), Scale(), torch.nn.Linear(4, 2))\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for s in range(2):\n"
+        "    x = torch.randn(3, 4) if s == 0 else torch.ones(3, 4)\n"
+        "    m(x).square().mean().backward(); opt.step(); opt.zero_grad()\n")
+    out = tmp_path / "run"
+    p = subprocess.run([sys.executable, "-m", "netparity", "run", "-o", str(out), "--level",
+                        "both", "--", sys.executable, str(script)], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return out
+
+
+def test_numerics_and_perf_reports_use_the_same_tree(tmp_path: Path) -> None:
+    from netparity.analyzers.numerics import analyze as numerics
+    from netparity.report.tree import numerics_tree
+
+    r = numerics(_nan_run(tmp_path))
+    m = numerics_tree(r, r.modules)
+    first = m["nodes"][m["first"]["id"]]
+    # the division inside module `1` (Scale) made the NaN; its parent is that module
+    assert first["type"] == "op" and "div" in first["ref"]
+    assert m["nodes"][first["parent"]]["ref"] == "1"
+    assert first["r"]["0"]["forward"]["nf"] and first["r"]["0"]["forward"]["steps"] == [1]
+    carried = {n["ref"] for n in m["nodes"] if any(
+        e.get("o") == "propagated" for e in n["r"].get("0", {}).values())}
+    assert "2" in carried  # the next Linear carries it on
+    html = tmp_path / "n.html"
+    p = subprocess.run([sys.executable, "-m", "netparity", "numerics", str(tmp_path / "run"),
+                        "--html", str(html)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1 and "class='npv'" in html.read_text()

@@ -141,6 +141,8 @@ class NumericsResult:
     # gradients after all-reduce and parameters across ranks (None: one rank)
     ranks_consistent: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    #: the run's modules, (path, class), first call order (the network view's tree)
+    modules: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def problems(self) -> list[str]:
@@ -534,6 +536,17 @@ def find_nonfinite(trace: Trace | str | os.PathLike[str], *, rank: int | None = 
 JUDGED_KINDS = ("module", "op", "param", "grad", "loss")
 
 
+def _module_list(tr: Trace, rank: int) -> list[tuple[str, str]]:
+    """The run's modules as (path, class), in first-call order (one column scan)."""
+    if rank not in tr.ranks:
+        return []
+    cols = tr.scan(["module", "native"], rank=rank, kind="module", direction="forward")
+    seen: dict[str, str] = {}
+    for path, cls in zip(cols["module"].objects(), cols["native"].objects()):
+        seen.setdefault(str(path or ""), str(cls or "").rsplit(".", 1)[-1])
+    return list(seen.items())
+
+
 def nothing_to_judge(tr: Trace, rank: int | None = None) -> str | None:
     """Why ``tr`` (one rank, or all) holds nothing a numerics verdict could rest on -- no
     module, op, parameter, gradient or loss record: an empty trace, or a profile-only one
@@ -595,6 +608,7 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int | None = None,
         res.notes.append(f"{len(res.steps)} captured step(s): weights that never change and "
                          "the loss curve need two or more")
     res.live_stop = _live_stop(tr, r0)
+    res.modules = _module_list(tr, r0)
     if res.live_stop is not None and res.first_nonfinite is None:
         res.notes.append("the run was stopped live at a non-finite output that the trace does "
                          "not hold (module-level capture): see the live stop")

@@ -272,3 +272,120 @@ def overlay_replay(model: dict[str, Any], entries: list[dict[str, Any]], *,
             slot["o"] = "propagated"
         n_changed += 1
     return n_changed
+
+
+def _single(modules: list[tuple[str, str]]) -> _Tree:
+    """A one-run tree: every module of ``modules`` ((path, class)), its class beside it."""
+    t = _Tree()
+    for path, cls in modules:
+        i = t.module(path, match="both")
+        t.nodes[i]["cand"] = t.nodes[i]["kind"] = t.nodes[i]["kind"] or cls
+    t.nodes[t.root]["cand"] = t.nodes[t.root]["kind"] or "(root)"
+    return t
+
+
+def _module_of(call: str) -> str:
+    """``"2 / linear (forward)"`` or ``"(root) / mse_loss (forward)"`` -> the module path."""
+    head = call.split(" / ", 1)[0].split(" (", 1)[0].strip()
+    return "" if head in ("(root)", "<root>") else head
+
+
+def numerics_tree(result: Any, modules: list[tuple[str, str]]) -> dict[str, Any]:
+    """The view's model of one run's numerics (:class:`~netparity.analyzers.numerics.
+    NumericsResult`): where the first NaN/Inf was introduced (``nonfinite``), the calls that
+    carried it (``propagated``), tensors beyond float16's range (``noise``: a risk), parameters
+    that do not update (the update direction of their module fails). ``modules``: the run's
+    (path, class) pairs."""
+    t = _single(modules)
+    first = None
+    for o in (result.first_nonfinite, getattr(result, "first_backward", None)):
+        if o is None:
+            continue
+        i = t.module(o.module)
+        if o.kind == "op" or (o.op and o.op != t.nodes[i]["kind"] and o.module):
+            i = t._new(o.op, o.native, i, "op", "both")
+        e = _entry("fail", "introduced" if o.verdict == "introduced" else "propagated",
+                   0.0, 0.0, o.step, o.source, "", (o.cause or o.verdict), None)
+        e["nf"] = True
+        e["m"] = {"dtype": o.dtype, "verdict": o.verdict, "cause": o.cause,
+                  **({"backward of": o.forward_op} if o.forward_op else {})}
+        t.judge(i, o.rank, o.direction, e)
+        if first is None:
+            first = {"id": i, "rank": str(o.rank), "dir": o.direction, "step": o.step,
+                     "verdict": o.verdict}
+        for call in o.chain:
+            j = t.module(_module_of(call))
+            if j != i:
+                direction = "backward" if "(backward" in call else "forward"
+                t.judge(j, o.rank, direction, _entry("fail", "propagated", 0.0, 0.0, o.step,
+                                                     "", "", "carries it on", None))
+    ov = result.overflow
+    for row in list(ov.top) + ([ov.first_fp16_overflow] if ov.first_fp16_overflow else []):
+        if row.of_fp16_max >= 1.0:
+            i = t.module(row.module)
+            e = _entry("warn", "", 0.0, 0.0, row.step, "", "",
+                       f"{row.amax:.4g} is beyond float16's 65504", None)
+            e["m"] = {"max |x|": _num(row.amax), "of float16 max": _num(row.of_fp16_max),
+                      "dtype": row.dtype, "tensor": f"{row.role} {row.arg}".strip()}
+            t.judge(i, 0, row.direction, e)
+    for p in result.not_updating:
+        owner = p.name.rsplit(".", 1)[0] if "." in p.name else ""
+        i = t.module(owner)
+        e = _entry("fail" if p.severity == "fail" else "warn", "", 0.0, 0.0, 0, "", "",
+                   p.reason, None)
+        e["param"] = p.name
+        e["m"] = {"update ratio": _num(p.ratio) if p.ratio is not None else "-",
+                  "gradients arrived": p.grads, "steps": p.steps}
+        t.judge(i, 0, "update", e)
+    ranks = [str(r) for r in (result.ranks or [0])]
+    return {"nodes": t.nodes, "ranks": ranks, "directions": ["forward", "backward", "update"],
+            "first": first, "summary": {r: {"status": "pass" if result else "fail",
+                                            "first": None} for r in ranks},
+            "classes": list(CLASSES), "columns": ["module", "class"], "kind": "numerics",
+            "labels": {"nonfinite": "NaN/Inf made here", "propagated": "carries it",
+                       "noise": "range risk", "introduced": "introduced",
+                       "unmatched": "-", "pass": "healthy"}}
+
+
+def perf_tree(result: Any) -> dict[str, Any]:
+    """The view's model of one run's time per module (:class:`~netparity.analyzers.perf.
+    PerfResult`): each module's forward and backward self time per steady step, coloured by
+    its share of the step (>= 10 %: ``introduced``, the hot ones; >= 2 %: ``propagated``;
+    >= 0.5 %: ``noise``); the hot-module findings point "first" at the costliest."""
+    step = float(result.steady.get("step", 0.0)) if result.steps else 0.0
+    t = _single([(m.module, m.cls) for m in result.modules])
+    worst, first = -1.0, None
+
+    def status(sec: float) -> tuple[str, str]:
+        share = sec / step if step > 0 else 0.0
+        if share >= 0.10:
+            return "fail", "introduced"
+        if share >= 0.02:
+            return "fail", "propagated"
+        return ("warn", "") if share >= 0.005 else ("pass", "")
+
+    for m in result.modules:
+        i = t.module(m.module)
+        for direction, sec, total in (("forward", m.self_time, m.total),
+                                      ("backward", m.backward_self, m.backward)):
+            if sec is None:
+                continue
+            s, o = status(sec)
+            e = _entry(s, o, sec, 0.0, 0, "", "", "", None)
+            e["m"] = {"self seconds per step": _num(sec),
+                      "total seconds per step": _num(total) if total is not None else "-",
+                      "share of the step": _num(sec / step) if step > 0 else "-",
+                      "calls per step": _num(m.calls)}
+            if m.mem_rise is not None and direction == "forward":
+                e["m"]["memory rise (bytes)"] = m.mem_rise
+            t.judge(i, 0, direction, e)
+            if sec > worst:
+                worst, first = sec, {"id": i, "rank": "0", "dir": direction, "step": 0,
+                                     "verdict": "hot"}
+    return {"nodes": t.nodes, "ranks": ["0"], "directions": ["forward", "backward", "update"],
+            "first": first, "summary": {"0": {"status": "pass", "first": None}},
+            "classes": list(CLASSES), "columns": ["module", "class"], "kind": "perf",
+            "labels": {"introduced": ">= 10 % of the step", "propagated": ">= 2 %",
+                       "noise": ">= 0.5 %", "pass": "< 0.5 %", "nonfinite": "-",
+                       "unmatched": "-"},
+            "jump": "jump to the costliest module"}

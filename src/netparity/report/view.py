@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import html
 import itertools
 import json
 from typing import Any
@@ -106,7 +107,8 @@ function init(root){
     if(filtering()){keep=N.map(function(){return false;});
       for(var i=N.length-1;i>=0;i--){if(match(N[i])){var j=i;while(j>=0&&!keep[j]){keep[j]=true;j=N[j].parent;}}}}
     var frag=document.createDocumentFragment(),head=el('div','npv-head');
-    head.appendChild(el('span','','reference'));head.appendChild(el('span','','candidate'));
+    var cols=M.columns||['reference','candidate'];
+    head.appendChild(el('span','',cols[0]));head.appendChild(el('span','',cols[1]));
     head.appendChild(el('span','','fwd bwd upd'));frag.appendChild(head);
     function walk(i){var n=N[i];if(keep&&!keep[i])return;
       var c=cls(n,st.rank,st.dir),row=el('div','npv-row c-bg-'+c);row.dataset.id=i;
@@ -129,16 +131,19 @@ function init(root){
   function show(i){var n=N[i];detail.textContent='';
     detail.appendChild(el('h4','',(n.ref||'\u2014')+'  \u2194  '+(n.cand||'\u2014')));
     var c=cls(n,st.rank,st.dir);var p=el('p','');p.appendChild(el('span','npv-d c-'+c,' '));
-    p.appendChild(document.createTextNode(' '+c+(n.kind?'  \u00b7  '+n.kind:'')+(n.type==='op'?'  (operator)':'')
+    p.appendChild(document.createTextNode(' '+((M.labels||{})[c]||c)+(n.kind?'  \u00b7  '+n.kind:'')+(n.type==='op'?'  (operator)':'')
       +(n.match==='ref'?'  \u00b7  only in the reference':n.match==='cand'?'  \u00b7  only in the candidate':'')));
     detail.appendChild(p);
     var R=n.r[st.rank]||{};
     ['forward','backward','update'].forEach(function(dr){var e=R[dr];if(!e)return;
-      detail.appendChild(el('h4','',dr+': '+e.s+(e.o?' \u2014 '+e.o+' here':'')+(e.cleared?' \u2014 within noise (replay)':'')));
+      var cmp=(M.kind||'compare')==='compare',lab=M.labels||{},dc=cls(n,st.rank,dr);
+      detail.appendChild(el('h4','',dr+': '+(cmp?e.s+(e.o?' \u2014 '+e.o+' here':'')+(e.cleared?' \u2014 within noise (replay)':'')
+        :(lab[dc]||dc))));
       var t=el('table','');function row(k,v){if(v==null||v==='')return;var r=el('tr','');r.appendChild(el('td','',k));
         r.appendChild(el('td','n',fmt(v)));t.appendChild(r);}
-      row('output error (normwise)',e.e);row('input error',e.i);row('steps differing',e.steps&&e.steps.length?e.steps:null);
-      row('calls',e.n);row('parameter',e.param);row('source',e.src);row('candidate source',e.csrc);row('judged by',e.note);
+      if(cmp){row('output error (normwise)',e.e);row('input error',e.i);row('steps differing',e.steps&&e.steps.length?e.steps:null);
+        row('calls',e.n);}else if(M.kind!=='perf')row('steps',e.steps&&e.steps.length?e.steps:null);
+      row('parameter',e.param);row('source',e.src);row('candidate source',e.csrc);row(cmp?'judged by':'what',e.note);
       var rp=e.replay||{};if(rp.verdict){row('replay',rp.verdict);row('replay: local error',rp.local);
         row('replay: noise',rp.noise);row('replay: bound',rp.bound);row('replay: why',rp.reason);}
       var m=e.m||{};for(var k in m)row(k,m[k]);detail.appendChild(t);});
@@ -155,8 +160,8 @@ if(document.readyState==='loading')document.addEventListener('DOMContentLoaded',
 })();
 """
 
-_FILTERS = (("pass", "pass"), ("noise", "noise"), ("introduced", "introduced"),
-            ("propagated", "propagated"), ("unmatched", "unmatched"),
+_FILTERS = (("pass", "pass"), ("noise", "noise"), ("propagated", "propagated"),
+            ("introduced", "introduced"), ("unmatched", "unmatched"),
             ("nonfinite", "non-finite"))
 
 
@@ -172,16 +177,18 @@ def view_fragment(model: dict[str, Any], *, include_assets: bool = True) -> str:
     """The view of ``model`` as one HTML fragment (with its CSS and JS unless the page
     already has them: :data:`VIEW_CSS`, :data:`VIEW_JS`)."""
     vid = f"npv-{next(_IDS)}"
+    labels = {**dict(_FILTERS), **(model.get("labels") or {})}
     filters = "".join(f"<label><input type='checkbox' class='npv-f' value='{v}' checked> "
-                      f"<span class='npv-d c-{v}'>&nbsp;</span>{label}</label>"
-                      for v, label in _FILTERS)
+                      f"<span class='npv-d c-{v}'>&nbsp;</span>{html.escape(labels[v])}</label>"
+                      for v, _ in _FILTERS if labels[v] != "-")
+    jump = html.escape(str(model.get("jump") or "jump to first divergence"))
     parts = [f"<div class='npv' id='{vid}'>",
              "<div class='npv-bar'><input type='search' placeholder='search modules and ops'>",
              "<select class='npv-dir' title='direction'><option value='all'>all directions"
              "</option><option value='forward'>forward</option><option value='backward'>"
              "backward</option><option value='update'>update</option></select>",
              "<select class='npv-rank' title='rank'></select>",
-             "<button class='npv-first' type='button'>jump to first divergence</button>",
+             f"<button class='npv-first' type='button'>{jump}</button>",
              "<button class='npv-open' type='button'>expand all</button>",
              "<button class='npv-close' type='button'>collapse</button>",
              f"<span class='npv-legend'>{filters}</span></div>",

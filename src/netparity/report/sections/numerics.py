@@ -18,7 +18,7 @@ from typing import Any
 from netparity.analyzers.numerics import NumericsResult, Origin, rank_diff
 from netparity.capture.nonfinite import stop_message
 from netparity.report.format import fmt
-from netparity.report.sections import Callout, Plot, Section, Table, Text, section
+from netparity.report.sections import Callout, Plot, Section, Table, Text, TreeView, section
 
 
 def _where(x: Any) -> str:
@@ -83,6 +83,18 @@ def origin(r: NumericsResult, **_: Any) -> Section:
                    headline=f"FAIL: NaN/Inf {o.verdict} at {o.where} ({o.direction}, step "
                             f"{o.step}); {r.nonfinite_records} record(s) hold NaN/Inf",
                    blocks=blocks)
+
+
+@section("NumericsResult", "view")
+def view(r: NumericsResult, **_: Any) -> Section | None:
+    """The run's module tree: where the NaN/Inf was made, what carried it, range risks,
+    parameters not updating (HTML only)."""
+    if not r.modules:
+        return None
+    from netparity.report.tree import numerics_tree
+
+    return Section("view", "Network view: the run's modules", only=("html",),
+                   blocks=[TreeView(numerics_tree(r, r.modules))])
 
 
 @section("NumericsResult", "overflow")

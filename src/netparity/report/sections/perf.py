@@ -17,7 +17,7 @@ from typing import Any
 
 from netparity.analyzers.perf import PHASES, PerfComparison, PerfResult
 from netparity.report.format import fmt
-from netparity.report.sections import Plot, Section, Table, section
+from netparity.report.sections import Plot, Section, Table, TreeView, section
 
 
 def _ms(x: float | None) -> str:
@@ -81,6 +81,17 @@ def findings(r: PerfResult, **_: Any) -> Section | None:
                                  ["kind", "where", "per step", "share", "evidence", "advice"],
                                  rows, status=["warn"] * len(rows), mono=("where",),
                                  wrap=("evidence", "advice"))])
+
+
+@section("PerfResult", "view")
+def view(r: PerfResult, **_: Any) -> Section | None:
+    """Time per module on the module tree, coloured by share of the step (HTML only)."""
+    if not r.modules or not r.steps:
+        return None
+    from netparity.report.tree import perf_tree
+
+    return Section("view", "Network view: time per module", only=("html",),
+                   blocks=[TreeView(perf_tree(r))])
 
 
 @section("PerfResult", "modules")
