@@ -49,29 +49,49 @@ class ContentError(NetparityError, ValueError):
     """The content of a file is malformed (bad JSON, too deep, a bad shape)."""
 
 
+#: bytes per chunk of the depth pass (its arrays stay a few times this size)
+_DEPTH_CHUNK = 1 << 22
+
+
 def _too_deep(text: str | bytes, limit: int) -> bool:
-    """Whether brackets nest deeper than ``limit`` outside JSON strings (one vectorised pass:
-    strings are blanked, then the running depth is a cumulative sum)."""
+    """Whether brackets nest deeper than ``limit`` outside JSON strings: vectorised passes over
+    4 MiB chunks (memory bounded, whatever the document's size), carrying from one chunk to the
+    next whether a string is open, the depth, and the run of backslashes at the chunk's end.
+    In a chunk, a quote is escaped when an odd number of backslashes precedes it; between an
+    unescaped quote and the next is a string; the depth is a cumulative sum of the brackets
+    outside strings."""
     raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
-    b = np.frombuffer(raw, dtype=np.uint8)
-    # inside a string: between an unescaped quote and the next; a quote is escaped when an odd
-    # number of backslashes precedes it
-    quote = b == 0x22
-    if quote.any():
-        bs = (b == 0x5C).astype(np.int64)
-        run = np.cumsum(bs)
-        # backslashes in the run just before each position: run[i-1] - run[last non-backslash]
-        last_non = np.maximum.accumulate(np.where(bs == 0, np.arange(len(b)), -1))
-        before = np.concatenate(([0], run[:-1] - np.where(last_non[:-1] >= 0,
-                                                          run[last_non[:-1]], 0)))
-        quote &= (before % 2) == 0
-        inside = (np.cumsum(quote) % 2).astype(bool) | quote
-    else:
-        inside = np.zeros(len(b), dtype=bool)
-    step = np.zeros(len(b), dtype=np.int64)
-    step[((b == 0x5B) | (b == 0x7B)) & ~inside] = 1
-    step[((b == 0x5D) | (b == 0x7D)) & ~inside] = -1
-    return bool(len(b)) and int(np.cumsum(step).max()) > limit
+    inside, depth, run_in = False, 0, 0
+    for lo in range(0, len(raw), _DEPTH_CHUNK):
+        b = np.frombuffer(raw, dtype=np.uint8, count=min(_DEPTH_CHUNK, len(raw) - lo),
+                          offset=lo)
+        n = len(b)
+        bs = b == 0x5C
+        quote = b == 0x22
+        if quote.any() or bs.any():
+            idx = np.arange(n, dtype=np.int32)
+            # the start of the backslash run ending just before each position
+            last_non = np.maximum.accumulate(np.where(bs, -1, idx))
+            prev = np.concatenate(([-1], last_non[:-1]))  # last non-backslash before i
+            before = np.arange(n, dtype=np.int64) - 1 - prev  # backslashes right before i
+            before[prev < 0] += run_in  # a run that began in the chunk before
+            quote &= (before % 2) == 0
+            flips = np.cumsum(quote, dtype=np.int32)
+            inn = ((flips % 2).astype(bool) ^ inside) | quote
+            tail = n - 1 - int(last_non[-1])  # backslashes at the chunk's end
+            run_in = tail + (run_in if last_non[-1] < 0 else 0)
+            inside = bool(inside ^ (int(flips[-1]) % 2 == 1))
+        else:
+            inn = np.full(n, inside)
+            run_in = 0
+        step = np.zeros(n, dtype=np.int8)
+        step[((b == 0x5B) | (b == 0x7B)) & ~inn] = 1
+        step[((b == 0x5D) | (b == 0x7D)) & ~inn] = -1
+        running = np.cumsum(step, dtype=np.int32)
+        if n and depth + int(running.max()) > limit:
+            return True
+        depth += int(running[-1]) if n else 0
+    return False
 
 
 def load_json(text: str | bytes, *, what: str, max_depth: int = MAX_JSON_DEPTH) -> Any:

@@ -144,3 +144,23 @@ def test_op_classes_side_by_side_fp32_vs_bf16(runs: dict[str, Path]) -> None:
     assert {x["name"] for x in c.slower if x["what"] == "op class"} == \
         {x["name"] for x in c.classes if x["extra"] > 0}
     assert c.to_json()["classes"] == c.classes
+
+
+def test_reading_a_profiler_trace_reports_its_stages(runs: dict[str, Path]) -> None:
+    """A profiler trace of a long run is hundreds of MB (183 MB took 66 s with nothing on
+    the screen): reading, parsing and summarising are reported as they start."""
+    from netparity.analyzers.perf import analyze as perf_analyze
+    from netparity.report.progress import Progress
+
+    class Seen(Progress):
+        def __init__(self) -> None:
+            self.stages: list[str] = []
+
+        def stage(self, name: str, total: int | None = None) -> None:
+            self.stages.append(name)
+
+    seen = Seen()
+    r = perf_analyze(runs["fp32"], progress=seen)
+    assert r.steps
+    assert [s.split()[0] for s in seen.stages] == ["reading", "parsing", "summarising"]
+    assert "MiB" in seen.stages[1] and "events" in seen.stages[2]

@@ -75,6 +75,37 @@ def _valid(text):
     return True
 
 
+_JSON = st.recursive(
+    st.none() | st.integers() | st.text(alphabet='[]{}"\\ab', max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.text(alphabet='[]{}"\\ab', max_size=4), inner, max_size=3),
+    max_leaves=30)
+
+
+def _depth(v: object) -> int:
+    if isinstance(v, list):
+        return 1 + max((_depth(x) for x in v), default=0)
+    if isinstance(v, dict):
+        return 1 + max((_depth(x) for x in v.values()), default=0)
+    return 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_JSON, chunk=st.sampled_from([1, 2, 3, 7, 1 << 22]), limit=st.integers(0, 6))
+def test_the_depth_pass_is_exact_across_chunk_boundaries(value, chunk, limit):
+    """The depth check reads a document in chunks (bounded memory): a string, an escape or
+    a bracket run cut by a chunk boundary counts as if whole."""
+    import netparity.untrusted as u
+
+    saved = u._DEPTH_CHUNK
+    u._DEPTH_CHUNK = chunk
+    try:
+        text = json.dumps(value)
+        assert u._too_deep(text, limit) == (_depth(value) > limit)
+    finally:
+        u._DEPTH_CHUNK = saved
+
+
 def test_brackets_inside_strings_do_not_count_as_depth():
     text = json.dumps({"name": "[" * 10_000, "esc": '\\"[[[' * 500, "k": [[1]]})
     assert load_json(text, what="x")["k"] == [[1]]

@@ -167,14 +167,20 @@ def find_kineto(path: str | os.PathLike[str]) -> Path:
     return p
 
 
-def load_events(path: str | os.PathLike[str]) -> tuple[Path, list[dict[str, Any]],
-                                                        dict[str, Any]]:
-    """The trace's events and its top-level facts; :class:`UsageError` on anything else."""
+def load_events(path: str | os.PathLike[str], progress: Any = None
+                ) -> tuple[Path, list[dict[str, Any]], dict[str, Any]]:
+    """The trace's events and its top-level facts; :class:`UsageError` on anything else.
+    ``progress`` (:class:`netparity.report.progress.Progress`) is told each stage: a profiler
+    trace of a long run is hundreds of MB."""
     p = find_kineto(path)
+    say = progress.stage if progress is not None else (lambda *_a, **_k: None)
     try:
-        doc = load_json(inputs.read_bytes(
-            p, within=path if Path(path).is_dir() else None, error=UsageError,
-            what="profiler trace", limit=inputs.MAX_JSON), what="trace")
+        say(f"reading {p.name}")
+        raw = inputs.read_bytes(p, within=path if Path(path).is_dir() else None,
+                                error=UsageError, what="profiler trace", limit=inputs.MAX_JSON)
+        say(f"parsing {p.name} ({len(raw) / 2**20:.0f} MiB)")
+        doc = load_json(raw, what="trace")
+        del raw
     except (ValueError, UnicodeDecodeError) as e:
         raise UsageError(f"{p}: not a readable profiler trace ({type(e).__name__}: {e})") \
             from None
@@ -267,10 +273,12 @@ class _Node:
         self.in_opt = False  # inside an ``Optimizer.step#`` annotation
 
 
-def summarize(path: str | os.PathLike[str]) -> dict[str, Any]:
+def summarize(path: str | os.PathLike[str], *, progress: Any = None) -> dict[str, Any]:
     """Steps (seconds per phase), ops, conversions and memory of one profiler trace; the parts
     :func:`netparity.analyzers.perf.analyze_kineto` builds its result from."""
-    p, events, facts = load_events(path)
+    p, events, facts = load_events(path, progress)
+    if progress is not None:
+        progress.stage(f"summarising {len(events):,} events")
     xs = [e for e in events if e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
     steps = sorted(((int(m.group(1)), float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)),
                      e.get("tid"))

@@ -369,7 +369,8 @@ def memory_finding(modules: list[ModuleTime], source: str) -> Finding | None:
               f"{root.mem_rise / 2**20:.1f} MiB", bytes=rise)
 
 
-def analyze(trace: Trace | str | os.PathLike[str], *, rank: int = 0) -> PerfResult:
+def analyze(trace: Trace | str | os.PathLike[str], *, rank: int = 0,
+            progress: Any = None) -> PerfResult:
     """The step breakdown, hot modules and findings of one run's ``timing`` records, or of a
     ``torch.profiler`` trace (a ``*.json[.gz]`` file or a directory of ``*.pt.trace.json``:
     :func:`analyze_kineto`).
@@ -380,7 +381,7 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int = 0) -> PerfResu
         >>> # r = analyze("runs/prof"); r.breakdown["data"], r.findings[0].advice
     """
     if not isinstance(trace, Trace) and is_kineto(trace):
-        return analyze_kineto(trace)
+        return analyze_kineto(trace, progress=progress)
     tr = trace if isinstance(trace, Trace) else open_trace(trace)
     rows, mods = _read(tr, rank)
     steady_rows = rows[1:] if len(rows) > 1 else rows
@@ -443,11 +444,11 @@ def _light_memory(rows: list[dict[str, float]], source: str) -> dict[str, Any]:
     return out
 
 
-def analyze_kineto(path: str | os.PathLike[str]) -> PerfResult:
+def analyze_kineto(path: str | os.PathLike[str], *, progress: Any = None) -> PerfResult:
     """A :class:`PerfResult` from a ``torch.profiler`` Chrome trace (docs/perf.md): steps from
     ``ProfilerStep#N``, hot ops by self time with dtypes and shapes, conversion ops, memory per
     phase; findings as for the light mode plus ``conversion`` and ``hot-op``."""
-    k = summarize(path)
+    k = summarize(path, progress=progress)
     rows: list[dict[str, float]] = k["rows"]
     steady_rows = rows[1:] if len(rows) > 1 else rows
     total = sum(r["step"] for r in steady_rows)

@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     from netparity.analyzers.kineto import is_kineto
     from netparity.analyzers.perf import analyze, chrome_trace, compare
-    from netparity.cli._common import check_traces, close_traces
+    from netparity.cli._common import check_traces, close_traces, progress
     from netparity.report.html import write_html
     from netparity.report.json_report import write_json
     from netparity.report.sections import sections_for
@@ -48,8 +48,12 @@ def run(args: argparse.Namespace) -> int:
     traces = check_traces(*(None if p is None or is_kineto(p) else p for p in paths))
     try:
         ref, cand = (t if t is not None else p for t, p in zip(traces, paths))
-        r = analyze(ref, rank=args.rank) if cand is None else \
-            compare(ref, cand, rank=args.rank, mapping=args.mapping)
+        prog = progress(args, console())
+        try:
+            r = analyze(ref, rank=args.rank, progress=prog) if cand is None else \
+                compare(ref, cand, rank=args.rank, mapping=args.mapping)
+        finally:
+            prog.done()
     finally:
         close_traces(traces)
     if args.html:
