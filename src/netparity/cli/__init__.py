@@ -35,6 +35,7 @@ COMMANDS = (
     "netparity.cli.scan_cmd",
     "netparity.cli.numerics_cmd",
     "netparity.cli.perf_cmd",
+    "netparity.cli.precision_cmd",
 )
 
 
