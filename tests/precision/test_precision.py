@@ -130,6 +130,9 @@ def test_cli_exit_status_and_json(traces, tmp_path, capsys):
     assert "DEMOTED: attn op" in text and "_softmax" in text
     doc = json.loads(out.read_text())
     assert doc["standards_ulp"]["float32"] == 32 and doc["flagged"][0]["module"] == "attn"
+    # a float32 reference names the same op
+    assert main(["precision", str(traces["transformer-bad"]), "--reference", "cpu-fp32"]) == 1
+    assert "DEMOTED: attn op 14 aten._softmax" in capsys.readouterr().out
 
 
 def test_statistics_only_trace_says_what_to_capture(tmp_path, capsys):
@@ -166,3 +169,17 @@ def test_bad_input_is_one_line_exit_2(traces, tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("netparity: error: ") and needle in err[0], \
             (argv, err)
+
+
+def test_a_float16_overflow_is_named(tmp_path):
+    x = np.array([1.0, 5.0, 12.0], np.float16)
+    with np.errstate(over="ignore"):
+        y = np.exp(x)  # exp(12) overflows float16
+    with TraceWriter(tmp_path / "t", manifest={"framework": "torch"}) as w:
+        ev = w.next_event()
+        for role, v in (("input", x), ("output", y)):
+            w.add(Record(kind="op", op="exp", native="aten.exp.default", module="gate",
+                         role=role, arg="0" if role == "input" else "", dtype="float16",
+                         shape=v.shape, event=ev), payload=v)
+    (o,) = _check(tmp_path / "t").ops
+    assert o.status == "overflow" and o.module == "gate" and "Inf" in o.reason
