@@ -22,6 +22,7 @@ RANK: dict[str, int] = {
     "seeding": 3,  # dispatches to the framework adapters
     "ckpt": 4,
     "align": 5,
+    "precision": 5,  # replays ops (frameworks); below compare, which judges with it
     "compare": 6,
     "analyzers": 7, "scan": 7,
     "report": 8,

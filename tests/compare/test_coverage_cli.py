@@ -197,6 +197,7 @@ TRACE_COMMANDS = {
     "compare": ["compare", "T", "T", "-q"],
     "numerics": ["numerics", "T"],
     "perf": ["perf", "T"],
+    "precision": ["precision", "T"],
 }
 
 

@@ -291,6 +291,24 @@ def _hostile_trace(out: Path, scale: float = 1.0) -> Path:
     return out
 
 
+def _hostile_op_trace(out: Path) -> Path:
+    """Op calls at the hostile module names, one computing in float16 in a float32 run."""
+    import numpy as np
+
+    from netparity.trace import Record, TraceWriter
+
+    with TraceWriter(out, manifest={"framework": "torch"}) as w:
+        for i, name in enumerate(HOSTILE):
+            dt = "float16" if i == 1 else "float32"
+            x = np.linspace(-1, 1, 8).astype(dt)
+            ev = w.next_event()
+            for role, v in (("input", x), ("output", np.maximum(x, 0))):
+                w.add(Record(kind="op", op="relu", native="aten.relu.default", module=name,
+                             role=role, arg="0" if role == "input" else "", dtype=dt,
+                             shape=(8,), event=ev), payload=v)
+    return out
+
+
 def _cli_out(*argv: str) -> tuple[int, str, str]:
     import contextlib
     import io
@@ -343,6 +361,7 @@ def test_every_subcommand_prints_hostile_names_as_text(tmp_path):
                  ("ckpt", "diff", str(ck), str(ck2))],
         "scan": [("scan", str(src), "--no-verify")],
         "export": [("export", str(a), "-o", str(tmp_path / "o[red]\x1b[2J.npz"))],
+        "precision": [("precision", str(_hostile_op_trace(d / "ops")))],
     }
     assert set(runs) | set(NOT_RENDERED) == set(_subcommands())
     for argvs in runs.values():

@@ -36,6 +36,7 @@ COMMANDS = (
     "netparity.cli.numerics_cmd",
     "netparity.cli.perf_cmd",
     "netparity.cli.view_cmd",
+    "netparity.cli.precision_cmd",
 )
 
 

@@ -837,6 +837,13 @@ def compare(
                   else list(range(len(table))))
     jobs = [_Job(table.refs[i], table.cands[i], table.tol(i), table.new_object(i))
             for i in one_by_one] + pjobs
+    # without an fp64 trace, op pairs with tensors are judged against the reference op's own
+    # noise by float64 replays (netparity.precision.opnoise; docs/precision.md)
+    opnoise = None
+    if fp64_tr is None and level != "module":
+        from netparity.precision.opnoise import OpNoise
+
+        opnoise = OpNoise.for_traces(ref_tr, cand_tr)
     if fp64_tr is not None:
         idx: dict[tuple[int, str], Record] = {}
         for r in fp64_tr.iter_records(rank=rank):
@@ -870,6 +877,11 @@ def compare(
                 "floor": floor,
             }
             pr.status, pr.reason = judge_fp64(e_ref, e_cand, k, floor)
+        elif opnoise is not None and pr.metrics.get("basis") == "tensors":
+            got = opnoise.judge(j.ref, j.cand)
+            if got is not None:
+                pr.status, pr.reason = got[0], got[1]
+                pr.metrics["replay_noise"] = got[2]
         if progress is not None:
             progress.advance()
 
