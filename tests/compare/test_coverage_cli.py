@@ -198,6 +198,7 @@ TRACE_COMMANDS = {
     "numerics": ["numerics", "T"],
     "perf": ["perf", "T"],
     "precision": ["precision", "T"],
+    "view": ["view", "T", "T", "-o", "OUT.html"],
 }
 
 
@@ -235,7 +236,7 @@ def test_every_subcommand_refuses_a_null_index_row(traces, capsys, tmp_path, com
                      f"UPDATE records SET {column} = NULL WHERE seq = (SELECT max(seq) FROM "
                      "records);")
     db.close()
-    argv = [str(t) if a == "T" else str(tmp_path / a) if a == "OUT.npz" else a
+    argv = [str(t) if a == "T" else str(tmp_path / a) if a.startswith("OUT.") else a
             for a in TRACE_COMMANDS[command]]
     rc, _, err = _run(capsys, *argv)
     _one_line_error(rc, err, "corrupt trace index")

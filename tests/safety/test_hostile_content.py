@@ -362,6 +362,7 @@ def test_every_subcommand_prints_hostile_names_as_text(tmp_path):
         "scan": [("scan", str(src), "--no-verify")],
         "export": [("export", str(a), "-o", str(tmp_path / "o[red]\x1b[2J.npz"))],
         "precision": [("precision", str(_hostile_op_trace(d / "ops")))],
+        "view": [("view", str(a), str(b), "-o", str(tmp_path / "v[red]\x1b[2J.html"))],
     }
     assert set(runs) | set(NOT_RENDERED) == set(_subcommands())
     for argvs in runs.values():
