@@ -117,6 +117,6 @@ def test_every_readme_command_runs_and_prints_what_the_readme_shows(tmp_path: Pa
         last_lang = lang
     # every walk-through ran: demo, ckpt, step, run/compare, numerics, perf, scan, the API
     assert ran >= 15, seen
-    for sub in ("demo", "ckpt map", "ckpt diff", "step", "run -o", "compare", "numerics",
-                "perf", "scan"):
+    for sub in ("demo", "ckpt map", "ckpt diff", "step", "run -o", "compare", "view",
+                "numerics", "perf", "scan", "precision"):
         assert any(f"netparity {sub}" in c for c in seen), (sub, seen)
