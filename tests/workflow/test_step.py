@@ -80,6 +80,10 @@ def test_step_cli_exit_codes_and_reports(tmp_path):
     assert data["first_divergence"]["phase"] == "forward"
     html = (out / "report.html").read_text()
     assert "layer2.0.conv1" in html and "loss per step" in html
+    # the network view sits under the phase table, opened on the culprit
+    assert html.index("class='npv'") < html.index("loss per step")
+    view = json.loads(html.split("class='npv-data'>", 1)[1].split("</script>", 1)[0])
+    assert view["nodes"][view["first"]["id"]]["ref"] == "layer2.0.conv1"
     # each side's numerics verdict: both ports train without NaN/Inf
     assert data["numerics"]["ref"]["healthy"] and data["numerics"]["cand"]["healthy"]
     assert "numerics: both runs healthy" in p.stdout and "Numerics" in html
