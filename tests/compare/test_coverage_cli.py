@@ -126,10 +126,14 @@ def test_ranks_one_side_lacks_are_incomplete_unless_rank_is_named(traces, capsys
     assert (rc, lines[0][:5]) == (0, "PASS:")
 
 
-def test_a_level_neither_trace_holds_is_an_error(traces, capsys):
-    rc, _, err = _run(capsys, "compare", str(traces["ref"]), str(traces["ref"]), "-q",
-                      "--level", "op")
-    _one_line_error(rc, err, "no op-level records in either trace; capture with level='op'")
+def test_a_level_neither_trace_holds_is_incomplete(traces, capsys):
+    """Issue 28's done-when: an op-level compare of module-level traces exits 1 with the
+    reason on the first line (it printed PASS once; then it was a usage error, exit 2)."""
+    rc, lines, err = _run(capsys, "compare", str(traces["ref"]), str(traces["ref"]), "-q",
+                          "--level", "op")
+    assert rc == 1 and not err.strip(), err
+    assert lines[0].startswith("INCOMPLETE: neither trace has op-level records (they hold "
+                               "module level); capture with level='op'"), lines[:3]
 
 
 def test_a_level_one_side_lacks_is_incomplete(traces, capsys, tmp_path):

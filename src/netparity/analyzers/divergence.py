@@ -491,8 +491,9 @@ def compare(ref: Any, cand: Any, *, progress: Any = None, **kwargs: Any) -> Comp
 
 
 def _something(result: CompareResult, kwargs: dict[str, Any]) -> CompareResult:
-    """A comparison that compared nothing is not a pass: it is an error (exit 2)."""
-    if result.n_pairs():
+    """A comparison that compared nothing is not a pass: INCOMPLETE (exit 1) when evidence
+    it asked for is missing (a level neither trace captured), else an error (exit 2)."""
+    if result.n_pairs() or result.incomplete:
         return result
     steps = kwargs.get("steps")
     raise UsageError("nothing to compare: the traces have no tensor pairs in common"

@@ -15,9 +15,11 @@ The scope is what the comparison was asked for: ``steps`` given (``--steps``) na
 to those (both sides hold them, or the comparison was refused), ``rank_given`` narrows the
 ranks to the one compared; the record kinds are the calls of the level(s) compared plus the
 parameters, gradients and losses (timing, data and custom records are not evidence a verdict
-rests on). A level that neither side holds is not a gap but nothing to compare: a
-:class:`~netparity.errors.UsageError` (exit 2); level ``both`` needs one of its two levels (it
-compares whichever were captured; one side lacking a level the other holds is a gap).
+rests on). A level that neither side holds is missing evidence too (INCOMPLETE, exit 1:
+``neither trace has op-level records (they hold module level); capture with level='op'``);
+level ``both`` needs one of its two levels (it compares whichever were captured; one side
+lacking a level the other holds is a gap). Traces holding nothing of the kinds in scope are
+nothing to compare: a :class:`~netparity.errors.UsageError` (exit 2).
 
 Example:
     >>> _gaps("candidate", {0: {("forward", "module")}}, {}, range(2), set())
@@ -90,15 +92,20 @@ def coverage(ref: Trace, cand: Trace, *, rank: int, rank_given: bool, level: str
                          + (f" at step(s) {ranges(narrowed)}" if narrowed else "")
                          + (f" ({'/'.join(sorted(dirs))})" if dirs else "")
                          + " (empty traces?)")
-    # level "both" compares whichever levels were captured (op-only traces included)
+    incomplete: list[str] = []
+    # level "both" compares whichever levels were captured (op-only traces included); a
+    # level neither side captured is missing evidence, not a pass: INCOMPLETE (exit 1)
     if not any(k in levels for side in sides for got in side.values() for _, k in got):
         lv = " or ".join(levels)
-        raise UsageError(f"no {lv}-level records in either trace"
-                         + (f" at step(s) {ranges(narrowed)}" if narrowed else "")
-                         + (f" ({'/'.join(sorted(dirs))})" if dirs else "")
-                         + f"; capture with level={level!r}")
+        held = sorted({k for t in (ref, cand)
+                       for got in _by_step(t, rank, ("module", "op"), scope, dirs).values()
+                       for _, k in got})
+        incomplete.append(f"neither trace has {lv}-level records"
+                          + (f" at step(s) {ranges(narrowed)}" if narrowed else "")
+                          + (f" ({'/'.join(sorted(dirs))})" if dirs else "")
+                          + (f" (they hold {'/'.join(held)} level)" if held else "")
+                          + f"; capture with level={level!r}")
     all_steps = set(sides[0]) | set(sides[1])
-    incomplete: list[str] = []
     ranks = (ref.ranks, cand.ranks)
     if not rank_given and ranks[0] != ranks[1]:
         for side, mine, other in zip(SIDES, ranks, ranks[::-1]):

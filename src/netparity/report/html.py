@@ -311,7 +311,7 @@ def _block(b: Block) -> str:
     if isinstance(b, Plot):
         return _plot(b)
     if isinstance(b, TreeView):
-        return view_fragment(b.model, include_assets=False)
+        return view_fragment(b.get(), include_assets=False)
     return _text(b)
 
 

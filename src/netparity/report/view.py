@@ -181,7 +181,8 @@ def view_fragment(model: dict[str, Any], *, include_assets: bool = True) -> str:
     filters = "".join(f"<label><input type='checkbox' class='npv-f' value='{v}' checked> "
                       f"<span class='npv-d c-{v}'>&nbsp;</span>{html.escape(labels[v])}</label>"
                       for v, _ in _FILTERS if labels[v] != "-")
-    jump = html.escape(str(model.get("jump") or "jump to first divergence"))
+    jump = html.escape(str(model.get("jump") or ("jump to first divergence" if model.get("first")
+                                                 else "nothing differs")))
     parts = [f"<div class='npv' id='{vid}'>",
              "<div class='npv-bar'><input type='search' placeholder='search modules and ops'>",
              "<select class='npv-dir' title='direction'><option value='all'>all directions"

@@ -113,11 +113,17 @@ class Callout:
 
 @dataclass
 class TreeView:
-    """The interactive network view (:mod:`netparity.report.view`) of a tree ``model``
-    (:mod:`netparity.report.tree`): HTML only."""
+    """The interactive network view (:mod:`netparity.report.view`) of a tree model
+    (:mod:`netparity.report.tree`): HTML only. ``model`` is the model or a function making
+    it, called only when the page is rendered (a terminal report never builds it: the tree
+    reads every pair of a comparison)."""
 
-    model: dict[str, Any]
+    model: dict[str, Any] | Callable[[], dict[str, Any]]
     only: tuple[str, ...] = ("html",)
+
+    def get(self) -> dict[str, Any]:
+        """The model (made now when it was given as a function)."""
+        return self.model() if callable(self.model) else self.model
 
 
 Block = Text | Table | Plot | Callout | TreeView

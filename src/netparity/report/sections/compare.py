@@ -215,7 +215,7 @@ def view(result: CompareResult, **_: Any) -> Section | None:
     from netparity.report.tree import compare_tree
 
     return Section("view", "Network view: both module trees, aligned",
-                   blocks=[TreeView(compare_tree(result))], only=("html",))
+                   blocks=[TreeView(lambda: compare_tree(result))], only=("html",))
 
 
 def _depth_plot(result: CompareResult, direction: str) -> Plot | None:

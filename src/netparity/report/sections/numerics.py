@@ -94,7 +94,7 @@ def view(r: NumericsResult, **_: Any) -> Section | None:
     from netparity.report.tree import numerics_tree
 
     return Section("view", "Network view: the run's modules", only=("html",),
-                   blocks=[TreeView(numerics_tree(r, r.modules))])
+                   blocks=[TreeView(lambda: numerics_tree(r, r.modules))])
 
 
 @section("NumericsResult", "overflow")

@@ -91,7 +91,7 @@ def view(r: PerfResult, **_: Any) -> Section | None:
     from netparity.report.tree import perf_tree
 
     return Section("view", "Network view: time per module", only=("html",),
-                   blocks=[TreeView(perf_tree(r))])
+                   blocks=[TreeView(lambda: perf_tree(r))])
 
 
 @section("PerfResult", "modules")

@@ -86,16 +86,20 @@ def view(r: StepResult, **_: Any) -> Section | None:
         return None
     from netparity.report.tree import compare_tree, focus, overlay_replay
 
-    model = compare_tree(r.compare_step0)
-    for ph in r.phases:  # replay decides who introduced a difference
-        entries = (ph.evidence or {}).get("replay")
-        if isinstance(entries, list) and ph.name in ("forward", "backward"):
-            overlay_replay(model, [e for e in entries if isinstance(e, dict)])
-    f = r.first
-    if f is not None and f.where:
-        focus(model, f.where, phase=f.name, step=f.step)
+    def build() -> dict[str, Any]:
+        assert r.compare_step0 is not None
+        model = compare_tree(r.compare_step0)
+        for ph in r.phases:  # replay decides who introduced a difference
+            entries = (ph.evidence or {}).get("replay")
+            if isinstance(entries, list) and ph.name in ("forward", "backward"):
+                overlay_replay(model, [e for e in entries if isinstance(e, dict)])
+        f = r.first
+        if f is not None and f.where:
+            focus(model, f.where, phase=f.name, step=f.step)
+        return model
+
     return Section("view", "Network view (step 0): both module trees, aligned",
-                   blocks=[TreeView(model)], only=("html",))
+                   blocks=[TreeView(build)], only=("html",))
 
 
 @section("StepResult", "numerics")
