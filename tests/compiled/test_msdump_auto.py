@@ -1,0 +1,39 @@
+"""``netparity run`` turns MindSpore's own dump on, runs, and imports it (issue 30, item 3): the
+kernels of a GRAPH_MODE script land in ``OUT/graph`` with no configuration by the user."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mindspore")
+
+from netparity.trace import open_trace  # noqa: E402
+from safety.helpers import run_cli  # noqa: E402  (tests/ is on sys.path)
+
+SCRIPT = str(Path(__file__).parent / "scripts" / "ms_graph_train.py")
+
+
+@pytest.mark.parametrize("folder", ["out", "v1.2"], ids=["plain", "dot-in-path"])
+def test_graph_mode_script_is_dumped_and_imported(tmp_path, folder) -> None:
+    """(A dot in the output path: MindSpore refuses such a dump path and the script failed;
+    the dump then goes to a temp folder.)"""
+    out = tmp_path / folder
+    p = run_cli("run", "-o", str(out), "--", sys.executable, SCRIPT, "graph")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "graph-compiled kernels" in p.stderr, p.stderr[-2000:]
+    recs = list(open_trace(str(out / "graph")).records())
+    mods = {(r.module, r.direction) for r in recs if r.kind != "param"}
+    assert {("fc1", "forward"), ("fc2", "forward"), ("act", "backward"), ("", "update")} <= mods, mods
+    assert {r.step for r in recs} == {0, 1}
+    assert not (out / "msdump-raw").exists()  # the raw dump is removed
+    assert not list(Path(__import__("tempfile").gettempdir()).glob("netparity_msdump_*"))
+
+
+def test_no_mindspore_no_graph_trace(tmp_path) -> None:
+    out = tmp_path / "o"
+    p = run_cli("run", "-o", str(out), "--", sys.executable, "-c", "print(1)")
+    assert p.returncode == 0, p.stderr
+    assert not (out / "graph").exists() and not (out / "msdump-raw").exists()
