@@ -1,5 +1,5 @@
 """``netparity run`` turns MindSpore's own dump on, runs, and imports it (issue 30, item 3): the
-kernels of a GRAPH_MODE script land in ``OUT/graph`` with no configuration by the user."""
+kernels of a GRAPH_MODE script land in ``OUT-graph`` with no configuration by the user."""
 
 from __future__ import annotations
 
@@ -23,12 +23,14 @@ def test_graph_mode_script_is_dumped_and_imported(tmp_path, folder) -> None:
     out = tmp_path / folder
     p = run_cli("run", "-o", str(out), "--", sys.executable, SCRIPT, "graph")
     assert p.returncode == 0, p.stderr[-3000:]
+    p = run_cli("run", "-o", str(out), "--overwrite", "--", sys.executable, SCRIPT, "graph")
+    assert p.returncode == 0, p.stderr[-3000:]  # again, over both traces
     assert "graph-compiled kernels" in p.stderr, p.stderr[-2000:]
-    recs = list(open_trace(str(out / "graph")).records())
+    recs = list(open_trace(str(tmp_path / f"{folder}-graph")).records())
     mods = {(r.module, r.direction) for r in recs if r.kind != "param"}
     assert {("fc1", "forward"), ("fc2", "forward"), ("act", "backward"), ("", "update")} <= mods, mods
     assert {r.step for r in recs} == {0, 1}
-    assert not (out / "msdump-raw").exists()  # the raw dump is removed
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folder, f"{folder}-graph"]
     assert not list(Path(__import__("tempfile").gettempdir()).glob("netparity_msdump_*"))
 
 
@@ -36,4 +38,4 @@ def test_no_mindspore_no_graph_trace(tmp_path) -> None:
     out = tmp_path / "o"
     p = run_cli("run", "-o", str(out), "--", sys.executable, "-c", "print(1)")
     assert p.returncode == 0, p.stderr
-    assert not (out / "graph").exists() and not (out / "msdump-raw").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["o"]  # nothing next to it either

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     _check_writable(Path(args.output))
     from netparity.frameworks.mindspore.autodump import run_with_graph_dump
 
-    # MindSpore's graph-compiled kernels: its own dump, turned on and imported (OUTPUT/graph)
+    # MindSpore's graph-compiled kernels: its own dump, turned on and imported (OUTPUT-graph)
     return run_with_graph_dump(cmd, args.output, options, run_captured)
 
 

@@ -6,13 +6,14 @@ own synchronous dump is how it shows its kernels. ``netparity run -o OUT -- pyth
 therefore, unless the user configured a dump already (``MINDSPORE_DUMP_CONFIG`` set) or asked for
 ``--profile`` (timing must not pay for a dump):
 
-1. writes a dump configuration under ``OUT/msdump-raw/`` (every kernel's inputs and outputs as
+1. writes a dump configuration under ``OUT-msdump-raw/`` next to ``OUT`` (the capture refuses a
+   trace folder holding anything else; every kernel's inputs and outputs as
    tensors, the iterations limited to ``--steps`` when given) and runs the command with
    ``MINDSPORE_DUMP_CONFIG`` naming it -- a PyTorch script never reads it. MindSpore refuses
    (and the script would fail on) a dump path with other characters than letters, digits,
    ``-``, ``_`` and ``/``: with such an ``OUT`` the dump goes to a folder of the system's temp
    directory, or, when that one is no better, is not turned on (one line says so);
-2. when the command has ended, imports whatever MindSpore dumped into the trace ``OUT/graph``
+2. when the command has ended, imports whatever MindSpore dumped into the trace ``OUT-graph``
    (:func:`netparity.frameworks.mindspore.dump.import_dump`: module path from each kernel's
    scope, forward / backward (``Gradients/``) / update (optimizer scope), parameters after each
    step; tensors stored with ``--payload tensors``, statistics otherwise), and removes the raw
@@ -20,7 +21,7 @@ therefore, unless the user configured a dump already (``MINDSPORE_DUMP_CONFIG`` 
    status.
 
 Example:
-    >>> # netparity run -o runs/ms -- python train_graph_mode.py   -> runs/ms/graph (dump trace)
+    >>> # netparity run -o runs/ms -- python train_graph_mode.py   -> runs/ms-graph (dump trace)
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from typing import Any
 from netparity.errors import NetparityError
 
 ENV = "MINDSPORE_DUMP_CONFIG"
-#: where, under the run's output, the imported dump trace goes
-GRAPH_TRACE = "graph"
+#: the imported dump trace: next to the run's output, its name with this suffix
+GRAPH_TRACE = "-graph"
 
 
 def _iterations(steps: Any) -> str:
@@ -65,14 +66,19 @@ def run_with_graph_dump(cmd: Sequence[str], out: str | os.PathLike[str],
         return run(cmd, out, options)
     shutil.rmtree(work, ignore_errors=True)
     data = work / "data"
-    cfg = write_dump_config(work / "dump.json", data, iteration=_iterations(options.get("steps")))
+    try:
+        cfg = write_dump_config(work / "dump.json", data,
+                                iteration=_iterations(options.get("steps")))
+    except (OSError, NetparityError) as e:  # e.g. OUT's parent is read-only: run without it
+        print(f"netparity: MindSpore's graph dump not turned on: {e}", file=sys.stderr)
+        return run(cmd, out, options)
     os.environ[ENV] = str(cfg.resolve())
     try:
         rc = run(cmd, out, options)
     finally:
         os.environ.pop(ENV, None)
     try:
-        line = _import(data, Path(out) / GRAPH_TRACE, options)
+        line = _import(data, graph_trace(out), options)
         if line:
             print(f"netparity: {line}", file=sys.stderr)
     finally:
@@ -80,11 +86,17 @@ def run_with_graph_dump(cmd: Sequence[str], out: str | os.PathLike[str],
     return rc
 
 
+def graph_trace(out: str | os.PathLike[str]) -> Path:
+    """The trace the dump of a run into ``out`` is imported into: ``OUT-graph`` next to it."""
+    o = Path(out).resolve()
+    return o.parent / f"{o.name}{GRAPH_TRACE}"
+
+
 def _work_dir(out: Path) -> Path | None:
-    """Where the raw dump goes: ``out/msdump-raw`` when MindSpore accepts that path, else a
+    """Where the raw dump goes: ``OUT-msdump-raw`` when MindSpore accepts that path, else a
     new folder in the system's temp directory when it accepts that one, else ``None``."""
     ok = re.compile(r"[A-Za-z0-9_/-]+")
-    work = out.resolve() / "msdump-raw"
+    work = out.resolve().parent / f"{out.resolve().name}-msdump-raw"
     if ok.fullmatch(str(work / "data")):
         return work
     tmp = Path(tempfile.mkdtemp(prefix="netparity_msdump_"))
