@@ -127,3 +127,22 @@ def test_bad_mode_is_one_line(compiled, tmp_path) -> None:
 
     with pytest.raises(UsageError, match="compiled must be"):
         netparity.capture(compiled[1], str(tmp_path / "c"), compiled="inside")
+
+
+def test_zero_code_run_of_a_compiled_script(tmp_path) -> None:
+    """``netparity run`` (global module hooks) of an unchanged script using torch.compile: the
+    script ran into dynamo tracing the hooks and died; now the compiled model's boundary is
+    recorded in both directions, with every parameter's gradient and update."""
+    import sys
+    from pathlib import Path
+
+    from safety.helpers import run_cli  # (tests/ is on sys.path)
+
+    script = Path(__file__).parent / "scripts" / "torch_compile_train.py"
+    p = run_cli("run", "-o", str(tmp_path / "t"), "--", sys.executable, str(script))
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = _kinds(str(tmp_path / "t"))
+    for key in [("module", "", "forward", "output"), ("module", "", "backward", "input"),
+                ("grad", "0.weight", "backward", "grad"), ("param", "2.bias", "update", "param")]:
+        assert got[key] == 1, (key, got)
+    assert not any(k[0] == "module" and k[1] in ("0", "1", "2") for k in got), got
