@@ -116,10 +116,33 @@ def test_eager_inside(compiled, tmp_path, kw) -> None:
                                 {"level": "module", "stop_on_nonfinite": True}],
                          ids=["light-stop", "timing", "module-stop"])
 def test_every_capture_kind_runs_a_compiled_model(compiled, tmp_path, kw) -> None:
-    """Every way the capture hooks modules (hook_forward's callers) works on a compiled model."""
+    """Every way the capture hooks modules (hook_forward's callers, the timing's hooks) works on
+    a compiled model and leaves its compiled graph whole (the timing's hooks inside the region
+    cut it into 17 graphs at 21 breaks)."""
+    import torch._dynamo as dynamo
+
     _eager, cm = compiled
+    dynamo.utils.counters.clear()
     _train(cm, str(tmp_path / "c"), steps=1, **kw)
     assert any(r.kind == "loss" for r in open_trace(str(tmp_path / "c")).records())
+    assert not dynamo.utils.counters["graph_break"], dynamo.utils.counters["graph_break"]
+
+
+def test_profile_of_a_compiled_model(compiled, tmp_path) -> None:
+    import torch._dynamo as dynamo
+
+    _eager, cm = compiled
+    dynamo.utils.counters.clear()
+    opt = torch.optim.SGD(cm.parameters(), lr=0.1)
+    with netparity.profile(cm, str(tmp_path / "p"), optimizer=opt):
+        for _ in range(2):
+            cm(torch.ones(2, 8)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    assert not dynamo.utils.counters["graph_break"]
+    tr = open_trace(str(tmp_path / "p"))
+    assert {r.module for r in tr.records() if r.module} <= {""}, "inside a compiled region"
+    assert [n for n, _ in tr.manifest["params"]] == ["0.weight", "0.bias", "2.weight", "2.bias"]
 
 
 def test_bad_mode_is_one_line(compiled, tmp_path) -> None:
