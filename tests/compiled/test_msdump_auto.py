@@ -34,6 +34,18 @@ def test_graph_mode_script_is_dumped_and_imported(tmp_path, folder) -> None:
     assert not list(Path(__import__("tempfile").gettempdir()).glob("netparity_msdump_*"))
 
 
+@pytest.mark.parametrize(("steps", "expect"), [(None, {0, 1, 2, 3, 4}), ("1", {1})],
+                         ids=["default", "steps"])
+def test_dumped_iterations_are_bounded(tmp_path, steps, expect) -> None:
+    """A long run dumps the first five iterations (every kernel's tensors on disk: a whole run
+    would fill it), or those of --steps."""
+    extra = ["--steps", steps] if steps else []
+    p = run_cli("run", "-o", str(tmp_path / "o"), *extra, "--", sys.executable, SCRIPT, "graph",
+                "7")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert {r.step for r in open_trace(str(tmp_path / "o-graph")).records()} == expect
+
+
 def test_no_mindspore_no_graph_trace(tmp_path) -> None:
     out = tmp_path / "o"
     p = run_cli("run", "-o", str(out), "--", sys.executable, "-c", "print(1)")

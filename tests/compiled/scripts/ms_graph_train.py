@@ -1,5 +1,5 @@
 """A MindSpore training script as users write them: GRAPH_MODE (or PyNative: argv[1]),
-TrainOneStepCell, 2 steps; netparity run must see its graph-compiled kernels unchanged."""
+TrainOneStepCell, 2 steps (argv[2]); netparity run must see its graph-compiled kernels unchanged."""
 
 import sys
 
@@ -29,5 +29,5 @@ opt = nn.SGD(net.trainable_params(), learning_rate=0.1)
 step = nn.TrainOneStepCell(loss, opt)
 x = ms.Tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4))
 y = ms.Tensor(np.zeros((3, 2), np.float32))
-for _ in range(2):
+for _ in range(int(sys.argv[2]) if len(sys.argv) > 2 else 2):
     print(float(step(x, y).asnumpy()))

@@ -8,7 +8,8 @@ therefore, unless the user configured a dump already (``MINDSPORE_DUMP_CONFIG`` 
 
 1. writes a dump configuration under ``OUT-msdump-raw/`` next to ``OUT`` (the capture refuses a
    trace folder holding anything else; every kernel's inputs and outputs as
-   tensors, the iterations limited to ``--steps`` when given) and runs the command with
+   tensors; the iterations of ``--steps``, the first five when not given: a whole run's dump
+   would fill the disk) and runs the command with
    ``MINDSPORE_DUMP_CONFIG`` naming it -- a PyTorch script never reads it. MindSpore refuses
    (and the script would fail on) a dump path with other characters than letters, digits,
    ``-``, ``_`` and ``/``: with such an ``OUT`` the dump goes to a folder of the system's temp
@@ -42,10 +43,15 @@ ENV = "MINDSPORE_DUMP_CONFIG"
 GRAPH_TRACE = "-graph"
 
 
+#: iterations dumped when ``--steps`` does not say: the dump writes every kernel's tensors to
+#: disk while the script runs, and a whole training run would fill the disk
+DEFAULT_ITERATIONS = "0-4"
+
+
 def _iterations(steps: Any) -> str:
-    """The dump's iteration selection for the capture's ``steps`` (``None``: all)."""
+    """The dump's iteration selection for the capture's ``steps`` (``None``: the first five)."""
     if not steps:
-        return "all"
+        return DEFAULT_ITERATIONS
     return "|".join(str(int(s)) for s in sorted(steps))
 
 
