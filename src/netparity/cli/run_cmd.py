@@ -82,7 +82,10 @@ def run(args: argparse.Namespace) -> int:
         "profile": args.profile or None,
     }
     _check_writable(Path(args.output))
-    return run_captured(cmd, args.output, options)
+    from netparity.frameworks.mindspore.autodump import run_with_graph_dump
+
+    # MindSpore's graph-compiled kernels: its own dump, turned on and imported (OUTPUT-graph)
+    return run_with_graph_dump(cmd, args.output, options, run_captured)
 
 
 def _check_writable(out: Path) -> None:

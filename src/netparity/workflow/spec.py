@@ -13,7 +13,8 @@ Optional keys: ``optimizer`` (lets capture mark the update phase), ``eval`` (``c
 dict`` of metrics such as ``loss``/``top_1_accuracy``: evaluation on ``batches``),
 ``lr_schedule`` (list of per-step learning rates, shown in reports), ``name_map``
 (``{this side's parameter name: reference name}``, used when automatic mapping is ambiguous),
-``description``.
+``description``, ``compile`` (run this side compiled: ``torch.compile`` / ``mindspore.jit``; also
+an option of every spec, ``--cand-opt compile=true``: :mod:`netparity.workflow.compiled`).
 
 The built-in ResNet specs (``netparity.examples.resnet.specs.torch_spec`` / ``ms_spec``) are
 templates to copy.
@@ -40,6 +41,7 @@ import numpy as np
 
 from netparity.errors import NetparityError, UsageError
 from netparity.untrusted import load_json
+from netparity.workflow.compiled import compile_model, pop_compile
 
 REQUIRED = ("framework", "model", "batches", "train_step")
 
@@ -121,8 +123,9 @@ def load_spec(source: str | os.PathLike[str], *, defaults: dict[str, Any] | None
     for k, v in (defaults or {}).items():
         if k not in options and _accepts(build, k):
             options[k] = v
+    how, build_options = pop_compile(build, options)
     try:
-        d = build(**options)
+        d = build(**build_options)
     except NetparityError:
         raise
     except TypeError as e:
@@ -144,7 +147,8 @@ def load_spec(source: str | os.PathLike[str], *, defaults: dict[str, Any] | None
     if not batches:
         raise UsageError(f"{src}: build() returned no batches")
     known = {"framework", "model", "batches", "train_step", "optimizer", "eval", "lr_schedule",
-             "name_map", "description", "options", "loss_fn"}
+             "name_map", "description", "options", "loss_fn", "compile"}
+    compiled = compile_model(d["framework"], d["model"], d.get("compile", how), src)
     return Spec(
         source=src,
         framework=d["framework"],
@@ -157,7 +161,8 @@ def load_spec(source: str | os.PathLike[str], *, defaults: dict[str, Any] | None
         name_map=d.get("name_map"),
         description=str(d.get("description", "")),
         options=dict(d.get("options") or options),
-        extra={k: v for k, v in d.items() if k not in known},
+        extra={k: v for k, v in d.items() if k not in known} | (
+            {"compiled": compiled, "compile": d.get("compile", how)} if compiled else {}),
     )
 
 

@@ -40,6 +40,7 @@ from netparity.analyzers.step import (
 )
 from netparity.errors import NetparityError, UsageError
 from netparity.report.progress import Progress, silent
+from netparity.workflow.compiled import name_compiled_region
 from netparity.workflow.spec import Spec, load_spec
 
 # the result types live with the analyzer; re-exported for the workflow's users
@@ -521,7 +522,9 @@ def run_step_parity(
         _replay_optimizers(run, ref, cand, watches, ref_state0, cand_state0, seed, say)
         if level != "op":
             run.replay_clear = functools.partial(_replay_clear, run, ref, cand, seed, say)
-    return _finish(run, t0, say, replay)
+    result = _finish(run, t0, say, replay)
+    name_compiled_region(result, ref, cand, say)  # eager vs compiled: the compiled region
+    return result
 
 
 def _replay_clear(run: StepRun, ref: Spec, cand: Spec, seed: int, say: Progress, step: int,

@@ -106,7 +106,11 @@ class MindSporeAdapter(FrameworkAdapter):
     def is_model(self, obj: Any) -> bool:
         from mindspore import nn
 
-        return isinstance(obj, nn.Cell)  # subclasses from any library included
+        from netparity.frameworks.mindspore.compat import is_compat_model
+
+        # subclasses from any library included, and torch-like Modules over MindSpore
+        # parameters (compatibility layers: netparity.frameworks.mindspore.compat)
+        return isinstance(obj, nn.Cell) or is_compat_model(obj)
 
     def is_optimizer(self, obj: Any) -> bool:
         from mindspore import nn

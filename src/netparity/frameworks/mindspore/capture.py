@@ -51,6 +51,7 @@ from netparity.capture.policy import CapturePolicy
 from netparity.capture.session import CaptureSession, user_source
 from netparity.errors import UsageError
 from netparity.frameworks.mindspore.adapter import MindSporeAdapter
+from netparity.frameworks.mindspore.compat import cell_view
 from netparity.trace.schema import Record
 from netparity.trace.vocab import canonical_op
 
@@ -128,6 +129,7 @@ class MindSporeCapture(CaptureSession):
         scaler: Any = None,
     ):
         adapter = MindSporeAdapter()
+        model = cell_view(model)  # a compat-layer Module: walked through its torch-like API
         facts = adapter.model_facts(model)
         if launch_blocking:
             facts["launch_blocking"] = True
@@ -200,10 +202,12 @@ class MindSporeCapture(CaptureSession):
         for name, cell in cells:
             self._paths[id(cell)] = name
             self._native[id(cell)] = _native_of(type(cell))
-            had_bwd = cell._cell_backward_hook is not None
             self._handles.append(cell.register_forward_pre_hook(self._pre, with_kwargs=True))
             self._handles.append(cell.register_forward_hook(self._post, with_kwargs=True,
                                                             always_call=True))
+            if not isinstance(cell, nn.Cell):  # a compat-layer module: forward hooks only
+                continue
+            had_bwd = cell._cell_backward_hook is not None
             if (self.policy.modules and self.policy.wants_direction("backward")
                     and "backward" in self.policy.directions and id(cell) not in self._opt_ids):
                 self._handles.append(cell.register_backward_hook(self._bwd))
@@ -474,8 +478,8 @@ class MindSporeCapture(CaptureSession):
             # (BatchNorm's moving_mean/moving_variance) would be recorded with its new value.
             # Keep a copy of the Cell's own non-trainable Parameters (its state, typically a
             # few small vectors) from before the call; _op records those instead.
-            state = [q for _, q in cell.parameters_and_names(expand=False)
-                     if not q.requires_grad]
+            own = getattr(cell, "parameters_and_names", None)  # (compat modules: none)
+            state = [q for _, q in own(expand=False) if not q.requires_grad] if own else []
             if state:
                 from mindspore import Tensor
 

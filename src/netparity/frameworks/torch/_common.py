@@ -248,23 +248,29 @@ class TorchCaptureBase(CaptureSession):
 def hook_forward(hooks: list[Any], model: torch.nn.Module | None, names: dict[int, str],
                  global_mode: bool, global_pre: Callable[..., Any],
                  global_post: Callable[..., Any], pre: Callable[..., Any],
-                 post: Callable[..., Any]) -> None:
+                 post: Callable[..., Any], *, inside: bool = False) -> None:
     """Forward pre/post hooks for a capture, appended to ``hooks``: on every module there is
     (``global_mode``: ``global_pre(module, args)`` / ``global_post(module, args, kwargs,
     output)``), else on each module of ``model`` (``pre(path, module, args, kwargs)`` /
     ``post(path, module, args, kwargs, output)``, ``path`` from ``names``). The post hooks run
-    even when the forward raises."""
+    even when the forward raises.
+
+    Compiled regions (:mod:`.compiled`): only their boundaries are hooked, and global hooks
+    leave nothing in a compiled graph; ``inside`` (the regions run eagerly) hooks every module.
+    """
     import functools
+
+    from netparity.frameworks.torch.compiled import boundary_hook, eager_only, hooked_modules
 
     mm = torch.nn.modules.module
     if global_mode:
-        hooks.append(mm.register_module_forward_pre_hook(global_pre))
-        hooks.append(mm.register_module_forward_hook(global_post, with_kwargs=True,
+        hooks.append(mm.register_module_forward_pre_hook(eager_only(global_pre)))
+        hooks.append(mm.register_module_forward_hook(eager_only(global_post), with_kwargs=True,
                                                      always_call=True))
     elif model is not None:
-        for m in model.modules():
-            path = names[id(m)]
-            hooks.append(m.register_forward_pre_hook(functools.partial(pre, path),
-                                                     with_kwargs=True))
-            hooks.append(m.register_forward_hook(functools.partial(post, path),
-                                                 with_kwargs=True, always_call=True))
+        for path, m in hooked_modules(model, inside):
+            hooks.append(m.register_forward_pre_hook(
+                boundary_hook(m, functools.partial(pre, path)), with_kwargs=True))
+            hooks.append(m.register_forward_hook(
+                boundary_hook(m, functools.partial(post, path)), with_kwargs=True,
+                always_call=True))

@@ -48,6 +48,7 @@ from netparity.errors import UsageError
 from netparity.frameworks.torch._common import _TLS, _flatten, _Tensor, hook_forward
 from netparity.frameworks.torch.adapter import TorchAdapter
 from netparity.frameworks.torch.attribution import BackwardAttribution
+from netparity.frameworks.torch.compiled import clean_name, compiled_facts, force_eager
 from netparity.frameworks.torch.loss_scale import ScalerWatch
 from netparity.frameworks.torch.module_hooks import ModuleHooks
 from netparity.frameworks.torch.nonfinite import NonFiniteGuard
@@ -84,9 +85,17 @@ class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDi
         stop_on_nonfinite: bool = False,
         light: bool = False,
         scaler: Any = None,
+        compiled: str = "boundary",
     ):
         if model is not None and not isinstance(model, torch.nn.Module):
             raise UsageError(f"capture expects a torch.nn.Module, got {type(model).__name__}")
+        if compiled not in ("boundary", "eager"):
+            raise UsageError(f"compiled must be 'boundary' or 'eager', not {compiled!r}")
+        if policy.ops:  # dynamo runs compiled code eagerly under the op level's dispatch mode
+            compiled = "eager"
+        facts = compiled_facts(model, compiled)
+        if facts:
+            manifest = {**facts, **(manifest or {})}
         if rank is None or world_size is None:
             r, w = _dist_rank()
             rank = r if rank is None else rank
@@ -105,6 +114,8 @@ class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDi
         # the light stop (no level asked for): checks only, records only losses and data
         self.light = light and stop_on_nonfinite
         self.scaler = scaler
+        self.compiled = compiled
+        self._stance: Any = None  # compiled="eager": restores the compiler's stance
         self._names = {}
         self._param_names = {}
         self._roots = 0
@@ -162,12 +173,15 @@ class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDi
             raise UsageError("this capture is closed; create a new one")
         self._installed = True
         try:
+            inside = self.compiled == "eager"
+            if inside:
+                self._stance = force_eager()
             if self.light:
                 self._install_light()
             else:
                 hook_forward(self._hooks, self.model, self._names, self.global_mode,
                              self._global_pre, self._global_post, self._pre_hook,
-                             self._post_hook)
+                             self._post_hook, inside=inside)
             if not self.light and not self.global_mode and self.model is not None:
                 # Parameter gradients as backward produces them (before any unscaling, clipping
                 # or zeroing by the training loop): the same moment MindSpore's
@@ -175,7 +189,7 @@ class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDi
                 for name, prm in self.model.named_parameters():
                     if prm.requires_grad:
                         self._hooks.append(prm.register_post_accumulate_grad_hook(
-                            functools.partial(self._acc_grad, name)))
+                            functools.partial(self._acc_grad, clean_name(name))))
             om = _optim_mod
             if not self.light:
                 self._hooks.append(om.register_optimizer_step_pre_hook(self._opt_pre))
@@ -195,6 +209,9 @@ class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDi
 
     def uninstall(self) -> None:
         """Remove every hook and pop the dispatch mode. Safe to call twice."""
+        if self._stance is not None:
+            restore, self._stance = self._stance, None
+            restore()
         self._remove_scaler()
         self._remove_guard()
         if self._timer is not None:
@@ -354,6 +371,7 @@ def capture(
     scaler: Any = None,
     timing: bool = False,
     loader: Any = None,
+    compiled: str = "boundary",
 ) -> TorchCapture:
     """Capture ``model`` into the trace directory ``path``.
 
@@ -385,6 +403,10 @@ def capture(
         scaler: the ``torch.amp.GradScaler`` whose scale and overflow are recorded after each
             ``update()`` (``loss_scale``, ``loss_scale_overflow``); ``None``: any GradScaler
             used while the capture is installed (see :mod:`.loss_scale`).
+        compiled: for ``torch.compile``d modules (see :mod:`.compiled`): ``"boundary"`` records
+            each compiled module at its boundary (forward and backward) and runs it compiled;
+            ``"eager"`` runs the compiled modules eagerly while installed, so that the inside
+            is recorded too (eager numbers).
 
     Returns:
         A :class:`TorchCapture`: a context manager and a decorator, with ``record_loss``,
@@ -403,14 +425,15 @@ def capture(
     if not timing:
         return TorchCapture(model, path, policy, optimizer=optimizer, rank=rank,
                             world_size=world_size, manifest=manifest, overwrite=overwrite,
-                            stop_on_nonfinite=stop_on_nonfinite, light=light, scaler=scaler)
+                            stop_on_nonfinite=stop_on_nonfinite, light=light, scaler=scaler,
+                            compiled=compiled)
     from netparity.frameworks.torch.timing import TorchTiming, timing_facts
 
     cap = TorchCapture(model, path, policy, optimizer=optimizer, rank=rank,
                        world_size=world_size, manifest={**timing_facts(model, loader),
                                                         **(manifest or {})},
                        overwrite=overwrite, stop_on_nonfinite=stop_on_nonfinite, light=light,
-                       scaler=scaler)
+                       scaler=scaler, compiled=compiled)
     if cap.writer is not None:  # (a rank the policy leaves out writes nothing)
         cap._timer = TorchTiming(model, path, optimizer=optimizer, loader=loader,
                                  global_optimizer=optimizer is None, writer=cap.writer,

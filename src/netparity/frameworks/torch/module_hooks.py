@@ -31,6 +31,7 @@ from netparity.frameworks.torch._common import (
     _ReLU,
     _Tensor,
 )
+from netparity.frameworks.torch.compiled import clean_name, unwrap
 from netparity.frameworks.torch.stats_plan import GradSlot
 from netparity.trace.vocab import canonical_op
 
@@ -39,10 +40,11 @@ class ModuleHooks(TorchCaptureBase):
     """Module naming, forward records and module gradient hooks."""
 
     def _name_tree(self, root: torch.nn.Module, prefix: str) -> None:
+        # (a compiled wrapper's ``_orig_mod`` is no part of the eager model's names)
         for name, m in root.named_modules(prefix=prefix):
-            self._names.setdefault(id(m), name)
+            self._names.setdefault(id(m), clean_name(name))
         for name, p in root.named_parameters(prefix=prefix):
-            self._param_names.setdefault(id(p), name)
+            self._param_names.setdefault(id(p), clean_name(name))
 
     def _name_of(self, module: torch.nn.Module, parent: str | None | bool = False) -> str:
         """The module's path; global mode names a module seen for the first time under
@@ -64,7 +66,7 @@ class ModuleHooks(TorchCaptureBase):
         return n
 
     def _module_names(self, module: torch.nn.Module) -> tuple[str, str]:
-        t = type(module)
+        t = type(unwrap(module))  # a compiled boundary is recorded as the module it compiles
         hit = self._canon_mod.get(t)
         if hit is None:
             hit = (_native_name(t), canonical_op("torch", t.__name__))

@@ -50,6 +50,8 @@ class TorchTiming(StepTimer):
         import torch
         import torch.distributed as dist
 
+        from netparity.frameworks.torch.compiled import clean_name, hooked_modules
+
         if not isinstance(model, torch.nn.Module):
             raise UsageError(f"profile needs a torch.nn.Module, got {type(model).__name__}")
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
@@ -71,12 +73,12 @@ class TorchTiming(StepTimer):
         memory = _memory_reader(_device_of(model))
         # the parameters under each module: its backward ends with their gradients
         owned = {name: [self._param_index[id(p)] for p in mod.parameters()]
-                 for name, mod in model.named_modules()} if modules else {}
+                 for name, mod in hooked_modules(model)} if modules else {}
         facts = {"framework": "torch", "framework_version": torch.__version__,
                  "device": _device_of(model),
                  # (name, shape) in creation order: the side by side pairs modules by the
                  # parameters they own (netparity.align.ownership), across frameworks too
-                 "params": [[n, list(p.shape)] for n, p in model.named_parameters()],
+                 "params": [[clean_name(n), list(p.shape)] for n, p in model.named_parameters()],
                  "param_bytes": [p.numel() * p.element_size() for p in params],
                  "memory": memory[0],
                  "module_memory": memory[0] if memory[3] is not None else None,
@@ -101,10 +103,14 @@ class TorchTiming(StepTimer):
     def _register(self) -> list[Any]:
         root = self.model
         h: list[Any] = []
-        mods = root.named_modules() if self._modules else [("", root)]
+        # (compiled regions: timed at their boundaries, never traced into the compiled code)
+        from netparity.frameworks.torch.compiled import boundary_hook, hooked_modules, unwrap
+
+        mods = hooked_modules(root) if self._modules else [("", root)]
         for name, mod in mods:
-            h.append(mod.register_forward_pre_hook(self._pre_hook(name, type(mod).__name__)))
-            h.append(mod.register_forward_hook(self._post_hook(name)))
+            h.append(mod.register_forward_pre_hook(
+                boundary_hook(mod, self._pre_hook(name, type(unwrap(mod)).__name__))))
+            h.append(mod.register_forward_hook(boundary_hook(mod, self._post_hook(name))))
         for i, p in enumerate(root.parameters()):
             if p.requires_grad:
                 h.append(p.register_post_accumulate_grad_hook(self._grad_hook_for(i)))
