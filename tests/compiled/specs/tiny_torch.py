@@ -1,4 +1,5 @@
-"""A tiny PyTorch spec for the eager <-> compiled pair tests (``bug``: a compiled-only mistake)."""
+"""A tiny PyTorch spec for the eager <-> compiled pair tests (``bug``: a compiled-only mistake,
+in the forward (``compiled-eps``) or in the backward only (``compiled-grad``))."""
 
 from __future__ import annotations
 
@@ -12,6 +13,18 @@ def build(steps: int = 2, bug: str = "", **options: Any) -> dict[str, Any]:
 
     torch.manual_seed(0)
 
+    class GradScale(torch.autograd.Function):
+        """Identity forward; its backward scales the gradient by 1.05 (a compiled-only
+        backward mistake: the forward agrees, only gradients before it differ)."""
+
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+            return g * 1.05
+
     class Scale(torch.nn.Module):
         """Multiplies by 1; with ``bug="compiled-eps"`` its compiled path adds 1e-2 (a
         module whose compiled path differs from its eager one, as a custom graph pass would)."""
@@ -19,6 +32,8 @@ def build(steps: int = 2, bug: str = "", **options: Any) -> dict[str, Any]:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             if bug == "compiled-eps" and torch.compiler.is_compiling():
                 return x * 1.0 + 1e-2
+            if bug == "compiled-grad" and torch.compiler.is_compiling():
+                return GradScale.apply(x) * 1.0
             return x * 1.0
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), Scale(),
