@@ -34,6 +34,7 @@ import importlib.abc
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -71,6 +72,32 @@ def capture_env(path: str | os.PathLike[str], options: Mapping[str, Any],
     return env
 
 
+_PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
+
+
+def own_interpreter(cmd: Sequence[str]) -> list[str]:
+    """``cmd`` run by netparity's own environment: a bare ``python`` / ``python3`` /
+    ``python3.11`` is this interpreter (``sys.executable``), and another bare name
+    (``torchrun``, ``msrun``) is the one installed beside it when there is one -- so
+    ``.venv/bin/netparity run -- python train.py`` works with no environment activated,
+    instead of running whatever ``python`` comes first on ``PATH``. Paths are left alone.
+
+    Example:
+        >>> own_interpreter(["python", "x.py"])[0] == sys.executable
+        True
+    """
+    out = list(cmd)
+    if not out or os.sep in out[0]:
+        return out
+    if _PYTHON.fullmatch(out[0]):
+        out[0] = sys.executable
+    else:
+        beside = Path(sys.executable).parent / out[0]
+        if beside.is_file() and os.access(beside, os.X_OK):
+            out[0] = str(beside)
+    return out
+
+
 def run_captured(cmd: Sequence[str], path: str | os.PathLike[str],
                  options: Mapping[str, Any]) -> int:
     """Run ``cmd`` captured into ``path``; returns its exit status (128+N when killed by signal N).
@@ -87,7 +114,7 @@ def run_captured(cmd: Sequence[str], path: str | os.PathLike[str],
         raise UsageError(f"{out} already holds a trace; choose another directory or --overwrite")
     env = capture_env(out, options)
     try:
-        proc = subprocess.Popen(list(cmd), env=env)
+        proc = subprocess.Popen(own_interpreter(cmd), env=env)
     except OSError as e:
         raise UsageError(f"cannot run {cmd[0]!r}: {e.strerror or e}") from None
     try:
