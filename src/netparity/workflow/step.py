@@ -227,9 +227,16 @@ def _free_run(src: str, options: dict[str, Any], seed: int,
         set_weights(spec.model, {k: perturb_last_bit(np.asarray(v), rng) for k, v in st.items()
                                  if st.dtypes.get(k) != "bfloat16"})
     losses = []
-    for i, (x, y) in enumerate(batches[:steps]):
-        _reseed(seed, i)
-        losses.append(float(spec.train_step(x, y)))
+    # the noise run rounds differently at every layer and step, as another implementation
+    # does (not only once, at the start): its drift is the envelope a faithful port stays in
+    from contextlib import nullcontext
+
+    from netparity.frameworks.models import rounding_jitter
+
+    with rounding_jitter(spec.model, "", seed + 104_729) if perturb else nullcontext():
+        for i, (x, y) in enumerate(batches[:steps]):
+            _reseed(seed, i)
+            losses.append(float(spec.train_step(x, y)))
     return losses
 
 
