@@ -592,4 +592,16 @@ ATEN: dict[str, list[str]] = {
     "aten._foreach_addcmul_": ["Addcmul"], "aten._foreach_addcdiv_": ["Addcdiv"],
     "aten._foreach_sqrt": ["Sqrt"], "aten._foreach_div_": ["Div"], "aten._foreach_lerp_": ["Lerp"],
     "aten.empty": ["Zeros"], "aten.empty_like": ["ZerosLike"], "aten.new_empty_strided": ["Zeros"],
+    # what a ResNet-18 / ViT / GPT training step (AdamW) dispatches on CPU besides the above
+    # (torch 2.13, recorded with TorchDispatchMode; tests/scan/test_scan_runtime.py re-records it)
+    "aten.stack": ["Stack"], "aten.randint": ["UniformInt"], "aten.randn": ["StandardNormal"],
+    "aten.div_": ["Div"],
+    "aten.bernoulli_": ["Bernoulli"], "aten._safe_softmax": ["Softmax"],
+    "aten._softmax_backward_data": ["Softmax"],
+    "aten._scaled_dot_product_flash_attention_for_cpu": ["BatchMatMul", "Softmax"],
+    "aten._scaled_dot_product_flash_attention_for_cpu_backward": ["BatchMatMul", "Softmax"],
+    "aten.embedding_dense_backward": ["UnsortedSegmentSum"], "aten.gelu_backward": ["GeLU"],
+    "aten.native_layer_norm_backward": ["LayerNorm"], "aten.select_backward": ["StridedSlice"],
+    "aten.lift_fresh": ["Identity"], "aten._local_scalar_dense": [],
+    "aten._record_function_enter_new": [], "aten._record_function_exit": [],
 }
