@@ -197,7 +197,8 @@ def build() -> dict[str, Any]:
         apis[name] = base
     # a curated target must exist: refuse to write a table that names something absent
     bad = [n for n, e in apis.items()
-           for t in [e.get("target"), *e.get("alt", [])] if t and _resolve(t) is None]
+           for t in [e.get("target"), *e.get("alt", []), *e.get("device_alt", [])]
+           if t and _resolve(t) is None]
     if bad:
         sys.exit(f"curated targets missing in the installed MindSpore: {bad}")
     from netparity_scan_curated import ATEN  # type: ignore[import-not-found]
@@ -208,6 +209,9 @@ def build() -> dict[str, Any]:
                            "mindspore": mindspore.__version__},
         "apis": dict(sorted(apis.items())),
         "aten": dict(sorted(ATEN.items())),
+        # measured by tools/probe_scan_cpu.py (wins over the docstrings for CPU)
+        "cpu_runs": json.loads((Path(__file__).resolve().parent / "scan_cpu_runs.json")
+                               .read_text()),
     }
 
 

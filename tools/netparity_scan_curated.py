@@ -11,8 +11,15 @@ Trap rules (evaluated per call site by ``netparity.scan.rules``):
                    ``same``, no trap when the value equals ``ms_default`` (MindSpore's own
                    default, checked against the installed signature by the table test)
   when_arg      -- a trap only when ``arg`` is passed (and not equal to ``unless``)
-  conv_padding  -- Conv*: MindSpore's default pad_mode is "same"
-  pool_padding  -- MaxPool/AvgPool: MindSpore's default stride is 1 and pad_mode "valid"
+  conv_padding  -- Conv*: MindSpore's default pad_mode is "same"; ``dims``: 1/2/3 (a tuple padding
+                   is written with 2*dims values in MindSpore)
+  pool_padding  -- MaxPool/AvgPool: MindSpore's default stride is 1 and pad_mode "valid" (padding or
+                   MaxPool's ceil_mode need pad_mode="pad")
+  ddof          -- std/var: PyTorch divides by N - 1 by default, the MindSpore target by N
+Table fields read by the scan besides target/alt/traps: ``device_alt`` (counterparts to advise
+where neither the target nor an ``alt`` runs on the device), ``alt_traps`` (alt -> trap rules
+evaluated instead of ``traps`` when that alternative is the one advised), ``compose`` (how to write
+it where no counterpart exists, or where the counterpart is deprecated).
   dropout_p     -- mindspore.nn.Dropout's first positional argument is keep_prob
   weight_decay_all -- optimizer built from model.parameters() with weight_decay > 0
 """
@@ -36,14 +43,14 @@ _BN_TRAPS: list[dict[str, Any]] = [
 ]
 
 
-def _conv(ms: str, alt: str) -> dict[str, Any]:
+def _conv(ms: str, alt: str, dims: int = 2) -> dict[str, Any]:
     return {
         "target": ms, "alt": [alt],
         "args": {"groups": "group", "bias": "has_bias"},
         "defaults": {"pad_mode": "'same' (PyTorch pads 0 by default)",
                      "has_bias": "False (PyTorch bias=True)"},
         "traps": [
-            {"rule": "conv_padding", "pos": 4, "ms_args": ["pad_mode", "padding"]},
+            {"rule": "conv_padding", "pos": 4, "dims": dims, "ms_args": ["pad_mode", "padding"]},
             {"rule": "arg_default", "arg": "bias", "pos": 7, "torch_default": True,
              "transform": "same", "ms_arg": "has_bias", "ms_default": False,
              "note": "bias default differs: MindSpore has_bias=False"},
@@ -55,16 +62,35 @@ def _conv(ms: str, alt: str) -> dict[str, Any]:
     }
 
 
-def _pool(ms: str, alt: str) -> dict[str, Any]:
+def _pool(ms: str, alt: str, dims: int = 2) -> dict[str, Any]:
     return {
         "target": ms, "alt": [alt],
         "defaults": {"stride": "1 (PyTorch: kernel_size)", "pad_mode": "'valid'"},
-        "traps": [{"rule": "pool_padding", "stride_pos": 1, "padding_pos": 2,
-                   "ms_args": ["stride", "pad_mode", "padding"]}],
+        "traps": [{"rule": "pool_padding", "stride_pos": 1, "padding_pos": 2, "dims": dims,
+                   "max": ".Max" in ms, "ms_args": ["stride", "pad_mode", "padding"]}],
         "notes": f"{alt} keeps PyTorch's defaults (stride=None -> kernel_size).",
     }
 
 
+_SCALER = {"rule": "always",
+           "note": "DynamicLossScaler has no defaults: pass scale_value=65536, scale_factor=2, "
+                   "scale_window=2000 (PyTorch's); backoff is division by scale_factor (PyTorch "
+                   "backoff_factor=0.5 matches only for factor 2)"}
+_DDOF = {"rule": "ddof", "note": "the MindSpore call divides by N (ddof=0) by default, PyTorch by "
+                                 "N - 1 (unbiased, correction=1)"}
+_INST_AFFINE = {"rule": "arg_default", "arg": "affine", "pos": 3, "torch_default": False,
+                "transform": "same", "ms_arg": "affine", "ms_default": True,
+                "note": "affine default differs (MindSpore affine=True adds a trained scale and "
+                        "shift)"}
+_INST_GN = [_INST_AFFINE,
+            {"rule": "always", "note": "no InstanceNorm kernel on this device: write "
+                                       "mindspore.nn.GroupNorm(num_groups=C, num_channels=C, "
+                                       "eps=eps) with C = num_features (one group per channel "
+                                       "is instance norm with PyTorch's default "
+                                       "track_running_stats=False)"}]
+_RMS = ("x * mindspore.ops.rsqrt(x.pow(2).mean(-1, keep_dims=True) + eps) * weight "
+        "(eps=None: finfo(dtype).eps as PyTorch); mindspore.ops.rms_norm has another signature "
+        "(x, gamma, epsilon) and an Ascend kernel only")
 _WD = {"rule": "weight_decay_all",
        "note": "weight decay is applied to every parameter passed, BatchNorm gamma/beta and "
                "biases included; many MindSpore ports filter them (params whose name has "
@@ -72,10 +98,16 @@ _WD = {"rule": "weight_decay_all",
                "sides or neither"}
 
 
-def _opt(target: str, extra: str = "") -> dict[str, Any]:
-    return {"kind": "optimizer", "target": target, "traps": [_WD],
-            "notes": ("argument names and defaults follow PyTorch; pass net.trainable_params(). "
-                      + extra).strip()}
+def _opt(target: str, extra: str = "", cpu: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "kind": "optimizer", "target": target,
+        "notes": ("argument names and defaults follow PyTorch; pass net.trainable_params(). "
+                  + extra + " Weight decay applies to every parameter passed, as in PyTorch "
+                  "(BatchNorm gamma/beta included): keep the same parameter groups on both "
+                  "sides.").strip()}
+    if cpu:
+        out["device_alt"] = [cpu]
+    return out
 
 
 def _sched(name: str) -> dict[str, Any]:
@@ -101,20 +133,20 @@ CURATED: dict[str, dict[str, Any]] = {
                              "notes": "mindspore.mint.nn.BatchNorm2d keeps the PyTorch convention (momentum=0.1)"},
     "torch.nn.BatchNorm3d": {"target": "mindspore.nn.BatchNorm3d", "alt": ["mindspore.mint.nn.BatchNorm3d"],
                              "defaults": {"momentum": "0.9 (= 1 - PyTorch 0.1)"}, "traps": _BN_TRAPS},
-    "torch.nn.Conv1d": _conv("mindspore.nn.Conv1d", "mindspore.mint.nn.Conv1d"),
-    "torch.nn.Conv2d": _conv("mindspore.nn.Conv2d", "mindspore.mint.nn.Conv2d"),
-    "torch.nn.Conv3d": _conv("mindspore.nn.Conv3d", "mindspore.mint.nn.Conv3d"),
+    "torch.nn.Conv1d": _conv("mindspore.nn.Conv1d", "mindspore.mint.nn.Conv1d", 1),
+    "torch.nn.Conv2d": _conv("mindspore.nn.Conv2d", "mindspore.mint.nn.Conv2d", 2),
+    "torch.nn.Conv3d": _conv("mindspore.nn.Conv3d", "mindspore.mint.nn.Conv3d", 3),
     "torch.nn.ConvTranspose1d": {"target": "mindspore.nn.Conv1dTranspose",
                                  "args": {"groups": "group", "bias": "has_bias"},
-                                 "traps": [{"rule": "conv_padding", "pos": 4, "ms_args": ["pad_mode", "padding"]}]},
+                                 "traps": [{"rule": "conv_padding", "pos": 4, "dims": 2, "ms_args": ["pad_mode", "padding"]}]},
     "torch.nn.ConvTranspose2d": {"target": "mindspore.nn.Conv2dTranspose",
                                  "alt": ["mindspore.mint.nn.ConvTranspose2d"],
                                  "args": {"groups": "group", "bias": "has_bias"},
-                                 "traps": [{"rule": "conv_padding", "pos": 4, "ms_args": ["pad_mode", "padding"]},
-                                           {'rule': 'when_arg', 'arg': 'output_padding', 'pos': 6, 'unless': 0, 'note': "MindSpore's Conv2dTranspose(pad_mode='pad', output_padding=...) fills the extra rows/columns with zeros where PyTorch computes them (MindSpore 2.10 CPU: the last row 0 against the kernel's values); crop a larger output or pad the input instead, and check the last row/column against PyTorch"}]},
+                                 "traps": [{"rule": "conv_padding", "pos": 4, "dims": 2, "ms_args": ["pad_mode", "padding"]},
+                                           {'rule': 'when_arg', 'arg': 'output_padding', 'pos': 5, 'unless': 0, 'note': "MindSpore's Conv2dTranspose(pad_mode='pad', output_padding=...) fills the extra rows/columns with zeros where PyTorch computes them (MindSpore 2.10 CPU: the last row 0 against the kernel's values); crop a larger output or pad the input instead, and check the last row/column against PyTorch"}]},
     "torch.nn.ConvTranspose3d": {"target": "mindspore.nn.Conv3dTranspose",
                                  "args": {"groups": "group", "bias": "has_bias"},
-                                 "traps": [{"rule": "conv_padding", "pos": 4, "ms_args": ["pad_mode", "padding"]}]},
+                                 "traps": [{"rule": "conv_padding", "pos": 4, "dims": 2, "ms_args": ["pad_mode", "padding"]}]},
     "torch.nn.Linear": {"target": "mindspore.nn.Dense", "alt": ["mindspore.mint.nn.Linear"],
                         "args": {"in_features": "in_channels", "out_features": "out_channels",
                                  "bias": "has_bias"},
@@ -157,9 +189,9 @@ CURATED: dict[str, dict[str, Any]] = {
     "torch.nn.Softmax": {"target": "mindspore.nn.Softmax", "alt": ["mindspore.mint.nn.Softmax"],
                          "args": {"dim": "axis"}},
     "torch.nn.LogSoftmax": {"target": "mindspore.nn.LogSoftmax", "args": {"dim": "axis"}},
-    "torch.nn.MaxPool1d": _pool("mindspore.nn.MaxPool1d", "mindspore.mint.nn.MaxPool2d"),
+    "torch.nn.MaxPool1d": _pool("mindspore.nn.MaxPool1d", "mindspore.mint.nn.MaxPool2d", 1),
     "torch.nn.MaxPool2d": _pool("mindspore.nn.MaxPool2d", "mindspore.mint.nn.MaxPool2d"),
-    "torch.nn.AvgPool1d": _pool("mindspore.nn.AvgPool1d", "mindspore.mint.nn.AvgPool2d"),
+    "torch.nn.AvgPool1d": _pool("mindspore.nn.AvgPool1d", "mindspore.mint.nn.AvgPool2d", 1),
     "torch.nn.AvgPool2d": {**_pool("mindspore.nn.AvgPool2d", "mindspore.mint.nn.AvgPool2d"),
                            "traps": [*_pool("x", "x")["traps"], {'rule': 'when_arg', 'arg': 'padding', 'pos': 2, 'unless': 0, 'note': "PyTorch averages the zero padding in (count_include_pad=True by default); MindSpore's AvgPool2d(pad_mode='same') leaves it out (a 3x3 corner: 3.5 against PyTorch's 1.56 on MindSpore 2.10 CPU): use pad_mode='pad' with the padding, or count_include_pad=False on both sides"}]},
     "torch.nn.AdaptiveAvgPool2d": {
@@ -169,12 +201,9 @@ CURATED: dict[str, dict[str, Any]] = {
                  "Graph mode"},
     "torch.nn.CrossEntropyLoss": {
         "target": "mindspore.nn.CrossEntropyLoss", "alt": ["mindspore.mint.nn.CrossEntropyLoss"],
-        "traps": [{"rule": "when_arg", "arg": "label_smoothing", "pos": 5, "unless": 0.0,
-                   "note": "PyTorch smooths to on=1-eps+eps/C, off=eps/C; keep "
-                           "CrossEntropyLoss(label_smoothing=eps) and do not port it as "
-                           "OneHot(on_value=1-eps, off_value=eps/(C-1)) + "
-                           "SoftmaxCrossEntropyWithLogits, which gives other numbers"}],
-        "notes": "same defaults (reduction='mean', ignore_index=-100); "
+        "notes": "same defaults (reduction='mean', ignore_index=-100) and the same "
+                 "label_smoothing (on=1-eps+eps/C, off=eps/C: checked numerically); do not port "
+                 "it as OneHot(on_value=1-eps, off_value=eps/(C-1)), which gives other numbers; "
                  "mindspore.nn.SoftmaxCrossEntropyWithLogits defaults to sparse=False, "
                  "reduction='none' -- pass sparse=True, reduction='mean' if used instead"},
     "torch.nn.Module": {"target": "mindspore.nn.Cell",
@@ -200,7 +229,8 @@ CURATED: dict[str, dict[str, Any]] = {
     "torch.compile": {"kind": "function", "target": "mindspore.jit",
                       "notes": "Graph mode: Python control flow on tensor values and dynamic "
                                "shapes are restricted"},
-    "torch.from_numpy": {"kind": "function", "target": "mindspore.Tensor.from_numpy"},
+    "torch.from_numpy": {"kind": "function", "target": "mindspore.Tensor.from_numpy",
+                         "device_alt": ["mindspore.from_numpy", "mindspore.tensor"]},
     "torch.nonzero": {"kind": "function", "modes": {"graph": _DYN}},
     "torch.unique": {"kind": "function", "modes": {"graph": _DYN}},
     "torch.masked_select": {"kind": "function", "modes": {"graph": _DYN}},
@@ -220,9 +250,12 @@ CURATED: dict[str, dict[str, Any]] = {
     "torch.nn.utils.clip_grad_norm_": {
         "kind": "function", "target": "mindspore.ops.clip_by_global_norm",
         "args": {"max_norm": "clip_norm"},
+        "compose": "total = sqrt(sum(mindspore.ops.sum(g * g) for g in grads)); grads = "
+                   "[g * min(1.0, max_norm / (total + 1e-6)) for g in grads] (PyTorch's formula)",
         "notes": "functional: returns the clipped gradient tuple instead of editing .grad; "
                  "call it on the grads from value_and_grad before the optimizer"},
     "torch.nn.utils.clip_grad_value_": {"kind": "function", "target": "mindspore.ops.clip_by_value",
+                                        "device_alt": ["mindspore.ops.clamp"],
                                         "notes": "functional on the gradient tuple"},
     # ---------------------------------------------------------------- init
     "torch.nn.init.kaiming_normal_": {"kind": "init", "target": "mindspore.common.initializer.HeNormal",
@@ -257,11 +290,13 @@ CURATED: dict[str, dict[str, Any]] = {
     "torch.nn.init.dirac_": {"kind": "init", "target": "mindspore.common.initializer.Dirac"},
     # ---------------------------------------------------------------- optimizers
     "torch.optim.SGD": _opt("mindspore.mint.optim.SGD",
-                            "mindspore.nn.SGD / nn.Momentum name it learning_rate."),
-    "torch.optim.Adam": _opt("mindspore.mint.optim.Adam"),
+                            "mindspore.nn.SGD / nn.Momentum name it learning_rate.",
+                            "mindspore.experimental.optim.SGD"),
+    "torch.optim.Adam": _opt("mindspore.mint.optim.Adam", cpu="mindspore.experimental.optim.Adam"),
     "torch.optim.AdamW": _opt("mindspore.mint.optim.AdamW",
                               "mindspore.nn.AdamWeightDecay differs: eps=1e-06, weight_decay=0.0 "
-                              "by default (PyTorch 1e-08, 0.01)."),
+                              "by default (PyTorch 1e-08, 0.01).",
+                              "mindspore.experimental.optim.AdamW"),
     "torch.optim.Adagrad": _opt("mindspore.experimental.optim.Adagrad"),
     "torch.optim.Adadelta": _opt("mindspore.experimental.optim.Adadelta"),
     "torch.optim.Adamax": _opt("mindspore.experimental.optim.Adamax"),
@@ -329,8 +364,8 @@ CURATED: dict[str, dict[str, Any]] = {
     "torch.distributed.broadcast": {"kind": "distributed", "target": "mindspore.communication.comm_func.broadcast"},
     "torch.distributed.all_gather_into_tensor": {"kind": "distributed", "target": "mindspore.communication.comm_func.all_gather_into_tensor"},
     "torch.distributed.reduce_scatter_tensor": {"kind": "distributed", "target": "mindspore.communication.comm_func.reduce_scatter_tensor"},
-    "torch.distributed.is_initialized": {"kind": "distributed", "status": "missing",
-                                         "compose": "keep a flag after mindspore.communication.init()"},
+    "torch.distributed.is_initialized": {"kind": "distributed",
+                                         "target": "mindspore.mint.distributed.is_initialized"},
     "torch.nn.parallel.DistributedDataParallel": {
         "kind": "distributed", "target": "mindspore.nn.DistributedGradReducer",
         "notes": "data parallel: mindspore.set_auto_parallel_context(parallel_mode='data_parallel', "
@@ -350,15 +385,11 @@ CURATED: dict[str, dict[str, Any]] = {
     "torch.amp.GradScaler": {"kind": "amp", "target": "mindspore.amp.DynamicLossScaler",
                              "args": {"init_scale": "scale_value", "growth_factor": "scale_factor",
                                       "growth_interval": "scale_window"},
-                             "traps": [{"rule": "always",
-                                        "note": "DynamicLossScaler has no defaults: pass "
-                                                "scale_value=65536, scale_factor=2, "
-                                                "scale_window=2000 (PyTorch's); backoff is "
-                                                "division by scale_factor (PyTorch "
-                                                "backoff_factor=0.5 matches only for factor 2)"}]},
+                             "traps": [_SCALER]},
     "torch.cuda.amp.GradScaler": {"kind": "amp", "target": "mindspore.amp.DynamicLossScaler",
                                   "args": {"init_scale": "scale_value", "growth_factor": "scale_factor",
-                                           "growth_interval": "scale_window"}},
+                                           "growth_interval": "scale_window"},
+                                  "traps": [_SCALER]},
     # ---------------------------------------------------------------- tensor methods
     "torch.Tensor.cuda": {"kind": "method", "status": "not_needed",
                           "notes": "drop it: no per-tensor placement, choose the device once "
@@ -369,6 +400,33 @@ CURATED: dict[str, dict[str, Any]] = {
                               "compose": "grads = mindspore.value_and_grad(forward_fn, None, "
                                          "optimizer.parameters)(...); then optimizer(grads)"},
     "torch.Tensor.numpy": {"kind": "method", "target": "mindspore.Tensor.asnumpy"},
+    # ---------------------------------------------------------------- no CPU kernel: CPU forms
+    # (each measured on MindSpore 2.10 CPU by tests/scan/test_scan_targets.py)
+    "torch.Tensor.scatter_": {"kind": "method", "target": "mindspore.Tensor.scatter_",
+                              "device_alt": ["mindspore.ops.tensor_scatter_elements"],
+                              "notes": "on CPU: out = ops.tensor_scatter_elements(x, index, src, "
+                                       "axis) returns a new tensor (no in-place kernel)"},
+    "torch.Tensor.scatter_add_": {"kind": "method", "target": "mindspore.Tensor.scatter_add_",
+                                  "device_alt": ["mindspore.ops.tensor_scatter_elements"],
+                                  "notes": "on CPU: ops.tensor_scatter_elements(x, index, src, "
+                                           "axis, reduction='add') returns a new tensor"},
+    "torch.Tensor.repeat": {"kind": "method", "target": "mindspore.Tensor.repeat",
+                            "device_alt": ["mindspore.ops.tile"],
+                            "notes": "Tensor.repeat(*sizes) == ops.tile(x, sizes)"},
+    "torch.Tensor.clone": {"kind": "method", "target": "mindspore.Tensor.clone",
+                           "device_alt": ["mindspore.Tensor.copy"]},
+    "torch.clone": {"kind": "function", "target": "mindspore.mint.clone",
+                    "device_alt": ["mindspore.Tensor.copy"]},
+    "torch.Tensor.fill_": {"kind": "method", "target": "mindspore.Tensor.fill_",
+                           "device_alt": ["mindspore.ops.full_like"],
+                           "notes": "on CPU: x = ops.full_like(x, value) (a new tensor)"},
+    "torch.Tensor.zero_": {"kind": "method", "target": "mindspore.Tensor.zero_",
+                           "device_alt": ["mindspore.ops.zeros_like"],
+                           "notes": "on CPU: x = ops.zeros_like(x) (a new tensor)"},
+    "torch.Tensor.index_add_": {"kind": "method", "target": "mindspore.Tensor.index_add_",
+                                "device_alt": ["mindspore.ops.index_add"],
+                                "notes": "on CPU: ops.index_add(param, indices (int32), y, axis) "
+                                         "on a Parameter"},
     "torch.Tensor.detach": {"kind": "method", "target": "mindspore.ops.stop_gradient"},
     "torch.Tensor.item": {"kind": "method", "target": "mindspore.Tensor.item",
                           "modes": {"graph": "host synchronisation; a Python number is not "
@@ -383,9 +441,43 @@ CURATED: dict[str, dict[str, Any]] = {
     "torch.nn.LocalResponseNorm": {"target": "mindspore.nn.LRN",
                                    "notes": "MindSpore LRN uses depth_radius (= size // 2) and "
                                             "divides alpha differently: check the formula"},
-    "torch.nn.RMSNorm": {"target": "mindspore.ops.rms_norm",
-                         "notes": "functional (x, gamma, epsilon=1e-6): keep gamma as a Parameter "
-                                  "in a Cell; PyTorch eps=None uses finfo(dtype).eps"},
+    "torch.nn.RMSNorm": {"status": "missing", "compose": "a Cell with a weight Parameter: " + _RMS},
+    "torch.nn.functional.rms_norm": {"kind": "function", "status": "missing", "compose": _RMS},
+    "torch.nn.SyncBatchNorm": {"target": "mindspore.nn.SyncBatchNorm",
+                               "alt": ["mindspore.mint.nn.SyncBatchNorm"],
+                               "device_alt": ["mindspore.nn.BatchNorm2d"],
+                               "defaults": {"momentum": "0.9 (= 1 - PyTorch 0.1)"},
+                               "traps": _BN_TRAPS,
+                               "alt_traps": {"mindspore.mint.nn.SyncBatchNorm": [],
+                                             "mindspore.nn.BatchNorm2d": [
+                                                 *_BN_TRAPS,
+                                                 {"rule": "always", "note": "no SyncBatchNorm "
+                                                  "on this device: BatchNorm2d is the "
+                                                  "single-device equivalent (statistics are "
+                                                  "not synchronised across devices)"}]}},
+    **{f"torch.nn.InstanceNorm{d}d": {
+        "target": f"mindspore.nn.InstanceNorm{d}d",
+        **({"device_alt": ["mindspore.nn.GroupNorm"],
+            "alt_traps": {"mindspore.nn.GroupNorm": _INST_GN}} if d == 2 else {}),
+        "traps": [_INST_AFFINE]} for d in (1, 2, 3)},
+    "torch.var": {"kind": "function", "target": "mindspore.mint.var", "alt": ["mindspore.ops.var"],
+                  "alt_traps": {"mindspore.ops.var": [_DDOF]}},
+    "torch.std": {"kind": "function", "target": "mindspore.mint.std", "alt": ["mindspore.ops.std"],
+                  "alt_traps": {"mindspore.ops.std": [_DDOF]}},
+    "torch.Tensor.var": {"kind": "method", "target": "mindspore.Tensor.var", "traps": [_DDOF]},
+    "torch.Tensor.std": {"kind": "method", "target": "mindspore.Tensor.std", "traps": [_DDOF]},
+    "torch.nn.functional.leaky_relu": {
+        "kind": "function", "target": "mindspore.mint.nn.functional.leaky_relu",
+        "alt": ["mindspore.ops.leaky_relu"],
+        "alt_traps": {"mindspore.ops.leaky_relu": [
+            {"rule": "arg_default", "arg": "negative_slope", "pos": 1, "torch_default": 0.01,
+             "transform": "same", "ms_arg": "alpha", "ms_default": 0.2,
+             "note": "default slope differs (mindspore.ops.leaky_relu alpha=0.2)"}]}},
+    "torch.is_tensor": {"kind": "function", "status": "missing",
+                        "compose": "isinstance(x, mindspore.Tensor) (mindspore.ops.is_tensor is "
+                                   "deprecated)"},
+    "torch.masked_fill": {"kind": "function", "target": "mindspore.ops.masked_fill",
+                          "device_alt": ["mindspore.Tensor.masked_fill"]},
     "torch.Tensor.relu": {"kind": "method", "target": "mindspore.ops.relu"},
     "torch.Tensor.log_softmax": {"kind": "method", "target": "mindspore.ops.log_softmax"},
     "torch.as_tensor": {"kind": "function", "target": "mindspore.tensor"},
@@ -500,4 +592,16 @@ ATEN: dict[str, list[str]] = {
     "aten._foreach_addcmul_": ["Addcmul"], "aten._foreach_addcdiv_": ["Addcdiv"],
     "aten._foreach_sqrt": ["Sqrt"], "aten._foreach_div_": ["Div"], "aten._foreach_lerp_": ["Lerp"],
     "aten.empty": ["Zeros"], "aten.empty_like": ["ZerosLike"], "aten.new_empty_strided": ["Zeros"],
+    # what a ResNet-18 / ViT / GPT training step (AdamW) dispatches on CPU besides the above
+    # (torch 2.13, recorded with TorchDispatchMode; tests/scan/test_scan_runtime.py re-records it)
+    "aten.stack": ["Stack"], "aten.randint": ["UniformInt"], "aten.randn": ["StandardNormal"],
+    "aten.div_": ["Div"],
+    "aten.bernoulli_": ["Bernoulli"], "aten._safe_softmax": ["Softmax"],
+    "aten._softmax_backward_data": ["Softmax"],
+    "aten._scaled_dot_product_flash_attention_for_cpu": ["BatchMatMul", "Softmax"],
+    "aten._scaled_dot_product_flash_attention_for_cpu_backward": ["BatchMatMul", "Softmax"],
+    "aten.embedding_dense_backward": ["UnsortedSegmentSum"], "aten.gelu_backward": ["GeLU"],
+    "aten.native_layer_norm_backward": ["LayerNorm"], "aten.select_backward": ["StridedSlice"],
+    "aten.lift_fresh": ["Identity"], "aten._local_scalar_dense": [],
+    "aten._record_function_enter_new": [], "aten._record_function_exit": [],
 }

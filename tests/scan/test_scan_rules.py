@@ -57,17 +57,18 @@ def test_defaults_that_differ() -> None:
     assert _one("nn.MaxPool2d(2, 2)\n").status == "mapped"
 
 
-def test_weight_decay_on_all_parameters() -> None:
+def test_weight_decay_on_all_parameters_is_not_a_trap() -> None:
+    # PyTorch decays BatchNorm gamma/beta too: filtering them is a habit of ports, not a default
+    # difference (issue 32: a false trap)
     f = _one("opt = optim.SGD(model.parameters(), lr=0.1, weight_decay=1e-4)\n")
-    assert f.status == "trap" and "BatchNorm gamma/beta" in f.note
-    assert _one("opt = optim.SGD(groups, lr=0.1, weight_decay=1e-4)\n").status == "mapped"
-    assert _one("opt = optim.SGD(model.parameters(), lr=0.1)\n").status == "mapped"
+    assert f.status == "mapped" and "as in PyTorch" in f.note
 
 
 def test_label_smoothing_and_missing_composition() -> None:
+    # MindSpore's CrossEntropyLoss(label_smoothing=eps) computes PyTorch's loss (issue 32: a false
+    # trap; measured in test_scan_semantics.py)
     f = _one("nn.CrossEntropyLoss(label_smoothing=0.1)\n")
-    assert f.status == "trap" and "off=eps/C" in f.note
-    assert _one("nn.CrossEntropyLoss(label_smoothing=0.0)\n").status == "mapped"
+    assert f.status == "mapped" and "off=eps/C" in f.note
     f = _one("torch.optim.lr_scheduler.OneCycleLR(opt, 0.1, total_steps=10)\n")
     assert f.status == "missing" and "learning_rate" in f.note
 

@@ -52,3 +52,57 @@ def test_run_failure_is_exit_2(tmp_path: Path) -> None:
     script = tmp_path / "boom.py"
     script.write_text("raise SystemExit(3)\n")
     assert main(["scan", "--no-verify", "--run", "--", sys.executable, str(script)]) == 2
+
+
+def test_table_covers_every_aten_op_of_resnet_vit_gpt_training_steps() -> None:
+    """One AdamW training step each of ResNet-18, a small ViT block and a small GPT (embedding,
+    causal SDPA, GELU, dropout) dispatches only aten ops the runtime table lists (issue 32:
+    aten.stack, aten.randint, the CPU SDPA op and embedding_dense_backward were unlisted)."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from netparity.examples.resnet.torch_resnet import resnet18
+    from netparity.scan.analyze import load_table
+
+    seen: set[str] = set()
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.add("aten." + func.__name__.split(".")[0])
+            return func(*args, **(kwargs or {}))
+
+    class GPT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tok, self.pos = nn.Embedding(50, 16), nn.Embedding(8, 16)
+            self.ln, self.qkv, self.out = nn.LayerNorm(16), nn.Linear(16, 48), nn.Linear(16, 50)
+            self.drop = nn.Dropout(0.1)
+
+        def forward(self, idx: torch.Tensor) -> torch.Tensor:
+            x = self.drop(self.tok(idx) + self.pos(torch.arange(idx.shape[1])))
+            q, k, v = self.qkv(self.ln(x)).split(16, dim=2)
+            x = x + F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None],
+                                                   is_causal=True)[:, 0]
+            return F.gelu(self.out(x)).view(-1, 50)
+
+    vit = nn.Sequential(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, norm_first=True,
+                                                   activation="gelu"), nn.Flatten(),
+                        nn.Linear(16 * 5, 10))
+    torch.manual_seed(0)
+    with Record():
+        x = torch.stack([torch.randn(3, 16, 16), torch.randn(3, 16, 16)])
+        idx = torch.randint(0, 50, (2, 8))
+    for model, inp, y in ((resnet18(num_classes=10), x, torch.tensor([1, 2])),
+                          (vit, torch.randn(2, 5, 16), torch.tensor([1, 2])),
+                          (GPT(), idx, torch.randint(0, 50, (16,)))):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        with Record():
+            F.cross_entropy(model(inp), y).backward()
+            opt.step()
+            opt.zero_grad()
+    aten = load_table()["aten"]
+    assert sorted(seen - set(aten)) == []
+    assert {"aten.stack", "aten.randint", "aten.embedding_dense_backward",
+            "aten._scaled_dot_product_flash_attention_for_cpu"} <= seen

@@ -19,7 +19,14 @@ from typing import Any
 
 from netparity.errors import UsageError
 from netparity.scan import rules
-from netparity.scan.static import Use, iter_python_files, module_names, read_source, scan_source
+from netparity.scan.static import (
+    Use,
+    follow_imports,
+    iter_python_files,
+    module_names,
+    read_source,
+    scan_source,
+)
 
 STATUSES = ("missing", "trap", "mapped")
 TARGETS = ("mindspore",)
@@ -44,6 +51,8 @@ class Finding:
     traps: list[str] = field(default_factory=list)
     #: where Graph mode (``mindspore.jit``) differs from PyNative for this API; "" = no difference known
     graph: str = ""
+    #: the port cannot go on without new code: no counterpart (on the device) and no composition
+    blocking: bool = False
 
     def as_json(self) -> dict[str, Any]:
         """The JSON form (keys of the ``apis`` list)."""
@@ -69,6 +78,7 @@ class ScanResult:
     mindspore: str | None  #: installed version checked against, None = check skipped
     runtime: list[RuntimeOp] | None = None
     runtime_note: str = ""
+    device: str = ""  #: the device the targets were checked for ("" = not checked)
 
     def summary(self) -> dict[str, Any]:
         """Counts per status, files scanned and how the table was checked."""
@@ -79,7 +89,10 @@ class ScanResult:
             "apis": len({f.name for f in self.findings}),
             **{s: counts.get(s, 0) for s in (*STATUSES, "unlisted")},
             "graph_mode_differs": sum(1 for f in self.findings if f.graph),
-            "mindspore_check": (f"verified against MindSpore {self.mindspore}" if self.mindspore
+            "blocking": sum(1 for f in self.findings if f.blocking),
+            "mindspore_check": (f"checked against MindSpore {self.mindspore} for "
+                                f"{self.device.upper()} (exists, not deprecated, runs there)"
+                                if self.mindspore
                                 else "skipped (MindSpore is not installed)"),
         }
         if self.runtime is not None:
@@ -93,6 +106,13 @@ class ScanResult:
     def has_missing(self) -> bool:
         """True when an API (or an executed aten op) has no counterpart."""
         return any(f.status == "missing" for f in self.findings) or any(
+            op.status == "missing" for op in self.runtime or [])
+
+    @property
+    def has_blocking(self) -> bool:
+        """True when something blocks the port (exit status 1): an API with no counterpart on
+        the device and no composition to write, or an executed aten op with no primitive."""
+        return any(f.blocking for f in self.findings) or any(
             op.status == "missing" for op in self.runtime or [])
 
     def as_json(self) -> dict[str, Any]:
@@ -130,8 +150,20 @@ def _describe(entry: Mapping[str, Any], use: Use) -> str:
     return "; ".join(parts)  # (PyNative is the reference mode: only differences are listed)
 
 
-def classify(use: Use, table: Mapping[str, Any], problems: Mapping[str, list[str]]) -> Finding:
-    """The finding for one use."""
+def _out_of_place(name: str, table: Mapping[str, Any]) -> str:
+    """``torch.Tensor.x_`` with no in-place counterpart: the out-of-place form, where mapped."""
+    if not (name.startswith("torch.Tensor.") and name.endswith("_")):
+        return ""
+    plain = table["apis"].get(name[:-1]) or {}
+    if not plain.get("target"):
+        return ""
+    method = name.rsplit(".", 1)[1][:-1]
+    return f"x = x.{method}(...) (out of place: {plain['target']})"
+
+
+def classify(use: Use, table: Mapping[str, Any], problems: Mapping[str, list[str]],
+             choices: Mapping[str, Any] | None = None) -> Finding:
+    """The finding for one use; ``choices``: torch name -> :class:`targets.Choice` on the device."""
     entry = table["apis"].get(use.name)
     base = Finding(name=use.name, file=use.file, line=use.line, status="unlisted",
                    confidence=use.confidence)
@@ -145,7 +177,9 @@ def classify(use: Use, table: Mapping[str, Any], problems: Mapping[str, list[str
         return base
     if entry.get("status") == "missing" or not entry.get("target"):
         base.status = "missing"
-        base.note = str(entry.get("compose") or "no counterpart in MindSpore")
+        compose = str(entry.get("compose") or _out_of_place(use.name, table))
+        base.note = compose or "no counterpart in MindSpore"
+        base.blocking = not compose
         return base
     base.graph = str((entry.get("modes") or {}).get("graph", ""))
     base.target = str(entry["target"])
@@ -154,37 +188,78 @@ def classify(use: Use, table: Mapping[str, Any], problems: Mapping[str, list[str
     if use.name in problems:  # the table names something this MindSpore lacks
         base.status = "missing"
         base.note = "; ".join(problems[use.name])
+        base.blocking = True
         return base
-    base.note = _describe(entry, use)
+    traps = list(entry.get("traps", []))
+    device_note = ""
+    choice = (choices or {}).get(use.name)
+    if choice is not None and choice.blocked:
+        base.status = "missing"
+        base.note = "; ".join(choice.reasons) + (
+            f" | compose: {entry['compose']}" if entry.get("compose") else "")
+        base.blocking = not entry.get("compose")
+        return base
+    if choice is not None:
+        base.target = choice.target + (
+            " (or " + ", ".join(choice.others) + ")" if choice.others else "")
+    if choice is not None and choice.target != entry["target"]:
+        device_note = "use " + choice.target + ": " + "; ".join(choice.reasons)
+        traps = list((entry.get("alt_traps") or {}).get(choice.target, []))
+        if entry.get("compose"):
+            device_note += f"; or compose: {entry['compose']}"
+    base.note = "; ".join(p for p in (device_note, _describe(entry, use)) if p)
     if use.is_call:
-        base.traps = rules.evaluate(list(entry.get("traps", [])), use)
+        base.traps = rules.evaluate(traps, use)
     base.status = "trap" if base.traps else "mapped"
     if base.traps:
         base.note = " | ".join(base.traps) + (f" | {base.note}" if base.note else "")
     return base
 
 
-def scan_paths(paths: Iterable[str], to: str = "mindspore", verify: bool = True) -> ScanResult:
-    """Scan files/directories; bad input -> ``UsageError`` (one line, with file and line)."""
+def scan_paths(paths: Iterable[str], to: str = "mindspore", verify: bool = True,
+               device: str | None = None, follow: bool = True) -> ScanResult:
+    """Scan files/directories; bad input -> ``UsageError`` (one line, with file and line).
+
+    ``device`` (cpu | gpu | ascend; None = what the installed MindSpore runs): every counterpart
+    advised is checked to exist, not to be deprecated and to run there (:mod:`.targets`).
+    ``follow``: a scanned script's imports of local modules are scanned too.
+    """
+    from netparity.scan import targets
+
     if to not in TARGETS:
         raise UsageError(f"--to {to}: only {', '.join(TARGETS)} is supported")
+    if device is not None and device not in targets.DEVICES:
+        raise UsageError(f"--device {device}: one of {', '.join(targets.DEVICES)}")
     table = load_table()
     known = set(table["apis"])
     modules = module_names(known)
     files: list[str] = []
     uses: list[Use] = []
-    for path in iter_python_files(paths):
+    found = list(iter_python_files(paths))
+    if follow:
+        found = follow_imports(found)
+    for path in found:
         files.append(str(path))
         uses.extend(scan_source(read_source(path), str(path), known, modules))
     version: str | None = None
     problems: dict[str, list[str]] = {}
+    choices: dict[str, targets.Choice] = {}
+    dev = ""
     if verify:
         from netparity.frameworks.mindspore.api import check_entries
 
-        check = check_entries(table["apis"], sorted({u.name for u in uses}))
+        names = sorted({u.name for u in uses})
+        check = check_entries(table["apis"], names)
         version, problems = check.version, check.problems
-    findings = [classify(u, table, problems) for u in uses]
-    return ScanResult(findings=findings, files=files, mindspore=version)
+        if version is not None:
+            dev = device or targets.default_device()
+            measured = table.get("cpu_runs", {})
+            for n in names:
+                entry = table["apis"].get(n)
+                if entry and entry.get("target") and n not in problems:
+                    choices[n] = targets.choose(entry, dev, version, measured)
+    findings = [classify(u, table, problems, choices) for u in uses]
+    return ScanResult(findings=findings, files=files, mindspore=version, device=dev)
 
 
 def map_aten(counts: Mapping[str, int], table: Mapping[str, Any],

@@ -28,6 +28,7 @@ def summary_line(result: ScanResult) -> str:
             + (f", {s['unlisted']} not in the table" if s["unlisted"] else "")
             + (f", {s['graph_mode_differs']} differ in Graph mode" if s["graph_mode_differs"]
                else "")
+            + f"; {s['blocking']} block the port"
             + f" -- {s['mindspore_check']}")
     if result.runtime is not None:
         line += (f"; runtime: {s['runtime_ops']} aten ops, {s['runtime_missing']} missing, "
@@ -39,12 +40,90 @@ def _sorted(findings: Iterable[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (_ORDER.get(f.status, 9), f.file, f.line, f.name))
 
 
-def print_terminal(result: ScanResult, console: Any, verbose: bool = False) -> None:
-    """Summary line, then missing, traps, not-in-table and (grouped by API) mapped."""
+def _where(f: Finding) -> str:
+    return f"{f.file}:{f.line}" + (" (inferred)" if f.confidence != "resolved" else "")
+
+
+def _runtime_table(result: ScanResult, console: Any) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    if result.runtime is None:
+        return
+    t = Table(title=f"Executed aten ops ({result.runtime_note})")
+    for col in ("aten op", "records", "status", "MindSpore primitive"):
+        t.add_column(col, overflow="fold")
+    for op in sorted(result.runtime, key=lambda o: (_ORDER.get(o.status, 9), o.name)):
+        t.add_row(op.name, str(op.count),
+                  Text(op.status, style=_STYLE.get(op.status, "")), op.target)
+    console.print(t)
+
+
+def _short(text: str, n: int = 160) -> str:
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
+def rollup(findings: Iterable[Finding]) -> list[dict[str, Any]]:
+    """One row per (API, verdict, counterpart): count, blocking, first locations, what to do
+    (the distinct advice, most frequent first)."""
+    groups: dict[tuple[str, str, str], list[Finding]] = {}
+    for f in _sorted(findings):
+        groups.setdefault((f.name, f.status, f.target), []).append(f)
+    rows: list[dict[str, Any]] = []
+    for (name, status, target), fs in groups.items():
+        advice: dict[str, int] = {}
+        for f in fs:
+            key = " | ".join(f.traps) if f.traps else f.note
+            advice[key] = advice.get(key, 0) + 1
+        rows.append({"name": name, "status": status, "target": target, "count": len(fs),
+                     "blocking": any(f.blocking for f in fs),
+                     "where": [f"{Path(f.file).name}:{f.line}" for f in fs[:3]],
+                     "advice": sorted(advice, key=lambda k: -advice[k])})
+    rows.sort(key=lambda r: (not r["blocking"], _ORDER.get(r["status"], 9), -r["count"],
+                             r["name"]))
+    return rows
+
+
+def print_terminal(result: ScanResult, console: Any, verbose: bool = False,
+                   detail: bool = False) -> None:
+    """Summary line, then one row per API (default) or per line of code (``detail``)."""
     from rich.table import Table
     from rich.text import Text
 
     console.print(summary_line(result))
+    if detail:
+        _print_detail(result, console, verbose)
+        _runtime_table(result, console)
+        return
+    rows = rollup(result.findings)
+    shown = [r for r in rows if r["status"] != "mapped"]
+    if shown:
+        t = Table(title="Per API (--detail: every line)")
+        for col in ("PyTorch API", "uses", "verdict", "MindSpore", "first lines", "what to do"):
+            t.add_column(col, overflow="fold")
+        for r in shown:
+            verdict = "BLOCKS" if r["blocking"] else r["status"]
+            style = "bold red" if r["blocking"] else _STYLE.get(r["status"], "")
+            todo = _short(r["advice"][0]) if r["advice"] and r["advice"][0] else ""
+            if len(r["advice"]) > 1:
+                todo += f" (+{len(r['advice']) - 1} other forms)"
+            where = ", ".join(r["where"]) + (" ..." if r["count"] > len(r["where"]) else "")
+            t.add_row(r["name"], str(r["count"]), Text(verdict, style=style), r["target"],
+                      where, todo if not verbose else " || ".join(r["advice"]))
+        console.print(t)
+    mapped = [r for r in rows if r["status"] == "mapped"]
+    if mapped:
+        names = ", ".join(f"{r['name'].removeprefix('torch.')} ({r['count']})"
+                          for r in sorted(mapped, key=lambda r: -r["count"]))
+        console.print(Text(f"Mapped as is ({len(mapped)} APIs): ", style=_STYLE["mapped"])
+                      + Text(names))
+    _runtime_table(result, console)
+
+
+def _print_detail(result: ScanResult, console: Any, verbose: bool) -> None:
+    """Every line: missing, traps, not-in-table and (grouped by API) mapped."""
+    from rich.table import Table
+
     for status, title in (("missing", "Missing in MindSpore"), ("trap", "Traps (numbers change)"),
                           ("unlisted", "Not in the table (check by hand)")):
         rows = [f for f in _sorted(result.findings) if f.status == status]
@@ -54,10 +133,9 @@ def print_terminal(result: ScanResult, console: Any, verbose: bool = False) -> N
         for col in ("where", "PyTorch API", "MindSpore", "what to do"):
             t.add_column(col, overflow="fold")
         for f in rows:
-            where = f"{f.file}:{f.line}" + (" (inferred)" if f.confidence != "resolved" else "")
             # traps: only what to set (the general notes are in --verbose, JSON and HTML)
             note = f.note if verbose or not f.traps else " | ".join(f.traps)
-            t.add_row(where, f.name, f.target, note)
+            t.add_row(_where(f), f.name, f.target, ("BLOCKS: " if f.blocking else "") + note)
         console.print(t)
     mapped = [f for f in _sorted(result.findings) if f.status == "mapped"]
     if mapped:
@@ -71,16 +149,8 @@ def print_terminal(result: ScanResult, console: Any, verbose: bool = False) -> N
             lines = ", ".join(f"{Path(f.file).name}:{f.line}" for f in fs[:6])
             if len(fs) > 6:
                 lines += f" (+{len(fs) - 6})"
-            note = fs[0].note if verbose or len(fs[0].note) < 160 else fs[0].note[:157] + "..."
+            note = fs[0].note if verbose else _short(fs[0].note)
             t.add_row(name, fs[0].target, lines, note)
-        console.print(t)
-    if result.runtime is not None:
-        t = Table(title=f"Executed aten ops ({result.runtime_note})")
-        for col in ("aten op", "records", "status", "MindSpore primitive"):
-            t.add_column(col, overflow="fold")
-        for op in sorted(result.runtime, key=lambda o: (_ORDER.get(o.status, 9), o.name)):
-            t.add_row(op.name, str(op.count),
-                      Text(op.status, style=_STYLE.get(op.status, "")), op.target)
         console.print(t)
 
 

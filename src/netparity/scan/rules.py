@@ -59,41 +59,78 @@ def _when_arg(trap: Mapping[str, Any], use: Use) -> str | None:
     return f"{trap['arg']}={given.text}: {trap['note']}"
 
 
+def _ms_padding(pad: Arg, dims: int) -> str:
+    """PyTorch's padding as MindSpore's ``padding`` wants it: an int stays, a tuple of one value
+    per spatial dim becomes (before, after) per dim (2-D: 4 values, 3-D: 6); 1-D takes an int."""
+    if pad.known and isinstance(pad.value, (tuple, list)):
+        vals = [int(v) for v in pad.value]
+        if len(vals) == 1 or (dims == 1 and len(set(vals)) == 1):
+            return str(vals[0])
+        if len(vals) == dims:
+            return str(tuple(v for v in vals for _ in (0, 1)))
+        return str(tuple(vals))
+    if pad.known:
+        return pad.text
+    return (f"{pad.text} (an int as is; a tuple (h, w) written (h, h, w, w), (d, h, w) as "
+            f"(d, d, h, h, w, w))")
+
+
 def _conv_padding(trap: Mapping[str, Any], use: Use) -> str | None:
     pad = use.arg("padding", trap.get("pos"))
     mode = use.kwargs.get("padding_mode")
+    dims = int(trap.get("dims", 2))
     extra = ""
     if mode is not None and not (mode.known and mode.value == "zeros"):
         extra = (f"; padding_mode={mode.text}: pad explicitly first (mindspore.nn.Pad / "
                  f"ops.pad with mode) and use pad_mode='valid'")
     base = "MindSpore's default pad_mode='same' would pad by itself"
-    if pad is None or (pad.known and pad.value in (0, (0, 0), (0, 0, 0))):
+    if pad is None or (pad.known and pad.value in (0, (0,), (0, 0), (0, 0, 0))):
         return f"padding={pad.text if pad else '0 (default)'} -> set pad_mode='valid': {base}{extra}"
     if pad.known and pad.value == "same":
-        return (f"padding='same' -> pad_mode='same' (odd kernels: same numbers; even kernels: "
-                f"check which side gets the extra row){extra}")
+        return (f"padding='same' -> set pad_mode='same': odd kernels give the same numbers; even "
+                f"kernels: check which side gets the extra row{extra}")
     if pad.known and pad.value == "valid":
         return f"padding='valid' -> set pad_mode='valid': {base}{extra}"
-    return (f"padding={pad.text} -> set pad_mode='pad', padding={pad.text} (not 'same', "
-            f"which pads asymmetrically when the stride is > 1): {base}{extra}")
+    return (f"padding={pad.text} -> set pad_mode='pad', padding={_ms_padding(pad, dims)}: "
+            f"{base} (and 'same' pads asymmetrically when the stride is > 1){extra}")
 
 
 def _pool_padding(trap: Mapping[str, Any], use: Use) -> str | None:
-    parts: list[str] = []
+    settings: list[str] = []
+    why: list[str] = []
     stride = use.arg("stride", trap.get("stride_pos"))
     kernel = use.arg("kernel_size", 0)
     if stride is None or (stride.known and stride.value is None):
-        k = kernel.text if kernel else "kernel_size"
-        parts.append(f"stride not given (PyTorch: = kernel_size) -> set stride={k}; "
-                     f"MindSpore's default stride is 1")
+        settings.append(f"stride={kernel.text if kernel else 'kernel_size'}")
+        why.append("stride not given (PyTorch: = kernel_size, MindSpore: 1)")
     pad = use.arg("padding", trap.get("padding_pos"))
-    if pad is not None and not (pad.known and pad.value in (0, (0, 0))):
-        parts.append(f"padding={pad.text} -> set pad_mode='pad', padding={pad.text} "
-                     f"(default pad_mode='valid' ignores it)")
     ceil = use.kwargs.get("ceil_mode")
-    if ceil is not None and not (ceil.known and ceil.value is False):
-        parts.append(f"ceil_mode={ceil.text}: set ceil_mode the same")
-    return "; ".join(parts) or None
+    ceil_on = ceil is not None and not (ceil.known and ceil.value is False)
+    padded = pad is not None and not (pad.known and pad.value in (0, (0,), (0, 0)))
+    if padded or (ceil_on and trap.get("max")):
+        settings.append("pad_mode='pad'")
+        settings.append(f"padding={_ms_padding(pad, int(trap.get('dims', 2))) if padded and pad else 0}")
+        why.append("MindSpore's default pad_mode='valid' ignores padding"
+                   + (" and refuses ceil_mode" if trap.get("max") and ceil_on else ""))
+    if ceil_on and ceil is not None:
+        settings.append(f"ceil_mode={ceil.text}")
+    if not why:
+        return None
+    return "-> set " + ", ".join(settings) + ": " + "; ".join(why)
+
+
+def _ddof(trap: Mapping[str, Any], use: Use) -> str | None:
+    unbiased = use.kwargs.get("unbiased")
+    correction = use.kwargs.get("correction")
+    if unbiased is not None:
+        if not unbiased.known:
+            return f"unbiased={unbiased.text} -> set ddof=int({unbiased.text}): {trap['note']}"
+        return None if not unbiased.value else f"unbiased=True -> set ddof=1: {trap['note']}"
+    if correction is not None:
+        return f"correction={correction.text} -> set ddof={correction.text}: {trap['note']}"
+    if len(use.args) >= 3 and use.args[2].known and isinstance(use.args[2].value, bool):
+        return None if not use.args[2].value else f"unbiased=True -> set ddof=1: {trap['note']}"
+    return f"unbiased (PyTorch default) -> set ddof=1: {trap['note']}"
 
 
 def _dropout_p(trap: Mapping[str, Any], use: Use) -> str | None:
@@ -123,6 +160,7 @@ RULES: dict[str, Rule] = {
     "conv_padding": _conv_padding,
     "pool_padding": _pool_padding,
     "dropout_p": _dropout_p,
+    "ddof": _ddof,
     "weight_decay_all": _weight_decay_all,
 }
 

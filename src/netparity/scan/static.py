@@ -280,6 +280,66 @@ def iter_python_files(paths: Iterable[str]) -> Iterator[Path]:
             raise UsageError(f"{p}: no such file or directory")
 
 
+def _local_imports(path: Path, roots: list[Path]) -> list[Path]:
+    """Files of the local modules ``path`` imports: relative imports, and absolute ones whose
+    first part is a module or package next to the script (or in a folder being scanned)."""
+    try:
+        tree = ast.parse(read_source(path), filename=str(path))
+    except (SyntaxError, ValueError, RecursionError, MemoryError, UsageError):
+        return []  # the scan itself reports it
+    here = path.parent
+    out: list[Path] = []
+
+    def add(base: Path, dotted: str) -> None:
+        parts = [p for p in dotted.split(".") if p]
+        for n in range(len(parts), 0, -1):
+            stem = base.joinpath(*parts[:n])
+            for cand in (stem.with_suffix(".py"), stem / "__init__.py"):
+                if cand.is_file():
+                    out.append(cand)
+                    return
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here
+                for _ in range(node.level - 1):
+                    base = base.parent
+                mod = node.module or ""
+                if mod:
+                    add(base, mod)
+                for a in node.names:
+                    add(base, f"{mod}.{a.name}" if mod else a.name)
+            elif node.module:
+                for root in (here, *roots):
+                    add(root, node.module)
+                    for a in node.names:
+                        add(root, f"{node.module}.{a.name}")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                for root in (here, *roots):
+                    add(root, a.name)
+    return out
+
+
+def follow_imports(files: Iterable[Path]) -> list[Path]:
+    """``files`` plus, transitively, the local modules they import (a project, not a file);
+    each file once, in discovery order. Only ``.py`` files on disk are followed."""
+    start = list(files)
+    roots = sorted({p.parent.resolve() for p in start})
+    seen = {p.resolve() for p in start}
+    out = list(start)
+    queue = list(start)
+    while queue:
+        for dep in _local_imports(queue.pop(0), roots):
+            r = dep.resolve()
+            if r not in seen and dep.name.endswith(".py"):
+                seen.add(r)
+                out.append(dep)
+                queue.append(dep)
+    return out
+
+
 #: the largest source file scanned (the biggest hand-written Python files are a few MB)
 MAX_SOURCE = 64 << 20
 
