@@ -8,10 +8,21 @@ path, not as ``conftest`` (several exist, and under xdist the name is ambiguous)
 
 from __future__ import annotations
 
+import getpass
+import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+
+# torch.compile's compiled kernels are cached across processes keyed without PyTorch's CPU
+# capability: a cache filled under the native (AVX-512) kernels makes every compile under
+# ATEN_CPU_CAPABILITY=default fail ("at::vec has not been declared" in a precompiled header).
+# One cache per capability (set before any test imports torch; subprocesses inherit it).
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
+    tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}_"
+    f"{os.environ.get('ATEN_CPU_CAPABILITY', 'native')}"))
 
 
 @contextmanager

@@ -145,12 +145,14 @@ def test_a_script_is_scanned_with_its_local_imports(tmp_path: Path) -> None:
 
 
 def test_rollup_fits_per_api_and_detail_lists_lines(tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+                                                    capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # (a narrow table folds the API's name)
     src = tmp_path / "t.py"
     src.write_text("from torch import nn\n" + "nn.BatchNorm2d(8)\n" * 40)
     assert main(["scan", str(src), "--no-verify"]) == 0
     out = capsys.readouterr().out
-    assert out.count("nn.BatchNorm2d") == 1 and "40" in out and "t.py:2" in out
+    assert out.count("torch.nn.BatchNorm2d") == 1 and "40" in out and "t.py:2" in out
     assert "t.py:41" not in out
     assert main(["scan", str(src), "--no-verify", "--detail"]) == 0
     assert "t.py:41" in capsys.readouterr().out

@@ -84,14 +84,10 @@ def runs_on(dotted: str, device: str, measured: Mapping[str, bool] | None = None
 
 def default_device() -> str:
     """The device the installed MindSpore can run here: its build's device target, lower case."""
-    try:
-        with redirect_stderr(io.StringIO()):
-            import mindspore
+    from netparity.frameworks.mindspore.api import device_target
 
-            target = str(mindspore.get_context("device_target"))
-    except Exception:  # noqa: BLE001 -- MindSpore absent or not configurable: assume CPU
-        return "cpu"
-    return target.lower() if target.lower() in DEVICES else "cpu"
+    target = (device_target() or "cpu").lower()  # absent or not configurable: assume CPU
+    return target if target in DEVICES else "cpu"
 
 
 @dataclass

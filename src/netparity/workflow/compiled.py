@@ -59,9 +59,9 @@ def compile_model(framework: str, model: Any, how: Any, source: str) -> str | No
         model.compile(backend=backend)
         return f"torch.compile(backend={backend!r})"
     if framework == "mindspore":
-        import mindspore as ms
+        from netparity.frameworks.mindspore.graph import jit_construct
 
-        model.construct = ms.jit(model.construct)
+        jit_construct(model)
         return "mindspore.jit(construct)"
     raise UsageError(f"{source}: compile is not supported for framework {framework!r}")
 
@@ -137,11 +137,13 @@ def bisect_compiled(source: str, options: dict[str, Any] | None = None, *,
         '2'
     """
     import copy
-    import io
-    from contextlib import redirect_stderr, redirect_stdout
 
-    import torch
-
+    from netparity.frameworks.torch.compiled import (
+        compile_region,
+        compiler_bisect,
+        outputs_and_grads,
+        reset_compiler,
+    )
     from netparity.workflow.spec import load_spec
 
     opts = {k: v for k, v in (options or {}).items() if k != KEY}
@@ -149,26 +151,11 @@ def bisect_compiled(source: str, options: dict[str, Any] | None = None, *,
     if spec.framework != "torch":
         raise UsageError(f"{source}: bisecting compiled regions needs a PyTorch spec")
     base = copy.deepcopy(spec.model)
-    x = torch.as_tensor(spec.batches[0][0])
-
-    def measure(model: torch.nn.Module) -> list[np.ndarray]:
-        torch.manual_seed(0)
-        out = model(x)
-        outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
-                if isinstance(o, torch.Tensor)]
-        sum(o.float().sum() for o in outs).backward()  # type: ignore[union-attr]
-        got = [o.detach().double().numpy() for o in outs]
-        got += [p.grad.double().numpy() if p.grad is not None else np.zeros(tuple(p.shape))
-                for p in model.parameters()]
-        return got
-
-    ref = measure(copy.deepcopy(base))
+    x = spec.batches[0][0]
+    ref = outputs_and_grads(copy.deepcopy(base), x)
 
     def compiled_alone(path: str) -> float:
-        torch._dynamo.reset()
-        m = copy.deepcopy(base)
-        m.get_submodule(path).compile(backend=backend)
-        return _difference(measure(m), ref)
+        return _difference(outputs_and_grads(compile_region(base, path, backend), x), ref)
 
     full = compiled_alone("")
     out = CompiledBisection(region=None, full=full, tried=[["", full]])
@@ -188,16 +175,13 @@ def bisect_compiled(source: str, options: dict[str, Any] | None = None, *,
             break
     out.region, out.native = region, type(base.get_submodule(region)).__name__
     if compiler_bisector:
-        from torch._inductor.compiler_bisector import CompilerBisector
-
-        sink = io.StringIO()  # (the bisector prints its progress)
-        with redirect_stdout(sink), redirect_stderr(sink):
-            res = CompilerBisector.do_bisect(lambda: compiled_alone(region) < full / 2)
+        res = compiler_bisect(lambda: compiled_alone(region) < full / 2)
         if res is not None:
-            out.compiler = {"backend": res.backend, "subsystem": res.subsystem,
-                            "bisect_number": res.bisect_number}
-    torch._dynamo.reset()
+            out.compiler = res
+    reset_compiler()
     return out
+
+
 
 
 def name_compiled_region(result: Any, ref: Any, cand: Any, say: Any) -> None:

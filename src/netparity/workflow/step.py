@@ -551,11 +551,18 @@ def _golden_floor(result: StepResult, run: StepRun, ref_spec: Any, ref_opts: dic
         return
     failing = [p for p in r0.divergent_params("grad") if p.status == "fail" and p.step == 0]
     called = {c.module for c in r0.calls if c.level == "module"}
-    if not failing or any(module_of(p.cand_module or p.module) in called for p in failing):
-        return  # replay had the module's tensors: its answer stands
+    if not failing or not called or any(module_of(p.cand_module or p.module) in called
+                                        for p in failing):
+        return  # replay had the module's tensors (or an op-level run): its answer stands
     say.stage("float64 golden run of the reference (gradients replay cannot judge)")
     path = out / "ref-golden64"
-    if not golden.golden_run(ref_spec, ref_opts, seed, batches[0], ref_state0, path, say):
+    try:
+        ran = golden.golden_run(ref_spec, ref_opts, seed, batches[0], ref_state0, path, say)
+    except NetparityError as e:  # the spec cannot run in float64 (it casts its inputs...)
+        ph.summary += (f"; replay could not judge these gradients (no module records) and a "
+                       f"float64 golden run of the reference failed ({str(e)[:200]})")
+        return
+    if not ran:
         ph.summary += ("; replay could not judge these gradients (no module records) and a "
                        "float64 golden run needs a PyTorch reference")
         return

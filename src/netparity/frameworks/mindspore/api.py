@@ -51,6 +51,20 @@ def mindspore_version() -> str | None:
     return str(getattr(mindspore, "__version__", "unknown"))
 
 
+def device_target() -> str | None:
+    """The installed MindSpore's device target ("CPU", "GPU", "Ascend"), or None without it."""
+    import io
+    from contextlib import redirect_stderr
+
+    try:
+        with redirect_stderr(io.StringIO()):
+            import mindspore
+
+            return str(mindspore.get_context("device_target"))
+    except Exception:  # noqa: BLE001 -- MindSpore absent or not configurable
+        return None
+
+
 def resolve(dotted: str) -> Any | None:
     """The object a dotted MindSpore name denotes, or None when it does not exist."""
     parts = dotted.split(".")

@@ -103,3 +103,11 @@ class GraphProbes:
         for cell, orig in reversed(self._swapped):
             cell.__class__ = orig
         self._swapped.clear()
+
+
+def jit_construct(model: Any) -> None:
+    """Compile ``model``'s ``construct`` with ``mindspore.jit`` in place (the eager <-> graph
+    pair of ``netparity step --cand-opt compile=true``)."""
+    import mindspore as ms
+
+    model.construct = ms.jit(model.construct)

@@ -149,3 +149,60 @@ def compiled_facts(model: torch.nn.Module | None, mode: str) -> dict[str, Any]:
     return {"compiled": {"regions": regions, "mode": mode,
                          "sees": ("every module, run eagerly" if mode == "eager"
                                   else "compiled modules at their boundaries")}}
+
+
+# -- eager vs compiled bisection (used by netparity.workflow.compiled) ------------------------
+
+
+def outputs_and_grads(model: Any, x: Any) -> list[Any]:
+    """One forward (seeded) and backward of the sum of ``model(x)``'s outputs: the outputs and
+    every parameter's gradient, as float64 arrays (what a compiled region changes)."""
+    import numpy as np
+    import torch
+
+    torch.manual_seed(0)
+    out = model(torch.as_tensor(x))
+    outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
+            if isinstance(o, torch.Tensor)]
+    sum(o.float().sum() for o in outs).backward()  # type: ignore[union-attr]
+    got = [o.detach().double().numpy() for o in outs]
+    got += [p.grad.double().numpy() if p.grad is not None else np.zeros(tuple(p.shape))
+            for p in model.parameters()]
+    return got
+
+
+def compile_region(base: Any, path: str, backend: str) -> Any:
+    """A deep copy of ``base`` whose submodule ``path`` ("" = the whole model) is compiled
+    (the compiler's caches reset first: each region is a fresh compile)."""
+    import copy
+
+    import torch
+
+    torch._dynamo.reset()
+    m = copy.deepcopy(base)
+    m.get_submodule(path).compile(backend=backend)
+    return m
+
+
+def compiler_bisect(reproduces: Any) -> dict[str, Any] | None:
+    """``torch._inductor.compiler_bisector``'s answer for a predicate that is False while the
+    difference reproduces: ``{"backend", "subsystem", "bisect_number"}`` or None."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from torch._inductor.compiler_bisector import CompilerBisector
+
+    sink = io.StringIO()  # (the bisector prints its progress)
+    with redirect_stdout(sink), redirect_stderr(sink):
+        res = CompilerBisector.do_bisect(reproduces)
+    if res is None:
+        return None
+    return {"backend": res.backend, "subsystem": res.subsystem,
+            "bisect_number": res.bisect_number}
+
+
+def reset_compiler() -> None:
+    """Forget every compiled graph (torch._dynamo.reset)."""
+    import torch
+
+    torch._dynamo.reset()
