@@ -37,7 +37,9 @@ def test_a_faithful_float32_step_has_no_operator_over_its_standard(traces, kind)
     # forward and backward ops replayed, every one within the float32 standard
     assert {o.direction for o in measured} == {"forward", "backward"}
     assert len(measured) > 0.9 * len(r.ops)
-    assert max(o.err for o in measured) < 32 / 4  # calibration: docs/precision.md
+    # calibration (docs/precision.md): worst 10 ULP with AVX-512 kernels, 8.1 with
+    # ATEN_CPU_CAPABILITY=default -- at least a 2x margin to the float32 standard of 32
+    assert max(o.err for o in measured) < 32 / 2
     assert all(o.round < 1 for o in measured)  # an exact rounding loses < 1 ULP
 
 
