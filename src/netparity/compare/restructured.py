@@ -386,3 +386,79 @@ def settle_moved_ops(result: CompareResult, ref_tr: Any, cand_tr: Any) -> int:
         n=len(done), where=", ".join(names[:5])
         + (f" and {len(names) - 5} more" if len(names) > 5 else "")))
     return len(done)
+
+
+# ---- operands of a commutative op in the other order ------------------------------------------
+
+#: canonical ops whose two operands may be swapped without changing the result
+COMMUTATIVE = frozenset({"add", "add_ext", "mul", "maximum", "minimum"})
+COMMUTED_NOTE = ("{n} op call(s) take their two operands in the other order (a commutative op; "
+                 "its output agrees, e.g. gradient accumulation adding the micro-batches in "
+                 "another order; operands paired crosswise): {where}")
+
+
+def _close(a: np.ndarray, b: np.ndarray, bound: float) -> bool:
+    """``b`` agrees with ``a`` within ``bound`` (normwise relative, equal shapes)."""
+    if a.shape != b.shape:
+        return False
+    x = np.asarray(a, dtype=np.float64).reshape(-1)
+    y = np.asarray(b, dtype=np.float64).reshape(-1)
+    scale = float(np.sqrt(np.mean(x * x))) if x.size else 0.0
+    err = float(np.sqrt(np.mean((x - y) ** 2))) if x.size else 0.0
+    return bool(np.isfinite(err)) and err <= bound * scale if scale > 0 else err == 0.0
+
+
+def settle_commuted(result: CompareResult, ref_tr: Any, cand_tr: Any) -> int:
+    """Re-judge the operands of commutative op calls (:data:`COMMUTATIVE`) taken in the other
+    order: a call with exactly two input pairs, at least one failing or warning, whose output
+    pairs all pass, passes its inputs with a reason when the reference's first operand agrees
+    with the candidate's second and the second with the first (tensors on both sides, each
+    within the pair's own bound). A gradient accumulated over micro-batches run in another
+    order adds the same partial sums the other way round. Returns how many pairs were
+    re-judged."""
+    table = result.table
+    calls = result.calls
+    if table is None or not table.n:
+        return 0
+    table.refresh()
+    bad = (table.code == 1) | (table.code == 2)
+    cand_calls = np.unique(table.call[bad & ~table.is_out]).tolist()
+    if not cand_calls:
+        return 0
+    order = np.argsort(table.call, kind="stable")
+    starts = np.searchsorted(table.call[order], np.arange(len(calls) + 1))
+    done: dict[str, str] = {}
+    for ci in cand_calls:
+        c = calls[ci]
+        if c.level != "op" or c.op not in COMMUTATIVE or c.cand_op != c.op:
+            continue
+        rows = order[starts[ci]:starts[ci + 1]]
+        ins = [i for i in rows.tolist() if not table.is_out[i]]
+        outs = [i for i in rows.tolist() if table.is_out[i]]
+        if len(ins) != 2 or not outs or bad[outs].any():
+            continue
+        recs = [(table.refs[i], table.cands[i]) for i in ins]
+        if not all(r.has_payload and k.has_payload for r, k in recs):
+            continue
+        ps = [table.get(i) for i in ins]
+        bounds = [float(p.metrics.get("noise_bound") or p.metrics.get("norm_tol") or p.rtol)
+                  for p in ps]
+        (r0, k0), (r1, k1) = recs
+        a0, a1 = ref_tr.tensor(r0), ref_tr.tensor(r1)
+        b0, b1 = cand_tr.tensor(k0), cand_tr.tensor(k1)
+        if not (_close(a0, b1, bounds[0]) and _close(a1, b0, bounds[1])):
+            continue
+        for p in ps:
+            p.status = "pass"
+            p.reason = ("the operands of a commutative op in the other order: agrees with the "
+                        "candidate's other operand")
+            p.metrics["commuted"] = True
+            done[p.key] = c.module or "<root>"
+    if not done:
+        return 0
+    table.refresh()
+    names = list(dict.fromkeys(done.values()))
+    result.notes.append(COMMUTED_NOTE.format(
+        n=len(done) // 2, where=", ".join(names[:5])
+        + (f" and {len(names) - 5} more" if len(names) > 5 else "")))
+    return len(done)
