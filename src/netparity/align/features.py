@@ -78,18 +78,17 @@ class Interner:
     def numels(self, ids: np.ndarray) -> np.ndarray:
         """Element count of each interned first-shape key ``(shape,)`` of ``ids`` (-1 where
         the key holds no shape: a call without inputs or outputs)."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if not len(ids):
+            return np.zeros(0, dtype=np.int64)
         keys = list(self.ids)
-        out = np.full(len(ids), -1, dtype=np.int64)
-        known: dict[int, int] = {}
-        for k, i in enumerate(np.asarray(ids).tolist()):
-            n = known.get(i)
-            if n is None:
-                key = keys[i] if 0 <= i < len(keys) else None
-                shape = key[0] if isinstance(key, tuple) and len(key) == 1 else None
-                n = known[i] = (math.prod(int(d) for d in shape)
-                                if isinstance(shape, tuple) else -1)
-            out[k] = n
-        return out
+        uniq, inv = np.unique(ids, return_inverse=True)  # a few dozen distinct shapes
+        counts = []
+        for i in uniq.tolist():
+            key = keys[i] if 0 <= i < len(keys) else None
+            shape = key[0] if isinstance(key, tuple) and len(key) == 1 else None
+            counts.append(math.prod(int(d) for d in shape) if isinstance(shape, tuple) else -1)
+        return np.array(counts, dtype=np.int64)[inv.reshape(-1)]
 
 
 _NAN5 = (math.nan,) * 5

@@ -392,6 +392,8 @@ def settle_moved_ops(result: CompareResult, ref_tr: Any, cand_tr: Any) -> int:
 
 #: canonical ops whose two operands may be swapped without changing the result
 COMMUTATIVE = frozenset({"add", "add_ext", "mul", "maximum", "minimum"})
+#: at most this many op calls are tried (a real mistake fails their outputs: none qualify)
+_COMMUTED_CALLS = 256
 COMMUTED_NOTE = ("{n} op call(s) take their two operands in the other order (a commutative op; "
                  "its output agrees, e.g. gradient accumulation adding the micro-batches in "
                  "another order; operands paired crosswise): {where}")
@@ -428,18 +430,23 @@ def settle_commuted(result: CompareResult, ref_tr: Any, cand_tr: Any) -> int:
     order = np.argsort(table.call, kind="stable")
     starts = np.searchsorted(table.call[order], np.arange(len(calls) + 1))
     done: dict[str, str] = {}
+    tried = 0
     for ci in cand_calls:
         c = calls[ci]
         if c.level != "op" or c.op not in COMMUTATIVE or c.cand_op != c.op:
             continue
+        if tried >= _COMMUTED_CALLS:
+            break
         rows = order[starts[ci]:starts[ci + 1]]
         ins = [i for i in rows.tolist() if not table.is_out[i]]
         outs = [i for i in rows.tolist() if table.is_out[i]]
         if len(ins) != 2 or not outs or bad[outs].any():
             continue
         recs = [(table.refs[i], table.cands[i]) for i in ins]
-        if not all(r.has_payload and k.has_payload for r, k in recs):
+        if not all(r.has_payload and k.has_payload and r.numel <= _MOVED_NUMEL
+                   for r, k in recs):
             continue
+        tried += 1
         ps = [table.get(i) for i in ins]
         bounds = [float(p.metrics.get("noise_bound") or p.metrics.get("norm_tol") or p.rtol)
                   for p in ps]
