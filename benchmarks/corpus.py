@@ -298,6 +298,86 @@ def gru_rows() -> list[tuple[str, ...]]:
     return rows
 
 
+def both_rows(only: str | None, depth: int) -> list[tuple[str, ...]]:
+    """The faithful and equivalent-rewrite rows at ``--level both`` (issue 28: op level is never
+    worse than module level): compare pairs captured at both levels (the mindcv zoo
+    MobileNetV2 and DenseNet, a tanh GELU as one op against its formula), and ``netparity
+    step`` pairs (ResNet, the MindSpore ViT and LLaMA ports, GPT-2 with the loss written out,
+    ConvNeXt in float64). The GRU and U-Net families hold their own ``both`` rows."""
+    rows: list[tuple[str, ...]] = []
+    if only in (None, "zoo", "densenet", "gelu"):
+        rows += _compare_both_rows(only)
+    step_cases: list[tuple[str, str, str, str, dict, dict]] = []
+    if only in (None, "resnet"):
+        step_cases.append((f"resnet{depth} torch->mindspore", "faithful",
+                           "netparity.examples.resnet.specs.torch_spec",
+                           "netparity.examples.resnet.specs.ms_spec",
+                           {"depth": depth, "batch_size": 2, "image_size": 56, "lr_max": 1e-3},
+                           {"depth": depth, "batch_size": 2, "image_size": 56, "lr_max": 1e-3}))
+    if only in (None, "msvit"):
+        from tests.corpus import ms_vit_spec, vit_spec
+
+        step_cases.append(("vit timm -> mindspore port", "faithful", str(Path(vit_spec.__file__)),
+                           str(Path(ms_vit_spec.__file__)), {}, {}))
+    if only in (None, "llama"):
+        from tests.corpus import llama_spec, ms_llama_spec
+
+        step_cases.append(("llama transformers -> mindspore port", "faithful",
+                           str(Path(llama_spec.__file__)), str(Path(ms_llama_spec.__file__)),
+                           {}, {}))
+    if only in (None, "gpt2"):
+        from tests.corpus import gpt2_spec
+
+        spec = str(Path(gpt2_spec.__file__))
+        step_cases.append(("gpt2 transformers -> itself (torch)",
+                           "equivalent rewrite: the loss written out", spec, spec, {},
+                           {"hand_loss": True}))
+    if only in (None, "timmcnn"):
+        from tests.corpus import timm_cnn_spec
+
+        spec = str(Path(timm_cnn_spec.__file__))
+        arch = {"arch": "convnext_atto"}
+        step_cases.append(("timm convnext_atto -> itself (torch)", "faithful float64 candidate",
+                           spec, spec, arch, {**arch, "dtype": "float64"}))
+    for pair, name, ref, cand, ropt, copt in step_cases:
+        rows += _step_rows(pair, ref, cand, [(name, ropt, copt, "both")], {})
+    return rows
+
+
+def _compare_both_rows(only: str | None) -> list[tuple[str, ...]]:
+    """Faithful compare pairs captured at both levels, compared at ``--level both``."""
+    from tests.corpus import densenet_pair, gelu_pair, zoo_pair
+
+    import netparity
+
+    families = [("zoo", "mobilenet_v2 tv -> mindcv (mindspore)", zoo_pair, zoo_pair.zoo_model,
+                 zoo_pair.capture_zoo),
+                ("densenet", "densenet tv -> mindcv (mindspore)", densenet_pair,
+                 densenet_pair.zoo_model, densenet_pair.capture_zoo),
+                ("gelu", "tanh GELU op -> its formula (mindspore)", gelu_pair,
+                 gelu_pair.ms_model, gelu_pair.capture_ms)]
+    rows = []
+    for key, pair, mod, make, capture in families:
+        if only not in (None, key):
+            continue
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as d:
+            ref = mod.torch_model()
+            mod.capture_torch(ref, Path(d) / "ref", level="both")
+            cand = make(None)
+            mod.load_weights(ref, cand)
+            capture(cand, Path(d) / "cand", level="both")
+            res = netparity.compare(Path(d) / "ref", Path(d) / "cand", level="both")
+        fd = res.first_divergence
+        got = (None, None, None) if res else (
+            fd.direction if fd else "params", fd.module if fd else "", fd.step if fd else 0)
+        want = (None, None, None)
+        rows.append((pair, "faithful", "both", _fmt(want), _fmt(got), _verdict(want, got),
+                     f"{time.perf_counter() - t0:.0f} s"))
+        print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
 def _fmt(t: tuple) -> str:
     return "pass" if t[0] is None else f"{t[0]} @ {t[1]} (step {t[2]})"
 
@@ -314,13 +394,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--depth", type=int, default=18)
     ap.add_argument("--only", choices=("resnet", "mobilenet", "zoo", "vit", "msvit", "gpt2",
-                                       "llama", "timmcnn", "gru", "seg"))
+                                       "llama", "timmcnn", "gru", "seg", "densenet", "gelu"))
     ap.add_argument("--op", action="store_true",
                     help="also op level (ResNet, the MindSpore ViT and LLaMA ports)")
     ap.add_argument("--bugs", help="comma-separated subset of the demo bugs")
+    ap.add_argument("--both", action="store_true",
+                    help="only the faithful and equivalent-rewrite rows at --level both "
+                         "(with --only: one family; also densenet, gelu)")
     args = ap.parse_args()
     print("pair | case | level | expected | netparity said | verdict | time")
     rows = []
+    if args.both:
+        rows += both_rows(args.only, args.depth)
+        args.only = "none"  # nothing else
     if args.only in (None, "gru"):
         rows += gru_rows()
     if args.only in (None, "seg"):

@@ -25,7 +25,7 @@ def _mlp():
     return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
 
 
-def _accumulate(path, second_first):
+def _accumulate(path, second_first, level="module"):
     """Two micro-batches through one model per step; ``second_first``: micro-batch 2's
     backward runs before micro-batch 1's."""
     g = torch.Generator().manual_seed(1)
@@ -33,7 +33,7 @@ def _accumulate(path, second_first):
     y1, y2 = torch.randn(4, 4, generator=g), torch.randn(4, 4, generator=g)
     m = _mlp()
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
-    with netparity.capture(m, str(path), level="module", payload="tensors",
+    with netparity.capture(m, str(path), level=level, payload="tensors",
                            optimizer=opt) as cap:
         l1 = nn.functional.mse_loss(m(x1), y1)
         l2 = nn.functional.mse_loss(m(x2), y2)

@@ -23,7 +23,8 @@ from netparity.ckpt.mapping import map_names, state_of  # noqa: E402
 def _capture_step(model, path, x, y):
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     model.train()
-    with netparity.capture(model, str(path), payload="tensors", optimizer=opt) as cap:
+    with netparity.capture(model, str(path), payload="tensors", optimizer=opt,
+                           level="both") as cap:
         torch.manual_seed(1)  # the same dropout mask on both sides
         loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
@@ -63,19 +64,22 @@ def test_checkpoint_map_pairs_a_reorganised_tree_from_the_two_files_alone():
     assert not missing and not nm.ambiguous, (missing[:5], list(nm.ambiguous)[:5])
 
 
-def test_faithful_port_with_another_tree_passes(pair_traces):
-    r = netparity.compare(pair_traces["ref"], pair_traces["clean"])
+@pytest.mark.parametrize("level", ["module", "both"])
+def test_faithful_port_with_another_tree_passes(pair_traces, level):
+    r = netparity.compare(pair_traces["ref"], pair_traces["clean"], level=level)
     assert r, [(p.key, p.status, p.reason) for p in r.all_pairs() if p.status != "pass"][:5]
     assert r.counts()["warn"] == 0
     # the blocks pair with their shifted counterparts, not by index
-    by_module = {c.module: c.cand_module for c in r.calls if c.direction == "forward"}
+    by_module = {c.module: c.cand_module for c in r.calls if c.direction == "forward"
+                 and c.level == "module"}
     assert by_module["features.1"] == "features.3"
     assert by_module["features.17"] == "features.19"
     assert by_module["features.1.conv.0.0"] == "features.3.dw.0"
 
 
-def test_one_layer_mistake_is_named_at_that_layer(pair_traces):
-    r = netparity.compare(pair_traces["ref"], pair_traces["bn-eps"])
+@pytest.mark.parametrize("level", ["module", "both"])
+def test_one_layer_mistake_is_named_at_that_layer(pair_traces, level):
+    r = netparity.compare(pair_traces["ref"], pair_traces["bn-eps"], level=level)
     assert not r
     d = r.first_divergence
     assert d.verdict == "introduced" and d.status == "fail"

@@ -38,7 +38,14 @@ def torch_model() -> Any:
     from tests.corpus.models import torchvision_models
 
     torch.manual_seed(0)
-    model = torchvision_models().mobilenet_v2(num_classes=CLASSES)
+    return randomise_batchnorms(torchvision_models().mobilenet_v2(num_classes=CLASSES))
+
+
+def randomise_batchnorms(model: Any) -> Any:
+    """``model`` in eval mode, its BatchNorms given random affine parameters and running
+    statistics (seed 1)."""
+    import torch
+
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for m in model.modules():
@@ -90,21 +97,26 @@ def inputs() -> np.ndarray:
     return np.random.default_rng(0).standard_normal((2, 3, SIZE, SIZE)).astype(np.float32)
 
 
-def capture_torch(model: Any, path: Path) -> None:
+def capture_torch(model: Any, path: Path, level: str = "module",
+                  x: np.ndarray | None = None) -> None:
     import torch
 
     import netparity
 
-    with torch.no_grad(), netparity.capture(model, str(path), payload="tensors") as cap:
-        model(torch.from_numpy(inputs()))
+    x = inputs() if x is None else x
+    with torch.no_grad(), netparity.capture(model, str(path), payload="tensors",
+                                            level=level) as cap:
+        model(torch.from_numpy(x))
         cap.step()
 
 
-def capture_zoo(model: Any, path: Path) -> None:
+def capture_zoo(model: Any, path: Path, level: str = "module",
+                x: np.ndarray | None = None) -> None:
     import mindspore as ms
 
     import netparity
 
-    with netparity.capture(model, str(path), payload="tensors") as cap:
-        model(ms.Tensor(inputs()))
+    x = inputs() if x is None else x
+    with netparity.capture(model, str(path), payload="tensors", level=level) as cap:
+        model(ms.Tensor(x))
         cap.step()

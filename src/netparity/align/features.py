@@ -75,6 +75,21 @@ class Interner:
             i = self.ids[v] = len(self.ids)
         return i
 
+    def numels(self, ids: np.ndarray) -> np.ndarray:
+        """Element count of each interned first-shape key ``(shape,)`` of ``ids`` (-1 where
+        the key holds no shape: a call without inputs or outputs)."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if not len(ids):
+            return np.zeros(0, dtype=np.int64)
+        keys = list(self.ids)
+        uniq, inv = np.unique(ids, return_inverse=True)  # a few dozen distinct shapes
+        counts = []
+        for i in uniq.tolist():
+            key = keys[i] if 0 <= i < len(keys) else None
+            shape = key[0] if isinstance(key, tuple) and len(key) == 1 else None
+            counts.append(math.prod(int(d) for d in shape) if isinstance(shape, tuple) else -1)
+        return np.array(counts, dtype=np.int64)[inv.reshape(-1)]
+
 
 _NAN5 = (math.nan,) * 5
 
@@ -137,6 +152,9 @@ class Feats:
     #: a trace-backed builder fetches them on demand instead of reading every input record
     first_inputs: Callable[[np.ndarray], np.ndarray]
     anchor_keys: list[np.ndarray] | None = None  # cached by netparity.align.seq
+    #: element counts of the first output and the primary input (-1: none; None: unknown)
+    out_numel: np.ndarray | None = None
+    in_numel: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.name)
@@ -156,7 +174,9 @@ class Feats:
         return Feats(self.name[idx], self.sig[idx], self.shp[idx], self.out_shape[idx],
                      self.in_shape[idx], self.stats[idx], self.bucket[idx], self.leaf[idx],
                      self.names[idx], self.natives[idx], self.view[idx],
-                     _Subset(self.first_inputs, idx))
+                     _Subset(self.first_inputs, idx), None,
+                     None if self.out_numel is None else self.out_numel[idx],
+                     None if self.in_numel is None else self.in_numel[idx])
 
 
 class _Subset:
@@ -177,9 +197,10 @@ class _Subset:
 def make_feats(sigs: list[SigIds] | np.ndarray, leaf_ids: np.ndarray, stats: np.ndarray,
                names: np.ndarray, natives: np.ndarray,
                first_inputs: Callable[[np.ndarray], np.ndarray],
-               view: np.ndarray | None = None) -> Feats:
+               view: np.ndarray | None = None, ids: Interner | None = None) -> Feats:
     """Assemble :class:`Feats` from per-call signature ids and first-output statistics;
-    ``view`` (:func:`is_view_op` of each name) is computed here when not given."""
+    ``view`` (:func:`is_view_op` of each name) is computed here when not given; ``ids``, the
+    interner of the signatures, gives the element counts (:attr:`Feats.out_numel`)."""
     n = len(stats)
     s = np.array(sigs, dtype=np.int64).reshape(n, 5)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -190,9 +211,10 @@ def make_feats(sigs: list[SigIds] | np.ndarray, leaf_ids: np.ndarray, stats: np.
         view = np.array([known[op] if op in known else known.setdefault(op, is_view_op(op))
                          for op in names.tolist()], dtype=bool)
     view = np.asarray(view, dtype=bool).reshape(n)
+    numel = (None, None) if ids is None else (ids.numels(s[:, 3]), ids.numels(s[:, 4]))
     return Feats(s[:, 0].copy(), s[:, 2].copy(), s[:, 1].copy(), s[:, 3].copy(), s[:, 4].copy(),
                  stats, bucket, np.asarray(leaf_ids, dtype=np.int64), names, natives, view,
-                 first_inputs)
+                 first_inputs, None, numel[0], numel[1])
 
 
 def object_array(values: list[Any]) -> np.ndarray:
@@ -255,7 +277,7 @@ def build_feats(calls: list[Call], ids: Interner) -> Feats:
 
     natives = native_names([c.native for c in calls], names)
     return make_feats(sigs, np.array(lf, dtype=np.int64), stats_rows(st), object_array(names),
-                      object_array(natives), first_inputs)
+                      object_array(natives), first_inputs, ids=ids)
 
 
 def lead_input(call: Call) -> Record | None:
@@ -356,7 +378,22 @@ def pair_costs(A: Feats, ia: np.ndarray, B: Feats, ib: np.ndarray,
         return np.where(d > STATS_VETO, np.inf, c), d
     veto = (d > STATS_VETO) | (A.view[ia] != B.view[ib])
     veto |= (na != nb) & (d >= SCALAR_LIMIT) & single_valued(sa) & single_valued(sb)
+    veto |= other_sizes(A, ia, B, ib, na != nb)
     return np.where(veto, np.inf, c), d
+
+
+def other_sizes(A: Feats, ia: np.ndarray, B: Feats, ib: np.ndarray,
+                other_op: np.ndarray) -> np.ndarray | bool:
+    """Op pairs that hold tensors of different sizes and are not one op with a shape bug:
+    first outputs of different element counts, and either different ops or primary inputs of
+    different element counts too. Such ops are never the same computation (a tanh GELU's
+    ``add`` against a linear layer's bias ``add`` of another width); one op whose output alone
+    changed size from the same input (a padding bug) is still paired, to be reported."""
+    if A.out_numel is None or B.out_numel is None or A.in_numel is None or B.in_numel is None:
+        return False
+    oa, ob = A.out_numel[ia], B.out_numel[ib]
+    other_in = A.in_numel[ia] != B.in_numel[ib]
+    return np.asarray((oa != ob) & (oa >= 0) & (ob >= 0) & (other_op | other_in))
 
 
 def single_valued(stats: np.ndarray) -> np.ndarray:

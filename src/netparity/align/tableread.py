@@ -327,7 +327,8 @@ def read_table(
     leaves = _leaves(info, pools)
     natives = native_names_coded(info.native.codes, info.native.values, ops)
     feats = make_feats(sigs, leaves, stats.openings(fo), ops, natives,
-                       _FirstInputs(stats, primary), view=info.op.map(is_view_op, dtype=bool))
+                       _FirstInputs(stats, primary), view=info.op.map(is_view_op, dtype=bool),
+                       ids=pools.ids)
     seq_at = np.where(fi >= 0, fi, fo)
     seq = np.where(seq_at >= 0, rec.seq[np.maximum(seq_at, 0)], -1) if len(seq_at) else seq_at
     source = RecordSource(trace, rank, step, direction, kinds)

@@ -36,6 +36,7 @@ from netparity.compare.metrics import (
 )
 from netparity.compare.noise import NOISE_K, calibrate
 from netparity.compare.pairtable import PairTable, make_pair, pair_key
+from netparity.compare.restructured import settle_commuted, settle_moved_ops
 from netparity.compare.results import CallResult, CompareResult, PairResult
 from netparity.compare.tolerances import Tol, Tolerances, lower_precision
 from netparity.compare.verdicts import AMPLIFICATION, judge, judge_fp64, judge_stats
@@ -956,6 +957,9 @@ def compare(
         calibrate(result, compare(ref_tr, noise_tr, level=level, steps=steps, rank=rank,
                                   profile="same", workers=workers), noise_k)
         result.settings["noise_run"] = str(noise_tr.path)
+    # a parameter-free op applied on the other side of a module boundary is not a divergence
+    settle_moved_ops(result, ref_tr, cand_tr)
+    settle_commuted(result, ref_tr, cand_tr)  # a commutative op's operands in the other order
     if len(table) + len(pjobs) >= _FREEZE_PAIRS:
         # The collector was paused while ~10^6 objects were made; once it runs again, its
         # young-generation passes would walk all of them two or three times over (seconds, in

@@ -257,3 +257,215 @@ def _drop_pairs(result: CompareResult, gone: dict[str, str]) -> None:
         result.set_table(table.subset(keep, np.arange(len(result.calls))))
     else:
         result.pairs = [p for p in result.pairs if p.key not in gone]
+
+
+# ---- parameter-free ops moved across a module boundary --------------------------------------
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """``erf`` to 1.5e-7 (Abramowitz and Stegun 7.1.26; NumPy has none)."""
+    s, a = np.sign(x), np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027
+                                                                          + t * 1.061405429))))
+    return s * (1.0 - poly * np.exp(-a * a))
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0)))
+
+
+#: parameter-free elementwise ops a port may apply on the other side of a container boundary
+#: (torchvision's DenseNet: the final ReLU after ``features``; mindcv's: inside it)
+MOVABLE: dict[str, Any] = {
+    "relu": lambda x: np.maximum(x, 0.0),
+    "relu6": lambda x: np.clip(x, 0.0, 6.0),
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "tanh": np.tanh,
+    "silu": lambda x: x / (1.0 + np.exp(-x)),
+    "gelu": _gelu,
+    "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(0.7978845608028654
+                                                    * (x + 0.044715 * x ** 3))),
+    "hardswish": lambda x: x * np.clip(x + 3.0, 0.0, 6.0) / 6.0,
+    "hardsigmoid": lambda x: np.clip(x + 3.0, 0.0, 6.0) / 6.0,
+}
+#: at most this many failing module outputs are tried, each up to this many elements
+_MOVED_PAIRS, _MOVED_NUMEL = 64, 1 << 24
+MOVED_NOTE = ("{n} module output(s) agree once a parameter-free op is applied: the op runs "
+              "on the other side of the module's boundary on one side (moved, not a "
+              "divergence; the enclosing module's outputs agree): {where}")
+
+
+def _moved_op(ref: np.ndarray, cand: np.ndarray, bound: float) -> str | None:
+    """``"<op> on the reference"`` / ``"... on the candidate"`` when applying a
+    :data:`MOVABLE` op to one side's output makes the two agree within ``bound`` (normwise
+    relative error against the other side), else ``None``."""
+    a = np.asarray(ref, dtype=np.float64).reshape(-1)
+    b = np.asarray(cand, dtype=np.float64).reshape(-1)
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return None
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for name, f in MOVABLE.items():
+            for side, x, y in (("reference", a, b), ("candidate", b, a)):
+                fx = f(x)
+                scale = float(np.sqrt(np.mean(y * y))) if y.size else 0.0
+                if scale > 0 and float(np.sqrt(np.mean((fx - y) ** 2))) <= bound * scale:
+                    return f"{name} on the {side}"
+    return None
+
+
+def _ancestor_call(c: CallResult, scope: list[int], calls: list[CallResult]) -> int:
+    """Position of the innermost module call strictly enclosing ``c`` (an ancestor path that
+    finishes after it, the first to finish among equals), or -1."""
+    best, best_key = -1, (-1, 0)
+    for i in scope:
+        a = calls[i]
+        m = a.module
+        if a.order <= c.order or not (m == "" or c.module.startswith(m + ".")):
+            continue
+        key = (len(m), -a.order)
+        if key > best_key:
+            best, best_key = i, key
+    return best
+
+
+def settle_moved_ops(result: CompareResult, ref_tr: Any, cand_tr: Any) -> int:
+    """Re-judge forward module outputs that differ only by a parameter-free op moved across
+    the module's boundary (torchvision's DenseNet applies its final ReLU functionally after
+    ``features``, mindcv's inside it): a failing/warning forward output pair of a module call
+    (tensors on both sides, equal shapes) passes, with a reason, when one :data:`MOVABLE` op
+    applied to one side's output makes it agree with the other within the pair's own bound,
+    and the innermost enclosing module call (same step, rank, forward) has compared outputs
+    that all agree -- the consumer sees the same values once the op is applied. A port that
+    *adds* an activation the reference never applies makes the enclosing outputs differ, so
+    it stays a failure. Returns how many pairs were re-judged."""
+    table = result.table
+    calls = result.calls
+    if table is None or not table.n:
+        return 0
+    table.refresh()
+    _, out_rank = _bad_calls(result)
+    cand_at = np.nonzero((table.code == 1) | (table.code == 2))[0]
+    scope: dict[tuple[Any, ...], list[int]] = {}
+    for i, c in enumerate(calls):
+        if c.level == "module":
+            scope.setdefault((c.step, c.rank, c.direction), []).append(i)
+    done: dict[str, str] = {}
+    tried = 0
+    for i in cand_at.tolist():
+        if not table.is_out[i] or tried >= _MOVED_PAIRS:
+            continue
+        ci = int(table.call[i])
+        c = calls[ci]
+        if c.level != "module" or c.direction != "forward" or not c.module:
+            continue
+        j = _ancestor_call(c, scope.get((c.step, c.rank, c.direction), []), calls)
+        if j < 0 or out_rank[j] != 0:
+            continue
+        r, k = table.refs[i], table.cands[i]
+        if (not (r.has_payload and k.has_payload) or list(r.shape) != list(k.shape)
+                or r.numel > _MOVED_NUMEL):
+            continue
+        p = table.get(i)
+        m = p.metrics
+        bound = float(m.get("noise_bound") or m.get("norm_tol") or p.rtol)
+        tried += 1
+        how = _moved_op(ref_tr.tensor(r), cand_tr.tensor(k), bound)
+        if how is None:
+            continue
+        p.status = "pass"
+        op, side = how.split(" on the ")
+        p.reason = (f"agrees once {op} is applied to the {side}'s output: a parameter-free op "
+                    "moved across the module boundary")
+        m["moved_op"] = how
+        done[p.key] = c.module
+    if not done:
+        return 0
+    table.refresh()
+    names = list(dict.fromkeys(done.values()))
+    result.notes.append(MOVED_NOTE.format(
+        n=len(done), where=", ".join(names[:5])
+        + (f" and {len(names) - 5} more" if len(names) > 5 else "")))
+    return len(done)
+
+
+# ---- operands of a commutative op in the other order ------------------------------------------
+
+#: canonical ops whose two operands may be swapped without changing the result
+COMMUTATIVE = frozenset({"add", "add_ext", "mul", "maximum", "minimum"})
+#: at most this many op calls are tried (a real mistake fails their outputs: none qualify)
+_COMMUTED_CALLS = 256
+COMMUTED_NOTE = ("{n} op call(s) take their two operands in the other order (a commutative op; "
+                 "its output agrees, e.g. gradient accumulation adding the micro-batches in "
+                 "another order; operands paired crosswise): {where}")
+
+
+def _close(a: np.ndarray, b: np.ndarray, bound: float) -> bool:
+    """``b`` agrees with ``a`` within ``bound`` (normwise relative, equal shapes)."""
+    if a.shape != b.shape:
+        return False
+    x = np.asarray(a, dtype=np.float64).reshape(-1)
+    y = np.asarray(b, dtype=np.float64).reshape(-1)
+    scale = float(np.sqrt(np.mean(x * x))) if x.size else 0.0
+    err = float(np.sqrt(np.mean((x - y) ** 2))) if x.size else 0.0
+    return bool(np.isfinite(err)) and err <= bound * scale if scale > 0 else err == 0.0
+
+
+def settle_commuted(result: CompareResult, ref_tr: Any, cand_tr: Any) -> int:
+    """Re-judge the operands of commutative op calls (:data:`COMMUTATIVE`) taken in the other
+    order: a call with exactly two input pairs, at least one failing or warning, whose output
+    pairs all pass, passes its inputs with a reason when the reference's first operand agrees
+    with the candidate's second and the second with the first (tensors on both sides, each
+    within the pair's own bound). A gradient accumulated over micro-batches run in another
+    order adds the same partial sums the other way round. Returns how many pairs were
+    re-judged."""
+    table = result.table
+    calls = result.calls
+    if table is None or not table.n:
+        return 0
+    table.refresh()
+    bad = (table.code == 1) | (table.code == 2)
+    cand_calls = np.unique(table.call[bad & ~table.is_out]).tolist()
+    if not cand_calls:
+        return 0
+    order = np.argsort(table.call, kind="stable")
+    starts = np.searchsorted(table.call[order], np.arange(len(calls) + 1))
+    done: dict[str, str] = {}
+    tried = 0
+    for ci in cand_calls:
+        c = calls[ci]
+        if c.level != "op" or c.op not in COMMUTATIVE or c.cand_op != c.op:
+            continue
+        if tried >= _COMMUTED_CALLS:
+            break
+        rows = order[starts[ci]:starts[ci + 1]]
+        ins = [i for i in rows.tolist() if not table.is_out[i]]
+        outs = [i for i in rows.tolist() if table.is_out[i]]
+        if len(ins) != 2 or not outs or bad[outs].any():
+            continue
+        recs = [(table.refs[i], table.cands[i]) for i in ins]
+        if not all(r.has_payload and k.has_payload and r.numel <= _MOVED_NUMEL
+                   for r, k in recs):
+            continue
+        tried += 1
+        ps = [table.get(i) for i in ins]
+        bounds = [float(p.metrics.get("noise_bound") or p.metrics.get("norm_tol") or p.rtol)
+                  for p in ps]
+        (r0, k0), (r1, k1) = recs
+        a0, a1 = ref_tr.tensor(r0), ref_tr.tensor(r1)
+        b0, b1 = cand_tr.tensor(k0), cand_tr.tensor(k1)
+        if not (_close(a0, b1, bounds[0]) and _close(a1, b0, bounds[1])):
+            continue
+        for p in ps:
+            p.status = "pass"
+            p.reason = ("the operands of a commutative op in the other order: agrees with the "
+                        "candidate's other operand")
+            p.metrics["commuted"] = True
+            done[p.key] = c.module or "<root>"
+    if not done:
+        return 0
+    table.refresh()
+    names = list(dict.fromkeys(done.values()))
+    result.notes.append(COMMUTED_NOTE.format(
+        n=len(done) // 2, where=", ".join(names[:5])
+        + (f" and {len(names) - 5} more" if len(names) > 5 else "")))
+    return len(done)
