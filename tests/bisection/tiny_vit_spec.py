@@ -1,4 +1,4 @@
-"""A spec for ``netparity bisect`` / ``step``: a small pre-norm transformer classifier (65
+"""A spec for ``netparity bisect`` / ``step``: a small pre-norm transformer classifier (77
 modules: 6 blocks of LayerNorm, attention with its own softmax, LayerNorm, GELU MLP), float32,
 with dropout in its attention and MLP (pinned by bisect).
 
