@@ -32,7 +32,12 @@ Pairs:
 
 Run (a few minutes per ResNet pair on 2 cores):
     .venv/bin/python benchmarks/corpus.py [--depth 18]
-        [--only resnet|mobilenet|zoo|vit|msvit|gpt2|llama|timmcnn|gru|seg] [--op]
+        [--only resnet|mobilenet|zoo|vit|msvit|gpt2|llama|timmcnn|gru|seg|bisect] [--op]
+
+``--only bisect``: ``netparity bisect`` on injected precision losses (a float16 LayerNorm, a
+float16 softmax inside an attention, bfloat16 autocast everywhere in a 77-module transformer;
+the ResNet-18 demo pair's same-pad and relu-approx port bugs, PyTorch -> MindSpore): the region
+named, and the runs it took against the bound 2 * log2(modules) + 2.
 """
 
 from __future__ import annotations
@@ -378,6 +383,41 @@ def _compare_both_rows(only: str | None) -> list[tuple[str, ...]]:
     return rows
 
 
+def bisect_rows() -> list[tuple[str, ...]]:
+    """``netparity bisect`` cases: (pair, case, "module", expected region, region named,
+    verdict, time and runs)."""
+    from netparity.bisect import run_bisect
+
+    tiny = str(ROOT / "tests" / "bisection" / "tiny_vit_spec.py")
+    resnet = "netparity.examples.resnet.specs."
+    cases = [
+        ("tiny transformer fp32->fp32", tiny, tiny, {"gain": 8}, {}, None),
+        ("tiny transformer fp32->fp16 LayerNorm", tiny, tiny, {"gain": 8},
+         {"lowp_norm": "blocks.4.norm2"}, "blocks.4.norm2"),
+        ("tiny transformer fp32->fp16 softmax", tiny, tiny, {"gain": 8},
+         {"lowp_softmax": "blocks.2.attn"}, "blocks.2.attn"),
+        ("tiny transformer fp32->bf16 autocast", tiny, tiny, {"gain": 8},
+         {"autocast": "bfloat16"}, "embed"),
+        ("ResNet-18 torch->MindSpore same-pad", resnet + "torch_spec", resnet + "ms_spec",
+         {"image_size": 32}, {"bug": "same-pad"}, "layer2.0.conv1"),
+        ("ResNet-18 torch->MindSpore relu-approx", resnet + "torch_spec", resnet + "ms_spec",
+         {"image_size": 32}, {"bug": "relu-approx"}, "layer1.0.relu"),
+    ]
+    rows = []
+    for name, ref, cand, opts, cand_opts, want in cases:
+        t0 = time.perf_counter()
+        r = run_bisect(ref, cand, options=opts, cand_options=cand_opts)
+        got = r.region
+        ok = "ok" if got == want and r.runs_total <= r.budget else (
+            "FALSE ALARM" if want is None else "MISS" if got is None else "WRONG PLACE")
+        rows.append((name, "faithful" if want is None else f"injected at {want}", "module",
+                     str(want), f"{r.verdict} {got or ''}".strip(), ok,
+                     f"{time.perf_counter() - t0:.0f} s, {r.runs_total} runs "
+                     f"(bound {r.budget:.1f}, {r.modules} modules)"))
+        print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
 def _fmt(t: tuple) -> str:
     return "pass" if t[0] is None else f"{t[0]} @ {t[1]} (step {t[2]})"
 
@@ -394,7 +434,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--depth", type=int, default=18)
     ap.add_argument("--only", choices=("resnet", "mobilenet", "zoo", "vit", "msvit", "gpt2",
-                                       "llama", "timmcnn", "gru", "seg", "densenet", "gelu"))
+                                       "llama", "timmcnn", "gru", "seg", "densenet", "gelu",
+                                       "bisect"))
     ap.add_argument("--op", action="store_true",
                     help="also op level (ResNet, the MindSpore ViT and LLaMA ports)")
     ap.add_argument("--bugs", help="comma-separated subset of the demo bugs")
@@ -425,6 +466,8 @@ def main() -> int:
         rows += vit_rows(ms=True, op=args.op)
     if args.only in (None, "llama"):
         rows += llama_rows(op=args.op)
+    if args.only in (None, "bisect"):
+        rows += bisect_rows()
     if args.only in (None, "resnet"):
         rows += resnet_rows(args.depth, args.op, args.bugs.split(",") if args.bugs else None)
     faithful = [r for r in rows if r[1].startswith(("faithful", "equivalent"))]

@@ -26,7 +26,7 @@ RANK: dict[str, int] = {
     "compare": 6,
     "analyzers": 7, "scan": 7,
     "report": 8,
-    "workflow": 9, "examples": 9,
+    "workflow": 9, "examples": 9, "bisect": 9,
     "cli": 10,
 }
 EXEMPT = {"__init__", "__main__"}  # the package's facade sits on top of everything

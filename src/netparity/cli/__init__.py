@@ -37,6 +37,7 @@ COMMANDS = (
     "netparity.cli.perf_cmd",
     "netparity.cli.view_cmd",
     "netparity.cli.precision_cmd",
+    "netparity.cli.bisect_cmd",
 )
 
 
