@@ -324,14 +324,19 @@ def tp_rows() -> list[tuple[str, ...]]:
             t1 = time.perf_counter()
             with open_trace(Path(d) / "ref") as ref, open_trace(Path(d) / str(bug)) as cand, \
                     merged_sides(ref, cand) as (r, c, _):
-                res = compare(r, c)
-            fd = res.first_divergence
-            got = (None, None, None) if res else (
-                fd.direction if fd else "params", fd.module if fd else "", fd.step if fd else 0)
+                got = _said(compare(r, c))
             rows.append(("TP-2 block (gloo) -> unsharded", name, "module", _fmt(want), _fmt(got),
                          _verdict(want, got), f"{per + time.perf_counter() - t1:.0f} s"))
             print(" | ".join(rows[-1]), flush=True)
     return rows
+
+
+def _said(res: object) -> tuple:
+    """(direction, module, step) of a result's first divergence; Nones when it passes."""
+    if res:
+        return (None, None, None)
+    fd = getattr(res, "first_divergence", None)
+    return (fd.direction, fd.module, fd.step) if fd else ("params", "", 0)
 
 
 def _fmt(t: tuple) -> str:
