@@ -28,11 +28,15 @@ Pairs:
 * a PyTorch U-Net (ConvTranspose, bilinear upsample, concatenation skips, ignore-index
   cross-entropy, warm-up + cosine LR stepped every iteration) -> an independent MindSpore port,
   through ``netparity step``: faithful (dynamic LR list, and a schedule cell) and an equivalent
-  rewrite at module and both levels, four port mistakes (``tests/corpus/seg_pair.py``).
+  rewrite at module and both levels, four port mistakes (``tests/corpus/seg_pair.py``);
+* a transformer block with tensor parallelism 2 (two gloo processes, column/row-parallel
+  linears; ``netparity.examples.tp_block``) -> the same block unsharded on one process, ranks
+  merged by the layout the capture recorded: faithful, rank 1's fc1 shard with a wrong bias,
+  fc2 not all-reduced, fc2 divided by the world size twice.
 
 Run (a few minutes per ResNet pair on 2 cores):
     .venv/bin/python benchmarks/corpus.py [--depth 18]
-        [--only resnet|mobilenet|zoo|vit|msvit|gpt2|llama|timmcnn|gru|seg|bisect] [--op]
+        [--only resnet|mobilenet|zoo|vit|msvit|gpt2|llama|timmcnn|gru|seg|bisect|tp] [--op]
 
 ``--only bisect``: ``netparity bisect`` on injected precision losses (a float16 LayerNorm, a
 float16 softmax inside an attention, bfloat16 autocast everywhere in a 77-module transformer;
@@ -418,6 +422,43 @@ def bisect_rows() -> list[tuple[str, ...]]:
     return rows
 
 
+def tp_rows() -> list[tuple[str, ...]]:
+    """A TP-2 transformer block (2 gloo processes) against the block unsharded, its ranks
+    merged by the recorded layout (``compare.shards``): faithful, three TP mistakes."""
+    from netparity.analyzers.divergence import compare
+    from netparity.compare.shards import merged_sides
+    from netparity.examples import tp_block
+    from netparity.trace import open_trace
+
+    cases = {None: ("faithful", (None, None, None)),
+             "bias": ("rank 1 fc1 shard bias +0.5", ("forward", "mlp.fc1", 0)),
+             "no-allreduce": ("fc2 not all-reduced", ("forward", "mlp.fc2", 0)),
+             "twice": ("fc2 divided by world twice", ("forward", "mlp.fc2", 0))}
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        tp_block.run_ref(Path(d) / "ref")
+        tp_block.run_tps({b: Path(d) / str(b) for b in cases})
+        per = (time.perf_counter() - t0) / (len(cases) + 1)
+        for bug, (name, want) in cases.items():
+            t1 = time.perf_counter()
+            with open_trace(Path(d) / "ref") as ref, open_trace(Path(d) / str(bug)) as cand, \
+                    merged_sides(ref, cand) as (r, c, _):
+                got = _said(compare(r, c))
+            rows.append(("TP-2 block (gloo) -> unsharded", name, "module", _fmt(want), _fmt(got),
+                         _verdict(want, got), f"{per + time.perf_counter() - t1:.0f} s"))
+            print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
+def _said(res: object) -> tuple:
+    """(direction, module, step) of a result's first divergence; Nones when it passes."""
+    if res:
+        return (None, None, None)
+    fd = getattr(res, "first_divergence", None)
+    return (fd.direction, fd.module, fd.step) if fd else ("params", "", 0)
+
+
 def _fmt(t: tuple) -> str:
     return "pass" if t[0] is None else f"{t[0]} @ {t[1]} (step {t[2]})"
 
@@ -435,7 +476,7 @@ def main() -> int:
     ap.add_argument("--depth", type=int, default=18)
     ap.add_argument("--only", choices=("resnet", "mobilenet", "zoo", "vit", "msvit", "gpt2",
                                        "llama", "timmcnn", "gru", "seg", "densenet", "gelu",
-                                       "bisect"))
+                                       "bisect", "tp"))
     ap.add_argument("--op", action="store_true",
                     help="also op level (ResNet, the MindSpore ViT and LLaMA ports)")
     ap.add_argument("--bugs", help="comma-separated subset of the demo bugs")
@@ -448,6 +489,8 @@ def main() -> int:
     if args.both:
         rows += both_rows(args.only, args.depth)
         args.only = "none"  # nothing else
+    if args.only in (None, "tp"):
+        rows += tp_rows()
     if args.only in (None, "gru"):
         rows += gru_rows()
     if args.only in (None, "seg"):

@@ -45,6 +45,7 @@ __all__ = [
     "open_trace",
     "profile",
     "seed_everything",
+    "shard_layout",
 ]
 
 
@@ -103,6 +104,14 @@ def profile(model: Any, path: str, **kwargs: Any) -> Any:
     else:
         raise UsageError(f"netparity.profile supports PyTorch and MindSpore models, not {fw}")
     return _profile(model, path, **kwargs)
+
+
+def shard_layout(model: Any, layout: dict[str, Any]) -> Any:
+    """Record how ``model`` is sharded (tensor parallelism) in the traces its captures write;
+    see :func:`netparity.compare.shards.shard_layout`."""
+    from netparity.compare.shards import shard_layout as _layout
+
+    return _layout(model, layout)
 
 
 def seed_everything(seed: int, **kwargs: Any) -> dict[str, Any]:

@@ -43,6 +43,10 @@ def register(subparsers: Any) -> None:
     add_input(p, "ref", kind="trace", help="reference trace directory")
     add_input(p, "cand", kind="trace", help="candidate trace directory")
     add_input(p, "--mapping", metavar="FILE", help="YAML/JSON module/param name mapping")
+    add_input(p, "--shards", metavar="LAYOUT",
+              help="YAML/JSON shard layout {module glob: {parallel: column|row|split, dim: k}}: "
+              "merge the ranks of a tensor-parallel side into one before comparing (default: "
+              "the layout a capture recorded, netparity.shard_layout; docs/compare.md)")
     p.add_argument("--level", choices=("module", "op", "both"), default="module")
     p.add_argument("--steps", metavar="S", help="steps to compare, e.g. 0 or 0,2-4 (default all)")
     p.add_argument("--rank", type=INDEX, default=None,
@@ -96,6 +100,7 @@ def emit(result: Any, args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from netparity.analyzers.divergence import compare
     from netparity.cli._common import check_tolerance, check_traces, close_traces, parse_steps
+    from netparity.compare.shards import merged_sides, note_merges
     from netparity.compare.tolerances import parse_tol_arg
 
     steps = parse_steps(args.steps) if args.steps else None
@@ -106,13 +111,16 @@ def run(args: argparse.Namespace) -> int:
     traces = check_traces(args.ref, args.cand, args.fp64_ref, args.noise)
     ref, cand, fp64_ref, noise = traces
     try:
-        result = compare(
-            ref, cand, mapping=args.mapping, level=args.level, steps=steps,
-            rank=args.rank, rtol=args.rtol, atol=args.atol, tolerances=overrides,
-            fp64_ref=fp64_ref, k=args.k, profile=args.profile,
-            noise_run=noise, noise_k=args.noise_k,
-            progress=progress(args, console()),
-        )
+        with merged_sides(ref, cand, args.shards, level=args.level,
+                          rank=args.rank) as (ref_v, cand_v, merges):
+            result = compare(
+                ref_v, cand_v, mapping=args.mapping, level=args.level, steps=steps,
+                rank=args.rank, rtol=args.rtol, atol=args.atol, tolerances=overrides,
+                fp64_ref=fp64_ref, k=args.k, profile=args.profile,
+                noise_run=noise, noise_k=args.noise_k,
+                progress=progress(args, console()),
+            )
+            note_merges(result, merges)
         return emit(result, args)
     finally:
         close_traces(traces)

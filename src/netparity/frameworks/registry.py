@@ -123,6 +123,9 @@ def capture(model: Any, path: str | os.PathLike[str], **kwargs: Any) -> Any:
     except FrameworkError:
         raise FrameworkError(f"capture needs a model of an imported framework, got "
                              f"{type(model).__module__}.{type(model).__qualname__}") from None
+    layout = getattr(model, "_netparity_shard_layout", None)  # netparity.shard_layout
+    if layout is not None:
+        kwargs["manifest"] = {"shard_layout": layout, **(kwargs.get("manifest") or {})}
     return get_adapter(name).capture(model, path, **kwargs)
 
 
