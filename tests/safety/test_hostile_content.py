@@ -327,6 +327,7 @@ def _cli_out(*argv: str) -> tuple[int, str, str]:
 #: subcommands that print no text read from a file, or need a framework run (their output
 #: still goes through the one console: test_stdout_goes_through_the_console)
 NOT_RENDERED = {"run": "runs a script", "step": "runs two frameworks",
+                "bisect": "runs two specs",
                 "demo": "runs two frameworks", "msdump": "needs a MindSpore dump"}
 
 
@@ -359,7 +360,7 @@ def test_every_subcommand_prints_hostile_names_as_text(tmp_path):
         "perf": [("perf", str(perf))],
         "ckpt": [("ckpt", "show", str(ck)), ("ckpt", "map", str(ck), str(ck3)),
                  ("ckpt", "diff", str(ck), str(ck2))],
-        "scan": [("scan", str(src), "--no-verify")],
+        "scan": [("scan", str(src), "--no-verify", "--detail")],  # (lines: the roll-up names APIs)
         "export": [("export", str(a), "-o", str(tmp_path / "o[red]\x1b[2J.npz"))],
         "precision": [("precision", str(_hostile_op_trace(d / "ops")))],
         "view": [("view", str(a), str(b), "-o", str(tmp_path / "v[red]\x1b[2J.html"))],
