@@ -210,6 +210,11 @@ class StepRun:
     #: resynchronised later step's diverging modules (the workflow holds the models); evidence
     #: ``{"cleared": bool, "summary", "replay"}`` (:func:`netparity.analyzers.replay.refine`)
     replay_clear: Any = None
+    #: ``() -> path | None``: the reference's float64 run (run on first use), the golden floor of
+    #: parameter gradients replay cannot judge (:mod:`netparity.analyzers.golden`); why there
+    #: is none in ``golden_why``
+    golden: Any = None
+    golden_why: str = ""
 
 
 # ---- helpers ---------------------------------------------------------------------------------
@@ -1054,6 +1059,25 @@ def judge_later_steps(run: StepRun, mapping: dict[str, Any], order: dict[str, in
             explained.clear()
             found = later_step_divergence(rk, k, deltas, order, lr_k, lr_ck, cleared, scale,
                                           explained)
+        if found is not None and found[0] == "backward" and run.golden is not None \
+                and "backward" not in cleared:
+            # parameter gradients replay could not judge: the float64 golden floor
+            from netparity.analyzers.golden import clear_by_golden
+
+            judged = {o.get("module") for o in later.evidence.get("replay", [])
+                      if o.get("param_local") is not None}
+            gold = clear_by_golden(rk, k, run.golden, run.ref_trace, run.cand_trace,
+                                   run.noise_trace, ref_to_cand, judged)
+            if gold is not None:
+                later.evidence.setdefault("golden", []).append(gold)
+                explained.clear()
+                found = later_step_divergence(rk, k, deltas, order, lr_k, lr_ck, cleared,
+                                              scale, explained)
+                if found is not None and found[0] == "backward" and gold["beyond"]:
+                    e = next(x for x in gold["params"] if not x["within"])
+                    found = (*found[:2], f"{found[2]} (beyond its float64 golden floor: "
+                                         f"{e['cand_err']:.3g} from ref64 against "
+                                         f"{e['bound']:.3g})")
         if explained:
             later.evidence.setdefault("running_stats_by_input", []).extend(explained)
         if found is not None:
@@ -1075,6 +1099,12 @@ def judge_later_steps(run: StepRun, mapping: dict[str, Any], order: dict[str, in
         later.summary += (f"; {len(by_input)} BatchNorm running statistic(s) differ within what "
                           f"their layer's input difference makes (first: {by_input[0]['param']}, "
                           f"step {by_input[0]['step']})")
+    golds = [g for g in later.evidence.get("golden", []) if g["cleared"]]
+    if golds:
+        later.summary += (f"; {sum(len(g['cleared']) for g in golds)} parameter gradient(s) "
+                          f"replay could not judge (first: {golds[0]['cleared'][0]}, step "
+                          f"{golds[0]['step']}) are within the float64 golden floor "
+                          "(|cand - ref64| against the reference's |ref - ref64|)")
     replayed_steps = later.evidence.get("optimizer_replay_steps")
     if replayed_steps:
         later.summary += ("; updates judged by optimizer replay at step(s) "

@@ -203,6 +203,47 @@ def _noise_run(src: str, options: dict[str, Any], seed: int,
                       seed=seed)
 
 
+def _golden_run(src: str, options: dict[str, Any], seed: int,
+                batches: list[tuple[np.ndarray, np.ndarray]], path: Path, steps: int,
+                payload: str, starts: list[Any], progress: Progress) -> str | None:
+    """Capture a float64 run of the reference into ``path`` (the golden of
+    :mod:`netparity.analyzers.golden`); returns why there is none, or None.
+
+    A fresh, eager build of the reference spec (a ``compile`` option dropped) converted to
+    float64, fed the batches in float64; before step ``i`` its parameters and buffers are set to
+    ``starts[i]`` (the reference's state at the start of that step), so each step's gradients
+    are the float64 answer for the float32 run's weights and batch. PyTorch models only (a
+    module's ``double()``); a spec whose ``train_step`` casts its inputs to float32 cannot run in
+    float64 (said so)."""
+    from netparity.frameworks.models import set_weights
+    from netparity.seeding import seed_everything
+    from netparity.workflow.compiled import KEY
+
+    seed_everything(seed)
+    spec = load_spec(src, defaults={"steps": steps},
+                     **{k: v for k, v in options.items() if k != KEY})
+    double = getattr(spec.model, "double", None)
+    if spec.framework != "torch" or not callable(double):
+        return f"no float64 run of a {spec.framework} reference (PyTorch references only)"
+    double()  # in place: the optimizer keeps the same parameters
+    wide = [(np.asarray(x, np.float64) if np.asarray(x).dtype.kind == "f" else x, y)
+            for x, y in batches]
+
+    def start(i: int, cap: Any) -> None:
+        st = starts[i]
+        with cap.paused():
+            set_weights(spec.model, {k: np.asarray(v, np.float64) for k, v in st.items()
+                                     if st.dtypes.get(k) != "bfloat16"
+                                     and np.asarray(v).dtype.kind == "f"})
+
+    try:
+        _train(spec, wide, path, steps, "module", payload, progress, before_step=start,
+               seed=seed)
+    except UsageError as e:  # e.g. the spec's train_step casts its inputs to float32
+        return f"the reference's spec does not run in float64 ({e})"
+    return None
+
+
 def _free_run(src: str, options: dict[str, Any], seed: int,
               batches: list[tuple[np.ndarray, np.ndarray]], steps: int,
               init: tuple[dict[str, np.ndarray], dict[str, str]] | None = None,
@@ -473,6 +514,24 @@ def run_step_parity(
     else:
         run.eval_skipped = "no eval in the specs" if run_eval else "not asked"
 
+    golden_runs: dict[str, str | None] = {}
+
+    def golden() -> str | None:
+        """The float64 reference's trace, run on first use (None: none, ``run.golden_why``)."""
+        if "path" not in golden_runs:
+            why: str | None = "the reference was given as a built Spec (it cannot be rebuilt)"
+            if isinstance(ref_spec, str):
+                say.stage(f"float64 run of the reference ({ref.framework}): the golden floor",
+                          total=steps)
+                why = _golden_run(ref_spec, ref_opts, seed, batches, out / "ref-f64", steps,
+                                  payload, run.ref_starts, say)
+            golden_runs["path"] = None if why else str(out / "ref-f64")
+            run.golden_why = why or ""
+        return golden_runs["path"]
+
+    if payload == "tensors":
+        run.golden = golden
+
     def replay(result: StepResult) -> None:
         upd = result.phase("update")
         if result.compare_step0 is not None and upd.status == "pass" \
@@ -503,6 +562,7 @@ def run_step_parity(
                 # the step-0 comparison the report shows says what the phase says
                 result.compare_step0.clear(direction, "replay: every place the difference "
                                                       "could start reproduces the reference")
+        _golden_backward(result, run, golden)
         if level not in ("op", "both"):
             return
         from netparity.workflow.replay import replay_ops_step0
@@ -525,6 +585,29 @@ def run_step_parity(
     result = _finish(run, t0, say, replay)
     name_compiled_region(result, ref, cand, say)  # eager vs compiled: the compiled region
     return result
+
+
+def _golden_backward(result: StepResult, run: StepRun, golden: Callable[[], str | None]) -> None:
+    """Step 0's parameter gradients that still fail after replay and that replay could not
+    judge (a compiled candidate has no inner modules' tensors) are judged against the float64
+    golden floor (:mod:`netparity.analyzers.golden`)."""
+    from netparity.analyzers.golden import clear_by_golden, golden_phase
+    from netparity.analyzers.step import param_order
+
+    bwd, r0 = result.phase("backward"), result.compare_step0
+    if (bwd.status != "fail" or r0 is None or result.phase("forward").status == "fail"
+            or "introduced" in str(bwd.evidence.get("verdict", ""))
+            or run.ref_trace is None or run.cand_trace is None):
+        return
+    judged = {o.get("module") for o in bwd.evidence.get("replay", [])
+              if o.get("param_local") is not None}
+    ev = clear_by_golden(r0, 0, golden, run.ref_trace, run.cand_trace, run.noise_trace,
+                         run.setup.ref_to_cand(), judged)
+    if ev is not None:
+        golden_phase(bwd, ev, r0, param_order(r0))
+    elif run.golden_why:
+        bwd.evidence["golden"] = run.golden_why
+        bwd.summary += f"; no float64 golden floor: {run.golden_why}"
 
 
 def _replay_clear(run: StepRun, ref: Spec, cand: Spec, seed: int, say: Progress, step: int,
