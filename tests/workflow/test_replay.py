@@ -113,7 +113,7 @@ SPEC = textwrap.dedent('''
               dampening=0.0, loss_scale=1.0, unscale=True, clip=None, lr1=None, gelu=None,
               double=False, gelu_grad=None, gelu_formula=False, accum=1, divide_twice=False,
               hand_loss=False, clip_per_tensor=False, hand_adam_eps=None, head_scale=None,
-              bad_wgrad=False):
+              bad_wgrad=False, clip_first=False, hide_optimizer=False):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 16), Block(scale, p, bad_grad), nn.Linear(16, 3))
         if gelu is not None:  # an activation whose approximation is an op argument
@@ -166,6 +166,8 @@ SPEC = textwrap.dedent('''
                     loss = nn.functional.cross_entropy(logits, ys) / int(accum)
                 (loss * float(loss_scale)).backward()    # static loss scaling, undone by hand
                 total += float(loss)
+            if clip is not None and clip_first:  # clipped while still scaled by loss_scale
+                nn.utils.clip_grad_norm_(model.parameters(), float(clip))
             if unscale:
                 for q in model.parameters():
                     q.grad.div_(float(loss_scale))
@@ -175,7 +177,7 @@ SPEC = textwrap.dedent('''
             if clip is not None and clip_per_tensor:  # each tensor clipped on its own norm
                 for q in model.parameters():
                     nn.utils.clip_grad_norm_([q], float(clip))
-            elif clip is not None:
+            elif clip is not None and not clip_first:
                 nn.utils.clip_grad_norm_(model.parameters(), float(clip))
             opt.step()
             done.append(1)
@@ -189,8 +191,8 @@ SPEC = textwrap.dedent('''
             return {"mean_logit": float(out.mean())}
 
         return {"framework": "torch", "model": model, "batches": batches,
-                "train_step": train_step, "optimizer": opt, "lr_schedule": lrs,
-                "eval": evaluate}
+                "train_step": train_step, "lr_schedule": lrs, "eval": evaluate,
+                **({} if hide_optimizer else {"optimizer": opt})}
 ''')
 
 
@@ -286,6 +288,26 @@ def test_a_loss_scale_left_in_the_candidates_gradients_is_named_in_the_update(sp
     assert rep["handling"]["cand_factor"] == 1.0 and rep["handling"]["ref_factor"] == 1024.0
     # the optimizer itself, fed what a faithful hand-over gives it, is the reference's
     assert "reproduces the reference's update" in upd.summary
+
+
+def test_clipping_before_the_loss_scale_is_undone_is_gradient_handling_not_a_rate(spec,
+                                                                                  tmp_path):
+    # the candidate clips the still-scaled gradients, then divides by 1024: every update is
+    # 2^-10 the reference's, with both specs declaring the same rate. Named gradient handling
+    # by optimizer replay, and also where replay is impossible (the specs hand no optimizer
+    # over): that fallback named it "the learning rate differs" at step 0 and step 1 (issue 28)
+    for hide in (False, True):
+        r = _run(spec, tmp_path / str(hide), options={"loss_scale": 1024, "clip": 0.05,
+                                                     "hide_optimizer": hide},
+                 steps=2, clip_first=True)
+        upd, later = r.phase("update"), r.phase("later-steps")
+        assert (r.first_phase, r.where) == ("update", "gradient handling"), _phases(r)
+        assert "the learning rate differs" not in upd.summary, upd.summary
+        replayed = isinstance(upd.evidence.get("optimizer_replay"), dict)
+        assert replayed is not hide, upd.evidence
+        if hide:  # no replay at step 1 either: the run's own updates name it again
+            assert (later.status, later.where) == ("fail", "gradient handling"), _phases(r)
+            assert "declare the learning rate 0.1" in later.summary, later.summary
 
 
 @pytest.mark.parametrize("opts", [{}, {"adam_eps": 1e-8}, {"accum": 2, "momentum": 0.9}],

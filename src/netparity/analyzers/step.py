@@ -215,6 +215,8 @@ class StepRun:
     #: is none in ``golden_why``
     golden: Any = None
     golden_why: str = ""
+    #: both optimizers' update ignores the gradient's scale (Adam-type: they have betas)
+    adam: bool = False
 
 
 # ---- helpers ---------------------------------------------------------------------------------
@@ -857,6 +859,67 @@ def _bias_correction_hint(ratio: float) -> str:
     return ""
 
 
+@dataclass
+class RateFacts:
+    """What is known of the two sides' learning rates, to name a uniform ratio of every
+    parameter's update (:meth:`name`): the specs' declared schedules (``{"ref", "cand"}``),
+    whether the optimizers' own rates (read after the run) differ, and whether the optimizers
+    are Adam-type (their update does not scale with the gradient)."""
+
+    lr: dict[str, list[float] | None]
+    optimizers_differ: bool = False
+    adam: bool = False
+
+    def name(self, ratio: float, step: int) -> tuple[str, str]:
+        """``(where, why)`` for every update being ``ratio`` x the reference's at ``step``.
+
+        A learning rate is named only when it is one: the specs' rates for the step differ,
+        the ratio is the schedule's rate of a neighbouring step over this one's (a schedule
+        off by a step), or the optimizers' own rates differ. With equal declared rates it is
+        what the optimizer was given (gradient handling: a loss scale, clipping, accumulation)
+        or, for Adam-type optimizers (whose update ignores the gradient's scale), the update
+        rule. Nothing declared or read: the learning rate, hedged."""
+        ref, cand = self.lr.get("ref"), self.lr.get("cand")
+        r_k = ref[step] if ref and len(ref) > step else None
+        c_k = cand[step] if cand and len(cand) > step else None
+        lr_where = "optimizer (learning rate)"
+        head = f"every parameter's update is {ratio:.4g}x the reference's"
+        if r_k is not None and c_k is not None and not _same(r_k, c_k):
+            return lr_where, (f"{head}: the learning rate differs (the specs declare "
+                              f"{r_k:.6g} vs {c_k:.6g} for step {step})")
+        for side, sched in (("candidate", cand), ("reference", ref)):
+            for j in (step - 1, step + 1):
+                if not sched or not 0 <= j < len(sched) or len(sched) <= step \
+                        or sched[step] == 0 or _same(sched[j], sched[step]):
+                    continue
+                want = sched[j] / sched[step] if side == "candidate" else sched[step] / sched[j]
+                if abs(ratio / want - 1.0) <= 2e-2:
+                    return lr_where, (f"{head}: the learning rate follows the schedule off by "
+                                      f"one step (the {side}'s rate of step {j} over step "
+                                      f"{step}'s is {want:.4g})")
+        if self.optimizers_differ:
+            return lr_where, (f"{head}: the learning rate differs (the optimizers' own rates "
+                              "differ, though not as the specs declare)")
+        if r_k is None or c_k is None:
+            return lr_where, (f"{head}: the learning rate differs (no rate declared for this "
+                              "step: or the gradients the optimizer is given differ)"
+                              + _bias_correction_hint(ratio) + _loss_scale_hint(ratio))
+        if self.adam:
+            return "optimizer (update rule)", (
+                f"{head} though both specs declare the learning rate {r_k:.6g} for it: "
+                "an Adam-type update ignores the gradient's scale, so the update rule differs "
+                "(bias correction, eps, a scale on the update)" + _bias_correction_hint(ratio))
+        return "gradient handling", (
+            f"{head} though both specs declare the learning rate {r_k:.6g} for it: not the "
+            "rate -- the gradients the optimizer is given differ (a loss scale, clipping, "
+            "accumulation between backward and the step), or its update rule differs "
+            "(momentum convention, dampening)" + _loss_scale_hint(ratio))
+
+
+def _same(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12)
+
+
 def _same_lr_hint(lr_ref: float | None, lr_cand: float | None) -> str:
     """When both specs declare the same learning rate for the step, a uniform ratio of the
     updates more likely comes from the update rule than from the rate."""
@@ -881,10 +944,13 @@ def _loss_scale_hint(ratio: float) -> str:
 
 
 def judge_update(r0: CompareResult, deltas: list[dict[str, Any]], order: dict[str, int],
-                 lr: dict[str, list[float] | None],
+                 lr: dict[str, list[float] | None] | RateFacts,
                  settings: dict[str, Any] | None) -> Phase:
-    """Parameter values after the optimizer step, then the updates themselves."""
+    """Parameter values after the optimizer step, then the updates themselves (``lr``: the
+    specs' schedules, or :class:`RateFacts` to name a uniform ratio)."""
     upd = Phase("update")
+    rates = lr if isinstance(lr, RateFacts) else RateFacts(lr)
+    lr = rates.lr
     explained: list[dict[str, Any]] = []
     params = params_differing_after(r0, deltas, explained)
     lr_ref_s, lr_cand_s = lr.get("ref"), lr.get("cand")
@@ -938,11 +1004,10 @@ def judge_update(r0: CompareResult, deltas: list[dict[str, Any]], order: dict[st
         assert verdict is not None
         f = verdict["first"]
         if verdict["kind"] == "learning-rate":
-            upd.where = "optimizer (learning rate)"
-            upd.summary = (f"every parameter's update is {verdict['median_ratio']:.4g}x the "
-                           f"reference's ({verdict['params']} parameters): the learning rate "
-                           "differs" + _bias_correction_hint(verdict["median_ratio"])
-                           + _loss_scale_hint(verdict["median_ratio"]))
+            upd.where, upd.summary = rates.name(verdict["median_ratio"], 0)
+            upd.summary += f" ({verdict['params']} parameters)"
+            if upd.where != "optimizer (learning rate)":
+                lr_note = ""
         elif verdict["kind"] == "settings":
             upd.where = module_of(f["param"])
             upd.summary = (f"optimizer settings differ for {len(verdict['params'])} "
@@ -970,8 +1035,8 @@ def later_step_divergence(r: CompareResult, step: int, deltas: list[dict[str, An
                           order: dict[str, int], lr_ref: float | None,
                           lr_cand: float | None = None,
                           cleared: frozenset[str] = frozenset(), grad_scale: float | None = None,
-                          explained: list[dict[str, Any]] | None = None
-                          ) -> tuple[str, str, str] | None:
+                          explained: list[dict[str, Any]] | None = None,
+                          rates: RateFacts | None = None) -> tuple[str, str, str] | None:
     """The first phase of a resynchronised later step that diverges: (phase, where, why);
     phases in ``cleared`` (replay showed their difference is no one's own) are passed over;
     running statistics explained by their layer's input go to ``explained``."""
@@ -994,6 +1059,9 @@ def later_step_divergence(r: CompareResult, step: int, deltas: list[dict[str, An
         f = verdict["first"]
         via = (" -- optimizer replay: both optimizers stepped on the reference's gradients from "
                "the same state" if all("replay_bound" in d for d in deltas) else "")
+        if verdict["kind"] == "learning-rate" and rates is not None:
+            where, why = rates.name(verdict["median_ratio"], step)
+            return "update", where, why + via
         if verdict["kind"] == "learning-rate":
             return ("update", "optimizer (learning rate)",
                     f"every parameter's update is {verdict['median_ratio']:.4g}x the reference's: "
@@ -1026,6 +1094,7 @@ def judge_later_steps(run: StepRun, mapping: dict[str, Any], order: dict[str, in
     noise_tr = open_trace(Path(run.noise_trace)) if run.noise_trace else None
     ref_to_cand = run.setup.ref_to_cand()
     lr_sched = run.lr.get("ref")
+    rates = rate_facts(run)
     for k in range(1, steps):
         if k >= len(run.ref_starts) or k not in run.cand_starts:
             later.status, later.summary = "skipped", "later steps were not started from a common state"
@@ -1044,7 +1113,7 @@ def judge_later_steps(run: StepRun, mapping: dict[str, Any], order: dict[str, in
         scale = loss_gradient_scale(run, k)
         explained: list[dict[str, Any]] = []
         found = later_step_divergence(rk, k, deltas, order, lr_k, lr_ck, grad_scale=scale,
-                                      explained=explained)
+                                      explained=explained, rates=rates)
         while (found is not None and found[0] in ("forward", "backward")
                and found[0] not in cleared and run.replay_clear is not None):
             ev = run.replay_clear(k, rk, found[0])
@@ -1058,7 +1127,7 @@ def judge_later_steps(run: StepRun, mapping: dict[str, Any], order: dict[str, in
             cleared |= {found[0]}
             explained.clear()
             found = later_step_divergence(rk, k, deltas, order, lr_k, lr_ck, cleared, scale,
-                                          explained)
+                                          explained, rates)
         if found is not None and found[0] == "backward" and run.golden is not None \
                 and "backward" not in cleared:
             # parameter gradients replay could not judge: the float64 golden floor
@@ -1072,7 +1141,7 @@ def judge_later_steps(run: StepRun, mapping: dict[str, Any], order: dict[str, in
                 later.evidence.setdefault("golden", []).append(gold)
                 explained.clear()
                 found = later_step_divergence(rk, k, deltas, order, lr_k, lr_ck, cleared,
-                                              scale, explained)
+                                              scale, explained, rates)
                 if found is not None and found[0] == "backward" and gold["beyond"]:
                     e = next(x for x in gold["params"] if not x["within"])
                     found = (*found[:2], f"{found[2]} (beyond its float64 golden floor: "
@@ -1117,6 +1186,17 @@ def judge_later_steps(run: StepRun, mapping: dict[str, Any], order: dict[str, in
         later.summary += (f"; free-running, the candidate's loss drifts up to {drift:.2%} from the "
                           f"reference's, and the reference's own last-bit noise run {env:.2%}")
     return later
+
+
+def rate_facts(run: StepRun) -> RateFacts:
+    """What the run knows of both sides' learning rates (see :class:`RateFacts`)."""
+    ref_s, cand_s = run.optimizer_settings
+    ref_to_cand = run.setup.ref_to_cand()
+    differ = any(
+        isinstance(a := ref_s.get(r, {}).get("lr"), (int, float))
+        and isinstance(b := cand_s.get(c, {}).get("lr"), (int, float)) and not _same(a, b)
+        for r, c in ref_to_cand.items())
+    return RateFacts(dict(run.lr), optimizers_differ=differ, adam=run.adam)
 
 
 def judge_eval(run: StepRun, mapping: dict[str, Any]) -> Phase:
@@ -1203,13 +1283,13 @@ def diagnose_step(run: StepRun) -> StepResult:
                            open_trace(Path(run.cand_trace)), ref_to_cand, 0,
                            open_trace(Path(run.noise_trace)) if run.noise_trace else None)
     settings = optimizer_mismatch(*run.optimizer_settings, ref_to_cand, order)
-    phases["update"] = judge_update(r0, deltas, order, run.lr, settings)
+    phases["update"] = judge_update(r0, deltas, order, rate_facts(run), settings)
     if run.opt_replay:
         from netparity.analyzers.replay import refine_update
 
         replayed, why, info = run.opt_replay.get(0, ([], "", {}))
-        phases["update"] = refine_update(phases["update"], r0, replayed, why, order, run.lr,
-                                         settings, info)
+        phases["update"] = refine_update(phases["update"], r0, replayed, why, order,
+                                         rate_facts(run), settings, info)
     phases["later-steps"] = judge_later_steps(run, mapping, order)
     phases["eval"] = judge_eval(run, mapping)
     result.phases = list(phases.values())

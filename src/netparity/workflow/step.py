@@ -485,6 +485,9 @@ def run_step_parity(
 
     run.optimizer_settings = (optimizer_settings(ref.optimizer, ref.model),
                               optimizer_settings(cand.optimizer, cand.model))
+    from netparity.workflow.replay import adam_type
+
+    run.adam = adam_type(ref.optimizer) or adam_type(cand.optimizer)
     # 4. eval, of the converted *initial* weights, so the verdict does not depend on how far
     # training drifted (later-steps judges that): restore both sides first.
     if run_eval and ref.eval is not None and cand.eval is not None:
