@@ -251,7 +251,9 @@ def _free_run(src: str, options: dict[str, Any], seed: int,
     """Losses of ``steps`` uncaptured steps of a freshly built spec, free-running.
 
     ``init`` loads (arrays, bf16 dtypes) first; ``perturb`` moves every float parameter by one
-    ulp up or down at random (the same computation, last-bit different).
+    ulp up or down at random and every layer's outputs and incoming gradients by one ulp at
+    every step (``rounding_jitter``): the same computation, rounded at each layer the way
+    another implementation would -- the envelope the candidate's drift is judged against.
     """
     from netparity.ckpt.mapping import state_of
     from netparity.compare.noise import perturb_last_bit
@@ -267,10 +269,20 @@ def _free_run(src: str, options: dict[str, Any], seed: int,
         st = state_of(spec.model)
         set_weights(spec.model, {k: perturb_last_bit(np.asarray(v), rng) for k, v in st.items()
                                  if st.dtypes.get(k) != "bfloat16"})
-    losses = []
-    for i, (x, y) in enumerate(batches[:steps]):
-        _reseed(seed, i)
-        losses.append(float(spec.train_step(x, y)))
+    losses: list[float] = []
+
+    def run() -> None:
+        for i, (x, y) in enumerate(batches[:steps]):
+            _reseed(seed, i)
+            losses.append(float(spec.train_step(x, y)))
+
+    if perturb:
+        from netparity.frameworks.models import rounding_jitter
+
+        with rounding_jitter(spec.model, "", seed + 32_452_843):
+            run()
+    else:
+        run()
     return losses
 
 
