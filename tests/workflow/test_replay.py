@@ -113,7 +113,8 @@ SPEC = textwrap.dedent('''
               dampening=0.0, loss_scale=1.0, unscale=True, clip=None, lr1=None, gelu=None,
               double=False, gelu_grad=None, gelu_formula=False, accum=1, divide_twice=False,
               hand_loss=False, clip_per_tensor=False, hand_adam_eps=None, head_scale=None,
-              bad_wgrad=False, clip_first=False, hide_optimizer=False):
+              bad_wgrad=False, clip_first=False, hide_optimizer=False, norm_eps=None,
+              eval_norm_eps=None):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 16), Block(scale, p, bad_grad), nn.Linear(16, 3))
         if gelu is not None:  # an activation whose approximation is an op argument
@@ -132,6 +133,8 @@ SPEC = textwrap.dedent('''
                 "forward": lambda self, x: nn.Linear.forward(self, x) * float(head_scale)})(
                 16, 3)
             model[2].load_state_dict(head.state_dict())
+        if norm_eps is not None:  # a LayerNorm after the block
+            model = nn.Sequential(*model[:2], nn.LayerNorm(16, eps=float(norm_eps)), model[2])
         if double:
             model = model.double()
         opt = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=float(momentum),
@@ -185,6 +188,8 @@ SPEC = textwrap.dedent('''
 
         def evaluate():
             model.eval()
+            if eval_norm_eps is not None:  # the inference graph's LayerNorm built with another eps
+                model[2].eps = float(eval_norm_eps)
             with torch.no_grad():
                 x = torch.as_tensor(batches[0][0])
                 out = model(x.double() if double else x)
@@ -349,6 +354,26 @@ def test_the_eval_phase_is_judged_against_its_own_noise(spec, tmp_path, scale):
         assert r, _phases(r)
     else:
         assert (ev.status, ev.where) == ("fail", "1"), _phases(r)
+
+
+@pytest.mark.parametrize("eps", [1e-6, 1e-7], ids=["faithful", "eval-layernorm-eps"])
+def test_an_eval_only_difference_60x_its_noise_fails_the_eval_phase(spec, tmp_path, eps):
+    # the candidate's evaluation builds its LayerNorm with eps 1e-7 where training (and the
+    # reference) use 1e-6: 60x the float32 noise here, inside the cross-framework table's
+    # band; the eval phase, judged against the reference's jittered evaluation noise run
+    # (ref-eval-noise/), fails at that LayerNorm, while every training phase passes
+    r = run_step_parity(spec, spec, tmp_path / "run", steps=1,
+                        options={"norm_eps": 1e-6}, cand_options={"eval_norm_eps": eps},
+                        run_eval=True, free_running=False)
+    ev = r.phase("eval")
+    assert ev.evidence.get("calibrated_by") == "the reference's evaluation noise run"
+    assert (tmp_path / "run" / "ref-eval-noise" / "manifest.json").is_file()
+    if eps == 1e-6:
+        assert r, _phases(r)
+        return
+    assert r.first_phase == "eval" and ev.where == "2", _phases(r)
+    # measured: normwise 1.87e-5 against the noise run's 3.11e-7 (60x; bound 3.46e-6)
+    assert "x the reference's own noise" in ev.evidence["metrics"]["reason"], ev.evidence
 
 
 def test_every_module_introducing_a_difference_of_its_own_is_named(spec, tmp_path):

@@ -1292,6 +1292,7 @@ def judge_eval(run: StepRun, mapping: dict[str, Any]) -> Phase:
     de = re.first_divergence
     if de is not None and de.status == "fail":
         ev.status, ev.where = "fail", de.module or de.op
+        ev.evidence.update({"verdict": de.verdict, "metrics": de.metrics})
         losses = (m_ref or {}).get("loss"), (m_cand or {}).get("loss")
         ev.summary = (f"evaluation diverges first at {de.module or '<root>'} ({de.verdict})"
                       + (f"; eval loss {losses[0]:.5g} vs {losses[1]:.5g}"
