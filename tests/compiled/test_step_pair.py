@@ -84,7 +84,7 @@ def test_corpus_torchvision_resnet18_eager_vs_compiled_passes(tmp_path) -> None:
 
     64 px. At 32 px layer4 is 1x1 and its batch norms normalise 2 values per channel: the
     compiled model, seen only at its boundary, has those parameter gradients judged by the
-    float64 golden floor (workflow/golden.py); that passed on a warm compile cache here
+    float64 golden floor (analyzers/golden.py); that passed on a warm compile cache here
     (worst 0.205 vs the float32 reference's 0.0766) but failed once in a fresh clone's CI
     rehearsal, not yet explained -- kept out of the suite until it is (issue 28 note)."""
     spec = str(SPECS / "tv_resnet18.py")

@@ -28,7 +28,7 @@ BUGS = ("gelu-tanh", "ln-eps", "adamwd", "attn-scale")
 FOUND_AT = {
     "gelu-tanh": ("forward", "blocks.0.mlp.act", 0),
     "ln-eps": ("forward", "blocks.0.norm1", 0),
-    "adamwd": ("update", "optimizer (learning rate)", 0),
+    "adamwd": ("update", "optimizer (update rule)", 0),
     "attn-scale": ("forward", "blocks.0.attn", 0),
 }
 

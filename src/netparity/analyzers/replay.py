@@ -371,7 +371,7 @@ refine_forward = refine
 
 
 def refine_update(phase: Any, r0: CompareResult, deltas: list[dict[str, Any]],
-                  why_not: str, order: dict[str, int], lr: dict[str, Any],
+                  why_not: str, order: dict[str, int], lr: Any,
                   settings: dict[str, Any] | None, info: dict[str, Any] | None = None) -> Any:
     """The update phase judged from optimizer replay (both optimizers stepped on the
     reference's gradients from the same state): a difference there is the optimizer's own,

@@ -36,7 +36,7 @@ from netparity.compare.results import CallResult, CompareResult
 from netparity.errors import NetparityError
 from netparity.trace import open_trace
 
-__all__ = ["replay_ops_step0", "replay_optimizer", "replay_step0"]
+__all__ = ["adam_type", "replay_ops_step0", "replay_optimizer", "replay_step0"]
 
 Tensors = list[tuple[str, np.ndarray, str]]
 
@@ -1142,6 +1142,11 @@ def _betas(opt: Any) -> tuple[float, float] | None:
     except (TypeError, ValueError, IndexError, AttributeError):
         return None
     return vals[0], vals[1]
+
+
+def adam_type(opt: Any) -> bool:
+    """Whether ``opt`` is an Adam-type optimizer (it has betas; see :func:`_betas`)."""
+    return opt is not None and _betas(opt) is not None
 
 
 def _step_size_floor(ref_opt: Any, cand_opt: Any, t: int, dtype: str) -> float:

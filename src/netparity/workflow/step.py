@@ -203,6 +203,47 @@ def _noise_run(src: str, options: dict[str, Any], seed: int,
                       seed=seed)
 
 
+def _golden_run(src: str, options: dict[str, Any], seed: int,
+                batches: list[tuple[np.ndarray, np.ndarray]], path: Path, steps: int,
+                payload: str, starts: list[Any], progress: Progress) -> str | None:
+    """Capture a float64 run of the reference into ``path`` (the golden of
+    :mod:`netparity.analyzers.golden`); returns why there is none, or None.
+
+    A fresh, eager build of the reference spec (a ``compile`` option dropped) converted to
+    float64, fed the batches in float64; before step ``i`` its parameters and buffers are set to
+    ``starts[i]`` (the reference's state at the start of that step), so each step's gradients
+    are the float64 answer for the float32 run's weights and batch. PyTorch models only (a
+    module's ``double()``); a spec whose ``train_step`` casts its inputs to float32 cannot run in
+    float64 (said so)."""
+    from netparity.frameworks.models import set_weights
+    from netparity.seeding import seed_everything
+    from netparity.workflow.compiled import KEY
+
+    seed_everything(seed)
+    spec = load_spec(src, defaults={"steps": steps},
+                     **{k: v for k, v in options.items() if k != KEY})
+    double = getattr(spec.model, "double", None)
+    if spec.framework != "torch" or not callable(double):
+        return f"no float64 run of a {spec.framework} reference (PyTorch references only)"
+    double()  # in place: the optimizer keeps the same parameters
+    wide = [(np.asarray(x, np.float64) if np.asarray(x).dtype.kind == "f" else x, y)
+            for x, y in batches]
+
+    def start(i: int, cap: Any) -> None:
+        st = starts[i]
+        with cap.paused():
+            set_weights(spec.model, {k: np.asarray(v, np.float64) for k, v in st.items()
+                                     if st.dtypes.get(k) != "bfloat16"
+                                     and np.asarray(v).dtype.kind == "f"})
+
+    try:
+        _train(spec, wide, path, steps, "module", payload, progress, before_step=start,
+               seed=seed)
+    except UsageError as e:  # e.g. the spec's train_step casts its inputs to float32
+        return f"the reference's spec does not run in float64 ({e})"
+    return None
+
+
 def _free_run(src: str, options: dict[str, Any], seed: int,
               batches: list[tuple[np.ndarray, np.ndarray]], steps: int,
               init: tuple[dict[str, np.ndarray], dict[str, str]] | None = None,
@@ -210,7 +251,9 @@ def _free_run(src: str, options: dict[str, Any], seed: int,
     """Losses of ``steps`` uncaptured steps of a freshly built spec, free-running.
 
     ``init`` loads (arrays, bf16 dtypes) first; ``perturb`` moves every float parameter by one
-    ulp up or down at random (the same computation, last-bit different).
+    ulp up or down at random and every layer's outputs and incoming gradients by one ulp at
+    every step (``rounding_jitter``): the same computation, rounded at each layer the way
+    another implementation would -- the envelope the candidate's drift is judged against.
     """
     from netparity.ckpt.mapping import state_of
     from netparity.compare.noise import perturb_last_bit
@@ -226,17 +269,20 @@ def _free_run(src: str, options: dict[str, Any], seed: int,
         st = state_of(spec.model)
         set_weights(spec.model, {k: perturb_last_bit(np.asarray(v), rng) for k, v in st.items()
                                  if st.dtypes.get(k) != "bfloat16"})
-    losses = []
-    # the noise run rounds differently at every layer and step, as another implementation
-    # does (not only once, at the start): its drift is the envelope a faithful port stays in
-    from contextlib import nullcontext
+    losses: list[float] = []
 
-    from netparity.frameworks.models import rounding_jitter
-
-    with rounding_jitter(spec.model, "", seed + 104_729) if perturb else nullcontext():
+    def run() -> None:
         for i, (x, y) in enumerate(batches[:steps]):
             _reseed(seed, i)
             losses.append(float(spec.train_step(x, y)))
+
+    if perturb:
+        from netparity.frameworks.models import rounding_jitter
+
+        with rounding_jitter(spec.model, "", seed + 32_452_843):
+            run()
+    else:
+        run()
     return losses
 
 
@@ -451,6 +497,9 @@ def run_step_parity(
 
     run.optimizer_settings = (optimizer_settings(ref.optimizer, ref.model),
                               optimizer_settings(cand.optimizer, cand.model))
+    from netparity.workflow.replay import adam_type
+
+    run.adam = adam_type(ref.optimizer) or adam_type(cand.optimizer)
     # 4. eval, of the converted *initial* weights, so the verdict does not depend on how far
     # training drifted (later-steps judges that): restore both sides first.
     if run_eval and ref.eval is not None and cand.eval is not None:
@@ -479,6 +528,24 @@ def run_step_parity(
             run.eval_noise_trace = str(out / "ref-eval-noise")
     else:
         run.eval_skipped = "no eval in the specs" if run_eval else "not asked"
+
+    golden_runs: dict[str, str | None] = {}
+
+    def golden() -> str | None:
+        """The float64 reference's trace, run on first use (None: none, ``run.golden_why``)."""
+        if "path" not in golden_runs:
+            why: str | None = "the reference was given as a built Spec (it cannot be rebuilt)"
+            if isinstance(ref_spec, str):
+                say.stage(f"float64 run of the reference ({ref.framework}): the golden floor",
+                          total=steps)
+                why = _golden_run(ref_spec, ref_opts, seed, batches, out / "ref-f64", steps,
+                                  payload, run.ref_starts, say)
+            golden_runs["path"] = None if why else str(out / "ref-f64")
+            run.golden_why = why or ""
+        return golden_runs["path"]
+
+    if payload == "tensors":
+        run.golden = golden
 
     def replay(result: StepResult) -> None:
         upd = result.phase("update")
@@ -510,7 +577,7 @@ def run_step_parity(
                 # the step-0 comparison the report shows says what the phase says
                 result.compare_step0.clear(direction, "replay: every place the difference "
                                                       "could start reproduces the reference")
-        _golden_floor(result, run, ref_spec, ref_opts, seed, batches, ref_state0, out, say)
+        _golden_backward(result, run, golden)
         if level not in ("op", "both"):
             return
         from netparity.workflow.replay import replay_ops_step0
@@ -535,61 +602,27 @@ def run_step_parity(
     return result
 
 
-def _golden_floor(result: StepResult, run: StepRun, ref_spec: Any, ref_opts: dict[str, Any],
-                  seed: int, batches: list[tuple[np.ndarray, np.ndarray]], ref_state0: Any,
-                  out: Path, say: Progress) -> None:
-    """Parameter gradients that failed and that replay could not judge (their module has no
-    call records: a compiled candidate seen only at its boundary) are held to a float64
-    golden run of the reference (:mod:`netparity.workflow.golden`); the phase says so."""
-    from netparity.analyzers.step import module_of
-    from netparity.trace import open_trace
-    from netparity.workflow import golden
+def _golden_backward(result: StepResult, run: StepRun, golden: Callable[[], str | None]) -> None:
+    """Step 0's parameter gradients that still fail after replay and that replay could not
+    judge (a compiled candidate has no inner modules' tensors) are judged against the float64
+    golden floor (:mod:`netparity.analyzers.golden`)."""
+    from netparity.analyzers.golden import clear_by_golden, golden_phase
+    from netparity.analyzers.step import param_order
 
-    ph, r0 = result.phase("backward"), result.compare_step0
-    if ph.status != "fail" or r0 is None or not isinstance(ref_spec, str) \
-            or (r0.first_backward is not None and r0.first_backward.status == "fail"):
+    bwd, r0 = result.phase("backward"), result.compare_step0
+    if (bwd.status != "fail" or r0 is None or result.phase("forward").status == "fail"
+            or "introduced" in str(bwd.evidence.get("verdict", ""))
+            or run.ref_trace is None or run.cand_trace is None):
         return
-    failing = [p for p in r0.divergent_params("grad") if p.status == "fail" and p.step == 0]
-    called = {c.module for c in r0.calls if c.level == "module"}
-    if not failing or not called or any(module_of(p.cand_module or p.module) in called
-                                        for p in failing):
-        return  # replay had the module's tensors (or an op-level run): its answer stands
-    say.stage("float64 golden run of the reference (gradients replay cannot judge)")
-    path = out / "ref-golden64"
-    try:
-        ran = golden.golden_run(ref_spec, ref_opts, seed, batches[0], ref_state0, path, say)
-    except NetparityError as e:  # the spec cannot run in float64 (it casts its inputs...)
-        ph.summary += (f"; replay could not judge these gradients (no module records) and a "
-                       f"float64 golden run of the reference failed ({str(e)[:200]})")
-        return
-    if not ran:
-        ph.summary += ("; replay could not judge these gradients (no module records) and a "
-                       "float64 golden run needs a PyTorch reference")
-        return
-    from netparity.compare.noise import NOISE_K as k
-
-    assert run.ref_trace is not None and run.cand_trace is not None
-    with open_trace(run.ref_trace) as rt, open_trace(run.cand_trace) as ct, \
-            open_trace(path) as gt:
-        judged = golden.judge_params(r0, rt, ct, gt, k)
-    ph.evidence["golden"] = judged
-    bad = [j for j in judged if not j["ok"]]
-    if len(judged) < len(failing) or bad:
-        if bad:
-            j = bad[0]
-            ph.summary += (f"; against a float64 golden run of the reference: {j['param']} "
-                           f"{j['cand_err']:.3g} vs the float32 reference's own "
-                           f"{j['ref_err']:.3g} (bound {k:g}x)")
-        return
-    worst = max(judged, key=lambda j: j["cand_err"] / max(j["ref_err"], 1e-30))
-    ph.status, ph.where, ph.step = "pass", "", None
-    ph.summary = (f"{len(judged)} parameter gradient(s) that replay could not judge (no module "
-                  f"records) are within {k:g}x the float32 reference's own error against a "
-                  f"float64 golden run of it (worst {worst['param']}: {worst['cand_err']:.3g} "
-                  f"vs {worst['ref_err']:.3g})")
-    ph.evidence["verdict"] = "within the float64 golden floor"
-    r0.clear("backward", "within the float32 reference's own error against a float64 golden "
-                         "run (golden floor)")
+    judged = {o.get("module") for o in bwd.evidence.get("replay", [])
+              if o.get("param_local") is not None}
+    ev = clear_by_golden(r0, 0, golden, run.ref_trace, run.cand_trace, run.noise_trace,
+                         run.setup.ref_to_cand(), judged)
+    if ev is not None:
+        golden_phase(bwd, ev, r0, param_order(r0))
+    elif run.golden_why:
+        bwd.evidence["golden"] = run.golden_why
+        bwd.summary += f"; no float64 golden floor: {run.golden_why}"
 
 
 def _replay_clear(run: StepRun, ref: Spec, cand: Spec, seed: int, say: Progress, step: int,

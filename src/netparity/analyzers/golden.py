@@ -1,0 +1,140 @@
+"""A float64 golden floor for pairs replay cannot judge (issue 28, deliver 1).
+
+Replay judges a parameter gradient by feeding the candidate's module the reference's tensors
+(:mod:`netparity.workflow.replay`). Where that is impossible -- a ``torch.compile``'d candidate
+is captured only at its boundary, so its inner modules' tensors do not exist -- the last-bit
+noise run is the only other bound, and it never samples what another reduction order or fused
+kernel does: an eager vs compiled ResNet-18 at 32 px (BatchNorms normalising 2 values per
+channel: chaotic gradients) failed backward on a faithful pair.
+
+The honest floor there is the one mixed-precision tools use: a float64 run of the reference
+(``ref64``, same weights and batch) is the golden answer; the float32 reference's own distance
+from it, ``|ref - ref64|``, is what a faithful float32 implementation may miss by (the larger of
+the reference's and its noise run's: two float32 samples), and the candidate is held to
+``NOISE_K`` x that plus a few units of float32's precision: ``|cand - ref64| <= bound``.
+
+Example:
+    >>> g = np.array([1.0, 2.0, 3.0])
+    >>> e = golden_entry("w", g * (1 + 1e-3), g * (1 + 2e-3), g, None, "float32")
+    >>> e["within"], round(e["ref_err"], 4), round(e["cand_err"], 4)
+    (True, 0.001, 0.002)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from netparity.compare.noise import FLOOR_EPS, NOISE_K, unit_roundoff
+from netparity.compare.results import CompareResult
+
+__all__ = ["GOLDEN_BOUND", "clear_by_golden", "golden_entry", "golden_phase"]
+
+#: how the bound is named in texts and evidence
+GOLDEN_BOUND = ("float64 golden floor: |cand - ref64| against the float32 reference's own "
+                f"|ref - ref64| (the larger of the reference's and its noise run's), {NOISE_K:g}x")
+
+
+def _rel(a: np.ndarray, gold: np.ndarray) -> float:
+    n = float(np.linalg.norm(gold))
+    d = float(np.linalg.norm(a - gold))
+    return d / n if n > 0 else (0.0 if d == 0 else float("inf"))
+
+
+def golden_entry(name: str, ref: np.ndarray, cand: np.ndarray, gold: np.ndarray,
+                 noise: np.ndarray | None, dtype: str) -> dict[str, Any]:
+    """One tensor judged against the float64 golden ``gold`` (normwise, relative to it):
+    ``cand_err`` = |cand - gold|, ``ref_err`` = the larger of |ref - gold| and |noise - gold|,
+    ``bound`` = ``NOISE_K`` x ``ref_err`` + ``FLOOR_EPS`` units of ``dtype``'s precision."""
+    g = np.asarray(gold, np.float64).ravel()
+    ref_err = _rel(np.asarray(ref, np.float64).ravel(), g)
+    if noise is not None and np.size(noise) == g.size:
+        ref_err = max(ref_err, _rel(np.asarray(noise, np.float64).ravel(), g))
+    cand_err = _rel(np.asarray(cand, np.float64).ravel(), g)
+    bound = NOISE_K * ref_err + FLOOR_EPS * unit_roundoff(dtype)
+    return {"param": name, "cand_err": cand_err, "ref_err": ref_err, "bound": bound,
+            "within": bool(cand_err <= bound)}
+
+
+def clear_by_golden(r: CompareResult, step: int, golden: Callable[[], str | None],
+                    ref_trace: str, cand_trace: str, noise_trace: str | None,
+                    ref_to_cand: dict[str, str], skip: Iterable[str] = ()) -> dict[str, Any] | None:
+    """Judge ``r``'s failing parameter gradients of ``step`` (less the modules in ``skip``:
+    replay judged them) against the float64 golden floor; those within it pass (reason: the
+    bound). ``golden()`` gives the float64 reference's trace (run on first use; None: no
+    golden, with nothing cleared). Returns the evidence (``bound``, ``params`` entries,
+    ``cleared``, ``beyond``) or None when there was nothing to judge or no golden."""
+    from netparity.analyzers.step import module_of
+    from netparity.trace import open_trace
+
+    skipped = set(skip)
+    failing = [p for p in r.divergent_params("grad") if p.status == "fail" and p.step == step
+               and module_of(p.module) not in skipped]
+    if not failing:
+        return None
+    path = golden()
+    if path is None:
+        return None
+    trs = {k: open_trace(v) for k, v in (("ref", ref_trace), ("cand", cand_trace),
+                                          ("gold", path), ("noise", noise_trace)) if v}
+
+    def grads(side: str) -> dict[str, Any]:
+        return {x.module: x for x in trs[side].records(step=step, kind="grad")
+                if x.has_payload} if side in trs else {}
+
+    ref, cand, gold, noise = grads("ref"), grads("cand"), grads("gold"), grads("noise")
+    entries: list[dict[str, Any]] = []
+    for p in failing:
+        rr, gr = ref.get(p.module), gold.get(p.module)
+        cr = cand.get(ref_to_cand.get(p.module, p.cand_module))
+        if rr is None or gr is None or cr is None:
+            continue
+        a_ref, a_cand, a_gold = (np.asarray(trs[s].tensor(x)) for s, x in (
+            ("ref", rr), ("cand", cr), ("gold", gr)))
+        if not a_ref.size == a_cand.size == a_gold.size:
+            continue
+        nr = noise.get(p.module)
+        e = golden_entry(p.module, a_ref, a_cand, a_gold, np.asarray(trs["noise"].tensor(nr))
+                         if nr is not None else None, p.cand_dtype or p.ref_dtype)
+        entries.append(e)
+        if e["within"]:
+            p.status = "pass"
+            p.reason = (f"within the {GOLDEN_BOUND}: {e['cand_err']:.3g} against "
+                        f"{e['bound']:.3g}")
+    if not entries:
+        return None
+    if r.table is not None:
+        r.table.refresh()
+    cleared = [e["param"] for e in entries if e["within"]]
+    if cleared:
+        r.notes.append(f"{len(cleared)} parameter gradient(s) of step {step} replay could not "
+                       f"judge are within the {GOLDEN_BOUND}")
+    return {"bound": GOLDEN_BOUND, "step": step, "params": entries, "cleared": cleared,
+            "beyond": [e["param"] for e in entries if not e["within"]]}
+
+
+def golden_phase(phase: Any, ev: dict[str, Any], r: CompareResult,
+                 order: dict[str, int]) -> None:
+    """Re-decide step 0's backward ``phase`` once :func:`clear_by_golden` gave ``ev`` (its
+    pairs within the floor now pass): the phase passes when nothing else fails, and its text
+    says which bound was used either way."""
+    from netparity.analyzers.step import judge_backward
+
+    new = judge_backward(r, order)
+    phase.evidence["golden"] = ev
+    used = f"judged against the {GOLDEN_BOUND}, replay being impossible"
+    if new.status != "fail":
+        first = ev["cleared"][0]
+        phase.status, phase.where, phase.step = "pass", "", None
+        phase.summary = (f"{new.summary}: {len(ev['cleared'])} parameter gradient(s) that "
+                         f"failed their noise-run bound (first: {first}) were {used}, and "
+                         "each is within it")
+        return
+    phase.status, phase.where, phase.step = new.status, new.where, new.step
+    beyond = [e for e in ev["params"] if not e["within"]]
+    phase.summary = new.summary + (
+        f"; {len(beyond)} parameter gradient(s) {used}, are beyond it (first: "
+        f"{beyond[0]['param']}: {beyond[0]['cand_err']:.3g} from ref64 against "
+        f"{beyond[0]['bound']:.3g})" if beyond else f"; parameter gradients {used}: within it")
