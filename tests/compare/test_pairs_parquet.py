@@ -80,3 +80,14 @@ def test_a_forged_pair_table_is_refused(net, tmp_path):
     pq.write_table(t, p)
     with pytest.raises(UsageError, match="expected columns"):
         read_json(out)
+
+
+def test_streamed_csv_equals_the_rendered_text(net, tmp_path):
+    """write_csv streams the rows to the file; the bytes are render_csv's (every section)."""
+    from netparity.report.csv_report import render_csv, write_csv
+    from netparity.report.sections import sections_for
+
+    res = netparity.compare(str(net()), str(net(noise=1e-4, noise_seed=3)), level="both")
+    write_csv(res, tmp_path / "r.csv")
+    text = (tmp_path / "r.csv").read_bytes().decode("utf-8")
+    assert text == render_csv(sections_for(res)) and text.count("\n") > len(res.pairs)
