@@ -34,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import stat
 import zipfile
@@ -41,7 +42,7 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
@@ -49,7 +50,8 @@ from netparity.errors import InputError, NetparityError
 
 __all__ = [
     "INFLATE_FLOOR", "INFLATE_RATIO", "MAX_JSON", "MAX_TEXT", "NpzReader", "check_zip",
-    "copy_file", "load_npy", "open_binary", "open_fd", "read_bytes", "read_text",
+    "copy_file", "load_npy", "open_binary", "open_fd", "open_parquet", "read_bytes",
+    "read_text",
 ]
 
 #: the most a text input (loss CSV, mapping, source file) may hold
@@ -361,3 +363,69 @@ def check_archive(path: str | os.PathLike[str], *, error: ErrorType = InputError
                 check_zip(z, os.fstat(f.fileno()).st_size, path, error)
         except (zipfile.BadZipFile, OSError, ValueError) as e:
             raise error(f"{path}: not a readable zip archive ({str(e)[:200]})") from None
+
+
+# --- Parquet -----------------------------------------------------------------------------------
+
+#: the 4 bytes a Parquet file starts and ends with
+PARQUET_MAGIC = b"PAR1"
+
+
+def open_parquet(path: str | os.PathLike[str], *, within: str | os.PathLike[str] | None = None,
+                 error: ErrorType = InputError, what: str = "Parquet file",
+                 tree: str = "", columns: dict[str, str] | None = None,
+                 damaged: type[Exception] | None = None) -> Any:
+    """Open a Parquet file (a trace's columnar index, a comparison's pair table) for reading:
+    a ``pyarrow.parquet.ParquetFile`` over the file opened by :func:`open_fd` (a regular
+    file, inside ``within``).
+
+    Checked before any column is read: the file starts and ends with ``PAR1``; its footer
+    parses; the row groups may not declare more than :func:`inflate_limit` of the file's size
+    uncompressed (a decompression bomb); with ``columns`` (``{name: arrow type string}``),
+    the file holds exactly those columns with those types, in that order. A column read later
+    is checked by the caller (codes in range, one value per row).
+
+    ``damaged``: the exception raised instead of ``error`` for a file that is merely not a
+    readable Parquet file (no magic, a corrupt footer) -- a cache its reader may ignore; a
+    special file, a link out of ``within``, a bomb or other columns (forged) are ``error``.
+
+    Raises:
+        error: any of the above, or a footer pyarrow cannot read.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    fd, size = open_fd(path, within=within, error=error, what=what, tree=tree)
+    f = os.fdopen(fd, "rb")
+    bad = damaged or error
+    try:
+        if size < 12:
+            raise bad(f"{path}: not a {what} ({size} bytes)")
+        head = f.read(4)
+        f.seek(size - 4)
+        if head != PARQUET_MAGIC or f.read(4) != PARQUET_MAGIC:
+            raise bad(f"{path}: not a {what} (no Parquet magic)")
+        f.seek(0)
+        try:
+            # a read-only map of the file as an Arrow buffer: pyarrow's I/O threads never call
+            # back into a Python file object (which aborted the process at exit, now and then)
+            mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+            pf = pq.ParquetFile(pa.BufferReader(pa.py_buffer(mm)), pre_buffer=False)
+            md = pf.metadata
+            total = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+            schema = pf.schema_arrow
+        except (pa.ArrowException, OSError, ValueError) as e:
+            raise bad(f"{path}: corrupt {what} ({str(e).splitlines()[0]:.200})") from None
+        if total > inflate_limit(size) or total < 0:
+            raise error(f"{path}: {what} declares {total} bytes from {size} compressed (a "
+                        "decompression bomb); refusing to read it")
+        if columns is not None:
+            got = {n: str(schema.field(n).type) for n in schema.names}
+            if list(got) != list(columns) or got != columns:
+                raise error(f"{path}: {what} does not have the expected columns "
+                            f"({sorted(set(got) ^ set(columns)) or 'types differ'})")
+        f.close()  # (the map keeps the file's bytes)
+        return pf
+    except BaseException:
+        f.close()
+        raise

@@ -9,7 +9,7 @@ import pytest
 import netparity
 from netparity.cli import main
 from netparity.compare import recheck
-from netparity.compare.results import CompareResult
+from netparity.report.json_report import read_json
 
 
 def test_recheck_loosened_tolerance_changes_verdict(net, tmp_path, capsys):
@@ -22,12 +22,12 @@ def test_recheck_loosened_tolerance_changes_verdict(net, tmp_path, capsys):
     assert "PASS" in capsys.readouterr().out
     assert main(["recheck", str(out), "--rtol", "0", "--atol", "0", "--quiet"]) == 1
     # loosening rtol past the reported minimum is decided exactly
-    exact = recheck(CompareResult.from_json(saved), rtol=mt["min_rtol"] * 1.01, atol=mt["atol"])
+    exact = recheck(read_json(out), rtol=mt["min_rtol"] * 1.01, atol=mt["atol"])
     assert exact.status == "pass" and not exact.notes
     # elsewhere recheck agrees with a fresh comparison, or says it only estimated
     for rt, at in ((1e-3, 1e-4), (1e-4, 1e-3), (3e-5, 3e-5)):
         fresh = netparity.compare(ref, cand, rtol=rt, atol=at)
-        again = recheck(CompareResult.from_json(saved), rtol=rt, atol=at)
+        again = recheck(read_json(out), rtol=rt, atol=at)
         for p, q in zip(again.all_pairs(), fresh.all_pairs()):
             assert p.key == q.key
             if "re-run compare" not in p.reason:
@@ -61,17 +61,16 @@ def test_recheck_keeps_the_cross_profile_normwise_rule(net, tmp_path):
     out = tmp_path / "cross.json"
     assert main(["compare", str(ref), str(cand), "--profile", "cross", "--json", str(out),
                  "--quiet"]) in (0, 1)
-    saved = json.loads(out.read_text())
-    original = CompareResult.from_json(saved)
+    original = read_json(out)
     statuses = [p.status for p in original.all_pairs()]
     assert "warn" in statuses  # the case this test is about: outliers under the normwise bound
-    again = recheck(CompareResult.from_json(saved))
+    again = recheck(read_json(out))
     assert [p.status for p in again.all_pairs()] == statuses
     assert again.status == original.status
     # global tolerances: elementwise judgement, exactly what a fresh compare gives
     rt, at = 1e-6, 1e-6
     fresh = netparity.compare(ref, cand, rtol=rt, atol=at, profile="cross")
-    elementwise = recheck(CompareResult.from_json(saved), rtol=rt, atol=at)
+    elementwise = recheck(read_json(out), rtol=rt, atol=at)
     for p, q in zip(elementwise.all_pairs(), fresh.all_pairs()):
         assert p.key == q.key
         if "re-run compare" not in p.reason:

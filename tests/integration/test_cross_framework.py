@@ -100,7 +100,12 @@ def _compare(ref: Path, cand: Path, level: str, work: Path) -> tuple[int, dict[s
     r = _cli("compare", str(ref), str(cand), "--level", level, "--json", str(out), "--quiet",
              cwd=work)
     assert r.returncode in (0, 1), r.stdout + r.stderr
-    return r.returncode, json.loads(out.read_text()), r.stdout
+    js = json.loads(out.read_text())
+    # the per-pair table is a Parquet file beside the JSON (pairs_file)
+    from netparity.report.pairs_parquet import read_pairs
+
+    js["pairs"] = read_pairs(work / js["pairs_file"], within=work)
+    return r.returncode, js, r.stdout
 
 
 def run_pair(kind: str, work: Path, bug: str | None = None) -> dict[str, Any]:

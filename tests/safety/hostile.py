@@ -47,8 +47,9 @@ def run_limited(*argv: str, limit: int = MEMORY_LIMIT, timeout: float = 120,
 # --- clean inputs ------------------------------------------------------------------------------
 
 
-def make_trace(out: Path, ranks: int = 2, n: int = 3) -> Path:
-    """A small trace of ``ranks`` ranks (``n`` float32 payloads each), with its columnar copy."""
+def make_trace(out: Path, ranks: int = 2, n: int = 3, fmt: str = "npz") -> Path:
+    """A small trace of ``ranks`` ranks (``n`` float32 payloads each), with its columnar copy
+    (``fmt``: the ``.npz`` copy older traces have, or the Parquet one compact writes now)."""
     from netparity.trace import Record, TraceWriter
     from netparity.trace.columnar import compact
 
@@ -59,7 +60,7 @@ def make_trace(out: Path, ranks: int = 2, n: int = 3) -> Path:
                   payload=np.arange(8, dtype=np.float32) + i + 10 * r)
     for w in writers:
         w.close()
-    compact(out)
+    compact(out, fmt=fmt)
     return out
 
 
@@ -129,6 +130,18 @@ def gzip_bomb(out: Path, mib: int = 3072, prefix: bytes = b'{"traceEvents": [') 
 
 
 # --- tampering --------------------------------------------------------------------------------
+
+
+def rewrite_parquet(trace: Path, rank: int, column: str, values: object) -> None:
+    """Replace one column of a rank's Parquet copy (its metadata, so its stamp, kept): a
+    forged copy. ``values``: a pyarrow array."""
+    import pyarrow.parquet as pq
+
+    p = trace / f"rank{rank}" / "index.parquet"
+    t = pq.read_table(p)
+    i = t.schema.get_field_index(column)
+    t = t.set_column(i, column, values).replace_schema_metadata(t.schema.metadata)
+    pq.write_table(t, p)
 
 
 def rewrite_columns(trace: Path, rank: int, edit: dict[str, np.ndarray]) -> None:

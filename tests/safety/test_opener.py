@@ -31,6 +31,7 @@ from .helpers import assert_one_line_error, snapshot
 def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("clean")
     h.make_trace(d / "t")
+    h.make_trace(d / "pq", fmt="parquet")
     h.make_npz(d / "w.npz")
     return d
 
@@ -123,6 +124,49 @@ def columns_hide_index_row(tmp: Path, base: Path):  # type: ignore[no-untyped-de
     t = _trace(tmp, base)  # the index's row is bad; the copy (stamp still matching) is clean
     h.set_rows_keep_stamp(t, 0, "UPDATE records SET shape = '[8,x]' WHERE seq = 1")
     return ["compare", str(t), str(t)], [t], ["corrupt trace index", "bad shape"]
+
+
+def _pq_trace(tmp: Path, base: Path) -> Path:
+    return Path(shutil.copytree(base / "pq", tmp / "t"))
+
+
+def parquet_fifo(tmp: Path, base: Path):  # type: ignore[no-untyped-def]
+    t = _pq_trace(tmp, base)
+    (t / "rank0" / "index.parquet").unlink()
+    _fifo(t / "rank0" / "index.parquet")
+    return ["inspect", str(t)], [t], ["index.parquet", "not a regular file (a FIFO)"]
+
+
+def parquet_outside(tmp: Path, base: Path):  # type: ignore[no-untyped-def]
+    t = _pq_trace(tmp, base)
+    _outside(t / "rank1" / "index.parquet", tmp)
+    return ["compare", str(t), str(t)], [t], ["index.parquet", "outside the trace"]
+
+
+def parquet_forged_codes(tmp: Path, base: Path):  # type: ignore[no-untyped-def]
+    import pyarrow as pa
+
+    t = _pq_trace(tmp, base)
+    h.rewrite_parquet(t, 0, "kind", pa.DictionaryArray.from_arrays(
+        pa.array([0, 7, 0], pa.int32()), pa.array(["custom"]), safe=False))
+    return ["inspect", str(t)], [t], ["corrupt columnar index", "'kind'"]
+
+
+def parquet_forged_type(tmp: Path, base: Path):  # type: ignore[no-untyped-def]
+    import pyarrow as pa
+
+    t = _pq_trace(tmp, base)
+    h.rewrite_parquet(t, 0, "step", pa.array([0.0, 0.0, 0.0], pa.float32()))
+    return ["compare", str(t), str(t)], [t], ["index.parquet", "expected columns"]
+
+
+def parquet_forged_row(tmp: Path, base: Path):  # type: ignore[no-untyped-def]
+    import pyarrow as pa
+
+    t = _pq_trace(tmp, base)  # the copy's own row is bad (the index is clean)
+    h.rewrite_parquet(t, 1, "shape", pa.array(["[8]", "[8, -1]", "[8]"]).dictionary_encode())
+    return ["export", str(t), "-o", str(tmp / "x.npz")], [t], ["corrupt trace index",
+                                                               "bad shape"]
 
 
 def shard_zero(tmp: Path, base: Path):  # type: ignore[no-untyped-def]
@@ -254,6 +298,7 @@ def mapping_fifo(tmp: Path, base: Path):  # type: ignore[no-untyped-def]
 CASES: list[Case] = [
     wal_dev_zero, wal_fifo, index_fifo, index_outside, columns_zip_bomb, columns_header_bomb,
     columns_forged_codes, columns_forged_dtype, columns_forged_row, columns_hide_index_row,
+    parquet_fifo, parquet_outside, parquet_forged_codes, parquet_forged_type, parquet_forged_row,
     shard_zero, ckpt_npz_header_bomb, ckpt_npz_zip_bomb, ckpt_pth_zip_bomb, ckpt_wrong_label,
     ckpt_fifo, ckpt_truncated, loss_fifo, loss_dev_zero, result_dev_zero, profiler_gzip_bomb,
     profiler_outside, msdump_npy_bomb, msdump_outside, scan_fifo, scan_outside, mapping_fifo,

@@ -19,8 +19,12 @@ from test_scan import _write  # noqa: E402
 from netparity.align import align_traces  # noqa: E402
 from netparity.trace import Record, TraceWriter, open_trace  # noqa: E402
 from netparity.trace.columnar import COLUMNS_FILE, DISABLE_ENV, compact, store  # noqa: E402
+from netparity.trace.parquet import PARQUET_FILE  # noqa: E402
 from netparity.trace.scan import Strings  # noqa: E402
 from netparity.trace.schema import COLUMN_NAMES  # noqa: E402
+
+#: a columnar copy's file per format (Parquet: what compact writes; npz: older traces)
+FILES = {"parquet": PARQUET_FILE, "npz": COLUMNS_FILE}
 
 FILTERS = [
     {},
@@ -54,17 +58,19 @@ def _scans(path: Path, monkeypatch, disabled: bool) -> list[str]:
     return got
 
 
+@pytest.mark.parametrize("fmt", list(FILES))
 @pytest.mark.parametrize("writer", ["odd", "payloads"])
-def test_scans_and_records_equal_sqlite(tmp_path, monkeypatch, writer):
+def test_scans_and_records_equal_sqlite(tmp_path, monkeypatch, writer, fmt):
     t = tmp_path / "t"
     if writer == "odd":  # NULL and NaN statistics, odd arguments, a separator in a path
         _Odd(t, "torch", 1.0).write()
     else:  # payload locations (NULL where there is none), an empty tensor
         _write(t)
     sqlite = _scans(t, monkeypatch, disabled=True)
-    assert compact(t) == 1
+    assert compact(t, fmt=fmt) == 1
     monkeypatch.setenv(DISABLE_ENV, "0")
-    assert store(open_trace(t), 0) is not None  # the copy is current: scans read it
+    st = store(open_trace(t), 0)
+    assert st is not None and st.path.name == FILES[fmt]  # the copy is current: scans read it
     assert _scans(t, monkeypatch, disabled=False) == sqlite
 
 
@@ -82,15 +88,18 @@ def test_alignment_from_columns_equals_sqlite(tmp_path, monkeypatch):
     assert after == before
 
 
-def test_a_copy_of_another_index_is_not_used(tmp_path, monkeypatch):
+@pytest.mark.parametrize("fmt", list(FILES))
+def test_a_copy_of_another_index_is_not_used(tmp_path, monkeypatch, fmt):
     """A copy whose row count or last sequence number differs from the index (the index grew
     after compaction, or the file came from elsewhere) is ignored: SQLite is read."""
     monkeypatch.delenv(DISABLE_ENV, raising=False)
     _write(tmp_path / "a")
     with TraceWriter(tmp_path / "b", manifest={"framework": "numpy"}) as w:
         w.add(Record(kind="loss", op="loss", dtype="float32", shape=(), stats={"mean": 1.0}))
-    compact(tmp_path / "a")
-    shutil.copy(tmp_path / "a" / "rank0" / COLUMNS_FILE, tmp_path / "b" / "rank0" / COLUMNS_FILE)
+    compact(tmp_path / "a", fmt=fmt)
+    for f in FILES.values():  # b's own copy (its writer compacted it) is not what is tested
+        (tmp_path / "b" / "rank0" / f).unlink(missing_ok=True)
+    shutil.copy(tmp_path / "a" / "rank0" / FILES[fmt], tmp_path / "b" / "rank0" / FILES[fmt])
     tb = open_trace(tmp_path / "b")
     assert store(tb, 0) is None
     assert [r.op for r in tb.load_records()] == ["loss"]
@@ -136,12 +145,13 @@ def test_an_index_grown_after_an_open_is_read_from_sqlite(tmp_path, monkeypatch)
     assert len(tr.load_records()) == n + 1
 
 
-def test_a_damaged_copy_falls_back_or_says_so(tmp_path, monkeypatch):
+@pytest.mark.parametrize("fmt", list(FILES))
+def test_a_damaged_copy_falls_back_or_says_so(tmp_path, monkeypatch, fmt):
     monkeypatch.delenv(DISABLE_ENV, raising=False)
     _write(tmp_path / "a")
     want = [r.to_dict() for r in open_trace(tmp_path / "a").load_records()]
-    compact(tmp_path / "a")
-    p = tmp_path / "a" / "rank0" / COLUMNS_FILE
+    compact(tmp_path / "a", fmt=fmt)
+    p = tmp_path / "a" / "rank0" / FILES[fmt]
     p.write_bytes(b"not a zip file")
     assert store(open_trace(tmp_path / "a"), 0) is None  # unreadable: SQLite
     assert json.dumps([r.to_dict() for r in open_trace(tmp_path / "a").load_records()],

@@ -31,7 +31,7 @@ def test_a_compressed_copy_reads_the_same(tmp_path, monkeypatch):
     monkeypatch.setenv(DISABLE_ENV, "1")
     want = _scan_text(tmp_path / "a")
     monkeypatch.setenv(DISABLE_ENV, "0")
-    compact(tmp_path / "a")
+    compact(tmp_path / "a", fmt="npz")
     p = tmp_path / "a" / "rank0" / COLUMNS_FILE
     with np.load(p) as z:
         arrays = {k: z[k] for k in z.files}
@@ -45,7 +45,7 @@ def test_a_compressed_copy_reads_the_same(tmp_path, monkeypatch):
 def test_a_member_whose_header_disagrees_with_the_file_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv(DISABLE_ENV, "0")
     _write(tmp_path / "a")
-    compact(tmp_path / "a")
+    compact(tmp_path / "a", fmt="npz")
     p = tmp_path / "a" / "rank0" / COLUMNS_FILE
     raw = bytearray(p.read_bytes())
     with zipfile.ZipFile(p) as z:
@@ -68,7 +68,7 @@ def test_a_member_whose_header_disagrees_with_the_file_is_refused(tmp_path, monk
 def test_a_flipped_bit_in_a_column_is_refused_not_read(tmp_path, monkeypatch):
     monkeypatch.setenv(DISABLE_ENV, "0")
     _write(tmp_path / "a")
-    compact(tmp_path / "a")
+    compact(tmp_path / "a", fmt="npz")
     p = tmp_path / "a" / "rank0" / COLUMNS_FILE
     with zipfile.ZipFile(p) as z:
         name = next(n for n in z.namelist() if n.startswith("f."))  # a statistics column

@@ -179,6 +179,27 @@ class Divergence:
 
 
 _PAIR_FIELDS = [f.name for f in dataclasses.fields(PairResult)]
+
+
+def _call_json(c: CallResult) -> dict[str, Any]:
+    """``dataclasses.asdict(c)`` made cleaned (its fields are flat: a copy of its dict, its
+    two lists copied, its floats JSON-safe) -- ~20x faster over a 100k-op comparison's calls."""
+    d = dict(c.__dict__)
+    d["inputs"], d["outputs"] = list(c.inputs), list(c.outputs)
+    for k in ("confidence", "in_error", "out_error"):
+        v = d[k]
+        if isinstance(v, float) and not math.isfinite(v):
+            d[k] = _clean(v)
+    return d
+
+
+def pair_from_dict(d: dict[str, Any]) -> PairResult:
+    """A :class:`PairResult` from its saved fields (unknown keys ignored).
+
+    Raises:
+        TypeError, KeyError: a field missing or of the wrong kind.
+    """
+    return PairResult(**{k: d[k] for k in _PAIR_FIELDS if k in d})
 _CALL_FIELDS = [f.name for f in dataclasses.fields(CallResult)]
 _DIV_FIELDS = [f.name for f in dataclasses.fields(Divergence)]
 
@@ -356,11 +377,13 @@ class CompareResult:
         return ps[:n]
 
     # ---- serialisation ---------------------------------------------------------------------
-    def to_json(self, *, histograms: bool = True) -> dict[str, Any]:
+    def to_json(self, *, histograms: bool = True, pairs: bool = True) -> dict[str, Any]:
         """Versioned JSON-ready dict (``netparity_result_version`` first).
 
         ``histograms=False`` drops the per-pair error histograms (smaller file, but ``recheck``
-        then estimates less).
+        then estimates less). ``pairs=False`` leaves the pairs of matched calls out (a
+        result file keeps them in a Parquet file beside it:
+        :mod:`netparity.report.pairs_parquet`).
         """
 
         def pair(p: PairResult) -> dict[str, Any]:
@@ -391,11 +414,13 @@ class CompareResult:
             "runs": self.runs,
             "notes": self.notes,
             "unmatched": self.unmatched,
-            "calls": [dataclasses.asdict(c) for c in self.calls],
-            "pairs": [pair(p) for p in self.pairs],
+            "calls": [],
+            "pairs": [pair(p) for p in self.pairs] if pairs else [],
             "params": [pair(p) for p in self.params],
         }
-        return _clean(out)  # type: ignore[no-any-return]
+        got: dict[str, Any] = _clean(out)
+        got["calls"] = [_call_json(c) for c in self.calls]
+        return got
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> CompareResult:
@@ -410,8 +435,7 @@ class CompareResult:
         obj = _unclean(obj)
         try:
 
-            def pair(d: dict[str, Any]) -> PairResult:
-                return PairResult(**{k: d[k] for k in _PAIR_FIELDS if k in d})
+            pair = pair_from_dict
 
             def div(d: dict[str, Any] | None) -> Divergence | None:
                 return Divergence(**{k: d[k] for k in _DIV_FIELDS if k in d}) if d else None

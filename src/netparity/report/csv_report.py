@@ -18,25 +18,32 @@ import csv
 import io
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import IO, Any
 
-from netparity.outputs import write_text_atomic
+from netparity.outputs import atomic_output
 from netparity.report.sections import Section, Table, for_output, sections_for
+
+
+def _write(sections: Sequence[Section], f: IO[str]) -> None:
+    w = csv.writer(f)
+    for s in for_output(sections, "csv"):
+        for b in s.for_output("csv"):
+            if isinstance(b, Table):
+                w.writerow(b.columns)
+                w.writerows(["" if v is None else v for v in row] for row in b.rows)
 
 
 def render_csv(sections: Sequence[Section]) -> str:
     """CSV text of the sections' CSV tables (one header per table; raw values, ``None`` empty)."""
     buf = io.StringIO()
-    w = csv.writer(buf)
-    for s in for_output(sections, "csv"):
-        for b in s.for_output("csv"):
-            if isinstance(b, Table):
-                w.writerow(b.columns)
-                for row in b.rows:
-                    w.writerow(["" if v is None else v for v in row])
+    _write(sections, buf)
     return buf.getvalue()
 
 
 def write_csv(result: Any, path: str | os.PathLike[str]) -> None:
-    """Write the CSV output of one analyzer result (atomically)."""
-    write_text_atomic(path, render_csv(sections_for(result)), what="CSV report")
+    """Write the CSV output of one analyzer result (atomically), row by row: the rows are
+    made as they are written (a comparison's pairs: :class:`~netparity.report.sections.
+    compare._CsvRows`), never held as one text."""
+    with atomic_output(path, what="CSV report") as tmp, \
+            open(tmp, "w", encoding="utf-8", newline="") as f:
+        _write(sections_for(result, output="csv"), f)

@@ -39,7 +39,7 @@ def _plain(o: Any) -> Any:
     return str(o)
 
 
-def write_json(obj: Any, dest: str | os.PathLike[str], *, indent: int = 1,
+def write_json(obj: Any, dest: str | os.PathLike[str], *, indent: int | None = 1,
                strict: bool = False) -> None:
     """Write ``obj`` as JSON to ``dest`` atomically, or to stdout when ``dest`` is ``"-"``.
 
@@ -59,12 +59,28 @@ def write_json(obj: Any, dest: str | os.PathLike[str], *, indent: int = 1,
 
 def write_result(result: CompareResult, path: str | os.PathLike[str], *,
                  histograms: bool = True) -> None:
-    """Write ``result.to_json()`` (strict JSON: inf/nan spelled as strings) for ``recheck``."""
-    write_json(result.to_json(histograms=histograms), path, strict=True)
+    """Write ``result.to_json()`` (strict JSON: inf/nan spelled as strings) for ``recheck``.
+
+    To a file, the pairs of matched calls go to a Parquet file beside it
+    (:func:`~netparity.report.pairs_parquet.pairs_path`: ``r.json`` -> ``r.pairs.parquet``,
+    written first), which the JSON names as ``"pairs_file"``; to stdout (``"-"``) they stay
+    in the JSON."""
+    if os.fspath(path) == "-":
+        write_json(result.to_json(histograms=histograms), path, strict=True)
+        return
+    from netparity.report.pairs_parquet import pairs_path, write_pairs
+
+    side = pairs_path(path)
+    write_pairs(result.pairs, side, histograms=histograms)
+    obj = result.to_json(histograms=histograms, pairs=False)
+    obj["pairs_file"] = side.name
+    # one line (json's C encoder: indent makes it use the pure-Python one, ~10x slower)
+    write_json(obj, path, strict=True, indent=None)
 
 
 def read_json(path: str | os.PathLike[str]) -> CompareResult:
-    """Load a result written by :func:`write_result`."""
+    """Load a result written by :func:`write_result` (its pairs from the Parquet file it
+    names, which must lie beside it)."""
     from netparity import inputs
 
     data = inputs.read_bytes(path, error=UsageError, what="saved result", limit=inputs.MAX_JSON)
@@ -72,7 +88,23 @@ def read_json(path: str | os.PathLike[str]) -> CompareResult:
         obj: Any = load_json(data, what="result")
     except ValueError as e:
         raise UsageError(f"{path}: not a JSON file ({e})") from None
-    return CompareResult.from_json(obj)
+    side = obj.get("pairs_file") if isinstance(obj, dict) else None
+    result = CompareResult.from_json(obj)
+    if side is not None:
+        from netparity.compare.results import pair_from_dict
+        from netparity.report.pairs_parquet import read_pairs
+
+        if not isinstance(side, str) or not side or os.path.basename(side) != side \
+                or side in (".", ".."):
+            raise UsageError(f"{path}: pairs_file must name a file beside the result, "
+                             f"not {str(side)[:80]!r}")
+        folder = os.path.dirname(os.path.abspath(path))
+        rows = read_pairs(os.path.join(folder, side), within=folder)
+        try:
+            result.pairs = [pair_from_dict(d) for d in rows]
+        except (TypeError, KeyError) as e:
+            raise UsageError(f"{path}: corrupt pair table {side} ({e})") from None
+    return result
 
 
 def render_json(sections: Sequence[Section]) -> dict[str, Any]:

@@ -48,6 +48,7 @@ _RANK_FILE = re.compile(r"index\.sqlite(-wal|-shm|-journal)?|rank\.json|tensors-
                         r"|\.rank\.json\.\d+\.tmp"
                         # the columnar index copy (trace.columnar) and its temporary
                         r"|index\.columns\.npz|\.index\.columns\.npz\.\w+\.tmp"
+                        r"|index\.parquet|\.index\.parquet\.\w+\.tmp"
                         # what a MindSpore capture noted (frameworks.mindspore.capture)
                         r"|capture_notes\.json")
 _TOP_FILE = re.compile(r"manifest\.json|\.manifest\.json\.\d+\.tmp|\.netparity\.lock"

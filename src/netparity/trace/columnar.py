@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import mmap
@@ -40,14 +41,15 @@ import tempfile
 import weakref
 import zipfile
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
 from netparity import inputs
 from netparity.errors import TraceError
+from netparity.trace.parquet import PARQUET_FILE, ParquetMembers, write_index
 from netparity.trace.schema import COLUMN_NAMES, COLUMNS, SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -68,7 +70,7 @@ class Store:
     """The columnar copy of one rank's index, opened lazily: each column is read from the
     file the first time a scan asks for it, then kept."""
 
-    def __init__(self, path: Path, meta: dict[str, Any], npz: _Members):
+    def __init__(self, path: Path, meta: dict[str, Any], npz: _Members | ParquetMembers):
         self.path, self.n, self.max_seq = path, int(meta["n"]), int(meta["max_seq"])
         self.meta = meta
         self._npz = npz
@@ -88,14 +90,7 @@ class Store:
             t = _TYPES[name]
             try:
                 if t == "TEXT":
-                    values = json.loads(bytes(self._member(f"v.{name}", "u1")).decode("utf-8"))
-                    if (not isinstance(values, list)
-                            or not all(isinstance(v, str) for v in values)):
-                        raise ValueError(f"values of {name!r} are not a list of strings")
-                    codes = self._member(f"c.{name}", "i4")
-                    if len(codes) and (int(codes.min()) < 0 or int(codes.max()) >= len(values)):
-                        raise ValueError(f"codes of {name!r} out of range")
-                    got = Strings(codes, values)
+                    got = Strings(*self._npz.text(name))
                 else:
                     got = self._member(f"{'f' if t == 'REAL' else 'i'}.{name}",
                                        "f8" if t == "REAL" else "i8")
@@ -273,6 +268,22 @@ class _Members:
         self.path, self.size, self._root = path, size, root
         self.files = list(self._infos)
 
+    def text(self, name: str) -> tuple[np.ndarray, list[str]]:
+        """Codes and distinct values of text column ``name`` (members ``c.`` and ``v.``)."""
+        values = json.loads(bytes(self._typed(f"v.{name}", "u1")).decode("utf-8"))
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise ValueError(f"values of {name!r} are not a list of strings")
+        codes = self._typed(f"c.{name}", "i4")
+        if len(codes) and (int(codes.min()) < 0 or int(codes.max()) >= len(values)):
+            raise ValueError(f"codes of {name!r} out of range")
+        return codes, values
+
+    def _typed(self, name: str, dtype: str) -> np.ndarray:
+        a = self[name]
+        if a.dtype != np.dtype(dtype):
+            raise ValueError(f"member {name!r} is {a.dtype}, not {np.dtype(dtype)}")
+        return a
+
     def get(self, name: str) -> np.ndarray | None:
         """Member ``name``, or None when the file has none."""
         return self[name] if name in self._infos else None
@@ -319,12 +330,18 @@ def _open(trace: Trace, rank: int) -> Store | None:
     """The current copy of ``rank``'s index; None: none, or an outdated or unreadable one
     (SQLite has everything). A special file, a link out of the trace or a header or zip bomb
     is refused (:mod:`netparity.inputs`), not skipped."""
-    path = trace.path / f"rank{rank}" / COLUMNS_FILE
-    if not os.path.lexists(path):
-        return None
+    members: _Members | ParquetMembers
+    path = trace.path / f"rank{rank}" / PARQUET_FILE
     try:
-        npz = _Members(path, trace.path)
-        meta = json.loads(bytes(npz["meta"]).decode("utf-8"))
+        if os.path.lexists(path):  # the open format (what compact writes)
+            members = ParquetMembers(path, trace.path)
+            meta = members.meta
+        else:  # the copy netparity wrote before Parquet
+            path = trace.path / f"rank{rank}" / COLUMNS_FILE
+            if not os.path.lexists(path):
+                return None
+            members = _Members(path, trace.path)
+            meta = json.loads(bytes(members["meta"]).decode("utf-8"))
         if not isinstance(meta, dict) or type(meta.get("n")) is not int or type(
                 meta.get("max_seq")) is not int:
             return None
@@ -343,7 +360,7 @@ def _open(trace: Trace, rank: int) -> Store | None:
     n, max_seq = _extent(trace, rank)
     if (meta.get("n"), meta.get("max_seq")) != (n, max_seq):
         return None  # the index changed after compaction (or the copy is of another index)
-    return Store(path, meta, npz)
+    return Store(path, meta, members)
 
 
 def _index_stamp(rank_dir: Path) -> list[int] | None:
@@ -368,9 +385,14 @@ def _extent(trace: Trace, rank: int) -> tuple[int, int]:
     return int(n), int(mx)
 
 
-def compact(path: str | os.PathLike[str], ranks: Iterable[int] | None = None) -> int:
+def compact(path: str | os.PathLike[str], ranks: Iterable[int] | None = None, *,
+            fmt: str = "parquet") -> int:
     """Write the columnar copy of the index of every rank (or of ``ranks``) of the complete
     trace at ``path``, replacing an older copy atomically. Returns the number of ranks written.
+
+    ``fmt``: ``"parquet"`` (``index.parquet``, :mod:`netparity.trace.parquet`: what pandas,
+    polars and DuckDB open) or ``"npz"`` (``index.columns.npz``, what netparity wrote before;
+    still read). The copy of the other format is removed (a reader prefers Parquet).
 
     Call it when a capture is closed (a rank's writer: ``ranks=[rank]``): a copy of an index
     that is still growing is simply not used once the index has more rows.
@@ -399,6 +421,17 @@ def compact(path: str | os.PathLike[str], ranks: Iterable[int] | None = None) ->
             cols = _scan_sql(tr, rank, list(COLUMN_NAMES), {})
             if cols.n != n or stamp is None or _index_stamp(tr.path / f"rank{rank}") != stamp:
                 raise TraceError(f"{tr.path}/rank{rank}: the index changed while being read")
+            meta = {"format": FORMAT, "schema_version": SCHEMA_VERSION,
+                    "columns": list(COLUMN_NAMES), "n": n, "max_seq": max_seq,
+                    "index_stamp": stamp,
+                    "index_crc": _index_crc(tr.path / f"rank{rank}" / Store.index_file),
+                    "bad_row": None}
+            rank_dir = tr.path / f"rank{rank}"
+            if fmt == "parquet":
+                _save_atomic(rank_dir / PARQUET_FILE,
+                             functools.partial(_write_parquet, cols=cols, meta=meta))
+                _remove(rank_dir / COLUMNS_FILE)
+                continue
             arrays: dict[str, np.ndarray] = {}
             for c in COLUMN_NAMES:
                 v = cols.data[c]
@@ -410,13 +443,9 @@ def compact(path: str | os.PathLike[str], ranks: Iterable[int] | None = None) ->
                 null = cols.nulls.get(c)
                 if null is not None and null.any():
                     arrays[f"n.{c}"] = null
-            arrays["meta"] = _json_bytes({"format": FORMAT, "schema_version": SCHEMA_VERSION,
-                                          "columns": list(COLUMN_NAMES), "n": n,
-                                          "max_seq": max_seq, "index_stamp": stamp,
-                                          "index_crc": _index_crc(
-                                              tr.path / f"rank{rank}" / Store.index_file),
-                                          "bad_row": None})
-            _save_atomic(tr.path / f"rank{rank}" / COLUMNS_FILE, arrays)
+            arrays["meta"] = _json_bytes(meta)
+            _save_atomic(rank_dir / COLUMNS_FILE, functools.partial(_write_npz, arrays=arrays))
+            _remove(rank_dir / PARQUET_FILE)
         return len(todo)
     finally:
         tr.close()
@@ -426,13 +455,29 @@ def _json_bytes(obj: Any) -> np.ndarray:
     return np.frombuffer(json.dumps(obj).encode("utf-8"), dtype=np.uint8)
 
 
-def _save_atomic(dest: Path, arrays: dict[str, np.ndarray]) -> None:
-    """``np.savez`` into a temporary file beside ``dest``, then ``os.replace``: a reader sees
+def _write_parquet(f: IO[bytes], cols: Columns, meta: dict[str, Any]) -> None:
+    write_index(f, cols.data, cols.nulls, meta)
+
+
+def _write_npz(f: IO[bytes], arrays: dict[str, np.ndarray]) -> None:
+    np.savez(f, **arrays)
+
+
+def _remove(path: Path) -> None:
+    """Remove a copy of the other format (gone already: fine)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _save_atomic(dest: Path, write: Callable[[IO[bytes]], None]) -> None:
+    """``write`` into a temporary file beside ``dest``, then ``os.replace``: a reader sees
     the old copy or the new one, never half of one."""
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+            write(f)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # as readable as the index (mkstemp makes it 0600)

@@ -10,4 +10,4 @@ loaded (:mod:`netparity.cli._io`).
 #: a folder that is not a netparity trace is refused, never removed)
 STEP_TRACES = ("ref", "ref-noise", "cand", "ref-eval", "ref-eval-noise", "cand-eval", "ref-f64")
 #: the report files it writes in ``OUT`` (atomically: :mod:`netparity.report.step`)
-STEP_FILES = ("step.json", "compare-step0.json", "report.html")
+STEP_FILES = ("step.json", "compare-step0.json", "compare-step0.pairs.parquet", "report.html")

@@ -1,0 +1,167 @@
+"""A rank's compacted index as Apache Parquet (``rank<N>/index.parquet``): the open format.
+
+:func:`netparity.trace.columnar.compact` writes it when a trace is complete; scans read it
+instead of SQLite (which stays what capture streams into, crash-safe, and the source of
+truth). Any Parquet reader opens it::
+
+    duckdb -c "SELECT module, count(*) FROM 'run/rank0/index.parquet' GROUP BY module"
+    pandas.read_parquet("run/rank0/index.parquet")
+
+Schema (docs/trace-format.md): one column per index column (:data:`netparity.trace.schema.
+COLUMNS`), in that order, one row per record in sequence order: ``INTEGER`` columns as
+``int64``, ``REAL`` as ``double``, ``TEXT`` as ``dictionary<int32, string>``; SQL NULL is a
+Parquet null. The file's key-value metadata ``netparity`` holds the JSON the reader checks the
+copy against its index with (``format``, ``schema_version``, ``columns``, ``n``, ``max_seq``,
+``index_stamp``, ``index_crc``, ``bad_row``: see :mod:`netparity.trace.columnar`).
+
+A copy is untrusted input: it is opened through :func:`netparity.inputs.open_parquet` (a
+regular file inside the trace, no decompression bomb, exactly this schema's columns and
+types), and every column read is checked (one value per row, codes within the dictionary).
+
+Example:
+    >>> arrow_types()["seq"], arrow_types()["op"]
+    ('int64', 'dictionary<values=string, indices=int32, ordered=0>')
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from netparity import inputs
+from netparity.errors import TraceError
+from netparity.trace.schema import COLUMNS
+
+PARQUET_FILE = "index.parquet"
+"""File name of a rank's Parquet index copy, inside ``rank<N>/``."""
+META_KEY = b"netparity"
+
+_TYPES = {c: t.split()[0] for c, t in COLUMNS}
+
+
+def _arrow_type(sql: str) -> Any:
+    import pyarrow as pa
+
+    return {"INTEGER": pa.int64(), "REAL": pa.float64(),
+            "TEXT": pa.dictionary(pa.int32(), pa.string())}[sql]
+
+
+def arrow_types() -> dict[str, str]:
+    """Each column's Arrow type, as ``str(type)`` spells it (what a copy must hold)."""
+    return {c: str(_arrow_type(t)) for c, t in _TYPES.items()}
+
+
+def write_index(f: IO[bytes], data: dict[str, Any], nulls: dict[str, np.ndarray],
+                meta: dict[str, Any]) -> None:
+    """Write one rank's columns (a scan's ``data`` and ``nulls``: arrays, or ``Strings`` for
+    text) and ``meta`` into ``f`` (:func:`netparity.trace.columnar.compact` makes it the
+    copy atomically)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from netparity.trace.scan import Strings
+
+    arrays = []
+    for c, t in _TYPES.items():
+        v, null = data[c], nulls.get(c)
+        mask = null if null is not None and null.any() else None
+        if isinstance(v, Strings):
+            arrays.append(pa.DictionaryArray.from_arrays(
+                pa.array(np.asarray(v.codes, dtype=np.int32), mask=mask),
+                pa.array(v.values, type=pa.string())))
+        else:
+            arrays.append(pa.array(np.asarray(v), type=_arrow_type(t), mask=mask))
+    table = pa.Table.from_arrays(arrays, names=list(_TYPES))
+    table = table.replace_schema_metadata({META_KEY: json.dumps(meta).encode("utf-8")})
+    pq.write_table(table, f, compression="zstd", row_group_size=1 << 20)
+
+
+class ParquetMembers:
+    """A Parquet copy seen as the members :class:`netparity.trace.columnar.Store` reads
+    (``meta``, ``i.<col>``, ``f.<col>``, ``n.<col>`` and :meth:`text`), each column decoded
+    from the file the first time it is asked for."""
+
+    def __init__(self, path: Path, root: Path):
+        self.path = path
+        self._pf = inputs.open_parquet(path, within=root, error=TraceError,
+                                       what="columnar index", tree="the trace",
+                                       columns=arrow_types(), damaged=ValueError)
+        self.n = int(self._pf.metadata.num_rows)
+        raw = (self._pf.schema_arrow.metadata or {}).get(META_KEY)
+        if raw is None:
+            raise ValueError("no netparity metadata")
+        self.meta = json.loads(raw.decode("utf-8"))
+        self._nulls: dict[str, np.ndarray | None] = {}
+
+    def _read(self, name: str) -> Any:
+        import pyarrow as pa
+
+        try:
+            col = self._pf.read(columns=[name], use_threads=False).column(0)
+        except (pa.ArrowException, OSError) as e:
+            raise ValueError(f"column {name!r} unreadable ({str(e).splitlines()[0]:.200})") \
+                from None
+        if len(col) != self.n:
+            raise ValueError(f"column {name!r} has {len(col)} rows, not {self.n}")
+        if col.null_count:
+            self._nulls[name] = np.asarray(col.is_null().to_numpy(zero_copy_only=False),
+                                           dtype=bool)
+        else:
+            self._nulls[name] = None
+        return col
+
+    def text(self, name: str) -> tuple[np.ndarray, list[str]]:
+        """Codes (int32, NULL as the code of ``''``) and distinct values of text column
+        ``name``."""
+        col = self._read(name)
+        values: list[str] = []
+        index: dict[str, int] = {}
+        parts = []
+        for chunk in col.chunks:
+            d = chunk.dictionary.to_pylist()
+            if any(v is None for v in d):
+                raise ValueError(f"values of {name!r} hold a null")
+            remap = np.array([index.setdefault(v, len(index)) for v in d] or [0],
+                             dtype=np.int32)
+            idx = chunk.indices.fill_null(0) if chunk.null_count else chunk.indices
+            codes = idx.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+            if len(codes) and (int(codes.min()) < 0 or int(codes.max()) >= len(d)):
+                raise ValueError(f"codes of {name!r} out of range")
+            if chunk.null_count:  # NULL: the code of '' (what a SQLite scan gives)
+                codes = remap[codes]
+                codes[chunk.is_null().to_numpy(zero_copy_only=False)] = index.setdefault(
+                    "", len(index))
+                parts.append(codes)
+            else:
+                parts.append(remap[codes] if len(d) else codes)
+        values = list(index)
+        out = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+        return out.astype(np.int32, copy=False), values
+
+    def _number(self, name: str, dtype: str) -> np.ndarray:
+        col = self._read(name)
+        fill = -1 if dtype == "i8" else np.nan
+        if col.null_count:
+            col = col.fill_null(fill)
+        a = col.to_numpy()
+        if a.dtype != np.dtype(dtype):
+            raise ValueError(f"column {name!r} is {a.dtype}, not {np.dtype(dtype)}")
+        a.flags.writeable = False
+        return a
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        kind, _, col = name.partition(".")
+        if kind in ("i", "f") and _TYPES.get(col) == ("INTEGER" if kind == "i" else "REAL"):
+            return self._number(col, "i8" if kind == "i" else "f8")
+        raise KeyError(name)
+
+    def get(self, name: str) -> np.ndarray | None:
+        """The NULL mask ``n.<col>`` of a column read already (None: no NULL)."""
+        kind, _, col = name.partition(".")
+        if kind != "n" or col not in self._nulls:
+            raise KeyError(name)
+        return self._nulls[col]
+
