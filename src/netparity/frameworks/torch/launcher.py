@@ -42,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from netparity.capture.interpreter import own_interpreter
 from netparity.errors import UsageError
 from netparity.trace import holds_trace
 
@@ -85,16 +86,17 @@ def run_captured(cmd: Sequence[str], path: str | os.PathLike[str],
         raise UsageError(f"{out} exists and is not a directory")
     if not options.get("overwrite") and holds_trace(out):
         raise UsageError(f"{out} already holds a trace; choose another directory or --overwrite")
-    env = capture_env(out, options)
-    try:
-        proc = subprocess.Popen(list(cmd), env=env)
-    except OSError as e:
-        raise UsageError(f"cannot run {cmd[0]!r}: {e.strerror or e}") from None
-    try:
-        rc = proc.wait()
-    except KeyboardInterrupt:  # the child got the same SIGINT; let it finish its exit handlers
-        proc.send_signal(signal.SIGINT)
-        rc = proc.wait()
+    # ``python`` (by the command or by a launcher's workers) is the interpreter netparity runs in
+    with own_interpreter(capture_env(out, options)) as env:
+        try:
+            proc = subprocess.Popen(list(cmd), env=env)
+        except OSError as e:
+            raise UsageError(f"cannot run {cmd[0]!r}: {e.strerror or e}") from None
+        try:
+            rc = proc.wait()
+        except KeyboardInterrupt:  # the child got the same SIGINT; let it finish its exit handlers
+            proc.send_signal(signal.SIGINT)
+            rc = proc.wait()
     return 128 - rc if rc < 0 else rc
 
 
