@@ -181,6 +181,11 @@ class TorchCaptureBase(CaptureSession):
     _names: dict[int, str]
     _param_names: dict[int, str]
     _roots: int
+    #: every named module tree (the model; global mode: each root module called)
+    _trees: list[torch.nn.Module]
+    #: optimizers this capture saw step, in that order; (step, index, [lr of each group])
+    _opts: list[Any]
+    _lr_log: list[tuple[int, int, list[float | None]]]
     _tls: _TLS
     _busy: bool
     _on: bool

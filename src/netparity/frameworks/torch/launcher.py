@@ -152,6 +152,10 @@ def activate_from_env() -> None:
 def _on_torch() -> None:
     import torch.nn.modules.module as mm
 
+    from netparity.frameworks.torch.optimizer_hooks import track_optimizers
+
+    track_optimizers()  # the optimizers exist before the first model call starts the capture
+
     def first_call(module: Any, args: Any) -> None:
         if os.getpid() != _state.get("pid") or "cap" in _state:
             return

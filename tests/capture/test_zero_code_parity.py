@@ -1,0 +1,114 @@
+"""Zero-code ``netparity run`` sees what the in-code ``netparity.capture`` sees (issue 30 items 1,
+2): each failing script runs both ways and the analyses give the same answer.
+
+Each script trains unchanged when run plainly (the zero-code way: ``netparity run -- python
+script.py``) and wraps its loop in ``netparity.capture(model, DIR, optimizer=opt)`` when given
+``DIR`` (the in-code way).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+from netparity.analyzers.health import weight_updates  # noqa: E402
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+#: the loop both ways; the script defines model, opt, loss_fn, batch(step), STEPS, KW
+LOOP = textwrap.dedent(
+    """
+    import contextlib
+    cap = None
+    if len(sys.argv) > 1:
+        import netparity
+        cap = netparity.capture(model, sys.argv[1], optimizer=opt, **KW)
+    with (cap if cap is not None else contextlib.nullcontext()):
+        for step in range(STEPS):
+            x, y = batch(step)
+            opt.zero_grad()
+            loss = loss_fn(model(x), y)
+            if cap is not None:
+                cap.record_loss(loss)
+            loss.backward()
+            opt.step()
+            if cap is not None:
+                cap.step()
+    """
+)
+
+HEAD_FROZEN = textwrap.dedent(
+    """
+    import sys, torch
+    from torch import nn
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
+                          nn.Linear(16, 4))
+    for p in model[2].parameters():          # a frozen layer
+        p.requires_grad = False
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    model[4] = nn.Linear(16, 4)              # a new head, after the optimizer was built
+    loss_fn = nn.CrossEntropyLoss()
+    X, Y = torch.randn(32, 8), torch.randint(0, 4, (32,))
+    def batch(step):
+        return X, Y
+    STEPS, KW = 4, {}
+    """
+)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([SRC, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def capture_both_ways(tmp_path: Path, body: str, way: str, *run_args: str) -> Path:
+    """Run the script ``body`` + :data:`LOOP` captured ``way`` (``in-code`` or ``zero-code``
+    with ``run_args``); the trace directory."""
+    script = tmp_path / "train.py"
+    script.write_text(body + LOOP)
+    out = tmp_path / way
+    if way == "in-code":
+        cmd = [sys.executable, str(script), str(out)]
+    else:
+        cmd = [sys.executable, "-m", "netparity", "run", "-o", str(out), *run_args, "--",
+               "python", str(script)]
+    res = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert (out / "manifest.json").exists(), res.stderr[-3000:]
+    return out
+
+
+def numerics(out: Path) -> tuple[int, dict[str, Any]]:
+    """``netparity numerics OUT --json -``: exit status and report."""
+    res = subprocess.run([sys.executable, "-m", "netparity", "numerics", str(out), "--json", "-"],
+                         env=_env(), capture_output=True, text=True, timeout=120)
+    return res.returncode, json.loads(res.stdout)
+
+
+WAYS = ("in-code", "zero-code")
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_head_left_out_and_frozen_layer(tmp_path, way) -> None:  # type: ignore[no-untyped-def]
+    out = capture_both_ways(tmp_path, HEAD_FROZEN, way)
+    _, stuck = weight_updates(out)
+    assert {p.name: p.severity for p in stuck} == {
+        "4.weight": "fail", "4.bias": "fail",   # named as missing from every optimizer
+        "2.weight": "warn", "2.bias": "warn",   # frozen: warned about
+    }
+    assert all("left out of the optimizer" in p.reason for p in stuck if p.severity == "fail")
+    assert all("frozen" in p.reason for p in stuck if p.severity == "warn")
+    rc, report = numerics(out)
+    assert rc == 1 and sorted(p.split(" (")[0] for p in report["problems"]) == [
+        "parameter 4.bias is not updating", "parameter 4.weight is not updating"]
