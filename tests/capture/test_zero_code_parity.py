@@ -112,3 +112,46 @@ def test_head_left_out_and_frozen_layer(tmp_path, way) -> None:  # type: ignore[
     rc, report = numerics(out)
     assert rc == 1 and sorted(p.split(" (")[0] for p in report["problems"]) == [
         "parameter 4.bias is not updating", "parameter 4.weight is not updating"]
+
+
+WARMUP = textwrap.dedent(
+    """
+    import sys, torch
+    from torch import nn
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.002)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.45 ** s)  # a warm-up gone wrong
+    _step = opt.step
+    def _stepped(*a, **k):  # the schedule advances after each update
+        out = _step(*a, **k)
+        sched.step()
+        return out
+    opt.step = _stepped
+    loss_fn = nn.MSELoss()
+    X = torch.randn(64, 16)
+    Y = X[:, :1] * 2 + 0.1
+    def batch(step):
+        return X, Y
+    STEPS, KW = 22, {}
+    """
+)
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_warmup_explosion_names_the_learning_rate(tmp_path, way) -> None:  # type: ignore[no-untyped-def]
+    out = capture_both_ways(tmp_path, WARMUP, way)
+    rc, report = numerics(out)
+    e = report["explosion"]
+    assert rc == 1 and e["found"] and e["step"] == 19
+    # the learning rate per step, from the optimizer
+    lr = dict((int(s), v) for s, v in e["lr"])
+    assert sorted(lr) == list(range(22)) and lr[0] == pytest.approx(0.002)
+    assert lr[18] == pytest.approx(0.002 * 1.45 ** 18, rel=1e-5)
+    assert e["lr_cause"].startswith("the learning rate rose from 0.002 at step 0 to 1.61 at "
+                                    "step 18") and "likely cause" in e["lr_cause"]
+    assert any("learning rate rose" in p for p in report["problems"])
+    # update ratios judged against the run's own early steps: a 10x jump is a finding
+    assert "x the run's early steps" in e["update_cause"]
+    jumped = {p["name"] for p in report["not_updating"] if p["severity"] == "warn"}
+    assert jumped == {"0.weight", "0.bias", "2.weight", "2.bias"}

@@ -34,6 +34,7 @@ from netparity.analyzers.health import (
     loss_explosion,
     loss_scale_history,
     rank_consistency,
+    update_jumps,
     weight_updates,
 )
 from netparity.capture.nonfinite import FORMATS, HALF, SINGULAR, classify
@@ -163,7 +164,10 @@ class NumericsResult:
         if rc:
             out.append(f"rank {rc['rank']} {rank_diff(rc)}")
         if self.explosion is not None and self.explosion.found:
-            out.append(f"loss {self.explosion.kind} at step {self.explosion.step}")
+            e = self.explosion
+            cause = e.lr_cause if "likely cause" in e.lr_cause else e.update_cause
+            out.append(f"loss {e.kind} at step {e.step}"
+                       + (f" ({cause.split(': the likely')[0]})" if cause else ""))
         return out
 
     def __bool__(self) -> bool:
@@ -604,6 +608,7 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int | None = None,
     res.overflow = overflow_risk(tr, rank=r0, top=top)
     res.updates, res.not_updating = weight_updates(tr, rank=r0)
     res.explosion = loss_explosion(tr, rank=r0, losses=losses, factor=explosion_factor)
+    res.not_updating += update_jumps(res.updates, res.explosion)
     if len(res.steps) < 2:
         res.notes.append(f"{len(res.steps)} captured step(s): weights that never change and "
                          "the loss curve need two or more")
