@@ -155,3 +155,90 @@ def test_warmup_explosion_names_the_learning_rate(tmp_path, way) -> None:  # typ
     assert "x the run's early steps" in e["update_cause"]
     jumped = {p["name"] for p in report["not_updating"] if p["severity"] == "warn"}
     assert jumped == {"0.weight", "0.bias", "2.weight", "2.bias"}
+
+
+SQRT = textwrap.dedent(
+    """
+    import sys, torch
+    from torch import nn
+    class Norm(nn.Module):
+        def forward(self, x):
+            mu = x.mean(0, keepdim=True)
+            var = (x - mu).pow(2).mean(0, keepdim=True)
+            return (x - mu) / (var.sqrt() + 1e-5)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), Norm(), nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.MSELoss()
+    def batch(step):
+        if step == 2:  # every sample equal: variance 0, the gradient of its sqrt infinite
+            return torch.ones(8, 4), torch.zeros(8, 2)
+        return torch.randn(8, 4), torch.zeros(8, 2)
+    STEPS = 4
+    import os  # the folder of the script says which capture: stop/ or op/
+    MODE = os.path.basename(os.path.dirname(os.path.abspath(sys.argv[0])))
+    KW = {"stop_on_nonfinite": True} if MODE == "stop" else {"level": "op"}
+    """
+)
+SQRT_LINE = next(i for i, ln in enumerate(SQRT.splitlines(), 1) if ".sqrt()" in ln)
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("mode", ["stop", "op"])
+def test_backward_nan_names_the_sqrt(tmp_path, way, mode) -> None:  # type: ignore[no-untyped-def]
+    """``sqrt`` of a zero variance: the backward NaN origin is ``SqrtBackward0`` at the sqrt's
+    line (not the ``pow`` before it), live (light stop) and from an op-level trace."""
+    tmp_path = tmp_path / mode  # the script's folder tells it which
+    tmp_path.mkdir()
+    args = ("--stop-on-nonfinite",) if mode == "stop" else ("--level", "op")
+    out = capture_both_ways(tmp_path, SQRT, way, *args)
+    rc, report = numerics(out)
+    assert rc == 1
+    o = report["live_stop"] if mode == "stop" else report["first_nonfinite"]
+    assert (o["direction"], o["step"], o["module"]) == ("backward", 2, "1")
+    assert o["source"] == f"train.py:{SQRT_LINE}"
+    assert "SqrtBackward0" in o["cause"]
+    if mode == "op":
+        assert o["node"] == "SqrtBackward0"
+        assert o["forward_op"] == f"1 / sqrt at train.py:{SQRT_LINE}"
+
+
+LOADER = textwrap.dedent(
+    """
+    import sys, torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    data = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 2, (32,))),
+                      batch_size=8, num_workers=0, pin_memory=False)
+    prof = None
+    if len(sys.argv) > 1:
+        import netparity
+        prof = netparity.profile(model, sys.argv[1], optimizer=opt, loader=data)
+    for x, y in data:
+        opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
+    if prof is not None:
+        prof.close()
+    """
+)
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_profile_quotes_the_loader(tmp_path, way) -> None:  # type: ignore[no-untyped-def]
+    """``run --profile`` finds the data loader and its settings as ``netparity.profile(...,
+    loader=)`` takes them: the data-starvation advice quotes them."""
+    script = tmp_path / "train.py"
+    script.write_text(LOADER)
+    out = tmp_path / way
+    cmd = ([sys.executable, str(script), str(out)] if way == "in-code" else
+           [sys.executable, "-m", "netparity", "run", "--profile", "-o", str(out), "--",
+            "python", str(script)])
+    subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300, check=True)
+    res = subprocess.run([sys.executable, "-m", "netparity", "perf", str(out), "--json", "-"],
+                         env=_env(), capture_output=True, text=True, timeout=120)
+    assert json.loads(res.stdout)["loader"] == {
+        "class": "DataLoader", "num_workers": 0, "pin_memory": False,
+        "persistent_workers": False, "batch_size": 8}

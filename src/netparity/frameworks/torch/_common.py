@@ -279,3 +279,13 @@ def hook_forward(hooks: list[Any], model: torch.nn.Module | None, names: dict[in
             hooks.append(m.register_forward_hook(
                 boundary_hook(m, functools.partial(post, path)), with_kwargs=True,
                 always_call=True))
+
+
+def _autograd_node() -> str:
+    """Name of the autograd node running now (``SqrtBackward0``), ``""`` when unknown."""
+    get = getattr(torch._C, "_current_autograd_node", None)
+    try:
+        node = get() if get is not None else None
+        return str(node.name()) if node is not None else ""
+    except Exception:  # noqa: BLE001 - a name is a nicety; never fail the stop over it
+        return ""

@@ -175,12 +175,22 @@ def _time_loader_waits() -> None:
     """Time every ``DataLoader`` iterator's ``next()`` (class-level wrapper): the data phase
     of ``--profile`` is the waits, and the first step starts at the wait that fetched its
     batch (waits before the first model call are kept until the timing starts)."""
+    import weakref
+
     from torch.utils.data.dataloader import _BaseDataLoaderIter
 
     waits: list[tuple[float, float]] = []
     _state["waits"] = waits
     orig = _BaseDataLoaderIter.__next__
+    orig_init = _BaseDataLoaderIter.__init__
     clock = time.perf_counter
+
+    def __init__(it: Any, loader: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        orig_init(it, loader, *args, **kwargs)
+        try:  # the loader's settings, quoted by the data-starvation advice
+            it._netparity_loader = weakref.ref(loader)
+        except TypeError:
+            pass
 
     def __next__(it: Any) -> Any:  # noqa: N807 - the dunder being wrapped
         t = clock()
@@ -192,7 +202,9 @@ def _time_loader_waits() -> None:
                 timer._data_wait(t, clock())
             elif os.getpid() == _state.get("pid"):
                 waits[:] = [(t, clock())]  # only the latest: the batch the first step uses
+                _state["loader"] = getattr(it, "_netparity_loader", None)
 
+    _BaseDataLoaderIter.__init__ = __init__  # type: ignore[method-assign,assignment]
     _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign,assignment]
 
 
@@ -223,12 +235,17 @@ def _start() -> Any:
 def _start_profile(module: Any, args: Any) -> None:
     """``netparity run --profile``: light step timing of the first root module called (its
     steps end at any optimizer's step) instead of a capture; docs/perf.md."""
+    from netparity.capture.timing import loader_facts
     from netparity.frameworks.torch.timing import TorchTiming
 
     pol = _state["policy"]
+    ref = _state.get("loader")  # the loader that fed the first step (as netparity.profile's)
+    manifest: dict[str, Any] = {"launcher": "netparity run --profile"}
+    loader = ref() if ref is not None else None
+    if loader is not None:
+        manifest["loader"] = loader_facts(loader)
     timer = TorchTiming(module, pol["path"], overwrite=bool(pol.get("overwrite", False)),
-                        manifest={"launcher": "netparity run --profile"},
-                        global_optimizer=True).install()
+                        manifest=manifest, global_optimizer=True).install()
     if _state.get("waits"):  # the first step began with the loader wait that fetched its batch
         timer.backdate(_state["waits"][-1][0], _state["waits"])
     # this call's own pre-hooks were collected before ours existed: enter the root by hand
