@@ -242,3 +242,63 @@ def test_profile_quotes_the_loader(tmp_path, way) -> None:  # type: ignore[no-un
     assert json.loads(res.stdout)["loader"] == {
         "class": "DataLoader", "num_workers": 0, "pin_memory": False,
         "persistent_workers": False, "batch_size": 8}
+
+
+MS_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import numpy as np, mindspore as ms
+    from mindspore import nn
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    ms.set_seed(0)
+    net = nn.SequentialCell(nn.Dense(8, 16), nn.ReLU(), nn.Dense(16, 4))
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.1)
+    loss_fn = nn.MSELoss()
+    def fwd(x, y):
+        return loss_fn(net(x), y)
+    grad_fn = ms.value_and_grad(fwd, None, opt.parameters)
+    x = ms.Tensor(np.random.RandomState(0).randn(16, 8).astype(np.float32))
+    y = ms.Tensor(np.zeros((16, 4), np.float32))
+    cap = None
+    if len(sys.argv) > 1:
+        import netparity
+        cap = netparity.capture(net, sys.argv[1], optimizer=opt)
+        cap.install()
+    for step in range(3):
+        loss, grads = grad_fn(x, y)
+        if cap is not None:
+            cap.record_loss(loss)
+        opt(grads)
+        if cap is not None:
+            cap.step()
+    if cap is not None:
+        cap.close()
+    """
+)
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_mindspore_pynative_captured_zero_code(tmp_path, way) -> None:  # type: ignore[no-untyped-def]
+    """MindSpore PyNative, unchanged script: the root Cell, the loss Cell's output, the
+    optimizer Cell's call as the step end, gradients and parameters -- as in-code."""
+    pytest.importorskip("mindspore")
+    from collections import Counter
+
+    from netparity.trace import open_trace
+
+    script = tmp_path / "train.py"
+    script.write_text(MS_SCRIPT)
+    out = tmp_path / way
+    cmd = ([sys.executable, str(script), str(out)] if way == "in-code" else
+           [sys.executable, "-m", "netparity", "run", "-o", str(out), "--", "python",
+            str(script)])
+    res = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    tr = open_trace(out)
+    got = Counter((r.kind, r.step) for r in tr.load_records())
+    assert got == Counter({**{("module", s): 14 for s in range(3)},
+                           **{(k, s): 4 for k in ("grad", "param") for s in range(3)},
+                           **{("loss", s): 1 for s in range(3)}})
+    losses = [r.stats["mean"] for r in tr.load_records(kind="loss")]
+    assert losses[0] > losses[1] > losses[2]  # the same three updates both ways

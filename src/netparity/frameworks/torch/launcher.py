@@ -132,6 +132,14 @@ class ImportWatcher(importlib.abc.MetaPathFinder):
         return spec
 
 
+def when_imported(name: str, then: Any) -> None:
+    """Run ``then()`` once module ``name`` is imported (now, when it already is)."""
+    if name in sys.modules:
+        then()
+    else:
+        sys.meta_path.insert(0, ImportWatcher(name, then))
+
+
 def activate_from_env() -> None:
     """Called by the bootstrap ``sitecustomize``: arm the capture for when torch is imported."""
     raw = os.environ.get(ENV_VAR)
@@ -147,6 +155,10 @@ def activate_from_env() -> None:
         from netparity.frameworks.mindspore.launcher import arm_profile
 
         arm_profile(_state["policy"], _state["pid"])
+    else:  # MindSpore PyNative scripts: captured from their first root Cell call
+        from netparity.frameworks.mindspore.zerocode import arm_capture
+
+        arm_capture(_state["policy"], _state["pid"], _state)
 
 
 def _on_torch() -> None:
@@ -157,7 +169,7 @@ def _on_torch() -> None:
     track_optimizers()  # the optimizers exist before the first model call starts the capture
 
     def first_call(module: Any, args: Any) -> None:
-        if os.getpid() != _state.get("pid") or "cap" in _state:
+        if os.getpid() != _state.get("pid") or "cap" in _state or _mindspore_capturing():
             return
         handle.remove()
         if _state["policy"].get("profile"):
@@ -169,6 +181,12 @@ def _on_torch() -> None:
     handle = mm.register_module_forward_pre_hook(first_call)
     if _state["policy"].get("profile"):
         _time_loader_waits()
+
+
+def _mindspore_capturing() -> bool:
+    """Whether the MindSpore capture owns this process (it started first)."""
+    ms = sys.modules.get("netparity.frameworks.mindspore.zerocode")
+    return ms is not None and getattr(ms, "_state", {}).get("cap") is not None
 
 
 def _time_loader_waits() -> None:
