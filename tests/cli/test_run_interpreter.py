@@ -82,3 +82,40 @@ def test_scan_run_uses_its_own_interpreter(tmp_path) -> None:  # type: ignore[no
     assert "not the venv python" not in res.stderr
     assert "exited with status" not in res.stderr, res.stderr[-2000:]
     assert res.returncode in (0, 1), res.stderr[-2000:]
+
+
+MS_DDP = textwrap.dedent(
+    """
+    import mindspore as ms
+    from mindspore import nn, ops
+    from mindspore.communication import init
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    init()
+    net = nn.Dense(4, 4)
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.1)
+    loss_fn = nn.MSELoss()
+    def fwd(x, y):
+        return loss_fn(net(x), y)
+    grad_fn = ms.value_and_grad(fwd, None, opt.parameters)
+    for i in range(2):
+        loss, grads = grad_fn(ops.ones((3, 4)), ops.zeros((3, 4)))
+        opt(grads)
+    """
+)
+
+
+@pytest.mark.slow
+def test_msrun_captures_every_rank(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``-- msrun`` (which starts each worker as a bare ``python``) on CPU: every rank is
+    captured zero-code, under netparity's interpreter."""
+    pytest.importorskip("mindspore")
+    (tmp_path / "x.py").write_text(MS_DDP)
+    res = _netparity(tmp_path, "run", "-o", "trace", "--", "msrun", "--worker_num", "2",
+                     "--local_worker_num", "2", "--master_port", "8163", "--log_dir",
+                     str(tmp_path / "log"), "--join", "True", "x.py")
+    assert res.returncode == 0, res.stderr[-2000:]
+    tr = open_trace(tmp_path / "trace")
+    assert tr.ranks == [0, 1] and tr.manifest["world_size"] == 2
+    for r in (0, 1):
+        assert [x.step for x in tr.records(rank=r, kind="loss")] == [0, 1]

@@ -98,11 +98,24 @@ def _start(root: Any) -> Any:
     if "directions" in pol:
         pol["directions"] = tuple(pol["directions"])
     cap = capture(root, path, stop_on_nonfinite=stop, manifest={"launcher": "netparity run"},
-                  **pol)
+                  **_rank(), **pol)
     cap.install()
     _state.update(cap=cap, root=root)
     atexit.register(_finish)
     return cap
+
+
+def _rank() -> dict[str, Any]:
+    """This process's rank and the world size once ``mindspore.communication.init()`` ran
+    (``msrun`` assigns them there, not always in ``RANK_ID``); else the capture's defaults."""
+    try:
+        from mindspore.communication import GlobalComm, get_group_size, get_rank
+
+        if GlobalComm.INITED:
+            return {"rank": int(get_rank()), "world_size": int(get_group_size())}
+    except Exception:  # noqa: BLE001 - no communication: one process
+        pass
+    return {}
 
 
 def _finish() -> None:

@@ -24,7 +24,7 @@ that never run a model (the ``torchrun`` agent, data-loader workers) write nothi
 Example:
     >>> env = capture_env("runs/ref", {"level": "module"}, base={})
     >>> sorted(k for k in env if k.startswith(("PYTHON", "NETPARITY")))
-    ['NETPARITY_CAPTURE', 'PYTHONPATH']
+    ['NETPARITY_CAPTURE', 'NETPARITY_RUN_ID', 'PYTHONPATH']
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from typing import Any
 from netparity.capture.interpreter import own_interpreter
 from netparity.errors import UsageError
 from netparity.trace import holds_trace
+from netparity.trace.claim import RUN_ID_ENV
 
 ENV_VAR = "NETPARITY_CAPTURE"
 BOOTSTRAP_DIR = str(Path(__file__).resolve().parent / "_bootstrap")
@@ -64,6 +66,9 @@ def capture_env(path: str | os.PathLike[str], options: Mapping[str, Any],
     policy = {k: v for k, v in options.items() if k in POLICY_KEYS and v is not None}
     policy["path"] = str(Path(path).resolve())
     env[ENV_VAR] = json.dumps(policy)
+    # every process of the command writes one run: a rank that starts after the others ended
+    # (msrun's workers do not overlap on a short script) joins it instead of finding a trace
+    env.setdefault(RUN_ID_ENV, uuid.uuid4().hex)
     parts = [BOOTSTRAP_DIR, _SRC_DIR]
     old = env.get("PYTHONPATH")
     if old:
