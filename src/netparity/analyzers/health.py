@@ -62,6 +62,8 @@ class ParamUpdate:
     exact: bool
     reason: str = ""
     severity: str = ""
+    #: ``(step, ratio)``: the update of each captured step against the value before it
+    by_step: list[tuple[int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -87,6 +89,12 @@ class Explosion:
     layer_ratio: float | None = None
     layer_source: str = ""
     capture_hint: str = ""
+    #: ``(step, learning rate)`` from the optimizers (largest over their parameter groups)
+    lr: list[tuple[int, float]] = field(default_factory=list)
+    #: the learning rate's part: risen far above the early steps' before the explosion
+    lr_cause: str = ""
+    #: the update ratio (median over parameters) that jumped against the run's early steps
+    update_cause: str = ""
 
 
 def _open(trace: Trace | str | os.PathLike[str]) -> Trace:
@@ -180,7 +188,7 @@ def weight_updates(trace: Trace | str | os.PathLike[str], *, rank: int = 0,
         gmax = max(gnorms) if gnorms else None
         row = ParamUpdate(name=name, steps=len(ps), grads=len(gs), grad_norm=gmax,
                           changed=changed, ratio=float(np.median(ratios)) if ratios else None,
-                          exact=exact)
+                          exact=exact, by_step=[(b.step, d) for b, d in zip(ps[1:], ratios)])
         leaf = name.rpartition(".")[2]
         if not ps and gs and captured_steps:
             row.severity = "fail"
@@ -215,6 +223,94 @@ def weight_updates(trace: Trace | str | os.PathLike[str], *, rank: int = 0,
                             f"{'above' if dev > 0 else 'below'} the median of all parameters "
                             f"({10 ** med:.3g})")
     return rows, [r for r in rows if r.severity]
+
+
+#: the early steps an update ratio or learning rate is judged against
+EARLY_STEPS = 3
+#: an update ratio this many times the early steps' is a finding
+RATIO_JUMP = 10.0
+#: ... when it also moves the weights by at least this share (below: noise of tiny updates)
+RATIO_FLOOR = 1e-3
+#: a learning rate this many times the early steps' before an explosion is named its cause
+LR_RISE = 3.0
+
+
+def update_jumps(rows: list[ParamUpdate], explosion: Explosion | None = None, *,
+                 jump: float = RATIO_JUMP) -> list[ParamUpdate]:
+    """Judge update ratios against the run's own early steps (004 §2.1): per step, the median
+    ratio over parameters; the first step where it is ``jump`` x the median of the first
+    :data:`EARLY_STEPS` steps is a finding. Parameters whose ratio reached ``jump`` x the
+    early level get ``severity="warn"``; an ``explosion`` gets the step in
+    ``update_cause``. Returns the rows newly flagged."""
+    per: dict[int, list[float]] = {}
+    for pu in rows:
+        for st, r in pu.by_step:
+            if math.isfinite(r):
+                per.setdefault(st, []).append(r)
+    steps = sorted(per)
+    med = {st: float(np.median(per[st])) for st in steps}
+    early = [med[st] for st in steps[:EARLY_STEPS] if med[st] > 0]
+    if len(steps) <= EARLY_STEPS or not early:
+        return []
+    base = float(np.median(early))
+    hit = next((st for st in steps[EARLY_STEPS:]
+                if med[st] >= jump * base and med[st] >= RATIO_FLOOR), None)
+    if hit is None:
+        return []
+    if explosion is not None and explosion.found and explosion.step is not None \
+            and hit <= explosion.step:
+        explosion.update_cause = (
+            f"update ratio ||dw||/||w|| (median over parameters) {med[hit]:.3g} at step "
+            f"{hit}, {med[hit] / base:.3g}x the run's early steps ({base:.3g} at steps "
+            f"{steps[0]}-{steps[min(EARLY_STEPS, len(steps)) - 1]})")
+    flagged = []
+    for pu in rows:
+        if pu.severity:
+            continue
+        top = max(((r, st) for st, r in pu.by_step if math.isfinite(r)), default=None)
+        if top is None or top[0] < jump * base or top[0] < RATIO_FLOOR:
+            continue
+        pu.severity = "warn"
+        pu.reason = (f"update ratio {top[0]:.3g} at step {top[1]} is {top[0] / base:.3g}x the "
+                     f"run's early steps ({base:.3g}): the updates grew far beyond where "
+                     "training started (learning rate schedule? gradients?)")
+        flagged.append(pu)
+    return flagged
+
+
+def learning_rates(trace: Trace | str | os.PathLike[str], *, rank: int = 0
+                   ) -> list[tuple[int, float]]:
+    """``(step, learning rate)`` from the optimizers the capture saw (the largest over every
+    optimizer's parameter groups); empty when the capture did not record them."""
+    from netparity.capture.notes import optimizer_notes
+
+    best: dict[int, float] = {}
+    for row in optimizer_notes(_open(trace), rank).get("lr", []):
+        try:
+            st, lrs = int(row[0]), [float(x) for x in row[2] if x is not None]
+        except (TypeError, ValueError, IndexError):
+            continue
+        if lrs:
+            best[st] = max(best.get(st, -math.inf), *lrs)
+    return sorted(best.items())
+
+
+def _lr_cause(ex: Explosion, k: int) -> None:
+    """Name the learning rate when it rose :data:`LR_RISE` x above the early steps' by the
+    update before step ``k``."""
+    lrs = [(s, v) for s, v in ex.lr if s < k]
+    early = [v for _, v in lrs[:EARLY_STEPS] if v > 0]
+    if len(lrs) <= EARLY_STEPS or not early:
+        return
+    base = float(np.median(early))
+    s_at, lr_at = lrs[-1]
+    if lr_at >= LR_RISE * base:
+        ex.lr_cause = (f"the learning rate rose from {lrs[0][1]:.3g} at step {lrs[0][0]} to "
+                       f"{lr_at:.3g} at step {s_at}, {lr_at / base:.3g}x the early steps' "
+                       "level: the likely cause (a warm-up or schedule that climbs too high)")
+    elif lrs:
+        ex.lr_cause = (f"the learning rate at step {s_at} was {lr_at:.3g} "
+                       f"({lr_at / base:.3g}x the early steps'): not the cause")
 
 
 # ---- loss curve ------------------------------------------------------------------------------
@@ -341,9 +437,11 @@ def loss_explosion(trace: Trace | str | os.PathLike[str], *, rank: int = 0,
     if not curve:
         return None
     k, kind = find_explosion(curve, factor=factor)
-    ex = Explosion(found=k is not None, step=k, kind=kind, losses=list(curve))
+    ex = Explosion(found=k is not None, step=k, kind=kind, losses=list(curve),
+                   lr=learning_rates(tr, rank=rank))
     if k is None:
         return ex
+    _lr_cause(ex, k)
     by_step = dict(curve)
     before = [s for s, _ in curve if s < k]
     ex.loss_at = by_step.get(k)

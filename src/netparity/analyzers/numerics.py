@@ -21,8 +21,10 @@ Example:
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -34,9 +36,11 @@ from netparity.analyzers.health import (
     loss_explosion,
     loss_scale_history,
     rank_consistency,
+    update_jumps,
     weight_updates,
 )
 from netparity.capture.nonfinite import FORMATS, HALF, SINGULAR, classify
+from netparity.errors import NetparityError
 from netparity.trace import Trace, open_trace
 from netparity.trace.vocab import OVERWRITING_OPS, UNINITIALISED_OPS
 
@@ -70,6 +74,7 @@ class Origin:
     outputs: list[dict[str, Any]] = field(default_factory=list)
     chain: list[str] = field(default_factory=list)
     forward_op: str = ""  # backward: the forward op/module the gradient belongs to
+    node: str = ""  # backward op level: the autograd node that ran it (``SqrtBackward0``)
 
     @property
     def where(self) -> str:
@@ -163,7 +168,10 @@ class NumericsResult:
         if rc:
             out.append(f"rank {rc['rank']} {rank_diff(rc)}")
         if self.explosion is not None and self.explosion.found:
-            out.append(f"loss {self.explosion.kind} at step {self.explosion.step}")
+            e = self.explosion
+            cause = e.lr_cause if "likely cause" in e.lr_cause else e.update_cause
+            out.append(f"loss {e.kind} at step {e.step}"
+                       + (f" ({cause.split(': the likely')[0]})" if cause else ""))
         return out
 
     def __bool__(self) -> bool:
@@ -181,6 +189,7 @@ class _Rows:
     """The scanned columns of one rank as plain arrays (text as object arrays)."""
 
     def __init__(self, tr: Trace, rank: int, **filters: Any):
+        self.tr, self.rank = tr, rank
         cols = tr.scan(_COLUMNS, rank=rank, **filters)
         self.n = cols.n
         self.a: dict[str, np.ndarray] = {}
@@ -291,11 +300,54 @@ def _entered_cause(rows: _Rows, i: int) -> str:
     return "NaN/Inf from outside the captured calls"
 
 
+def _node_of(rows: _Rows, o: Origin) -> str:
+    """The autograd node that ran backward op ``o`` (recorded in its call's ``extra``)."""
+    if o.kind != "op":
+        return ""
+    ev = int(rows.a["event"][rows.at(o.seq)])
+    try:
+        cols = rows.tr.scan(["extra"], rank=rows.rank, kind="op", event=ev)
+        texts = cols["extra"].objects() if cols.n else []
+    except NetparityError:
+        return ""
+    for t in texts:
+        try:
+            node = json.loads(t).get("node") if t else None
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(node, str) and node:
+            return node
+    return ""
+
+
+def _node_forward(rows: _Rows, o: Origin, fwd: np.ndarray) -> int | None:
+    """The forward op record (an input row of ``fwd``) whose derivative ``o.node`` computes:
+    ``SqrtBackward0`` -> the ``sqrt`` of the same module and step, the one at a zero or
+    negative input first."""
+    base = re.sub(r"Backward\d*$", "", o.node).lower()
+    if not base:
+        return None
+    a = rows.a
+    hits = [int(i) for i in fwd if a["kind"][i] == "op" and (
+        str(a["native"][i]).split(".")[1:2] == [base] or str(a["op"][i]) == base)]
+    edge = [i for i in hits if a["s_zeros"][i]
+            or (not math.isnan(a["s_min"][i]) and a["s_min"][i] <= 0)]
+    return (edge or hits)[0] if hits else None
+
+
 def _backward_link(rows: _Rows, o: Origin) -> str:
-    """For a backward origin: the forward op (or module) whose derivative it computes."""
+    """For a backward origin: the forward op (or module) whose derivative it computes -- the
+    op of its autograd node when the capture recorded it, else the first singular op at a
+    zero input."""
     a = rows.a
     fwd = np.nonzero((a["direction"] == "forward") & (a["step"] == o.step)
                      & (a["module"] == o.module) & (a["role"] == "input"))[0]
+    o.node = _node_of(rows, o)
+    j = _node_forward(rows, o, fwd) if o.node else None
+    if j is not None:
+        fwd = np.array([j])
+        if a["source"][j]:  # the line of the forward op, not the one calling backward()
+            o.source = str(a["source"][j])
     why = {"sqrt": "its derivative 1/(2*sqrt(x)) is infinite at 0",
            "log": "its derivative 1/x is infinite at 0",
            "div": "its derivative 1/y^2 is infinite at y=0",
@@ -311,7 +363,10 @@ def _backward_link(rows: _Rows, o: Origin) -> str:
             return (f"backward of {op} at an input of zero (forward input min "
                     f"{a['s_min'][i]:.3g}, {int(a['s_zeros'][i])} zeros)"
                     + (f": {w}" if w else ""))
-    if o.module or o.kind == "module":
+    if j is not None:
+        at = f" at {a['source'][j]}" if a["source"][j] else ""
+        o.forward_op = f"{o.module or '(root)'} / {a['op'][j]}{at}"
+    elif o.module or o.kind == "module":
         o.forward_op = o.module or "(root)"
     return ""
 
@@ -357,6 +412,8 @@ def _origin(rows: _Rows, rank: int, direction: str | None = None) -> Origin | No
             o.cause = _backward_link(rows, o)
         elif o.direction == "backward":
             _backward_link(rows, o)
+        if o.node and o.node not in o.cause:
+            o.cause = f"{o.cause}; in {o.node}" if o.cause else f"in {o.node}"
         if not o.cause and o.kind == "module":
             o.cause = _param_cause(rows, o)
         if not o.cause and o.direction == "update":
@@ -604,6 +661,7 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int | None = None,
     res.overflow = overflow_risk(tr, rank=r0, top=top)
     res.updates, res.not_updating = weight_updates(tr, rank=r0)
     res.explosion = loss_explosion(tr, rank=r0, losses=losses, factor=explosion_factor)
+    res.not_updating += update_jumps(res.updates, res.explosion)
     if len(res.steps) < 2:
         res.notes.append(f"{len(res.steps)} captured step(s): weights that never change and "
                          "the loss curve need two or more")

@@ -28,9 +28,10 @@ Example:
 from __future__ import annotations
 
 import atexit
+import functools
 import os
-import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["arm_profile"]
@@ -40,52 +41,68 @@ _state: dict[str, Any] = {}
 
 def arm_profile(policy: dict[str, Any], pid: int) -> None:
     """Arrange for the timing to start when the program imports mindspore (or now)."""
-    from netparity.frameworks.torch.launcher import ImportWatcher
+    from netparity.frameworks.torch.launcher import when_imported
 
     _state.update(policy=policy, pid=pid, waits=[], timer=None, root=None, depth=0,
                   opt_inside=False)
-    if "mindspore" in sys.modules:
-        _on_mindspore()
-    else:
-        sys.meta_path.insert(0, ImportWatcher("mindspore", _on_mindspore))
+    when_imported("mindspore", _on_mindspore)
+
+
+def wrap_cell_call(st: dict[str, Any], outer: Callable[[Any, Callable[[], Any]], Any]) -> None:
+    """Wrap ``nn.Cell.__call__`` at the class level: a call outside the root, in the process
+    ``st["pid"]``, goes to ``outer(cell, call)`` (``call()`` runs it); inside the root
+    (``st["depth"]``, see :func:`call_root`) an optimizer Cell sets ``st["opt_inside"]``."""
+    from mindspore import nn
+
+    orig_call = nn.Cell.__call__
+    optimizer_cls = nn.Optimizer
+
+    def __call__(cell: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
+        if st["depth"]:  # inside the root: its own hooks see it
+            if isinstance(cell, optimizer_cls):
+                st["opt_inside"] = True
+            return orig_call(cell, *args, **kwargs)
+        if os.getpid() != st["pid"]:
+            return orig_call(cell, *args, **kwargs)
+        return outer(cell, functools.partial(orig_call, cell, *args, **kwargs))
+
+    nn.Cell.__call__ = __call__  # type: ignore[method-assign]
+
+
+def call_root(st: dict[str, Any], call: Callable[[], Any]) -> Any:
+    """Run the root Cell's ``call()``, noting whether an optimizer ran inside it."""
+    st["depth"] = 1
+    st["opt_inside"] = False
+    try:
+        return call()
+    finally:
+        st["depth"] = 0
 
 
 def _on_mindspore() -> None:
     from mindspore import nn
     from mindspore.dataset.engine.iterators import Iterator
 
-    orig_call = nn.Cell.__call__
     orig_next = Iterator.__next__
     optimizer_cls = nn.Optimizer
     clock = time.perf_counter
     st = _state
 
-    def __call__(cell: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
-        if st["depth"]:  # inside the root: its own hooks time it
-            if isinstance(cell, optimizer_cls):
-                st["opt_inside"] = True
-            return orig_call(cell, *args, **kwargs)
-        if os.getpid() != st["pid"]:
-            return orig_call(cell, *args, **kwargs)
+    def outer(cell: Any, call: Callable[[], Any]) -> Any:
         timer = st["timer"]
         if isinstance(cell, optimizer_cls):
             if timer is None:
-                return orig_call(cell, *args, **kwargs)
+                return call()
             timer._opt_pre()
             try:
-                return orig_call(cell, *args, **kwargs)
+                return call()
             finally:
                 timer._opt_post()
         if timer is None:
             timer = _start(cell)
         if cell is not st["root"]:
-            return orig_call(cell, *args, **kwargs)
-        st["depth"] = 1
-        st["opt_inside"] = False
-        try:
-            out = orig_call(cell, *args, **kwargs)
-        finally:
-            st["depth"] = 0
+            return call()
+        out = call_root(st, call)
         if st["opt_inside"] and not timer._graph:  # a training-step Cell: one call, one step
             timer.step()
         return out
@@ -101,7 +118,7 @@ def _on_mindspore() -> None:
             elif os.getpid() == st["pid"]:
                 st["waits"][:] = [(t, clock())]  # the batch the first step uses
 
-    nn.Cell.__call__ = __call__  # type: ignore[method-assign]
+    wrap_cell_call(st, outer)
     Iterator.__next__ = __next__  # type: ignore[method-assign]
 
 

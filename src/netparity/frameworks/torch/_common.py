@@ -181,6 +181,11 @@ class TorchCaptureBase(CaptureSession):
     _names: dict[int, str]
     _param_names: dict[int, str]
     _roots: int
+    #: every named module tree (the model; global mode: each root module called)
+    _trees: list[torch.nn.Module]
+    #: optimizers this capture saw step, in that order; (step, index, [lr of each group])
+    _opts: list[Any]
+    _lr_log: list[tuple[int, int, list[float | None]]]
     _tls: _TLS
     _busy: bool
     _on: bool
@@ -274,3 +279,13 @@ def hook_forward(hooks: list[Any], model: torch.nn.Module | None, names: dict[in
             hooks.append(m.register_forward_hook(
                 boundary_hook(m, functools.partial(post, path)), with_kwargs=True,
                 always_call=True))
+
+
+def _autograd_node() -> str:
+    """Name of the autograd node running now (``SqrtBackward0``), ``""`` when unknown."""
+    get = getattr(torch._C, "_current_autograd_node", None)
+    try:
+        node = get() if get is not None else None
+        return str(node.name()) if node is not None else ""
+    except Exception:  # noqa: BLE001 - a name is a nicety; never fail the stop over it
+        return ""

@@ -54,7 +54,7 @@ from netparity.frameworks.torch.module_hooks import ModuleHooks
 from netparity.frameworks.torch.nonfinite import NonFiniteGuard
 from netparity.frameworks.torch.nonfinite_light import LightGuard
 from netparity.frameworks.torch.op_dispatch import OpDispatch, _OpMode
-from netparity.frameworks.torch.optimizer_hooks import OptimizerHooks
+from netparity.frameworks.torch.optimizer_hooks import OptimizerHooks, note_optimizer
 from netparity.frameworks.torch.stats_plan import StatsPlanner
 from netparity.trace.schema import Record
 
@@ -119,6 +119,11 @@ class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDi
         self._names = {}
         self._param_names = {}
         self._roots = 0
+        self._trees = []
+        self._opts = [] if optimizer is None else [weakref.ref(optimizer)]
+        self._lr_log = []
+        if optimizer is not None:
+            note_optimizer(optimizer)
         if model is not None:
             self._name_tree(model, "")
         self._tls = _TLS()
@@ -254,6 +259,8 @@ class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDi
         self._busy = True
         try:
             with torch._C._DisableTorchDispatch():
+                if not self.light:
+                    self._write_optimizer_notes()
                 super().close()
         finally:
             self._busy = False

@@ -24,7 +24,7 @@ that never run a model (the ``torchrun`` agent, data-loader workers) write nothi
 Example:
     >>> env = capture_env("runs/ref", {"level": "module"}, base={})
     >>> sorted(k for k in env if k.startswith(("PYTHON", "NETPARITY")))
-    ['NETPARITY_CAPTURE', 'PYTHONPATH']
+    ['NETPARITY_CAPTURE', 'NETPARITY_RUN_ID', 'PYTHONPATH']
 """
 
 from __future__ import annotations
@@ -34,17 +34,19 @@ import importlib.abc
 import importlib.util
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from netparity.capture.interpreter import own_interpreter
 from netparity.errors import UsageError
 from netparity.trace import holds_trace
+from netparity.trace.claim import RUN_ID_ENV
 
 ENV_VAR = "NETPARITY_CAPTURE"
 BOOTSTRAP_DIR = str(Path(__file__).resolve().parent / "_bootstrap")
@@ -64,38 +66,15 @@ def capture_env(path: str | os.PathLike[str], options: Mapping[str, Any],
     policy = {k: v for k, v in options.items() if k in POLICY_KEYS and v is not None}
     policy["path"] = str(Path(path).resolve())
     env[ENV_VAR] = json.dumps(policy)
+    # every process of the command writes one run: a rank that starts after the others ended
+    # (msrun's workers do not overlap on a short script) joins it instead of finding a trace
+    env.setdefault(RUN_ID_ENV, uuid.uuid4().hex)
     parts = [BOOTSTRAP_DIR, _SRC_DIR]
     old = env.get("PYTHONPATH")
     if old:
         parts.append(old)
     env["PYTHONPATH"] = os.pathsep.join(parts)
     return env
-
-
-_PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
-
-
-def own_interpreter(cmd: Sequence[str]) -> list[str]:
-    """``cmd`` run by netparity's own environment: a bare ``python`` / ``python3`` /
-    ``python3.11`` is this interpreter (``sys.executable``), and another bare name
-    (``torchrun``, ``msrun``) is the one installed beside it when there is one -- so
-    ``.venv/bin/netparity run -- python train.py`` works with no environment activated,
-    instead of running whatever ``python`` comes first on ``PATH``. Paths are left alone.
-
-    Example:
-        >>> own_interpreter(["python", "x.py"])[0] == sys.executable
-        True
-    """
-    out = list(cmd)
-    if not out or os.sep in out[0]:
-        return out
-    if _PYTHON.fullmatch(out[0]):
-        out[0] = sys.executable
-    else:
-        beside = Path(sys.executable).parent / out[0]
-        if beside.is_file() and os.access(beside, os.X_OK):
-            out[0] = str(beside)
-    return out
 
 
 def run_captured(cmd: Sequence[str], path: str | os.PathLike[str],
@@ -112,16 +91,17 @@ def run_captured(cmd: Sequence[str], path: str | os.PathLike[str],
         raise UsageError(f"{out} exists and is not a directory")
     if not options.get("overwrite") and holds_trace(out):
         raise UsageError(f"{out} already holds a trace; choose another directory or --overwrite")
-    env = capture_env(out, options)
-    try:
-        proc = subprocess.Popen(own_interpreter(cmd), env=env)
-    except OSError as e:
-        raise UsageError(f"cannot run {cmd[0]!r}: {e.strerror or e}") from None
-    try:
-        rc = proc.wait()
-    except KeyboardInterrupt:  # the child got the same SIGINT; let it finish its exit handlers
-        proc.send_signal(signal.SIGINT)
-        rc = proc.wait()
+    # ``python`` (by the command or by a launcher's workers) is the interpreter netparity runs in
+    with own_interpreter(capture_env(out, options)) as env:
+        try:
+            proc = subprocess.Popen(list(cmd), env=env)
+        except OSError as e:
+            raise UsageError(f"cannot run {cmd[0]!r}: {e.strerror or e}") from None
+        try:
+            rc = proc.wait()
+        except KeyboardInterrupt:  # the child got the same SIGINT; let it finish its exit handlers
+            proc.send_signal(signal.SIGINT)
+            rc = proc.wait()
     return 128 - rc if rc < 0 else rc
 
 
@@ -157,6 +137,14 @@ class ImportWatcher(importlib.abc.MetaPathFinder):
         return spec
 
 
+def when_imported(name: str, then: Any) -> None:
+    """Run ``then()`` once module ``name`` is imported (now, when it already is)."""
+    if name in sys.modules:
+        then()
+    else:
+        sys.meta_path.insert(0, ImportWatcher(name, then))
+
+
 def activate_from_env() -> None:
     """Called by the bootstrap ``sitecustomize``: arm the capture for when torch is imported."""
     raw = os.environ.get(ENV_VAR)
@@ -172,13 +160,21 @@ def activate_from_env() -> None:
         from netparity.frameworks.mindspore.launcher import arm_profile
 
         arm_profile(_state["policy"], _state["pid"])
+    else:  # MindSpore PyNative scripts: captured from their first root Cell call
+        from netparity.frameworks.mindspore.zerocode import arm_capture
+
+        arm_capture(_state["policy"], _state["pid"], _state)
 
 
 def _on_torch() -> None:
     import torch.nn.modules.module as mm
 
+    from netparity.frameworks.torch.optimizer_hooks import track_optimizers
+
+    track_optimizers()  # the optimizers exist before the first model call starts the capture
+
     def first_call(module: Any, args: Any) -> None:
-        if os.getpid() != _state.get("pid") or "cap" in _state:
+        if os.getpid() != _state.get("pid") or "cap" in _state or _mindspore_capturing():
             return
         handle.remove()
         if _state["policy"].get("profile"):
@@ -192,16 +188,32 @@ def _on_torch() -> None:
         _time_loader_waits()
 
 
+def _mindspore_capturing() -> bool:
+    """Whether the MindSpore capture owns this process (it started first)."""
+    ms = sys.modules.get("netparity.frameworks.mindspore.zerocode")
+    return ms is not None and getattr(ms, "_state", {}).get("cap") is not None
+
+
 def _time_loader_waits() -> None:
     """Time every ``DataLoader`` iterator's ``next()`` (class-level wrapper): the data phase
     of ``--profile`` is the waits, and the first step starts at the wait that fetched its
     batch (waits before the first model call are kept until the timing starts)."""
+    import weakref
+
     from torch.utils.data.dataloader import _BaseDataLoaderIter
 
     waits: list[tuple[float, float]] = []
     _state["waits"] = waits
     orig = _BaseDataLoaderIter.__next__
+    orig_init = _BaseDataLoaderIter.__init__
     clock = time.perf_counter
+
+    def __init__(it: Any, loader: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        orig_init(it, loader, *args, **kwargs)
+        try:  # the loader's settings, quoted by the data-starvation advice
+            it._netparity_loader = weakref.ref(loader)
+        except TypeError:
+            pass
 
     def __next__(it: Any) -> Any:  # noqa: N807 - the dunder being wrapped
         t = clock()
@@ -213,7 +225,9 @@ def _time_loader_waits() -> None:
                 timer._data_wait(t, clock())
             elif os.getpid() == _state.get("pid"):
                 waits[:] = [(t, clock())]  # only the latest: the batch the first step uses
+                _state["loader"] = getattr(it, "_netparity_loader", None)
 
+    _BaseDataLoaderIter.__init__ = __init__  # type: ignore[method-assign,assignment]
     _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign,assignment]
 
 
@@ -244,12 +258,17 @@ def _start() -> Any:
 def _start_profile(module: Any, args: Any) -> None:
     """``netparity run --profile``: light step timing of the first root module called (its
     steps end at any optimizer's step) instead of a capture; docs/perf.md."""
+    from netparity.capture.timing import loader_facts
     from netparity.frameworks.torch.timing import TorchTiming
 
     pol = _state["policy"]
+    ref = _state.get("loader")  # the loader that fed the first step (as netparity.profile's)
+    manifest: dict[str, Any] = {"launcher": "netparity run --profile"}
+    loader = ref() if ref is not None else None
+    if loader is not None:
+        manifest["loader"] = loader_facts(loader)
     timer = TorchTiming(module, pol["path"], overwrite=bool(pol.get("overwrite", False)),
-                        manifest={"launcher": "netparity run --profile"},
-                        global_optimizer=True).install()
+                        manifest=manifest, global_optimizer=True).install()
     if _state.get("waits"):  # the first step began with the loader wait that fetched its batch
         timer.backdate(_state["waits"][-1][0], _state["waits"])
     # this call's own pre-hooks were collected before ours existed: enter the root by hand

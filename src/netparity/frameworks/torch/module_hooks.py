@@ -41,6 +41,7 @@ class ModuleHooks(TorchCaptureBase):
 
     def _name_tree(self, root: torch.nn.Module, prefix: str) -> None:
         # (a compiled wrapper's ``_orig_mod`` is no part of the eager model's names)
+        self._trees.append(root)
         for name, m in root.named_modules(prefix=prefix):
             self._names.setdefault(id(m), clean_name(name))
         for name, p in root.named_parameters(prefix=prefix):

@@ -27,7 +27,12 @@ import torch
 
 from netparity import hoststats
 from netparity.capture.nonfinite import NonFiniteStop, classify, save_origin, stop_message
-from netparity.frameworks.torch._common import _flatten, _flatten_call, _in_backward
+from netparity.frameworks.torch._common import (
+    _autograd_node,
+    _flatten,
+    _flatten_call,
+    _in_backward,
+)
 from netparity.frameworks.torch.adapter import _HOST_READY, _kernel_view, kernel_threads
 from netparity.frameworks.torch.op_dispatch import _OpMode
 from netparity.trace.vocab import UNINITIALISED_OPS, canonical_op
@@ -205,16 +210,6 @@ def _nonfinite(t: torch.Tensor) -> bool:
     if not t.is_complex() and math.isfinite(float(t.sum(dtype=torch.float32))):
         return False
     return not bool(torch.isfinite(t).all())
-
-
-def _autograd_node() -> str:
-    """Name of the autograd node running now (``SqrtBackward0``), ``""`` when unknown."""
-    get = getattr(torch._C, "_current_autograd_node", None)
-    try:
-        node = get() if get is not None else None
-        return str(node.name()) if node is not None else ""
-    except Exception:  # noqa: BLE001 - a name is a nicety; never fail the stop over it
-        return ""
 
 
 def replay(trace_dir: str | os.PathLike[str], rank: int = 0) -> Any:

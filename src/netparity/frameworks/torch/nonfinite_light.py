@@ -254,7 +254,10 @@ class LightGuard:
         if self._stopped:
             return
         st = self._lg_stack
-        if not st and not _in_backward():  # a new forward: the last one's calls are done
+        if not st and not _in_backward() and not self._lg_feeds(args):
+            # a new forward: the last one's calls are done -- unless this root call takes that
+            # forward's outputs (a loss module called by the script, zero-code), whose backward
+            # runs through them
             self._lg_clear()
         c = _LCall(path, module, args, kwargs, st[-1] if st else None)
         st.append(c)
@@ -269,6 +272,11 @@ class LightGuard:
                 cons.setdefault(id(a), []).append(c)
                 if grad and a.requires_grad and a.is_floating_point():
                     self._lg_watch(a, None)
+
+    def _lg_feeds(self, args: Any) -> bool:
+        """Whether ``args`` hold an output checked in the current forward."""
+        ok = self._lg_ok
+        return any(isinstance(a, _Tensor) and ok.get(id(a), (None, 0))[0] is a for a in args)
 
     def _lg_watch(self, t: torch.Tensor, producer: _LCall | None) -> None:
         """Check the gradient that reaches ``t`` (one hook per tensor)."""

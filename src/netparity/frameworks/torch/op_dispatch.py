@@ -15,6 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from netparity.frameworks.torch._common import (
     TorchCaptureBase,
+    _autograd_node,
     _flatten,
     _flatten_call,
     _in_backward,
@@ -110,7 +111,14 @@ class OpDispatch(TorchCaptureBase):
         if not source:
             source = self._source()
 
-        extra: list[dict[str, Any]] = [{"scalars": scalars}] if scalars else []
+        first: dict[str, Any] = {"scalars": scalars} if scalars else {}
+        if direction == "backward":
+            # the autograd node running it (``SqrtBackward0``): which forward op's derivative
+            # this is, for the numerics origin (a module's backward mixes several)
+            node = _autograd_node()
+            if node:
+                first["node"] = node
+        extra: list[dict[str, Any]] = [first] if first else []
 
         def make(role: str, arg: str) -> Record:
             # operator scalars (alpha, stride, dim...) go on the call's first record

@@ -5,11 +5,21 @@ record parameter gradients before it and parameters (and updated floating-point 
 as BatchNorm statistics) after it. Parameter gradients are also recorded as backward
 accumulates them (post-accumulate-grad hooks), before a training loop unscales, clips or zeroes
 them: the moment MindSpore's ``Parameter.register_hook`` sees.
+
+Parameters of the model that no optimizer steps are recorded too, so the weight-update check
+names them: a frozen one (``requires_grad=False``) by its unchanging value at each step, a
+trainable one missing from every optimizer (a head replaced after the optimizer was built) by
+its gradient with no value after any update. "Every optimizer" is each one built since
+:func:`track_optimizers` (``netparity run`` calls it when torch is imported) or seen stepping.
+The learning rate of each parameter group at each step and the optimizers' groups go to
+``rank<N>/capture_notes.json`` (:mod:`netparity.capture.notes`).
 """
 
 from __future__ import annotations
 
 import functools
+import math
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,6 +30,41 @@ from netparity.frameworks.torch._common import (
     _param_record,
 )
 from netparity.trace.schema import Record
+
+#: every optimizer built (after :func:`track_optimizers`) or seen stepping in this process
+_KNOWN: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+_TRACKING: list[bool] = []
+
+
+def note_optimizer(opt: torch.optim.Optimizer) -> None:
+    """Count ``opt`` among this process's optimizers."""
+    _KNOWN.add(opt)
+
+
+def track_optimizers() -> None:
+    """Note every optimizer built from now on (wraps ``torch.optim.Optimizer.__init__``,
+    once): zero-code capture starts at the first model call, usually after the optimizers
+    exist."""
+    if _TRACKING:
+        return
+    _TRACKING.append(True)
+    cls = torch.optim.Optimizer
+    orig = cls.__init__
+
+    @functools.wraps(orig)
+    def __init__(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        orig(self, *args, **kwargs)
+        _KNOWN.add(self)
+
+    cls.__init__ = __init__  # type: ignore[method-assign]
+
+
+def _lr(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    return f if math.isfinite(f) else None
 
 
 class OptimizerHooks(TorchCaptureBase):
@@ -37,6 +82,7 @@ class OptimizerHooks(TorchCaptureBase):
         if self._busy or not self._owns(opt):
             return
         self._in_update += 1
+        self._note_lr(opt)
         if self._on:
             self._record_params(opt, grads=True, params=False)
             if self.world_size > 1:
@@ -53,6 +99,60 @@ class OptimizerHooks(TorchCaptureBase):
         self._update_no += 1
         if self.auto_step and not self._scaler_seen:  # (with a scaler: at its update())
             self.step()
+
+    def _note_lr(self, opt: torch.optim.Optimizer) -> None:
+        """The learning rate of each of ``opt``'s parameter groups at this step."""
+        _KNOWN.add(opt)
+        i = next((j for j, ref in enumerate(self._opts) if ref() is opt), len(self._opts))
+        if i == len(self._opts):
+            self._opts.append(weakref.ref(opt))
+        if self.active:
+            self._lr_log.append((self.step_no, i, [_lr(g.get("lr")) for g in opt.param_groups]))
+
+    def _outside(self, opt: torch.optim.Optimizer) -> list[tuple[torch.Tensor, bool]]:
+        """The model's parameters ``opt`` does not hold that no other optimizer steps either:
+        ``(parameter, frozen)``."""
+        mine = {id(p) for g in opt.param_groups for p in g["params"]}
+        stepped = {id(p) for o in list(_KNOWN) if o is not opt
+                   for g in o.param_groups for p in g["params"]}
+        out: list[tuple[torch.Tensor, bool]] = []
+        seen: set[int] = set()
+        for tree in self._trees:
+            for prm in tree.parameters():
+                k = id(prm)
+                if k in mine or k in stepped or k in seen:
+                    continue
+                seen.add(k)
+                out.append((prm, not prm.requires_grad))
+        return out
+
+    def _write_optimizer_notes(self) -> None:
+        """``optimizers`` of ``capture_notes.json`` (:mod:`netparity.capture.notes`)."""
+        if self.writer is None or not (self._opts or self._lr_log):
+            return
+        from netparity.capture.notes import write_notes
+
+        names = self._param_names
+        opts = []
+        for ref in self._opts:
+            o = ref()
+            groups = [] if o is None else [
+                {"params": len(g["params"]),
+                 "frozen": sum(not p.requires_grad for p in g["params"])}
+                for g in o.param_groups]
+            opts.append({"class": "?" if o is None else type(o).__name__, "groups": groups})
+        frozen: list[str] = []
+        missing: list[str] = []
+        for tree in self._trees:
+            for prm in tree.parameters():
+                name = names.get(id(prm))
+                if name is None or any(prm is p for o in list(_KNOWN)
+                                       for g in o.param_groups for p in g["params"]):
+                    continue
+                (missing if prm.requires_grad else frozen).append(name)
+        write_notes(self.writer.rank_dir, {"optimizers": {
+            "optimizers": opts, "lr": [list(x) for x in self._lr_log],
+            "frozen": sorted(set(frozen)), "not_in_optimizer": sorted(set(missing))}})
 
     def _acc_grad(self, name: str, prm: torch.Tensor) -> None:
         if not self._on or self._busy or prm.grad is None:
@@ -104,25 +204,30 @@ class OptimizerHooks(TorchCaptureBase):
         parameters; ``synced``: every gradient as the optimizer is about to use it, after a
         data-parallel all-reduce (``kind="custom"``, ``op="grad_synced"``, direction
         ``update``), for the cross-rank check."""
+        # (parameter, its gradient wanted, its value wanted)
+        plist: list[tuple[torch.Tensor, bool, bool]] = []
         if opt is not None:
-            plist = [p for g in opt.param_groups for p in g["params"]]
+            plist = [(p, True, True) for g in opt.param_groups for p in g["params"]]
+            if not synced and self._params_done != self.step_no:
+                # the model's parameters no optimizer steps: a frozen one's value, a trainable
+                # one's gradient only (its value after no update would claim it was stepped)
+                plist += [(p, not frozen, frozen) for p, frozen in self._outside(opt)]
         elif self.model is not None:
-            plist = list(self.model.parameters())
-        else:
-            plist = []
+            plist = [(p, True, True) for p in self.model.parameters()]
         names = self._param_names
         pol = self.policy
         items_g: list[tuple[str, torch.Tensor]] = []
         items_p: list[tuple[str, torch.Tensor]] = []
-        for prm in plist:
+        for prm, want_g, want_p in plist:
             name = names.get(id(prm))
             # a parameter passes when its name or its module's path does ("conv" -> conv.weight)
             if name is None or not pol.wants_name(name, name.rpartition(".")[0]):
                 continue
-            if (grads and prm.grad is not None and pol.wants_direction("backward")
+            if (grads and want_g and prm.grad is not None and pol.wants_direction("backward")
                     and name not in self._grads_seen):
                 items_g.append((name, prm.grad))
-            if params:
+                self._grads_seen[name] = 1
+            if params and want_p:
                 items_p.append((name, prm))
             if synced and prm.grad is not None:
                 items_g.append((name, prm.grad))

@@ -188,7 +188,8 @@ def updates(r: NumericsResult, top: int = 10, **_: Any) -> Section | None:
             for p in r.updates]
     blocks.append(Table("update ratio ||dw||/||w|| (median over steps)",
                         ["parameter", "values", "grads", "max ||g||", "changed", "ratio",
-                         "ratio is"], rows, mono=("parameter",), only=("json", "csv", "html")))
+                         "ratio is"], rows, status=[p.severity for p in r.updates],
+                        mono=("parameter",), only=("json", "csv", "html")))
     if len(rows) > top:
         blocks.append(Text([f"{len(rows)} parameters: the full table is in the JSON/HTML "
                             "report"], style="muted", only=("terminal",)))
@@ -212,16 +213,25 @@ def explosion(r: NumericsResult, **_: Any) -> Section | None:
         return Section("explosion", title="Loss curve", status="pass",
                        headline=f"no loss explosion over {len(e.losses)} step(s)", blocks=[plot])
     lines = [f"loss {fmt(e.loss_before, 4, none='-')} -> {fmt(e.loss_at, 4, none='-')}",
-             e.weights_before]
+             e.lr_cause, e.update_cause, e.weights_before]
     if e.layer:
         lines.append(f"first layer blowing up in step {e.step}: {e.layer} (output norm "
                      f"x{fmt(e.layer_ratio, 3)})" + (f" at {e.layer_source}"
                                                      if e.layer_source else ""))
     if e.capture_hint:
         lines.append(e.capture_hint)
+    blocks: list[Any] = [Text([ln for ln in lines if ln]), plot]
+    if e.lr:
+        lo = min(s for s, _ in e.losses) if e.losses else None
+        blocks.append(Plot("learning rate (from the optimizer)",
+                           [("lr", [float(s) for s, _ in e.lr], [v for _, v in e.lr])],
+                           log_y=all(v > 0 for _, v in e.lr), x_label="step", y_label="lr"))
+        near = [(s, v) for s, v in e.lr if e.step is not None and e.step - 3 <= s <= e.step]
+        if near and lo is not None:
+            blocks.append(Table("lr per step", ["step", "lr"],
+                                [[s, fmt(v, 4)] for s, v in [e.lr[0]] + near]))
     return Section("explosion", title="Loss curve", status="fail",
-                   headline=f"FAIL: loss {e.kind} at step {e.step}",
-                   blocks=[Text([ln for ln in lines if ln]), plot])
+                   headline=f"FAIL: loss {e.kind} at step {e.step}", blocks=blocks)
 
 
 @section("NumericsResult", "ranks")
