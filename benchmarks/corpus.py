@@ -312,7 +312,8 @@ def both_rows(only: str | None, depth: int) -> list[tuple[str, ...]]:
     worse than module level): compare pairs captured at both levels (the mindcv zoo
     MobileNetV2 and DenseNet, a tanh GELU as one op against its formula), and ``netparity
     step`` pairs (ResNet, the MindSpore ViT and LLaMA ports, GPT-2 with the loss written out,
-    ConvNeXt in float64). The GRU and U-Net families hold their own ``both`` rows."""
+    ConvNeXt in float64 and in bfloat16 with AdamW, RegNet and ViT on 1 against 2 threads, ViT
+    in bfloat16). The GRU and U-Net families hold their own ``both`` rows."""
     rows: list[tuple[str, ...]] = []
     if only in (None, "zoo", "densenet", "gelu"):
         rows += _compare_both_rows(only)
@@ -348,6 +349,21 @@ def both_rows(only: str | None, depth: int) -> list[tuple[str, ...]]:
         arch = {"arch": "convnext_atto"}
         step_cases.append(("timm convnext_atto -> itself (torch)", "faithful float64 candidate",
                            spec, spec, arch, {**arch, "dtype": "float64"}))
+        step_cases.append(("timm convnext_atto -> itself (torch)", "faithful bfloat16 + AdamW",
+                           spec, spec, {**arch, "opt": "adamw"},
+                           {**arch, "opt": "adamw", "dtype": "bfloat16"}))
+        regnet = {"arch": "regnetx_002"}
+        step_cases.append(("timm regnetx_002 -> itself (torch)", "faithful 1 vs 2 threads",
+                           spec, spec, {**regnet, "threads": 2}, {**regnet, "threads": 1}))
+    if only in (None, "vit"):
+        from tests.corpus import vit_spec
+
+        spec = str(Path(vit_spec.__file__))
+        step_cases.append(("vit timm -> timm (torch)", "faithful bfloat16 candidate", spec, spec,
+                           {}, {"dtype": "bfloat16"}))
+        # last: torch's thread count is process-wide
+        step_cases.append(("vit timm -> timm (torch)", "faithful 1 vs 2 threads", spec, spec,
+                           {"threads": 2}, {"threads": 1}))
     for pair, name, ref, cand, ropt, copt in step_cases:
         rows += _step_rows(pair, ref, cand, [(name, ropt, copt, "both")], {})
     return rows

@@ -4,10 +4,8 @@
 The JSON of a 100k-op comparison held ~300k pair objects (~2 minutes and ~6 GB to write);
 now the JSON names this file (``"pairs_file"``) and holds everything else, and
 :func:`netparity.report.json_report.read_json` (``recheck``, ``view``) reads the pairs back
-from it. Any Parquet reader opens it::
-
-    SELECT module, op, role, status, error FROM 'r.pairs.parquet'
-    WHERE status = 'fail' ORDER BY "order" LIMIT 10
+from it. Any Parquet reader opens it (DuckDB: ``duckdb.sql("select module, op, status, error
+from 'r.pairs.parquet' where status = 'fail' order by \"order\" limit 10")``).
 
 Columns (one row per pair of matched calls, in ``result.pairs`` order): the
 :class:`~netparity.compare.results.PairResult` fields -- text columns as strings
