@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from netparity.cli._common import COUNT, INDEX, add_json_out, add_quiet
+from netparity.cli._common import COUNT, INDEX, add_emulate, add_json_out, add_quiet
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -41,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="the most bisection runs (default 64)")
     p.add_argument("--no-ops", action="store_true",
                    help="stop at the module: do not bisect its operator calls")
+    add_emulate(p)
     add_json_out(p)
     add_quiet(p, "no line per run while the bisection runs")
     p.set_defaults(func=run)
@@ -48,14 +49,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     from netparity.bisect import run_bisect
-    from netparity.cli._common import say
+    from netparity.cli._common import cand_options, say
     from netparity.report.json_report import write_json
     from netparity.workflow.spec import parse_options
 
     quiet = args.quiet or args.json == "-"
     r = run_bisect(args.ref, args.cand, options=parse_options(args.opt),
                    ref_options=parse_options(args.ref_opt),
-                   cand_options=parse_options(args.cand_opt), seed=args.seed, batch=args.batch,
+                   cand_options=cand_options(args), seed=args.seed, batch=args.batch,
                    max_runs=args.max_runs, on_run=None if quiet else say, ops=not args.no_ops)
     status = 0 if r else 1
     if args.json:
