@@ -83,3 +83,4 @@ def test_torch_to_mindspore_pair_port_bug_is_found(bisect: object) -> None:
                cand_options={"bug": "same-pad"})
     assert r.verdict == "found" and r.region == "layer2.0.conv1" == r.ref_region
     assert r.runs_total <= r.budget and r.modules >= 50
+    assert r.ops["switchable"] is False and "not switchable for this pair" in r.ops["note"]

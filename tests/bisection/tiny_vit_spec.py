@@ -7,7 +7,8 @@ Candidate options that lose precision in one place or everywhere:
 * ``lowp_norm=PATH``     the LayerNorm at PATH computed in float16 (``blocks.4.norm2``);
 * ``lowp_softmax=PATH``  the softmax of the attention at PATH in float16 (``blocks.2.attn``):
                          an operation of the attention itself, in no child module;
-* ``autocast=bfloat16``  the whole step under ``torch.autocast("cpu", bfloat16)``.
+* ``autocast=bfloat16``  the whole step under ``torch.autocast("cpu", bfloat16)``;
+* ``eps_norm=PATH``      the LayerNorm at PATH with eps 1e-1 (a port bug, not a dtype).
 
 Options: seed (0), batch_size (8), dim (32), depth (6), dropout (0.1), steps, gain (1: the\nclassifier head's initial weights scaled by it).
 """
@@ -97,6 +98,8 @@ def build(**options: Any) -> dict[str, Any]:
         model.get_submodule(lowp_norm).compute_dtype = torch.float16
     if lowp_softmax:
         model.get_submodule(lowp_softmax).softmax_dtype = torch.float16
+    if options.get("eps_norm"):
+        model.get_submodule(options["eps_norm"]).eps = 0.1
     rng = np.random.default_rng(seed + 1)
     batches = [(rng.standard_normal((batch, tokens, feat)).astype(np.float32),
                 rng.integers(0, classes, batch).astype(np.int64)) for _ in range(steps)]

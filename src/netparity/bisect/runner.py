@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from netparity.bisect.search import FIX, REPRODUCE, Run, Search, bisect_tree
+from netparity.bisect.search import FIX, REPRODUCE, Run, Search, bisect_range, bisect_tree
 from netparity.errors import UsageError
 
 __all__ = ["RESULT_VERSION", "BisectResult", "module_pairs", "run_bisect"]
@@ -59,6 +59,8 @@ class BisectResult:
     pinned: dict[str, list[str]] = field(default_factory=dict)
     fixed_runs: int = 3  # the reference, its noise run and the candidate
     notes: list[str] = field(default_factory=list)
+    #: the operator-level stage inside ``region`` (empty: not attempted); see :func:`_op_stage`
+    ops: dict[str, Any] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return self.verdict == "agree"
@@ -75,6 +77,8 @@ class BisectResult:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["runs"] = [r.to_json() for r in self.runs]
+        if self.ops.get("runs"):
+            d["ops"] = {**self.ops, "runs": [r.to_json() for r in self.ops["runs"]]}
         return {"kind": "bisect", "version": RESULT_VERSION, **d,
                 "runs_total": self.runs_total, "budget": self.budget,
                 "thresholds": {"fix": FIX, "reproduce": REPRODUCE, "noise_factor": NOISE_FACTOR}}
@@ -126,7 +130,7 @@ class _Side:
         self.bf16 = {k: "bfloat16" for k in st if st.dtypes.get(k) == "bfloat16"}
         floats = [st.dtypes.get(k) for k in st if str(st.dtypes.get(k)).startswith(("float",
                                                                                      "bfloat"))]
-        self.dtype = max(set(floats), key=floats.count) if floats else "float32"
+        self.dtype: str = str(max(set(floats), key=floats.count)) if floats else "float32"
         self._set = set_weights
 
     def restore(self, arrays: dict[str, np.ndarray] | None = None) -> None:
@@ -183,7 +187,8 @@ def _substitute(ref: _Side, cand: _Side, ref_path: str) -> Callable[..., Any]:
 def run_bisect(ref_src: str, cand_src: str, *, options: dict[str, Any] | None = None,
                ref_options: dict[str, Any] | None = None,
                cand_options: dict[str, Any] | None = None, seed: int = 0, batch: int = 0,
-               max_runs: int = 64, on_run: Callable[[str], None] | None = None) -> BisectResult:
+               max_runs: int = 64, on_run: Callable[[str], None] | None = None,
+               ops: bool = True) -> BisectResult:
     """Bisect the candidate's modules for the region that carries the loss difference.
 
     Args:
@@ -193,6 +198,7 @@ def run_bisect(ref_src: str, cand_src: str, *, options: dict[str, Any] | None = 
         batch: which of the reference's batches the step runs on (both sides get it).
         max_runs: the most bisection runs (after the reference, noise and candidate runs).
         on_run: called with one line after each run (progress).
+        ops: once a module is found, bisect its operators too (:func:`_op_stage`).
     """
     from netparity.compare.noise import perturb_last_bit
     from netparity.frameworks.models import rounding_jitter
@@ -283,7 +289,73 @@ def run_bisect(ref_src: str, cand_src: str, *, options: dict[str, Any] | None = 
                                 f"alone: the difference is made by {s.region}'s own "
                                 f"operations (outside its child modules) or spread over its "
                                 f"parts")
+        if ops and s.region:
+            result.ops = _op_stage(ref, cand, s.region, x, y, (ref_loss, tol), max_runs,
+                                   log)
     return result
+
+
+def _op_stage(ref: _Side, cand: _Side, region: str, x: Any, y: Any,
+              ref_tol: tuple[float, float], max_runs: int,
+              log: Callable[[Run], None]) -> dict[str, Any]:
+    """Bisect the operator calls of the candidate's module ``region``: halves of its
+    low-precision calls run in the reference's dtype (``frameworks/torch/op_switch.py``),
+    over a binary tree of call ranges, with the same thresholds as the module search.
+    ``{"switchable": False, "note": why}`` when no operator-level switch exists for the pair."""
+    if not ref.spec.framework == cand.spec.framework == "torch":
+        return {"switchable": False,
+                "note": f"operators: not switchable for this pair: {ref.spec.framework} -> "
+                        f"{cand.spec.framework} ports share no operator-level switch (the "
+                        f"operators of one framework cannot run in the other's configuration); "
+                        f"the module is the smallest region"}
+    from netparity.frameworks.torch import op_switch
+
+    module = cand.spec.model.get_submodule(region)
+    cand.restore()
+    box: list[float] = []
+    seen = op_switch.observe_ops(module, ref.dtype, lambda: box.append(cand.step(x, y)))
+    cand.restore()
+    units = [c.index for c in seen.calls if c.low]
+    out: dict[str, Any] = {"switchable": bool(units), "module": region, "calls": len(seen.calls),
+                           "units": len(units), "found": [], "runs": [],
+                           "budget": 2 * math.log2(max(len(units), 2)) + 2}
+    if not units:
+        out["note"] = (f"operators: not switchable for this pair: none of {region}'s "
+                       f"{len(seen.calls)} operator calls computes in a lower precision than the "
+                       f"reference's {ref.dtype} (no float16/bfloat16 tensor, dtype, autocast or "
+                       f"emulation): the difference is not one of dtype inside it")
+        return out
+    by_index = {c.index: c for c in seen.calls}
+
+    def measure(switched: tuple[str, ...]) -> float:
+        ref.restore()
+        cand.restore()
+        return float(op_switch.run_switched(module, ref.dtype, seen,
+                                            frozenset(int(n[3:]) for n in switched),
+                                            lambda: cand.step(x, y)))
+
+    try:
+        s = bisect_range([f"op#{i}" for i in units], measure, ref_loss=ref_tol[0],
+                         cand_loss=box[0], tol=ref_tol[1], max_runs=max_runs, on_run=log)
+    finally:
+        ref.restore()
+        cand.restore()
+    out["runs"] = s.runs
+    out["fix_share"], out["reproduce_share"] = s.fix_share, s.reproduce_share
+    if not s.complete:
+        out["note"] = f"operators: stopped after {max_runs} runs (--max-runs)"
+    elif s.region is None:
+        out["note"] = (f"operators: switching all {len(units)} low-precision operator calls of "
+                       f"{region} back does not fix the difference: it is made elsewhere in "
+                       f"the module (not by a dtype)")
+    elif len(units) > 1 and not s.chain:
+        out["note"] = (f"operators: no part of {region}'s {len(units)} low-precision operator "
+                       f"calls fixes the difference alone: they act together")
+    if s.region is not None:
+        lo, _, hi = s.region.partition(" .. ")
+        first, last = int(lo[3:]), int((hi or lo)[3:])
+        out["found"] = [by_index[i].to_json() for i in units if first <= i <= last]
+    return out
 
 
 def _names(paths: list[str]) -> str:

@@ -70,6 +70,47 @@ class _Budget(Exception):
     pass
 
 
+class _Runs:
+    """The runs of one search: each switch set measured once (cached), judged and logged."""
+
+    def __init__(self, measure: Callable[[tuple[str, ...]], float], ref_loss: float,
+                 cand_loss: float, tol: float, max_runs: int,
+                 on_run: Callable[[Run], None] | None) -> None:
+        self.measure, self.ref_loss, self.tol, self.max_runs = measure, ref_loss, tol, max_runs
+        self.diff, self.on_run = cand_loss - ref_loss, on_run
+        self.runs: list[Run] = []
+        self.cache: dict[frozenset[str], float] = {}
+
+    def removed(self, loss: float) -> float:
+        # what is left of the difference, whichever side of the reference the loss lands on
+        return 1.0 - abs(loss - self.ref_loss) / abs(self.diff) if self.diff else 0.0
+
+    def fixes(self, loss: float) -> bool:
+        return abs(loss - self.ref_loss) <= max(self.tol, (1 - FIX) * abs(self.diff))
+
+    def run(self, switched: Sequence[str], purpose: str, kept: Sequence[str] = ()) -> float:
+        key = frozenset(switched)
+        if key in self.cache:
+            return self.cache[key]
+        if len(self.runs) >= self.max_runs:
+            raise _Budget
+        loss = float(self.measure(tuple(switched)))
+        self.cache[key] = loss
+        share = self.removed(loss) if purpose != "reproduce" else \
+            (loss - self.ref_loss) / self.diff
+        if purpose == "halve":
+            what = "kept (removes most)" if share >= MAJORITY else "other half kept"
+        elif purpose == "verify":
+            what = "fixes" if self.fixes(loss) else "does not fix alone"
+        else:
+            what = "reproduces" if share >= REPRODUCE else "does not reproduce alone"
+        self.runs.append(Run(len(self.runs) + 1, purpose, list(switched), loss, share, what,
+                             list(kept)))
+        if self.on_run is not None:
+            self.on_run(self.runs[-1])
+        return loss
+
+
 def bisect_tree(children: Callable[[str], Sequence[str] | None],
                 measure: Callable[[tuple[str, ...]], float], *, ref_loss: float,
                 cand_loss: float, tol: float, max_runs: int = 64,
@@ -85,36 +126,9 @@ def bisect_tree(children: Callable[[str], Sequence[str] | None],
         max_runs: stop (``complete=False``) rather than run more than this.
         on_run: called after each run (progress display).
     """
-    diff = cand_loss - ref_loss
-    runs: list[Run] = []
-    cache: dict[frozenset[str], float] = {}
-
-    def removed(loss: float) -> float:
-        # what is left of the difference, whichever side of the reference the loss lands on
-        return 1.0 - abs(loss - ref_loss) / abs(diff) if diff else 0.0
-
-    def fixes(loss: float) -> bool:
-        return abs(loss - ref_loss) <= max(tol, (1 - FIX) * abs(diff))
-
-    def run(switched: Sequence[str], purpose: str, kept: Sequence[str] = ()) -> float:
-        key = frozenset(switched)
-        if key in cache:
-            return cache[key]
-        if len(runs) >= max_runs:
-            raise _Budget
-        loss = float(measure(tuple(switched)))
-        cache[key] = loss
-        share = removed(loss) if purpose != "reproduce" else (loss - ref_loss) / diff
-        if purpose == "halve":
-            what = "kept (removes most)" if share >= MAJORITY else "other half kept"
-        elif purpose == "verify":
-            what = "fixes" if fixes(loss) else "does not fix alone"
-        else:
-            what = "reproduces" if share >= REPRODUCE else "does not reproduce alone"
-        runs.append(Run(len(runs) + 1, purpose, list(switched), loss, share, what, list(kept)))
-        if on_run is not None:
-            on_run(runs[-1])
-        return loss
+    r = _Runs(measure, ref_loss, cand_loss, tol, max_runs, on_run)
+    run, runs = r.run, r.runs
+    diff, removed, fixes = r.diff, r.removed, r.fixes
 
     chain: list[str] = []
     levels: list[list[str]] = []
@@ -153,3 +167,54 @@ def bisect_tree(children: Callable[[str], Sequence[str] | None],
     except _Budget:
         return Search(None, chain, None, None, runs, complete=False)
     return Search(region, chain, fix_share, reproduce_share, runs)
+
+
+def bisect_range(units: Sequence[str], measure: Callable[[tuple[str, ...]], float], *,
+                 ref_loss: float, cand_loss: float, tol: float, max_runs: int = 64,
+                 on_run: Callable[[Run], None] | None = None) -> Search:
+    """The smallest contiguous run of ``units`` (operator calls, in order) whose switch fixes
+    the difference, by descent: the whole range is verified, then a half is kept only when it
+    fixes the difference alone (the first half is tried first, the second when the first does
+    not), so the range found always fixes it; when neither half does alone, the range is the
+    answer (the units act together). One reproduction run then switches all the others.
+    ``region`` names the range (``"a .. b"``, or the unit when one); ``chain`` lists the
+    ranges kept, outermost first.
+
+    Example:
+        >>> loss = lambda switched: 1.0 if any("c" in s for s in switched) else 2.0
+        >>> s = bisect_range(list("abcd"), loss, ref_loss=1.0, cand_loss=2.0, tol=1e-6)
+        >>> s.region, len(s.runs)
+        ('c', 5)
+    """
+    r = _Runs(measure, ref_loss, cand_loss, tol, max_runs, on_run)
+    items = list(units)
+
+    def name(lo: int, hi: int) -> tuple[str, ...]:
+        return tuple(items[lo:hi])
+
+    chain: list[str] = []
+    try:
+        lo, hi = 0, len(items)
+        if not items or not r.fixes(r.run(name(lo, hi), "verify")):
+            return Search(None, [], None, None, r.runs)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            for a, b in ((lo, mid), (mid, hi)):
+                if r.fixes(r.run(name(a, b), "verify")):
+                    lo, hi = a, b
+                    chain.append(_label(items[a:b]))
+                    break
+            else:
+                break
+        found = name(lo, hi)
+        fix_share = r.removed(r.cache[frozenset(found)])
+        others = [u for u in items if u not in found]
+        reproduce = (r.run(others, "reproduce", [_label(list(found))]) - ref_loss) / r.diff \
+            if others else 1.0
+    except _Budget:
+        return Search(None, chain, None, None, r.runs, complete=False)
+    return Search(_label(list(found)), chain, fix_share, reproduce, r.runs)
+
+
+def _label(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{items[0]} .. {items[-1]}"

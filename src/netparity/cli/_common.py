@@ -193,3 +193,26 @@ def close_traces(traces: list[Any]) -> None:
     for tr in traces:
         if tr is not None:
             tr.close()
+
+
+def add_emulate(p: argparse.ArgumentParser) -> None:
+    """``--emulate fp16-ops=CLASSES`` of the commands that run specs (``step``, ``bisect``):
+    the candidate's step with those operator classes in float16 (see :func:`cand_options`)."""
+    p.add_argument("--emulate", metavar="fp16-ops=CLASSES",
+                   help="run the candidate's step with these PyTorch operator classes in "
+                   "float16 on the CPU (conv,pool,lstm,matmul,sort; 'fp16-ops' alone: the "
+                   "Ascend float16-only list): what a float16-only device does to the loss, "
+                   "and where (the same as --cand-opt emulate=fp16-ops=...)")
+
+
+def cand_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--cand-opt`` pairs with ``--emulate`` added as the ``emulate`` spec option (applied
+    where every spec is built: :func:`netparity.workflow.spec.load_spec`)."""
+    from netparity.precision import parse_emulate
+    from netparity.workflow.spec import parse_options
+
+    out = parse_options(args.cand_opt)
+    if getattr(args, "emulate", None):
+        parse_emulate(args.emulate)
+        out["emulate"] = args.emulate
+    return out

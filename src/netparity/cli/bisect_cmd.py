@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from netparity.cli._common import COUNT, INDEX, add_json_out, add_quiet
+from netparity.cli._common import COUNT, INDEX, add_emulate, add_json_out, add_quiet
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -39,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="which of the reference's batches the step runs on (default 0)")
     p.add_argument("--max-runs", type=COUNT, default=64,
                    help="the most bisection runs (default 64)")
+    p.add_argument("--no-ops", action="store_true",
+                   help="stop at the module: do not bisect its operator calls")
+    add_emulate(p)
     add_json_out(p)
     add_quiet(p, "no line per run while the bisection runs")
     p.set_defaults(func=run)
@@ -46,15 +49,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     from netparity.bisect import run_bisect
-    from netparity.cli._common import say
+    from netparity.cli._common import cand_options, say
     from netparity.report.json_report import write_json
     from netparity.workflow.spec import parse_options
 
     quiet = args.quiet or args.json == "-"
     r = run_bisect(args.ref, args.cand, options=parse_options(args.opt),
                    ref_options=parse_options(args.ref_opt),
-                   cand_options=parse_options(args.cand_opt), seed=args.seed, batch=args.batch,
-                   max_runs=args.max_runs, on_run=None if quiet else say)
+                   cand_options=cand_options(args), seed=args.seed, batch=args.batch,
+                   max_runs=args.max_runs, on_run=None if quiet else say, ops=not args.no_ops)
     status = 0 if r else 1
     if args.json:
         write_json(r.to_json(), args.json)
@@ -103,4 +106,34 @@ def render(r: Any) -> list[str]:
     lines.append(f"runs: {r.runs_total} ({len(r.runs)} bisection + the reference, its noise "
                  f"run and the candidate) for {r.modules} modules; bound "
                  f"2*log2(modules)+2 = {r.budget:.1f}")
+    return lines + _render_ops(r.ops)
+
+
+def _render_ops(ops: dict[str, Any]) -> list[str]:
+    """The operator stage's lines: its runs, the calls found (name, index, source line)."""
+    if not ops:
+        return []
+    if not ops.get("switchable"):
+        return [ops.get("note", "operators: not switchable")]
+    lines = ["", f"operators of {ops['module']}: {ops['units']} of its {ops['calls']} calls "
+             "compute in low precision; halves of them run in the reference's dtype"]
+    for run in ops["runs"]:
+        names = run.kept if run.purpose == "reproduce" else run.switched
+        what = ("all but " if run.purpose == "reproduce" else "") + \
+            (", ".join(names) if len(names) <= 3 else f"{names[0]} .. {names[-1]} ({len(names)})")
+        lines.append(f"{run.index:>4}  {run.purpose:<10} {what[:48]:<48} {run.loss:>14.9g} "
+                     f"{run.share:>7.0%}  {run.decision}")
+    for c in ops.get("found", []):
+        feeds = f" -> {', '.join(c['feeds'])}" if c.get("feeds") else ""
+        lines.append(f"OPERATOR: {c['name']} (call #{c['index']} in {ops['module']}, "
+                     f"{'/'.join(c['dtypes'] and [d for d in c['dtypes'] if d] or ['-'])} -> "
+                     f"{'/'.join(c['out']) or '-'}) at {c['where'] or '?'}{feeds}")
+    if ops.get("fix_share") is not None:
+        lines.append(f"operators: switching {'it' if len(ops['found']) == 1 else 'them'} back "
+                     f"removes {ops['fix_share']:.0%}; alone in the candidate's dtype "
+                     f"{ops['reproduce_share']:.0%} recreated")
+    if ops.get("note"):
+        lines.append(ops["note"])
+    lines.append(f"operator runs: {len(ops['runs'])}; bound 2*log2(calls)+2 = "
+                 f"{ops['budget']:.1f}")
     return lines

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from netparity.cli._common import COUNT, INDEX, TOLERANCE, add_quiet, console, progress
+from netparity.cli._common import COUNT, INDEX, TOLERANCE, add_emulate, add_quiet, console, progress
 from netparity.cli._io import add_input, add_output
 from netparity.workflow import STEP_FILES, STEP_TRACES
 
@@ -34,11 +34,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--rtol", type=TOLERANCE)
     p.add_argument("--atol", type=TOLERANCE)
     p.add_argument("--no-eval", action="store_true", help="skip the evaluation phase")
+    add_emulate(p)
     add_quiet(p, "no progress display while the steps run")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from netparity.cli._common import cand_options
     from netparity.report.step import write_reports
     from netparity.report.terminal import render_terminal
     from netparity.workflow.spec import parse_options
@@ -49,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         r = run_step_parity(
             args.ref, args.cand, args.out, steps=args.steps, options=parse_options(args.opt),
-            ref_options=parse_options(args.ref_opt), cand_options=parse_options(args.cand_opt),
+            ref_options=parse_options(args.ref_opt), cand_options=cand_options(args),
             level=args.level, payload=args.payload, seed=args.seed, rtol=args.rtol,
             atol=args.atol, run_eval=not args.no_eval, progress=bar,
         )

@@ -34,16 +34,23 @@ KEY = "compile"
 def pop_compile(build: Callable[..., Any], options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """(the ``compile`` request, the options left for ``build``); a ``build`` that names a
     ``compile`` argument keeps it (the request is then the spec's to honour: ``None``)."""
+    return pop_request(build, options, KEY)
+
+
+def pop_request(build: Callable[..., Any], options: dict[str, Any],
+                key: str) -> tuple[Any, dict[str, Any]]:
+    """(``options[key]``, the options left for ``build``) for an option netparity itself
+    honours; ``(None, options)`` when absent or when ``build`` names ``key`` itself."""
     import inspect
 
     try:
-        own = KEY in inspect.signature(build).parameters
+        own = key in inspect.signature(build).parameters
     except (TypeError, ValueError):
         own = False
-    if KEY not in options or own:
+    if key not in options or own:
         return None, options
     rest = dict(options)
-    return rest.pop(KEY), rest
+    return rest.pop(key), rest
 
 
 def compile_model(framework: str, model: Any, how: Any, source: str) -> str | None:

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from netparity.errors import NetparityError, UsageError
+from netparity.precision.emulate import emulated, pop_emulate
 from netparity.untrusted import load_json
 from netparity.workflow.compiled import compile_model, pop_compile
 
@@ -124,6 +125,7 @@ def load_spec(source: str | os.PathLike[str], *, defaults: dict[str, Any] | None
         if k not in options and _accepts(build, k):
             options[k] = v
     how, build_options = pop_compile(build, options)
+    emulate, build_options = pop_emulate(build, build_options)
     try:
         d = build(**build_options)
     except NetparityError:
@@ -154,7 +156,7 @@ def load_spec(source: str | os.PathLike[str], *, defaults: dict[str, Any] | None
         framework=d["framework"],
         model=d["model"],
         batches=batches,
-        train_step=d["train_step"],
+        train_step=emulated(d["framework"], d["train_step"], emulate, src),
         optimizer=d.get("optimizer"),
         eval=d.get("eval"),
         lr_schedule=[float(x) for x in d["lr_schedule"]] if d.get("lr_schedule") is not None else None,

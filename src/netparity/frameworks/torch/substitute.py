@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from netparity.frameworks._substitute import observe as _observe
 
@@ -101,7 +102,7 @@ def like(arrays: list[np.ndarray], out: Any) -> Any:
 
 def native_call(ref_model: torch.nn.Module, path: str, dtype_name: str) -> Callable[..., Any]:
     """A substitute that calls the reference's own module ``path`` (same framework) in the
-    reference configuration: autocast off, floating inputs in ``dtype_name`` and on its device;
+    reference configuration: autocast and dispatch modes (``--emulate``) off, floating inputs in ``dtype_name`` and on its device;
     the result cast back to the candidate's output dtypes and device. The autograd graph is
     kept (the candidate's backward runs through the reference's module)."""
     ref_module = ref_model.get_submodule(path) if path else ref_model
@@ -114,7 +115,8 @@ def native_call(ref_model: torch.nn.Module, path: str, dtype_name: str) -> Calla
         return v.to(dev) if isinstance(v, torch.Tensor) else v
 
     def call(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
-        with _no_autocast():
+        # the reference configuration: no autocast, and no dispatch mode (``--emulate``)
+        with _no_autocast(), _disable_current_modes():
             got = ref_module(*[conv(a) for a in args], **{k: conv(v) for k, v in kwargs.items()})
         mine, theirs = _outputs(out), _outputs(got)
         if mine is None or theirs is None or len(mine) != len(theirs):
