@@ -166,3 +166,6 @@ def test_backward_nan_names_the_cell(tmp_path, way) -> None:  # type: ignore[no-
     o = report["first_nonfinite"]
     assert (o["direction"], o["step"], o["module"], o["kind"]) == ("backward", 2, "1",
                                                                     "module"), o
+    assert o["verdict"] == "introduced"
+    assert "op level is not available for MindSpore backward" in o["cause"]
+    assert report["problems"][0] == "non-finite values from 1 (backward, step 2)"
