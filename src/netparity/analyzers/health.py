@@ -172,6 +172,14 @@ def weight_updates(trace: Trace | str | os.PathLike[str], *, rank: int = 0,
     if not params and not grads:
         return [], []
     captured_steps = sorted({r.step for rs in params.values() for r in rs})
+    # what the capture knew from the optimizers (capture_notes.json): a trainable parameter
+    # in none of them, a frozen one -- MindSpore's value_and_grad(fn, None, opt.parameters)
+    # gives a left-out one no gradient, so its records alone look frozen
+    from netparity.capture.notes import optimizer_notes
+
+    notes = optimizer_notes(tr, rank)
+    left_out = set(notes.get("not_in_optimizer") or ())
+    frozen = set(notes.get("frozen") or ())
     rows: list[ParamUpdate] = []
     for name in list(params) + [g for g in grads if g not in params]:
         ps = sorted(params.get(name, []), key=lambda r: r.step)
@@ -194,6 +202,14 @@ def weight_updates(trace: Trace | str | os.PathLike[str], *, rank: int = 0,
             row.severity = "fail"
             row.reason = ("its gradient arrives but it is never updated: left out of the "
                           "optimizer's parameter groups")
+        elif name in left_out and changed == 0 and captured_steps and len(ps) != 1:
+            row.severity = "fail"
+            row.reason = ("trainable but never updated: left out of the optimizer's parameter "
+                          "groups (no optimizer holds it -- added or replaced after the "
+                          "optimizer was built?)")
+        elif name in frozen and changed == 0 and not gs and len(ps) >= 2:
+            row.severity = "warn"
+            row.reason = "frozen (requires_grad=False, in no optimizer): its value never changes"
         elif len(ps) >= 2 and changed == 0:
             if gs and all(_bad(g) for g in gs):
                 row.severity = "fail"

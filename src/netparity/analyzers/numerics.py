@@ -416,6 +416,9 @@ def _origin(rows: _Rows, rank: int, direction: str | None = None) -> Origin | No
             o.cause = f"{o.cause}; in {o.node}" if o.cause else f"in {o.node}"
         if not o.cause and o.kind == "module":
             o.cause = _param_cause(rows, o)
+        if not o.cause and o.kind == "module" and o.direction == "backward" \
+                and rows.tr.framework == "mindspore":
+            o.cause = MINDSPORE_BACKWARD
         if not o.cause and o.direction == "update":
             o.cause = ("made by the optimizer's update from finite parameters and gradients "
                        "(learning rate, eps, or an optimizer state)")
@@ -426,6 +429,14 @@ def _origin(rows: _Rows, rank: int, direction: str | None = None) -> Origin | No
         bad_seq = first_bad
     o.chain = _chain(rows, calls, kind, bad_seq)
     return o
+
+
+#: the cause of a MindSpore backward origin at Cell level: the finest the capture can name
+MINDSPORE_BACKWARD = (
+    "its gradient w.r.t. its inputs turns NaN/Inf from a finite gradient of its output; op "
+    "level is not available for MindSpore backward (the capture sees no backward primitives: "
+    "MindSpore's C++ grad executor runs them), so look at the derivatives of this Cell's "
+    "forward ops (sqrt, log, division, pow of a zero or negative value)")
 
 
 def _param_cause(rows: _Rows, o: Origin) -> str:

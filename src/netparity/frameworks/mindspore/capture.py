@@ -164,6 +164,12 @@ class MindSporeCapture(CaptureSession):
         self._graph_native: dict[str, tuple[str, str]] = {}
         self._timer: Any = None  # capture(..., timing=True): the MindSporeTiming sharing the writer
         self._prim_info: dict[int, tuple[Any, dict[str, Any]]] = {}
+        # optimizers (nn.Optimizer): known (optimizer=, in the model, seen stepping), those
+        # seen stepping in that order, and their learning rates ((step, index, [per group]))
+        self._known_opts: list[Any] = []
+        self._stepped_opts: list[Any] = []
+        self._lr_log: list[tuple[int, int, list[float | None]]] = []
+        self._optimizer_cls: Any = None
 
     # ---- install / remove ------------------------------------------------------------------
     def install(self) -> MindSporeCapture:
@@ -178,9 +184,12 @@ class MindSporeCapture(CaptureSession):
         opt = self.optimizer
         if opt is not None and isinstance(opt, nn.Cell):
             self._opt_ids = {id(c) for _, c in opt.cells_and_names()}
-        for _name, cell in self.model.cells_and_names():
+        self._optimizer_cls = nn.Optimizer
+        for _name, cell in [*self.model.cells_and_names(), ("", opt)]:
             if isinstance(cell, nn.Optimizer):
                 self._opt_ids.update(id(c) for _, c in cell.cells_and_names())
+                if all(cell is not o for o in self._known_opts):
+                    self._known_opts.append(cell)
         if graph:
             if self.launch_blocking:
                 self.notes.append("launch_blocking ignored: it applies to PyNative mode only "
@@ -200,11 +209,7 @@ class MindSporeCapture(CaptureSession):
         if opt is not None and isinstance(opt, nn.Cell) and all(c is not opt for _, c in cells):
             cells.append(("optimizer", opt))
         for name, cell in cells:
-            self._paths[id(cell)] = name
-            self._native[id(cell)] = _native_of(type(cell))
-            self._handles.append(cell.register_forward_pre_hook(self._pre, with_kwargs=True))
-            self._handles.append(cell.register_forward_hook(self._post, with_kwargs=True,
-                                                            always_call=True))
+            self._hook_forward(name, cell)
             if not isinstance(cell, nn.Cell):  # a compat-layer module: forward hooks only
                 continue
             had_bwd = cell._cell_backward_hook is not None
@@ -240,6 +245,42 @@ class MindSporeCapture(CaptureSession):
                     self.notes.append("another capture wraps MindSpore's Tensor operators: "
                                       "x * y, x - y, x / y are not recorded by this one")
         return self
+
+    def _hook_forward(self, name: str, cell: Any) -> None:
+        self._paths[id(cell)] = name
+        self._native[id(cell)] = _native_of(type(cell))
+        self._handles.append(cell.register_forward_pre_hook(self._pre, with_kwargs=True))
+        self._handles.append(cell.register_forward_hook(self._post, with_kwargs=True,
+                                                        always_call=True))
+
+    def add_optimizer(self, opt: Any) -> None:
+        """An optimizer Cell found after the capture started (zero-code ``netparity run``
+        calls this as the script calls ``opt(grads)``): its calls are the update, its learning
+        rates are recorded, its parameters count as optimized -- as ``optimizer=`` does."""
+        if not self._installed or any(opt is o for o in self._known_opts):
+            return
+        self._known_opts.append(opt)
+        self._opt_ids.update(id(c) for _, c in opt.cells_and_names())
+        if self._graph is None and id(opt) not in self._paths:
+            self._hook_forward("optimizer", opt)
+
+    def _note_lr(self, opt: Any) -> None:
+        """An optimizer is about to update: the learning rate of each of its groups at this
+        step (:mod:`.optnotes`)."""
+        from netparity.frameworks.mindspore.optnotes import group_lrs
+
+        i = next((j for j, o in enumerate(self._stepped_opts) if o is opt), None)
+        if i is None:
+            i = len(self._stepped_opts)
+            self._stepped_opts.append(opt)
+            if all(opt is not o for o in self._known_opts):
+                self._known_opts.append(opt)
+        if self.active and not any(s == self.step_no and j == i for s, j, _ in self._lr_log[-8:]):
+            busy, self._busy = self._busy, True
+            try:
+                self._lr_log.append((self.step_no, i, group_lrs(opt)))
+            finally:
+                self._busy = busy
 
     def _install_graph(self) -> None:
         """GRAPH_MODE: Cell hooks never run; probe each Cell's output inside the graph instead."""
@@ -326,12 +367,25 @@ class MindSporeCapture(CaptureSession):
                 self._timer.close()  # its last step and hooks (the writer is the capture's)
             self.remove()
         finally:
-            if self.writer is not None and (self.notes or self.errors):
-                import json
-
-                (self.writer.rank_dir / "capture_notes.json").write_text(json.dumps(
-                    {"notes": self.notes, "hook_errors": self.errors}, indent=1))
+            self._write_notes()
             super().close()
+
+    def _write_notes(self) -> None:
+        """``capture_notes.json``: notes, hook errors, the optimizers (:mod:`.optnotes`)."""
+        if self.writer is None:
+            return
+        from netparity.capture.notes import write_notes
+
+        sections: dict[str, Any] = {}
+        if self.notes or self.errors:
+            sections.update(notes=self.notes, hook_errors=self.errors)
+        if self._known_opts or self._lr_log:
+            from netparity.frameworks.mindspore.optnotes import optimizer_section
+
+            sections["optimizers"] = optimizer_section(self.model, self._known_opts,
+                                                       self._stepped_opts, self._lr_log)
+        if sections:
+            write_notes(self.writer.rank_dir, sections)
 
     # ---- user API ---------------------------------------------------------------------------
     def record_loss(self, loss: Any) -> None:
@@ -471,6 +525,8 @@ class MindSporeCapture(CaptureSession):
         self._stack.append(frame)
         if update:
             self._update += 1
+            if self._optimizer_cls is not None and isinstance(cell, self._optimizer_cls):
+                self._note_lr(cell)
             return
         p = self.policy
         if self.active and p.ops and "forward" in p.directions:

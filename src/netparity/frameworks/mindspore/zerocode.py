@@ -8,8 +8,10 @@ nothing of MindSpore is imported until the script does. Once ``mindspore`` is im
 * the first Cell called outside any other Cell that is neither an optimizer nor a loss Cell is
   the root: :func:`netparity.frameworks.mindspore.capture.capture` of it starts there, with the
   run's policy (its hooks are installed before that first call runs);
-* an ``nn.Optimizer`` called outside the root (``opt(grads)`` after ``ms.value_and_grad``) ends
-  the step after its update (``cap.step()``: parameters after it); one called inside the root
+* an ``nn.Optimizer`` called outside the root (``opt(grads)`` after ``ms.value_and_grad``) is
+  handed to the capture as ``optimizer=`` would be (its learning rate per step, its parameters:
+  the model's others are frozen or left out, ``capture_notes.json``) and ends the step after
+  its update (``cap.step()``: parameters after it); one called inside the root
   (a ``TrainOneStepCell``) makes each root call one step, and the root's output is the loss;
 * a loss Cell (``nn.LossBase``) called outside the root is the loss (``record_loss``);
 * the trace is closed at interpreter exit.
@@ -58,6 +60,8 @@ def _on_mindspore() -> None:
         if st["torch"].get("cap") is not None or (cap is None and not _pynative()):
             return call()  # PyTorch's capture owns the process; GRAPH_MODE: its dump instead
         if isinstance(cell, optimizer_cls):
+            if cap is not None:
+                cap.add_optimizer(cell)  # as optimizer=: the update, learning rates, params
             out = call()
             if cap is not None:
                 cap.step()  # the update is done: parameters after it, next step

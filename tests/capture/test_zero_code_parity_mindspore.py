@@ -1,0 +1,171 @@
+"""Zero-code ``netparity run`` sees what the in-code ``netparity.capture`` sees, for MindSpore
+PyNative (issue 30 item 1): the failing scripts of ``test_zero_code_parity.py``, ported, each run
+both ways with the same numerics answer.
+
+Each script trains unchanged when run plainly (``netparity run -- python script.py``) and wraps
+its loop in ``netparity.capture(net, DIR, optimizer=opt)`` when given ``DIR``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mindspore")
+
+from tests.capture.test_zero_code_parity import WAYS, _env, numerics  # noqa: E402
+
+from netparity.analyzers.health import weight_updates  # noqa: E402
+
+#: the loop both ways; the script defines net, opt, loss_fn, batch(step), STEPS, KW
+LOOP = textwrap.dedent(
+    """
+    cap = None
+    if len(sys.argv) > 1:
+        import netparity
+        cap = netparity.capture(net, sys.argv[1], optimizer=opt, **KW)
+        cap.install()
+    def fwd(x, y):
+        return loss_fn(net(x), y)
+    grad_fn = ms.value_and_grad(fwd, None, opt.parameters)
+    for step in range(STEPS):
+        x, y = batch(step)
+        loss, grads = grad_fn(x, y)
+        if cap is not None:
+            cap.record_loss(loss)
+        opt(grads)
+        if cap is not None:
+            cap.step()
+    if cap is not None:
+        cap.close()
+    """
+)
+
+HEAD = textwrap.dedent(
+    """
+    import sys
+    import numpy as np, mindspore as ms
+    from mindspore import nn, ops
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    ms.set_seed(0)
+    T = lambda a: ms.Tensor(np.asarray(a, np.float32))
+    RNG = np.random.RandomState(0)
+    """
+)
+
+HEAD_FROZEN = HEAD + textwrap.dedent(
+    """
+    net = nn.SequentialCell(nn.Dense(8, 16), nn.ReLU(), nn.Dense(16, 16), nn.ReLU(),
+                            nn.Dense(16, 4))
+    for p in net[2].get_parameters():        # a frozen layer
+        p.requires_grad = False
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.1)
+    net[4] = nn.Dense(16, 4)                 # a new head, after the optimizer was built
+    loss_fn = nn.MSELoss()
+    X, Y = T(RNG.randn(32, 8)), T(RNG.randn(32, 4))
+    def batch(step):
+        return X, Y
+    STEPS, KW = 4, {}
+    """
+)
+
+WARMUP = HEAD + textwrap.dedent(
+    """
+    net = nn.SequentialCell(nn.Dense(16, 32), nn.Tanh(), nn.Dense(32, 1))
+    # a warm-up gone wrong: a dynamic learning rate (one value per step) that climbs too high
+    opt = nn.SGD(net.trainable_params(), learning_rate=[0.002 * 1.45 ** s for s in range(22)])
+    loss_fn = nn.MSELoss()
+    Xn = RNG.randn(64, 16)
+    X, Y = T(Xn), T(Xn[:, :1] * 2 + 0.1)
+    def batch(step):
+        return X, Y
+    STEPS, KW = 22, {}
+    """
+)
+
+SQRT = HEAD + textwrap.dedent(
+    """
+    class Norm(nn.Cell):
+        def construct(self, x):
+            mu = x.mean(0, keep_dims=True)
+            var = ((x - mu) ** 2).mean(0, keep_dims=True)
+            return (x - mu) / (ops.sqrt(var) + 1e-5)
+    net = nn.SequentialCell(nn.Dense(4, 4), Norm(), nn.Dense(4, 2))
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.1)
+    loss_fn = nn.MSELoss()
+    def batch(step):
+        if step == 2:  # every sample equal: variance 0, the gradient of its sqrt infinite
+            return T(np.ones((8, 4))), T(np.zeros((8, 2)))
+        return T(RNG.randn(8, 4)), T(np.zeros((8, 2)))
+    STEPS, KW = 4, {}
+    """
+)
+
+
+def capture_both_ways(tmp_path: Path, body: str, way: str, *run_args: str) -> Path:
+    """Run ``body`` + :data:`LOOP` captured ``way`` (``in-code``: ``KW`` is the capture's
+    arguments; ``zero-code``: ``run_args`` are ``netparity run``'s); the trace directory."""
+    script = tmp_path / "train.py"
+    script.write_text(body + LOOP)
+    out = tmp_path / way
+    if way == "in-code":
+        cmd = [sys.executable, str(script), str(out)]
+    else:
+        cmd = [sys.executable, "-m", "netparity", "run", "-o", str(out), *run_args, "--",
+               "python", str(script)]
+    res = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert (out / "manifest.json").exists(), res.stderr[-3000:]
+    return out
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_head_left_out_and_frozen_layer(tmp_path, way) -> None:  # type: ignore[no-untyped-def]
+    out = capture_both_ways(tmp_path, HEAD_FROZEN, way)
+    _, stuck = weight_updates(out)
+    assert {p.name: p.severity for p in stuck} == {
+        "4.weight": "fail", "4.bias": "fail",   # named as missing from every optimizer
+        "2.weight": "warn", "2.bias": "warn",   # frozen: warned about
+    }
+    assert all("left out of the optimizer" in p.reason for p in stuck if p.severity == "fail")
+    assert all("frozen" in p.reason for p in stuck if p.severity == "warn")
+    rc, report = numerics(out)
+    assert rc == 1 and sorted(p.split(" (")[0] for p in report["problems"]) == [
+        "parameter 4.bias is not updating", "parameter 4.weight is not updating"]
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_warmup_explosion_names_the_learning_rate(tmp_path, way) -> None:  # type: ignore[no-untyped-def]
+    out = capture_both_ways(tmp_path, WARMUP, way)
+    rc, report = numerics(out)
+    e = report["explosion"]
+    assert rc == 1 and e["found"], report
+    # the learning rate per step, from the optimizer's dynamic learning rate
+    lr = dict((int(s), v) for s, v in e["lr"])
+    assert sorted(lr) == list(range(22)) and lr[0] == pytest.approx(0.002)
+    assert lr[18] == pytest.approx(0.002 * 1.45 ** 18, rel=1e-5)
+    assert "likely cause" in e["lr_cause"], e
+    assert any("learning rate rose" in p for p in report["problems"])
+    assert "x the run's early steps" in e["update_cause"]
+    return None
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_backward_nan_names_the_cell(tmp_path, way) -> None:  # type: ignore[no-untyped-def]
+    """``sqrt`` of a zero variance: MindSpore's capture sees no backward primitive, so the
+    origin is the Cell whose gradient first goes non-finite (``1``, the Norm), backward, step
+    2 -- and the report says op level is not available for MindSpore backward."""
+    out = capture_both_ways(tmp_path, SQRT, way)
+    rc, report = numerics(out)
+    assert rc == 1
+    o = report["first_nonfinite"]
+    assert (o["direction"], o["step"], o["module"], o["kind"]) == ("backward", 2, "1",
+                                                                    "module"), o
+    assert o["verdict"] == "introduced"
+    assert "op level is not available for MindSpore backward" in o["cause"]
+    assert report["problems"][0] == "non-finite values from 1 (backward, step 2)"
