@@ -957,6 +957,11 @@ def compare(
         calibrate(result, compare(ref_tr, noise_tr, level=level, steps=steps, rank=rank,
                                   profile="same", workers=workers), noise_k)
         result.settings["noise_run"] = str(noise_tr.path)
+    if fp64_tr is None and noise_run is None and level != "op":
+        # module pairs with tensors: leaf torch.nn modules judged by float64 replay
+        from netparity.compare.leafreplay import replay_leaves
+
+        replay_leaves(result, ref_tr, cand_tr, rank or 0)
     # a parameter-free op applied on the other side of a module boundary is not a divergence
     settle_moved_ops(result, ref_tr, cand_tr)
     settle_commuted(result, ref_tr, cand_tr)  # a commutative op's operands in the other order

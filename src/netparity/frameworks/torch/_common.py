@@ -212,6 +212,8 @@ class TorchCaptureBase(CaptureSession):
     _custom_calls: dict[str, int]
     _op_names: dict[Any, tuple[str, str]]
     _canon_mod: dict[type, tuple[str, str]]
+    #: leaf torch.nn modules seen: path -> class and plain attributes (capture_notes' ``modules``)
+    _leaf_meta: dict[str, dict[str, Any]]
 
     if TYPE_CHECKING:  # implemented by the units; declared here for cross-unit calls only
         def _source(self) -> str: ...

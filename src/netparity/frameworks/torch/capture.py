@@ -161,6 +161,7 @@ class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDi
         self._custom_calls = {}
         self._op_names = {}
         self._canon_mod = {}
+        self._leaf_meta = {}
         ref = weakref.ref(self)
 
         def in_child() -> None:  # a forked data-loader worker must not record into our writer
@@ -261,6 +262,7 @@ class TorchCapture(ScalerWatch, LightGuard, NonFiniteGuard, OptimizerHooks, OpDi
             with torch._C._DisableTorchDispatch():
                 if not self.light:
                     self._write_optimizer_notes()
+                    self._write_module_notes()
                 super().close()
         finally:
             self._busy = False

@@ -35,6 +35,33 @@ from netparity.frameworks.torch.compiled import clean_name, unwrap
 from netparity.frameworks.torch.stats_plan import GradSlot
 from netparity.trace.vocab import canonical_op
 
+#: plain attribute types a leaf module's constructor settings are recorded with
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _plain(v: Any) -> bool:
+    if isinstance(v, tuple):
+        return len(v) <= 16 and all(isinstance(x, _PLAIN) for x in v)
+    return isinstance(v, _PLAIN) and not (isinstance(v, str) and len(v) > 64)
+
+
+def leaf_meta(module: torch.nn.Module) -> dict[str, Any]:
+    """What a float64 replay of a leaf ``torch.nn`` module needs besides its tensors
+    (:mod:`netparity.compare.leafreplay`): its class name, its public attributes of plain
+    types (eps, stride, approximate, ...), its training flag and parameter names; a subclass
+    from another library (timm's LayerNorm) is recorded as its nearest ``torch.nn`` base with
+    ``subclass`` naming it. ``{}`` for a module with children or no ``torch.nn`` base."""
+    cls = type(module)
+    base = next((c for c in cls.__mro__ if (c.__module__ or "").startswith("torch.nn.modules.")
+                 and c is not torch.nn.Module), None)
+    if base is None or module._modules:
+        return {}
+    attrs = {k: list(v) if isinstance(v, tuple) else v for k, v in vars(module).items()
+             if not k.startswith("_") and k != "training" and _plain(v)}
+    sub = {} if base is cls else {"subclass": f"{cls.__module__}.{cls.__qualname__}"}
+    return {"class": base.__name__, **sub, "attrs": attrs, "training": bool(module.training),
+            "params": [n for n, _ in module.named_parameters(recurse=False)]}
+
 
 class ModuleHooks(TorchCaptureBase):
     """Module naming, forward records and module gradient hooks."""
@@ -125,6 +152,8 @@ class ModuleHooks(TorchCaptureBase):
             wanted = p.wants_name(path, op)
             if p.modules and wanted:
                 info.source = self._source()
+                if path not in self._leaf_meta:
+                    self._leaf_meta[path] = leaf_meta(module)
                 if p.wants_direction("forward"):
                     if (type(module) is _ReLU and module.inplace and not kwargs
                             and len(args) == 1 and isinstance(args[0], _Tensor)
@@ -188,6 +217,15 @@ class ModuleHooks(TorchCaptureBase):
             self._hooked.add(path)
         if p.ops and roots:
             self._claim(info, roots)
+
+    def _write_module_notes(self) -> None:
+        """``modules`` of ``capture_notes.json``: the leaf ``torch.nn`` modules' settings."""
+        meta = {k: v for k, v in self._leaf_meta.items() if v}
+        if self.writer is None or not meta:
+            return
+        from netparity.capture.notes import write_notes
+
+        write_notes(self.writer.rank_dir, {"modules": meta})
 
     def _record_module(self, info: _Call, obj: Any, role: str, prefix: str,
                        relu: Container[str] = ()) -> Any:

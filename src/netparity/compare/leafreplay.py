@@ -1,0 +1,234 @@
+"""Plain ``compare`` calibrated at module level: leaf ``torch.nn`` modules replayed from the trace
+(issue 28, deliver 0).
+
+A PyTorch capture records, once per leaf module of ``torch.nn`` (``capture_notes.json``,
+section ``modules``), its class name and plain constructor attributes (eps, stride,
+approximate, ...). For each forward call of such a leaf with tensors on both sides, the
+reference module is rebuilt in float64 (``cls.__new__`` + ``nn.Module.__init__`` + the recorded
+attributes + the weights the forward used) and:
+
+* ``ref_local``  = normwise error of the reference's captured output against that replay on the
+  reference's captured inputs (its own rounding; a replay that misses it by more than
+  ``SELF_TOLERANCE`` is not evidence: the call is left to the table);
+* ``cand_local`` = normwise error of the candidate's captured output against the same module
+  replayed on the *candidate's* inputs (with the candidate's own weights where its trace has
+  them, else the reference's): what the candidate's layer computes differently, free of what
+  its inputs carried in.
+
+The bound is step's replay bound (:func:`netparity.analyzers.replay.judge`): ``NOISE_K`` x
+``ref_local`` (scaled to a coarser candidate dtype) + ``FLOOR_EPS`` units of the coarser dtype.
+Above it the leaf **introduces** a difference: its output pairs FAIL, every such leaf named in
+forward order. Within it, output pairs the fixed table warned or failed are cleared ("within the
+replayed noise"). A container keeps the table's verdict: its own code between its children (an
+attention's scaling of its logits) is not replayed, so its leaves agreeing does not clear it.
+
+Weights: the trace holds parameters after each update, so a step's forward used the previous
+step's; parametrised leaves at step 0 are not replayed (parameter-free ones are). A subclass from another library
+(timm's ``LayerNorm``) is recorded as its nearest ``torch.nn`` base and replayed as that base only
+when the replay makes the reference's own output again to ``FLOOR_EPS`` units. Not replayed
+either: classes outside ``torch.nn`` (a name from a trace is looked up in ``torch.nn.modules``
+and nothing is ever imported), random ones (dropout in training), batch norm in eval mode (the
+running statistics are not in the trace), and a MindSpore reference. Forward only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from netparity.capture.notes import read_notes
+from netparity.compare.noise import FLOOR_EPS, unit_roundoff
+from netparity.compare.results import CompareResult
+
+#: a reference replay that misses its own captured output by more than this is no evidence
+SELF_TOLERANCE = 1e-3
+_RANDOM = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
+           "FeatureAlphaDropout", "RReLU")
+
+
+def module_class(name: Any) -> Any:
+    """The ``torch.nn`` built-in class named ``name`` (looked up, never imported), else None."""
+    import torch
+
+    if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
+        return None
+    cls = vars(torch.nn.modules).get(name)
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)
+            and (cls.__module__ or "").startswith("torch.nn.modules.")
+            and cls is not torch.nn.Module):
+        return None
+    return cls
+
+
+def _build(meta: dict[str, Any], params: dict[str, np.ndarray]) -> Any:
+    """The leaf module of ``meta`` in float64 with ``params``, or None when it cannot be."""
+    import torch
+
+    cls = module_class(meta.get("class"))
+    attrs, training = meta.get("attrs"), meta.get("training")
+    if cls is None or not isinstance(attrs, dict) or not isinstance(training, bool):
+        return None
+    if cls.__name__ in _RANDOM and training and attrs.get("p", 1.0) != 0.0:
+        return None
+    mod = cls.__new__(cls)
+    torch.nn.Module.__init__(mod)
+    for k, v in attrs.items():
+        if not isinstance(k, str) or not k.isidentifier() or k.startswith("_"):
+            return None
+        setattr(mod, k, tuple(v) if isinstance(v, list) else v)
+    for n, v in params.items():
+        mod.register_parameter(n, torch.nn.Parameter(torch.from_numpy(np.array(v, np.float64)),
+                                                     requires_grad=False))
+    if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm):
+        if not training:
+            return None  # eval mode normalises by running statistics the trace does not hold
+        c = int(attrs.get("num_features", 0))
+        mod.register_buffer("running_mean", torch.zeros(c, dtype=torch.float64))
+        mod.register_buffer("running_var", torch.ones(c, dtype=torch.float64))
+        mod.register_buffer("num_batches_tracked", torch.tensor(0))
+    mod.train(training)
+    return mod
+
+
+def _run(mod: Any, ins: list[np.ndarray]) -> np.ndarray | None:
+    import torch
+
+    with torch.no_grad():
+        out = mod(*[torch.from_numpy(np.asarray(x, np.float64).copy()) for x in ins])
+    return out.numpy() if isinstance(out, torch.Tensor) else None
+
+
+class _Params:
+    """Parameter payloads of one trace after each step: (step, name) -> float64 array."""
+
+    def __init__(self, tr: Any, rank: int) -> None:
+        self.tr, self.rank = tr, rank
+        self.by_step: dict[int, dict[str, Any]] = {}
+
+    def get(self, step: int, name: str) -> np.ndarray | None:
+        by = self.by_step.get(step)
+        if by is None:
+            by = self.by_step[step] = {r.module: r for r in self.tr.records(
+                kind="param", step=step, rank=self.rank) if r.has_payload}
+        r = by.get(name)
+        return None if r is None else np.asarray(self.tr.tensor(r), np.float64)
+
+
+def replay_leaves(result: CompareResult, ref_tr: Any, cand_tr: Any, rank: int = 0) -> int:
+    """Judge the forward pairs of leaf ``torch.nn`` calls by float64 replay (module docstring),
+    in place; returns how many calls were replayed. Nothing happens without the reference's
+    ``modules`` notes, a PyTorch reference, or a pair table."""
+    from netparity.analyzers.replay import ReplayOutcome, judge
+    from netparity.precision.engine import normwise
+
+    table = result.table
+    if ref_tr.framework != "torch" or table is None or not len(table):
+        return 0
+    meta = read_notes(Path(ref_tr.path) / f"rank{rank}").get("modules")
+    if not isinstance(meta, dict) or not meta:
+        return 0
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return 0
+    by_call: dict[int, list[int]] = {}
+    for i, c in enumerate(table.call.tolist()):
+        by_call.setdefault(c, []).append(i)
+    cand_name = {p.module: p.cand_module for p in result.params if p.kind == "param"}
+    rp, cp = _Params(ref_tr, rank), _Params(cand_tr, rank)
+    introduced: list[tuple[int, int, str, str]] = []
+    replayed = 0
+    for pos, c in enumerate(result.calls):
+        m = meta.get(c.module)
+        if (c.level != "module" or c.direction != "forward" or c.rank != rank
+                or not isinstance(m, dict)):
+            continue
+        if not m:
+            continue
+        rows = by_call.get(pos, [])
+        ins = sorted((i for i in rows if not table.is_out[i]), key=lambda i: table.idx[i])
+        outs = [i for i in rows if table.is_out[i]]
+        if len(outs) != 1 or not ins or any(not table.idx[i][2:].isdigit() for i in ins):
+            continue
+        recs = [(table.refs[i], table.cands[i]) for i in (*ins, *outs)]
+        if not all(a.has_payload and b.has_payload for a, b in recs):
+            continue
+        names = m.get("params") or []
+        if not isinstance(names, list):
+            continue
+        try:
+            wr: dict[str, np.ndarray] = {}
+            wc: dict[str, np.ndarray] = {}
+            if names:
+                if c.step == 0:
+                    continue  # the weights before the first update are not in the trace
+                for n in names:
+                    full = f"{c.module}.{n}"
+                    a = rp.get(c.step - 1, full)
+                    if a is None:
+                        raise KeyError(full)
+                    wr[n] = a
+                    b = cp.get(c.step - 1, cand_name.get(full, full))
+                    wc[n] = b if b is not None and b.shape == a.shape else a
+            mr, mc = _build(m, wr), _build(m, wc)
+            if mr is None or mc is None:
+                continue
+            r_in = [np.asarray(ref_tr.tensor(a)) for a, _ in recs[:-1]]
+            c_in = [np.asarray(cand_tr.tensor(b)) for _, b in recs[:-1]]
+            r64, c64 = _run(mr, r_in), _run(mc, [x.reshape(y.shape) for x, y in
+                                                 zip(c_in, r_in)])
+            ref_out = np.asarray(ref_tr.tensor(recs[-1][0]), np.float64)
+            cand_out = np.asarray(cand_tr.tensor(recs[-1][1]), np.float64)
+        except Exception:  # noqa: BLE001 -- an attribute or weight the replay cannot use
+            continue
+        if r64 is None or c64 is None or r64.size != ref_out.size or c64.size != cand_out.size:
+            continue
+        ref_local = normwise(ref_out.reshape(r64.shape), r64)
+        a, b = recs[-1]
+        if not ref_local <= (FLOOR_EPS * unit_roundoff(a.dtype) if m.get("subclass")
+                             else SELF_TOLERANCE):
+            continue  # the replay does not make the reference's own output again
+        cand_local = normwise(cand_out.reshape(c64.shape), c64)
+        o = ReplayOutcome(c.key, c.module, c.cand_module, c.op, 0.0)
+        judge(o, cand_local, ref_local, a.dtype, b.dtype)
+        replayed += 1
+        ev = {"ref_local": ref_local, "cand_local": cand_local, "bound": o.bound,
+              "weights": "none" if not names else (
+                  "candidate's" if all(wc[n] is not wr[n] for n in names) else "reference's")}
+        pr = table.get(outs[0])
+        pr.metrics["leaf_replay"] = ev
+        if o.introduced:
+            introduced.append((c.step, c.order, c.module, c.cand_module))
+            ratio = cand_local / max(o.bound or 0.0, 1e-300)
+            pr.status = "fail"
+            pr.reason = (f"introduced: by float64 replay of the reference module on the "
+                         f"candidate's inputs, the candidate's output differs by "
+                         f"{cand_local:.3g} (normwise), {ratio:.3g}x its noise bound "
+                         f"{o.bound:.3g} (the reference's own error {ref_local:.3g})")
+        else:
+            if pr.status in ("warn", "fail") and not pr.fp64 \
+                    and "noise run" not in pr.tol_source:
+                pr.status = "pass"
+                pr.reason = (f"within the replayed noise: the candidate's output is "
+                             f"{cand_local:.3g} from the float64 replay of the reference module "
+                             f"on its inputs (bound {o.bound:.3g})")
+    if replayed:
+        table.refresh()
+        result.settings["leaf_replay"] = {"calls": replayed, "method": "float64 replay of the "
+                                          "reference's leaf torch.nn modules"}
+        result.notes.append(f"{replayed} leaf module call(s) judged by float64 replay of the "
+                            "reference module on each side's inputs")
+    if introduced:
+        introduced.sort()
+        result.settings["leaf_replay"]["introduced"] = [
+            {"step": s, "module": mod, "cand_module": cm} for s, _, mod, cm in introduced]
+        first = introduced[0]
+        also = [f"{mod} (step {s})" for s, _, mod, _ in introduced[1:]]
+        result.notes.append(
+            f"introducing a difference of its own, by float64 replay of the reference module on "
+            f"the candidate's inputs: {first[2]} (step {first[0]}) first"
+            + (f"; also introducing: {', '.join(also)}" if also else ""))
+    return replayed
+
