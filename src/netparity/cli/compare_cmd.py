@@ -50,7 +50,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--level", choices=("module", "op", "both"), default="module")
     p.add_argument("--steps", metavar="S", help="steps to compare, e.g. 0 or 0,2-4 (default all)")
     p.add_argument("--rank", type=INDEX, default=None,
-                   help="rank to compare (default 0); naming it narrows the comparison to it")
+                   help="rank to compare (default: every rank both traces hold, each on its "
+                   "own, merged into one verdict); naming it narrows the comparison to it")
+    p.add_argument("--workers", type=COUNT, default=None, metavar="N",
+                   help="worker processes comparing ranks in parallel (default: min(ranks, "
+                   "CPUs); 1 = in this process)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="compare the ranks on this Dask scheduler (tcp://host:8786; needs "
+                   "'distributed'; its workers must read the traces at the same paths)")
     add_tolerance_args(p)
     p.add_argument(
         "--tol", action="append", default=[], metavar="PATTERN=RTOL,ATOL",
@@ -113,13 +120,24 @@ def run(args: argparse.Namespace) -> int:
     try:
         with merged_sides(ref, cand, args.shards, level=args.level,
                           rank=args.rank) as (ref_v, cand_v, merges):
-            result = compare(
-                ref_v, cand_v, mapping=args.mapping, level=args.level, steps=steps,
-                rank=args.rank, rtol=args.rtol, atol=args.atol, tolerances=overrides,
-                fp64_ref=fp64_ref, k=args.k, profile=args.profile,
-                noise_run=noise, noise_k=args.noise_k,
-                progress=progress(args, console()),
-            )
+            options = dict(mapping=args.mapping, level=args.level, steps=steps,
+                           rtol=args.rtol, atol=args.atol, tolerances=overrides,
+                           fp64_ref=fp64_ref, k=args.k, profile=args.profile,
+                           noise_run=noise, noise_k=args.noise_k)
+            shared = set(ref_v.ranks) & set(cand_v.ranks)
+            if args.rank is None and len(shared) > 1:
+                from netparity.compare.ranks import compare_ranks
+
+                shown = progress(args, console())
+                try:
+                    result = compare_ranks(ref_v, cand_v, workers=args.workers,
+                                           scheduler=args.scheduler, progress=shown,
+                                           **options)
+                finally:
+                    shown.done()
+            else:
+                result = compare(ref_v, cand_v, rank=args.rank,
+                                 progress=progress(args, console()), **options)
             note_merges(result, merges)
         return emit(result, args)
     finally:

@@ -253,6 +253,9 @@ class CompareResult:
     notes: list[str] = field(default_factory=list)
     #: what each side held and the gaps (:func:`netparity.compare.coverage.coverage`)
     coverage: dict[str, Any] = field(default_factory=dict)
+    #: a comparison of several ranks (:mod:`netparity.compare.ranks`): one summary per rank
+    #: (status, counts, first divergences, gaps); the rest of the result is the lead rank's
+    ranks: list[dict[str, Any]] = field(default_factory=list)
 
     # ---- the pairs of matched calls as a table (see the class docstring) ---------------------
     def set_table(self, table: Any) -> None:
@@ -418,6 +421,8 @@ class CompareResult:
             "pairs": [pair(p) for p in self.pairs] if pairs else [],
             "params": [pair(p) for p in self.params],
         }
+        if self.ranks:
+            out["ranks"] = self.ranks
         got: dict[str, Any] = _clean(out)
         got["calls"] = [_call_json(c) for c in self.calls]
         return got
@@ -458,6 +463,7 @@ class CompareResult:
                 runs=obj.get("runs", {}),
                 notes=obj.get("notes", []),
                 coverage=obj.get("coverage") or {},
+                ranks=obj.get("ranks") or [],
             )
         except (TypeError, KeyError) as e:
             raise UsageError(f"corrupt compare result ({e})") from None

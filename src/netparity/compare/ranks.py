@@ -1,0 +1,242 @@
+"""Many ranks: each rank compared on its own (in worker processes or on a Dask cluster), the
+results merged into one verdict.
+
+``compare`` without ``--rank`` of two traces that share several ranks compares every shared
+rank. :func:`compare_rank` is the per-rank task: a plain picklable function of (trace paths,
+rank, options) returning a compact JSON-ready summary (status, counts, first divergences, gaps,
+notes) -- or, for the one rank whose details are shown, its whole result as
+:meth:`~netparity.compare.results.CompareResult.to_json`. :func:`compare_ranks` runs the tasks
+on an engine and :func:`merge` makes one :class:`~netparity.compare.results.CompareResult`:
+
+* the **lead rank** is the rank a user must look at first: the worst pair status (fail, then
+  warn, then pass), then the earliest first divergence (step, then rank), then the lowest rank;
+  its calls, pairs, worst pairs and first divergences are the result's (``--json``,
+  ``--csv``, ``--html`` show that rank's pairs; ``--rank N`` shows another's);
+* ``ranks``: one summary per compared rank (which agree, which diverge and where);
+* the gaps of every rank (``rank N: ...``) and the ranks one side lacks make the coverage's
+  ``incomplete`` lines, so INCOMPLETE means what it means for one rank.
+
+Engines (same tasks, same merge, the same result whatever runs them): ``workers=1`` in this
+process one rank after another; ``workers=N`` a pool of N spawned processes; ``scheduler`` a
+``dask.distributed`` scheduler address or ``Client`` (the traces must be readable at the same
+paths by its workers). Dask rather than Ray: pure Python and pip-installable with no daemon to
+run, its ``LocalCluster`` runs in-process for tests, and a ``dask-scheduler``/``dask-worker``
+pair (or an existing HPC/Kubernetes deployment) is all a multi-machine job needs.
+
+Example:
+    >>> _lead_key({"rank": 3, "pair_status": "fail", "first_step": 0})
+    (-2, 0, 3)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from netparity.errors import NetparityError, UsageError
+
+#: the options :func:`compare_rank` passes to the comparison (plain, picklable values)
+OPTIONS = ("mapping", "level", "steps", "rtol", "atol", "tolerances", "fp64_ref", "k",
+           "profile", "noise_run", "noise_k")
+_RANK = {"pass": 0, "unknown": 0, "warn": 1, "fail": 2}
+
+
+def _path(x: Any) -> Any:
+    """A trace given as an open :class:`~netparity.trace.Trace`: its path (tasks open it)."""
+    p = getattr(x, "path", None)
+    return str(p) if p is not None and not isinstance(x, (str, os.PathLike)) else x
+
+
+def compare_rank(ref: str, cand: str, rank: int, options: dict[str, Any],
+                 detail: bool = False) -> dict[str, Any]:
+    """Compare rank ``rank`` of two traces (paths) with ``options`` (keywords of
+    :func:`netparity.analyzers.divergence.compare` named in :data:`OPTIONS`).
+
+    Returns the rank's summary ``{"rank", "status", "pair_status", "counts", "n_pairs",
+    "first_divergence", "first_backward", "first_update", "first_step", "incomplete",
+    "notes"}``, plus ``"result"`` (the whole result as JSON) when ``detail``.
+
+    Raises:
+        NetparityError: what the comparison raises (a corrupt index, a step not held...).
+    """
+    from netparity.analyzers.divergence import compare
+
+    result = compare(ref, cand, rank=rank, workers=1, **options)
+    firsts = {a: getattr(result, a) for a in ("first_divergence", "first_backward",
+                                               "first_update")}
+    steps = [d.step for d in firsts.values() if d is not None]
+    out: dict[str, Any] = {
+        "rank": rank, "status": result.status, "pair_status": result.pair_status,
+        "counts": result.counts(), "n_pairs": result.n_pairs(),
+        **{a: dataclasses.asdict(d) if d is not None else None for a, d in firsts.items()},
+        "first_step": min(steps) if steps else None,
+        "incomplete": result.incomplete, "notes": list(result.notes),
+    }
+    if detail:
+        out["result"] = result.to_json()
+    return out
+
+
+def _lead_key(s: dict[str, Any]) -> tuple[int, float, int]:
+    fs = s.get("first_step")
+    return (-_RANK.get(s["pair_status"], 0), fs if fs is not None else float("inf"), s["rank"])
+
+
+# ---- engines: each runs calls of compare_rank and yields their results in rank order ---------
+Task = tuple[str, str, int, dict[str, Any], bool]
+
+
+def _in_process(tasks: list[Task]) -> Iterator[dict[str, Any]]:
+    for t in tasks:
+        yield compare_rank(*t)
+
+
+def _pool(workers: int) -> Callable[[list[Task]], Iterator[dict[str, Any]]]:
+    def run(tasks: list[Task]) -> Iterator[dict[str, Any]]:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        # spawn: a worker inherits no threads, locks or open SQLite handles of this process
+        ex = ProcessPoolExecutor(min(workers, len(tasks)),
+                                 mp_context=multiprocessing.get_context("spawn"))
+        try:
+            futs = [ex.submit(compare_rank, *t) for t in tasks]
+            for f in futs:  # rank order: the first rank that fails is the error raised
+                try:
+                    yield f.result()
+                except BrokenProcessPool as e:
+                    raise NetparityError(
+                        f"a worker process comparing rank {tasks[futs.index(f)][2]} died "
+                        f"({e or 'killed: out of memory?'}); --workers 1 compares in this "
+                        "process") from None
+        finally:  # an error (or an interrupt): drop the ranks not started, end the pool
+            ex.shutdown(wait=True, cancel_futures=True)
+    return run
+
+
+def _dask(scheduler: Any) -> Callable[[list[Task]], Iterator[dict[str, Any]]]:
+    try:
+        from distributed import Client
+    except ImportError:
+        raise UsageError("--scheduler needs Dask: pip install 'distributed' (or leave "
+                         "--scheduler out to compare on this machine)") from None
+
+    def run(tasks: list[Task]) -> Iterator[dict[str, Any]]:
+        own = not isinstance(scheduler, Client)
+        try:
+            client = Client(scheduler, set_as_default=False) if own else scheduler
+        except (OSError, ValueError, TimeoutError) as e:
+            raise UsageError(f"--scheduler {scheduler}: cannot reach it ({e})") from None
+        try:
+            # pure=False: every call is its own task (the traces may have changed since)
+            futs = [client.submit(compare_rank, *t, pure=False) for t in tasks]
+            try:
+                for f in futs:
+                    yield f.result()
+            finally:
+                client.cancel(futs)
+        finally:
+            if own:
+                client.close()
+    return run
+
+
+def default_workers(n_ranks: int) -> int:
+    """``min(ranks, CPUs)``: the pool size ``workers=None`` means."""
+    return max(1, min(n_ranks, os.cpu_count() or 1))
+
+
+def compare_ranks(ref: Any, cand: Any, *, ranks: list[int] | None = None,
+                  workers: int | None = None, scheduler: Any = None, progress: Any = None,
+                  **options: Any) -> Any:
+    """Compare every rank both traces hold (or ``ranks``), merged into one result.
+
+    Args:
+        ref, cand: trace paths (or open traces: their paths are handed to the tasks).
+        ranks: the ranks to compare (default: those both traces hold).
+        workers: worker processes (default :func:`default_workers`; 1 = this process).
+        scheduler: a Dask scheduler address or ``distributed.Client`` (replaces ``workers``).
+        progress: a :class:`netparity.report.progress.Progress`: one tick per rank.
+        options: see :data:`OPTIONS`.
+
+    Raises:
+        UsageError: fewer than one shared rank, an option not in :data:`OPTIONS`, Dask
+            missing or its scheduler unreachable; else what a rank's comparison raises.
+    """
+    from netparity.trace import open_trace
+
+    bad = set(options) - set(OPTIONS)
+    if bad:
+        raise UsageError(f"compare_ranks: unknown option(s) {sorted(bad)}")
+    if workers is not None and workers < 1:
+        raise UsageError("--workers must be >= 1")
+    opts = {k: _path(v) for k, v in options.items()}
+    refp, candp = str(_path(ref)), str(_path(cand))
+    trs = [open_trace(refp), open_trace(candp)]
+    try:
+        held = [list(t.ranks) for t in trs]
+    finally:
+        for t in trs:
+            t.close()
+    if ranks is None:
+        ranks = sorted(set(held[0]) & set(held[1]))
+    if not ranks:
+        raise UsageError(f"no rank in both traces (ref has {held[0]}, cand {held[1]})")
+    if scheduler is not None:
+        engine = _dask(scheduler)
+    elif (workers or default_workers(len(ranks))) > 1 and len(ranks) > 1:
+        engine = _pool(workers or default_workers(len(ranks)))
+    else:
+        engine = _in_process
+    if progress is not None:
+        progress.stage("compare ranks", total=len(ranks) + 1)
+    summaries = []
+    for s in engine([(refp, candp, r, opts, False) for r in ranks]):
+        summaries.append(s)
+        if progress is not None:
+            progress.advance()
+    lead = min(summaries, key=_lead_key)["rank"]
+    (detail,) = list(engine([(refp, candp, lead, opts, True)]))
+    if progress is not None:
+        progress.advance()
+    return merge(summaries, detail, held)
+
+
+def merge(summaries: list[dict[str, Any]], detail: dict[str, Any],
+          held: list[list[int]]) -> Any:
+    """One result: ``detail`` (the lead rank's :func:`compare_rank` with its result) with
+    every rank's summary (``ranks``) and gaps; ``held`` = the ranks each side holds."""
+    from netparity.compare.results import CompareResult
+    from netparity.trace.coverage import ranges
+
+    result = CompareResult.from_json(detail["result"])
+    lead = detail["rank"]
+    gaps: list[str] = []
+    if held[0] != held[1]:
+        every = set(held[0]) | set(held[1])
+        for side, mine, other in zip(("reference", "candidate"), held, held[::-1]):
+            if set(other) - set(mine):
+                gaps.append(f"{side} has ranks {ranges(mine)} of {ranges(every)} "
+                            "(--rank N compares one)")
+    for s in summaries:
+        gaps += [f"rank {s['rank']}: {ln}" for ln in s["incomplete"]]
+    compared = [s["rank"] for s in summaries]
+    cov = dict(result.coverage)
+    cov["incomplete"] = gaps
+    cov["scope"] = {**cov.get("scope", {}), "rank": None, "ranks": compared}
+    result.coverage = cov
+    result.settings = {**result.settings, "rank": lead, "ranks": compared}
+    result.ranks = [{k: v for k, v in s.items() if k != "result"} for s in summaries]
+    bad = [s["rank"] for s in summaries if s["pair_status"] in ("fail", "warn")]
+    result.notes = [
+        f"ranks {ranges(compared)} compared one by one: "
+        + (f"rank(s) {ranges(bad)} diverge, " if bad else "")
+        + (f"{len(compared) - len(bad)} rank(s) agree" if len(bad) < len(compared)
+           else "no rank agrees")
+        + f"; the details shown are rank {lead}'s (--rank N for another)",
+        *result.notes,
+    ]
+    return result
