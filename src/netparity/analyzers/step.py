@@ -33,7 +33,7 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,8 +198,9 @@ class StepRun:
     lr: dict[str, list[float] | None] = field(default_factory=dict)
     ref_trace: str | None = None  # None: nothing was trained (setup failed)
     cand_trace: str | None = None
-    ref_before: dict[str, np.ndarray] = field(default_factory=dict)  # weights before step 0
-    cand_before: dict[str, np.ndarray] = field(default_factory=dict)
+    #: weights before step 0 (the workflow's are kept on disk: netparity.workflow.states)
+    ref_before: Mapping[str, np.ndarray] = field(default_factory=dict)
+    cand_before: Mapping[str, np.ndarray] = field(default_factory=dict)
     optimizer_settings: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
     ref_eval_trace: str | None = None
     cand_eval_trace: str | None = None
@@ -512,7 +513,7 @@ def judge_backward(r0: CompareResult, order: dict[str, int]) -> Phase:
     return bwd
 
 
-def update_deltas(ref_before: dict[str, np.ndarray], cand_before: dict[str, np.ndarray],
+def update_deltas(ref_before: Mapping[str, np.ndarray], cand_before: Mapping[str, np.ndarray],
                   ref_tr: Any, cand_tr: Any, ref_to_cand: dict[str, str],
                   step: int, noise_tr: Any = None) -> list[dict[str, Any]]:
     """Compare the optimizer's *updates* (after - before) parameter by parameter.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -137,6 +138,20 @@ def _sampled_noise(want: Tensors, run: Callable[[], list[tuple[str, np.ndarray]]
     return max(normwise_error(wanted, _in_order(want, run())) for _ in range(NOISE_SAMPLES))
 
 
+def kept_states(trace: str, *models: Any) -> list[Any]:
+    """The models' states, to restore them after a replay: kept on disk next to ``trace`` (a
+    :class:`netparity.workflow.states.SpilledState`, read back one array at a time) when that
+    folder is writable, else in memory."""
+    from netparity.ckpt.mapping import state_of
+    from netparity.workflow.states import StateStore
+
+    try:
+        store = StateStore(Path(trace).parent)
+    except OSError:
+        return [state_of(m) for m in models]
+    return [store.spill(state_of(m)) for m in models]  # removed once they are garbage
+
+
 def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: str,
                  ref_model: Any, cand_model: Any, ref_state0: Any, cand_state0: Any,
                  seed: int = 0, step: int = 0,
@@ -147,7 +162,6 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
     ``ref_to_cand`` (parameter names), the gradients each call adds to its module's parameters
     are judged too: the candidate's against the reference's replay, within the reference's
     jittered replays' noise (``param_local`` / ``param_noise`` / ``param_bound``)."""
-    from netparity.ckpt.mapping import state_of
     from netparity.compare.noise import perturb_last_bit
     from netparity.frameworks.models import (
         rounding_jitter,
@@ -161,7 +175,7 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
         return []
     ref, cand = _Calls(ref_trace, step), _Calls(cand_trace, step)
     rng = np.random.default_rng(seed + 104729)
-    keep_ref, keep_cand = state_of(ref_model), state_of(cand_model)
+    keep_ref, keep_cand = kept_states(ref_trace, ref_model, cand_model)
 
     def load(model: Any, st: Any) -> None:
         set_weights(model, st, {k: v for k, v in st.dtypes.items() if v == "bfloat16"})
@@ -736,7 +750,10 @@ def _step_records(tr: Any, step: int) -> tuple[dict[str, np.ndarray], dict[str, 
             grads[r.module] = np.asarray(tr.tensor(r))
     for r in tr.records(step=step, kind="param"):
         if r.has_payload and r.module in grads:
-            after[r.module] = np.asarray(tr.tensor(r), np.float64).ravel()
+            # float32 as stored (widened where it is used: float32 - float64 is exact)
+            a = np.asarray(tr.tensor(r))
+            after[r.module] = (a if a.dtype in (np.float32, np.float64) else
+                               a.astype(np.float64)).ravel()
             dtypes[r.module] = r.dtype
     return grads, after, dtypes
 
@@ -976,7 +993,6 @@ def replay_optimizer(ref_trace: str, cand_trace: str, ref_model: Any, cand_model
     reference's own replay on gradients one ulp off, ``NOISE_K`` x, plus rounding); ``why
     not`` says why a step has none (later steps are then not replayed); ``info`` holds the
     gradient factors used."""
-    from netparity.ckpt.mapping import state_of
     from netparity.frameworks.models import set_weights
 
     if ref_watch is None or cand_watch is None or not ref_watch.states \
@@ -985,7 +1001,7 @@ def replay_optimizer(ref_trace: str, cand_trace: str, ref_model: Any, cand_model
     ref = _Side(ref_trace, ref_model, ref_opt, ref_watch, ref_starts)
     cand = _Side(cand_trace, cand_model, cand_opt, cand_watch, cand_starts)
     rng = np.random.default_rng(seed + 15485863)
-    keep_ref, keep_cand = state_of(ref_model), state_of(cand_model)
+    keep_ref, keep_cand = kept_states(ref_trace, ref_model, cand_model)
     out: dict[int, StepReplay] = {}
     chain = _Chain()
     try:

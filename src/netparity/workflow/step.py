@@ -42,6 +42,7 @@ from netparity.errors import NetparityError, UsageError
 from netparity.report.progress import Progress, silent
 from netparity.workflow.compiled import name_compiled_region
 from netparity.workflow.spec import Spec, load_spec
+from netparity.workflow.states import StateStore
 
 # the result types live with the analyzer; re-exported for the workflow's users
 __all__ = ["PHASES", "RESULT_VERSION", "Phase", "StepResult", "run_step_parity"]
@@ -432,8 +433,11 @@ def run_step_parity(
     run.ref_batches, run.cand_batches = ref.batches, cand.batches
     batches = ref.batches
     # 3. training steps under capture.
-    ref_state0, cand_state0 = state_of(ref.model), state_of(cand.model)
-    run.ref_before, run.cand_before = dict(ref_state0), dict(cand_state0)
+    # Every state kept for later (initial, each step's start) is kept on disk and read back one
+    # array at a time (netparity.workflow.states): memory holds the live models, not ~36 copies.
+    store = StateStore(out)
+    ref_state0, cand_state0 = store.spill(state_of(ref.model)), store.spill(state_of(cand.model))
+    run.ref_before, run.cand_before = ref_state0, cand_state0
     # Every later step k starts both sides from the same state: the reference's parameters and
     # buffers after step k-1, converted into the candidate (its optimizer state and step counters
     # stay its own). Free-running, two faithful runs drift apart by rounding noise that training
@@ -446,7 +450,7 @@ def run_step_parity(
 
     def keep_ref_state(i: int) -> None:
         if i < steps - 1:
-            ref_states.append(state_of(ref.model))
+            ref_states.append(store.spill(state_of(ref.model)))
 
     def start_from_ref(i: int, cap: Any) -> None:
         if i == 0:
@@ -456,7 +460,7 @@ def run_step_parity(
         arrays, bf16 = _to_candidate(ref_states[i - 1], ref_to_cand, cand_shapes)
         with cap.paused():
             set_weights(cand.model, arrays, bf16)
-            run.cand_starts[i] = state_of(cand.model)
+            run.cand_starts[i] = store.spill(state_of(cand.model))
 
     # the optimizers' states just before each step, for the optimizer replay
     watches = [_watch_steps(side) for side in (ref, cand)]
@@ -599,6 +603,7 @@ def run_step_parity(
             run.replay_clear = functools.partial(_replay_clear, run, ref, cand, seed, say)
     result = _finish(run, t0, say, replay)
     name_compiled_region(result, ref, cand, say)  # eager vs compiled: the compiled region
+    store.close()
     return result
 
 
