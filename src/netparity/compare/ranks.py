@@ -199,7 +199,12 @@ def compare_ranks(ref: Any, cand: Any, *, ranks: list[int] | None = None,
         if progress is not None:
             progress.advance()
     lead = min(summaries, key=_lead_key)["rank"]
-    (detail,) = list(engine([(refp, candp, lead, opts, True)]))
+    if scheduler is not None:  # the traces may be readable only where the cluster runs
+        (detail,) = list(engine([(refp, candp, lead, opts, True)]))
+    else:  # here: keep the result object (no JSON round trip, no second pool to start)
+        from netparity.analyzers.divergence import compare
+
+        detail = {"rank": lead, "result": compare(refp, candp, rank=lead, workers=1, **opts)}
     if progress is not None:
         progress.advance()
     return merge(summaries, detail, held)
@@ -207,12 +212,15 @@ def compare_ranks(ref: Any, cand: Any, *, ranks: list[int] | None = None,
 
 def merge(summaries: list[dict[str, Any]], detail: dict[str, Any],
           held: list[list[int]]) -> Any:
-    """One result: ``detail`` (the lead rank's :func:`compare_rank` with its result) with
+    """One result: ``detail`` (the lead rank's :func:`compare_rank` with its result, as JSON or
+    the :class:`~netparity.compare.results.CompareResult` itself) with
     every rank's summary (``ranks``) and gaps; ``held`` = the ranks each side holds."""
     from netparity.compare.results import CompareResult
     from netparity.trace.coverage import ranges
 
-    result = CompareResult.from_json(detail["result"])
+    result = detail["result"]
+    if not isinstance(result, CompareResult):  # from a cluster: the result as JSON
+        result = CompareResult.from_json(result)
     lead = detail["rank"]
     gaps: list[str] = []
     if held[0] != held[1]:
