@@ -331,6 +331,18 @@ class FrameworkAdapter(abc.ABC):
         fn = getattr(unit, "rounding_jitter", None)
         return contextlib.nullcontext() if fn is None else fn(model, path, seed)
 
+    def in_float64(self, model: Any, path: str) -> Any:
+        """A context manager under which the submodule ``path``'s floating parameters and
+        buffers are float64 (each restored to its own dtype on exit, values unchanged: a
+        float32 value survives the round trip), so a replay given float64 inputs computes in
+        float64 -- the golden run a replay's candidate is held to when it computes in a finer
+        precision than the reference (:mod:`netparity.workflow.replay`). Raises
+        :class:`FrameworkError` for frameworks without it."""
+        fn = getattr(self._unit("replay", "a float64 replay"), "in_float64", None)
+        if fn is None:
+            raise FrameworkError(f"{self.name}: no float64 replay of a module")
+        return fn(model, path)
+
     def run_op(self, native: str, inputs: Sequence[tuple[str, np.ndarray, str]],
                scalars: Mapping[str, Any],
                op_info: Mapping[str, Any] | None = None) -> list[tuple[str, np.ndarray]]:

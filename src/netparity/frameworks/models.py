@@ -23,7 +23,7 @@ from netparity.frameworks.base import ParamCounts
 from netparity.frameworks.registry import framework_of, get_adapter
 
 __all__ = ["ParamCounts", "as_tensor", "framework_of", "optimizer_settings", "param_counts",
-           "run_module", "run_module_backward", "scalar_tensor", "set_weights"]
+           "in_float64", "run_module", "run_module_backward", "scalar_tensor", "set_weights"]
 
 
 def param_counts(model: Any) -> ParamCounts:
@@ -68,6 +68,12 @@ def rounding_jitter(model: Any, path: str, seed: int) -> Any:
     """Inside the submodule ``path``, every module's outputs and incoming gradients move one
     ulp while the context lasts (see ``FrameworkAdapter.rounding_jitter``)."""
     return get_adapter(framework_of(model)).rounding_jitter(model, path, seed)
+
+
+def in_float64(model: Any, path: str) -> Any:
+    """The submodule ``path`` computes in float64 while the context lasts (see
+    ``FrameworkAdapter.in_float64``)."""
+    return get_adapter(framework_of(model)).in_float64(model, path)
 
 
 def scalar_tensor(value: float, framework: str) -> Any:

@@ -32,7 +32,7 @@ from netparity.analyzers.replay import (
     normwise_error,
     plan,
 )
-from netparity.compare.noise import coarser, unit_roundoff
+from netparity.compare.noise import FLOOR_EPS, coarser, unit_roundoff
 from netparity.compare.results import CallResult, CompareResult
 from netparity.errors import NetparityError
 from netparity.trace import open_trace
@@ -288,9 +288,12 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
                 local = normwise_error(*_paired(want, got))
                 po = ReplayOutcome(o.key, c.module, c.cand_module, c.op,
                                    accumulated=c.out_error, direction=direction)
+                cand_dt = _cand_out_dtype(c, direction, cand, want[0][2])
                 judge_sampled(po, local, noise, lambda: normwise_error(  # noqa: B023
                     [v for _, v, _ in want], _in_order(want, noisy())),  # noqa: B023
-                    want[0][2], _cand_out_dtype(c, direction, cand, want[0][2]))
+                    want[0][2], cand_dt)
+                if po.introduced and unit_roundoff(cand_dt) < unit_roundoff(want[0][2]):
+                    _golden_clear(po, run, ref_model, c.module, ins, ref_g, want, got)
                 if po.introduced or not o.introduced:  # (the parameters' verdict stands)
                     o.local, o.noise, o.bound, o.verdict = po.local, po.noise, po.bound, \
                         po.verdict
@@ -307,6 +310,41 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
         load(ref_model, keep_ref)
         load(cand_model, keep_cand)
     return outcomes
+
+
+def _golden_clear(po: ReplayOutcome, run: Callable[..., list[tuple[str, np.ndarray]]],
+                  ref_model: Any, module: str, ins: Tensors, ref_g: list[tuple[str, np.ndarray]],
+                  want: Tensors, got: list[tuple[str, np.ndarray]]) -> None:
+    """A candidate computing in a finer precision than the reference (float64 against
+    float32) differs from it by the reference's own rounding error, which one-ulp jitter does
+    not sample where float32 saturates or cancels (a sigmoid rounding to exactly 1 has a
+    gradient of exactly 0; in float64 it has a small one). Such a candidate is held to the
+    reference module replayed in float64 on the same tensors (the golden), as mixed-precision
+    checks are: it is cleared when it is no further from the golden than ``NOISE_K`` x the
+    reference is (plus ``FLOOR_EPS`` units of the reference's dtype)."""
+    from netparity.compare.noise import NOISE_K
+    from netparity.frameworks.models import in_float64
+
+    def wide(ts: Tensors) -> Tensors:
+        return [(a, np.asarray(v, np.float64) if np.issubdtype(np.asarray(v).dtype, np.floating)
+                 else v, "float64" if np.issubdtype(np.asarray(v).dtype, np.floating) else dt)
+                for a, v, dt in ts]
+
+    try:
+        with in_float64(ref_model, module):
+            gold = run(ref_model, module, wide(ins),
+                       [(a, np.asarray(v, np.float64)) for a, v in ref_g])
+    except Exception:  # noqa: BLE001 - no golden for this module: the replay's verdict stands
+        return
+    golden = _in_order(want, gold)
+    ref_err = normwise_error(golden, [np.asarray(v, np.float64) for _, v, _ in want])
+    gm, theirs = _paired([(a, g, dt) for (a, _, dt), g in zip(want, golden)], got)
+    cand_err = normwise_error(gm, [np.asarray(t, np.float64) for t in theirs])
+    bound = NOISE_K * ref_err + FLOOR_EPS * unit_roundoff(want[0][2])
+    if cand_err <= bound:
+        po.verdict = "reproduces"
+        po.reason = (f"finer than the reference: {cand_err:.3g} from the reference module's "
+                     f"float64 replay, within {NOISE_K:g}x the reference's own {ref_err:.3g}")
 
 
 class _Ops:

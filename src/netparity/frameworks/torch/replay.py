@@ -102,6 +102,20 @@ def rounding_jitter(model: torch.nn.Module, path: str, seed: int) -> Iterator[No
             h.remove()
 
 
+@contextmanager
+def in_float64(model: torch.nn.Module, path: str) -> Iterator[None]:
+    """See :meth:`netparity.frameworks.base.FrameworkAdapter.in_float64`."""
+    mod = _submodule(model, path)
+    held = [(t, t.data) for t in (*mod.parameters(), *mod.buffers()) if t.is_floating_point()]
+    try:
+        for t, data in held:
+            t.data = data.to(torch.float64)
+        yield
+    finally:
+        for t, data in held:
+            t.data = data
+
+
 def run_module(model: torch.nn.Module, path: str,
                inputs: Sequence[tuple[str, np.ndarray, str]],
                train: bool = True) -> list[tuple[str, np.ndarray]]:
