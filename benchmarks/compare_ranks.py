@@ -3,7 +3,7 @@ local cluster), on a synthetic pair of multi-rank traces.
 
 Writes a reference and a candidate of R ranks x N module calls per side (statistics-only
 records, written with the trace writer, compacted as a capture does) in a temporary
-directory, times ``netparity.compare.ranks.compare_ranks`` with each engine, prints the wall
+directory, times ``netparity.analyzers.ranks.compare_ranks`` with each engine, prints the wall
 times and the speed-up over one worker, and deletes the traces.
 
     PYTHONPATH=src python benchmarks/compare_ranks.py                    # 64 ranks x 10k ops
@@ -106,7 +106,7 @@ def main() -> None:
                     help="also a dask.distributed LocalCluster of 2 worker processes")
     ap.add_argument("--keep", metavar="DIR", help="write the traces here and keep them")
     a = ap.parse_args()
-    from netparity.compare.ranks import compare_ranks
+    from netparity.analyzers.ranks import compare_ranks
 
     root = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="compare_ranks."))
     try:

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import netparity  # noqa: E402
-from netparity.compare import leafreplay  # noqa: E402
+from netparity.frameworks.torch import leafmods  # noqa: E402
 
 
 def _capture(path: Path, *, eps: float | None = None, gelu: bool = False,
@@ -69,13 +69,13 @@ def test_faithful_float64_candidate_has_no_replay_failure(ref: Path, tmp_path: P
 
 
 def test_a_foreign_class_named_by_a_trace_is_never_imported(tmp_path: Path) -> None:
-    assert leafreplay.module_class("os.system") is None
-    assert leafreplay.module_class("system") is None
-    assert leafreplay.module_class("Module") is None
-    assert leafreplay.module_class("LayerNorm") is torch.nn.LayerNorm
+    assert leafmods.module_class("os.system") is None
+    assert leafmods.module_class("system") is None
+    assert leafmods.module_class("Module") is None
+    assert leafmods.module_class("LayerNorm") is torch.nn.LayerNorm
     meta = {"class": "os.system", "attrs": {}, "training": True, "params": []}
     before = set(sys.modules)
-    assert leafreplay._build(meta, {}) is None
-    assert leafreplay._build({**meta, "class": "GELU", "attrs": {"__class__": "x"}}, {}) is None
+    assert leafmods.build_leaf(meta, {}) is None
+    assert leafmods.build_leaf({**meta, "class": "GELU", "attrs": {"__class__": "x"}}, {}) is None
     assert set(sys.modules) == before
     json.dumps(meta)

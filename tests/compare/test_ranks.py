@@ -1,7 +1,7 @@
 """Many ranks compared in parallel (issue 33 item 4): ``compare`` without ``--rank`` compares
 every shared rank on its own -- in this process (``--workers 1``), a pool of processes
 (``--workers N``) or a Dask cluster (``--scheduler``) -- and merges them into one verdict that
-is the same whatever ran them (:mod:`netparity.compare.ranks`)."""
+is the same whatever ran them (:mod:`netparity.analyzers.ranks`)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from tests.safety.helpers import SRC, assert_one_line_error, run_cli
 
+from netparity.analyzers.ranks import compare_ranks
 from netparity.cli import main
-from netparity.compare.ranks import compare_ranks
 from netparity.errors import TraceError
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from netparity.compare.noise import FLOOR_EPS, NOISE_K, unit_roundoff
+from netparity.compare.noise import replay_bound
 from netparity.compare.results import CallResult, CompareResult
 
 __all__ = ["REPLAY_LIMIT", "SELF_TOLERANCE", "ReplayOutcome", "describe_factor",
@@ -176,9 +176,8 @@ def judge(o: ReplayOutcome, local: float, noise: float, ref_dtype: str, cand_dty
     """Fill in ``o``: introduced when ``local`` exceeds ``NOISE_K`` x ``noise`` (scaled to the
     candidate's precision where it is coarser, as in :func:`netparity.compare.noise.calibrate`)
     plus ``FLOOR_EPS`` units of the coarser dtype's precision."""
-    er, ec = unit_roundoff(ref_dtype), unit_roundoff(cand_dtype)
     o.local, o.noise = local, noise
-    o.bound = NOISE_K * noise * max(1.0, ec / er) + FLOOR_EPS * max(er, ec)
+    o.bound = replay_bound(noise, ref_dtype, cand_dtype)
     o.verdict = "introduced" if local > o.bound else "reproduces"
 
 

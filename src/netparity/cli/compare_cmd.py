@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
                            noise_run=noise, noise_k=args.noise_k)
             shared = set(ref_v.ranks) & set(cand_v.ranks)
             if args.rank is None and len(shared) > 1:
-                from netparity.compare.ranks import compare_ranks
+                from netparity.analyzers.ranks import compare_ranks
 
                 shown = progress(args, console())
                 try:

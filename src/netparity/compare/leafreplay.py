@@ -15,7 +15,7 @@ attributes + the weights the forward used) and:
   them, else the reference's): what the candidate's layer computes differently, free of what
   its inputs carried in.
 
-The bound is step's replay bound (:func:`netparity.analyzers.replay.judge`): ``NOISE_K`` x
+The bound is step's replay bound (:func:`netparity.compare.noise.replay_bound`): ``NOISE_K`` x
 ``ref_local`` (scaled to a coarser candidate dtype) + ``FLOOR_EPS`` units of the coarser dtype.
 Above it the leaf **introduces** a difference: its output pairs FAIL, every such leaf named in
 forward order. Within it, output pairs the fixed table warned or failed are cleared ("within the
@@ -39,65 +39,11 @@ from typing import Any
 import numpy as np
 
 from netparity.capture.notes import read_notes
-from netparity.compare.noise import FLOOR_EPS, unit_roundoff
+from netparity.compare.noise import FLOOR_EPS, replay_bound, unit_roundoff
 from netparity.compare.results import CompareResult
 
 #: a reference replay that misses its own captured output by more than this is no evidence
 SELF_TOLERANCE = 1e-3
-_RANDOM = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
-           "FeatureAlphaDropout", "RReLU")
-
-
-def module_class(name: Any) -> Any:
-    """The ``torch.nn`` built-in class named ``name`` (looked up, never imported), else None."""
-    import torch
-
-    if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
-        return None
-    cls = vars(torch.nn.modules).get(name)
-    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)
-            and (cls.__module__ or "").startswith("torch.nn.modules.")
-            and cls is not torch.nn.Module):
-        return None
-    return cls
-
-
-def _build(meta: dict[str, Any], params: dict[str, np.ndarray]) -> Any:
-    """The leaf module of ``meta`` in float64 with ``params``, or None when it cannot be."""
-    import torch
-
-    cls = module_class(meta.get("class"))
-    attrs, training = meta.get("attrs"), meta.get("training")
-    if cls is None or not isinstance(attrs, dict) or not isinstance(training, bool):
-        return None
-    if cls.__name__ in _RANDOM and training and attrs.get("p", 1.0) != 0.0:
-        return None
-    mod = cls.__new__(cls)
-    torch.nn.Module.__init__(mod)
-    for k, v in attrs.items():
-        if not isinstance(k, str) or not k.isidentifier() or k.startswith("_"):
-            return None
-        setattr(mod, k, tuple(v) if isinstance(v, list) else v)
-    for n, v in params.items():
-        mod.register_parameter(n, torch.nn.Parameter(torch.from_numpy(np.array(v, np.float64)),
-                                                     requires_grad=False))
-    if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm):
-        if not training:
-            return None  # eval mode normalises by running statistics the trace does not hold
-        c = int(attrs.get("num_features", 0))
-        mod.register_buffer("running_mean", torch.zeros(c, dtype=torch.float64))
-        mod.register_buffer("running_var", torch.ones(c, dtype=torch.float64))
-        mod.register_buffer("num_batches_tracked", torch.tensor(0))
-    mod.train(training)
-    return mod
-
-
-def _run(mod: Any, ins: list[np.ndarray]) -> np.ndarray | None:
-    import torch
-
-    with torch.no_grad():
-        out = mod(*[torch.from_numpy(np.asarray(x, np.float64).copy()) for x in ins])
-    return out.numpy() if isinstance(out, torch.Tensor) else None
 
 
 class _Params:
@@ -120,7 +66,6 @@ def replay_leaves(result: CompareResult, ref_tr: Any, cand_tr: Any, rank: int = 
     """Judge the forward pairs of leaf ``torch.nn`` calls by float64 replay (module docstring),
     in place; returns how many calls were replayed. Nothing happens without the reference's
     ``modules`` notes, a PyTorch reference, or a pair table."""
-    from netparity.analyzers.replay import ReplayOutcome, judge
     from netparity.precision.engine import normwise
 
     table = result.table
@@ -130,8 +75,8 @@ def replay_leaves(result: CompareResult, ref_tr: Any, cand_tr: Any, rank: int = 
     if not isinstance(meta, dict) or not meta:
         return 0
     try:
-        import torch  # noqa: F401
-    except ImportError:
+        from netparity.frameworks.torch.leafmods import build_leaf, run_leaf
+    except ImportError:  # no PyTorch here: nothing to replay with
         return 0
     by_call: dict[int, list[int]] = {}
     for i, c in enumerate(table.call.tolist()):
@@ -172,12 +117,12 @@ def replay_leaves(result: CompareResult, ref_tr: Any, cand_tr: Any, rank: int = 
                     wr[n] = a
                     b = cp.get(c.step - 1, cand_name.get(full, full))
                     wc[n] = b if b is not None and b.shape == a.shape else a
-            mr, mc = _build(m, wr), _build(m, wc)
+            mr, mc = build_leaf(m, wr), build_leaf(m, wc)
             if mr is None or mc is None:
                 continue
             r_in = [np.asarray(ref_tr.tensor(a)) for a, _ in recs[:-1]]
             c_in = [np.asarray(cand_tr.tensor(b)) for _, b in recs[:-1]]
-            r64, c64 = _run(mr, r_in), _run(mc, [x.reshape(y.shape) for x, y in
+            r64, c64 = run_leaf(mr, r_in), run_leaf(mc, [x.reshape(y.shape) for x, y in
                                                  zip(c_in, r_in)])
             ref_out = np.asarray(ref_tr.tensor(recs[-1][0]), np.float64)
             cand_out = np.asarray(cand_tr.tensor(recs[-1][1]), np.float64)
@@ -191,29 +136,28 @@ def replay_leaves(result: CompareResult, ref_tr: Any, cand_tr: Any, rank: int = 
                              else SELF_TOLERANCE):
             continue  # the replay does not make the reference's own output again
         cand_local = normwise(cand_out.reshape(c64.shape), c64)
-        o = ReplayOutcome(c.key, c.module, c.cand_module, c.op, 0.0)
-        judge(o, cand_local, ref_local, a.dtype, b.dtype)
+        bound = replay_bound(ref_local, a.dtype, b.dtype)  # step's replay bound
         replayed += 1
-        ev = {"ref_local": ref_local, "cand_local": cand_local, "bound": o.bound,
+        ev = {"ref_local": ref_local, "cand_local": cand_local, "bound": bound,
               "weights": "none" if not names else (
                   "candidate's" if all(wc[n] is not wr[n] for n in names) else "reference's")}
         pr = table.get(outs[0])
         pr.metrics["leaf_replay"] = ev
-        if o.introduced:
+        if cand_local > bound:
             introduced.append((c.step, c.order, c.module, c.cand_module))
-            ratio = cand_local / max(o.bound or 0.0, 1e-300)
+            ratio = cand_local / max(bound, 1e-300)
             pr.status = "fail"
             pr.reason = (f"introduced: by float64 replay of the reference module on the "
                          f"candidate's inputs, the candidate's output differs by "
                          f"{cand_local:.3g} (normwise), {ratio:.3g}x its noise bound "
-                         f"{o.bound:.3g} (the reference's own error {ref_local:.3g})")
+                         f"{bound:.3g} (the reference's own error {ref_local:.3g})")
         else:
             if pr.status in ("warn", "fail") and not pr.fp64 \
                     and "noise run" not in pr.tol_source:
                 pr.status = "pass"
                 pr.reason = (f"within the replayed noise: the candidate's output is "
                              f"{cand_local:.3g} from the float64 replay of the reference module "
-                             f"on its inputs (bound {o.bound:.3g})")
+                             f"on its inputs (bound {bound:.3g})")
     if replayed:
         table.refresh()
         result.settings["leaf_replay"] = {"calls": replayed, "method": "float64 replay of the "

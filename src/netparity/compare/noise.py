@@ -43,6 +43,18 @@ NOISE_K = 5.0
 #: the floor, in units of the pair's dtype precision (eps): tensors the perturbation leaves
 #: exact (integer data, a copy of an unperturbed value) may still differ by a rounding or two
 FLOOR_EPS = 16.0
+
+
+def replay_bound(noise: float, ref_dtype: str, cand_dtype: str) -> float:
+    """A replayed local error's bound: ``NOISE_K`` x ``noise`` (scaled to the candidate's
+    precision where it is coarser) plus ``FLOOR_EPS`` units of the coarser dtype.
+
+    Example:
+        >>> replay_bound(0.0, "float32", "float32") == FLOOR_EPS * 2.0**-24
+        True
+    """
+    er, ec = unit_roundoff(ref_dtype), unit_roundoff(cand_dtype)
+    return NOISE_K * noise * max(1.0, ec / er) + FLOOR_EPS * max(er, ec)
 _EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "bfloat16": 2.0**-7, "float16": 2.0**-10,
         "float8_e4m3fn": 2.0**-3, "float8_e5m2": 2.0**-2}
 

@@ -253,7 +253,7 @@ class CompareResult:
     notes: list[str] = field(default_factory=list)
     #: what each side held and the gaps (:func:`netparity.compare.coverage.coverage`)
     coverage: dict[str, Any] = field(default_factory=dict)
-    #: a comparison of several ranks (:mod:`netparity.compare.ranks`): one summary per rank
+    #: a comparison of several ranks (:mod:`netparity.analyzers.ranks`): one summary per rank
     #: (status, counts, first divergences, gaps); the rest of the result is the lead rank's
     ranks: list[dict[str, Any]] = field(default_factory=list)
 

@@ -28,14 +28,29 @@ def emulate_fp16(spec: str = "fp16-ops") -> Iterator[dict[str, int]]:
         yield calls
 
 
-def pop_emulate(build: Callable[..., Any], options: dict[str, Any]
-                ) -> tuple[str | None, dict[str, Any]]:
-    """(the ``emulate`` request, the options left for ``build``); a ``build`` that names an
-    ``emulate`` argument keeps it (the request is then the spec's own)."""
-    from netparity.workflow.compiled import pop_request
+#: the attribute an emulated spec's model carries (its ``--emulate`` request), so that module
+#: and operator replay (:mod:`netparity.workflow.replay`) run the candidate under the same
+#: emulation as its training step -- without it, replay computed the candidate's modules in
+#: float32 and cleared the float16 difference as rounding noise
+ATTR = "_netparity_emulate"
 
-    text, rest = pop_request(build, options, KEY)
-    return (str(text) if text not in (None, "", False) else None), rest
+
+def mark(model: Any, text: str | None) -> None:
+    """Record on ``model`` that its spec runs under ``--emulate text`` (nothing for None)."""
+    if text is not None:
+        try:
+            object.__setattr__(model, ATTR, text)
+        except (AttributeError, TypeError):  # a model that refuses attributes: no replay emulation
+            pass
+
+
+def emulating(model: Any) -> Any:
+    """The emulation ``model``'s spec runs under (:func:`emulate_fp16`), or a context that
+    changes nothing."""
+    import contextlib
+
+    text = getattr(model, ATTR, None)
+    return emulate_fp16(text) if isinstance(text, str) else contextlib.nullcontext()
 
 
 def emulated(framework: str, train_step: Callable[[Any, Any], Any], text: str | None,

@@ -35,6 +35,7 @@ from netparity.analyzers.replay import (
 from netparity.compare.noise import FLOOR_EPS, coarser, unit_roundoff
 from netparity.compare.results import CallResult, CompareResult
 from netparity.errors import NetparityError
+from netparity.precision.emulate import emulating
 from netparity.trace import open_trace
 
 __all__ = ["adam_type", "replay_ops_step0", "replay_optimizer", "replay_step0"]
@@ -215,14 +216,16 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
                 if a.startswith("param:")}
 
     cand_to_ref = {cn: rn for rn, cn in (ref_to_cand or {}).items()}
+    cand_ctx = functools.partial(emulating, cand_model)  # the candidate's --emulate, if any
 
     def judge_params(o: ReplayOutcome, c: CallResult, ins: Tensors, gout: Tensors,
                      cand_ins: Tensors, cand_g: list[tuple[str, np.ndarray]]) -> None:
         """The gradients the call adds to its module's parameters: the candidate's module on
         the reference's tensors against the reference module's own replay."""
         want = param_grads(ref_model, c.module, ins, [(a, v) for a, v, _ in gout])
-        got = {cand_to_ref.get(n, ""): v
-               for n, v in param_grads(cand_model, c.cand_module, cand_ins, cand_g).items()}
+        with cand_ctx():
+            cand_pg = param_grads(cand_model, c.cand_module, cand_ins, cand_g)
+        got = {cand_to_ref.get(n, ""): v for n, v in cand_pg.items()}
         names = [n for n in want if n in got and got[n].size == want[n].size]
         if not names or not any(np.any(want[n] != 0) for n in names):
             return  # nothing to compare, or a gradient exactly zero (no relative scale)
@@ -282,7 +285,8 @@ def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: 
 
                 noisy = functools.partial(jittered, c.module, ins, gout)
                 noise = max(_sampled_noise(want, noisy), own)
-                got = run(cand_model, c.cand_module, cand_ins, _cand_grads(c, gout, cand))
+                with cand_ctx():
+                    got = run(cand_model, c.cand_module, cand_ins, _cand_grads(c, gout, cand))
                 if direction == "backward":  # gradients w.r.t. the inputs, under their names
                     got = [(in_names.get(a, a), v) for a, v in got]
                 local = normwise_error(*_paired(want, got))
@@ -643,7 +647,8 @@ def replay_ops_step0(r0: CompareResult, ref_trace: str, cand_trace: str, ref_mod
                         f"the candidate's own replay misses its captured result by {cown:.3g}: "
                         "the call depends on operators the capture does not see, random "
                         "numbers or state the trace does not hold")
-            got = _run_group(ca, cgroup, cinner, _as_candidate_inputs(ins, cins, same))
+            with emulating(cand_model):
+                got = _run_group(ca, cgroup, cinner, _as_candidate_inputs(ins, cins, same))
             op = c.op if len(rgroup) == 1 and len(cgroup) == 1 else ""
             local = normwise_error(*_compared(want, got, op, same))
             if not same and local > LOCAL_OVER_ACCUMULATED * c.out_error + 1e-6:

@@ -40,9 +40,10 @@ from typing import Any
 import numpy as np
 
 from netparity.errors import NetparityError, UsageError
-from netparity.precision.emulate import emulated, pop_emulate
+from netparity.precision.emulate import KEY as EMULATE_KEY
+from netparity.precision.emulate import emulated, mark
 from netparity.untrusted import load_json
-from netparity.workflow.compiled import compile_model, pop_compile
+from netparity.workflow.compiled import compile_model, pop_compile, pop_request
 
 REQUIRED = ("framework", "model", "batches", "train_step")
 
@@ -125,7 +126,8 @@ def load_spec(source: str | os.PathLike[str], *, defaults: dict[str, Any] | None
         if k not in options and _accepts(build, k):
             options[k] = v
     how, build_options = pop_compile(build, options)
-    emulate, build_options = pop_emulate(build, build_options)
+    emulate, build_options = pop_request(build, build_options, EMULATE_KEY)
+    emulate = str(emulate) if emulate not in (None, "", False) else None
     try:
         d = build(**build_options)
     except NetparityError:
@@ -151,6 +153,7 @@ def load_spec(source: str | os.PathLike[str], *, defaults: dict[str, Any] | None
     known = {"framework", "model", "batches", "train_step", "optimizer", "eval", "lr_schedule",
              "name_map", "description", "options", "loss_fn", "compile"}
     compiled = compile_model(d["framework"], d["model"], d.get("compile", how), src)
+    mark(d["model"], emulate)  # replay runs its modules under the same emulation
     return Spec(
         source=src,
         framework=d["framework"],
