@@ -366,10 +366,6 @@ CURATED: dict[str, dict[str, Any]] = {
     "torch.distributed.reduce_scatter_tensor": {"kind": "distributed", "target": "mindspore.communication.comm_func.reduce_scatter_tensor"},
     "torch.distributed.is_initialized": {"kind": "distributed",
                                          "target": "mindspore.mint.distributed.is_initialized"},
-    "torch.nn.parallel.DistributedDataParallel": {
-        "kind": "distributed", "target": "mindspore.nn.DistributedGradReducer",
-        "notes": "data parallel: mindspore.set_auto_parallel_context(parallel_mode='data_parallel', "
-                 "gradients_mean=True) and reduce gradients with DistributedGradReducer"},
     "torch.nn.DataParallel": {"kind": "distributed", "status": "missing",
                               "compose": "single-process multi-device has no counterpart: one "
                                          "process per device with data parallel (msrun)"},
@@ -427,6 +423,58 @@ CURATED: dict[str, dict[str, Any]] = {
                                 "device_alt": ["mindspore.ops.index_add"],
                                 "notes": "on CPU: ops.index_add(param, indices (int32), y, axis) "
                                          "on a Parameter"},
+    # the in-place initialisers and helpers timm uses, each with a CPU form measured to run
+    "torch.Tensor.normal_": {"kind": "method", "target": "mindspore.Tensor.normal_",
+                             "device_alt": ["mindspore.ops.normal"],
+                             "notes": "on CPU: x = ops.normal(x.shape, mean, std) (a new tensor; "
+                                      "a Parameter: p.set_data(initializer(Normal(sigma=std, "
+                                      "mean=mean), p.shape, p.dtype)))"},
+    "torch.Tensor.uniform_": {"kind": "method", "target": "mindspore.Tensor.uniform_",
+                              "device_alt": ["mindspore.ops.uniform"],
+                              "notes": "on CPU: x = ops.uniform(x.shape, Tensor(a), Tensor(b)) "
+                                       "(a new tensor; a Parameter: p.set_data(...))"},
+    "torch.Tensor.bernoulli_": {"kind": "method", "target": "mindspore.Tensor.bernoulli_",
+                                "device_alt": ["mindspore.ops.bernoulli"],
+                                "notes": "on CPU: x = ops.bernoulli(x, p=p) (a new tensor)"},
+    "torch.Tensor.new_full": {"kind": "method", "target": "mindspore.Tensor.new_full",
+                              "device_alt": ["mindspore.ops.full"],
+                              "notes": "on CPU: ops.full(size, fill_value, dtype=x.dtype)"},
+    "torch.Tensor.masked_fill_": {"kind": "method", "target": "mindspore.Tensor.masked_fill_",
+                                  "device_alt": ["mindspore.Tensor.masked_fill"],
+                                  "notes": "on CPU: x = x.masked_fill(mask, value) (out of place)"},
+    "torch.Tensor.clamp_": {"kind": "method", "target": "mindspore.Tensor.clamp_",
+                            "device_alt": ["mindspore.Tensor.clamp"],
+                            "notes": "on CPU: x = x.clamp(min, max) (out of place)"},
+    "torch.einsum": {"kind": "function", "target": "mindspore.mint.einsum",
+                     "alt": ["mindspore.ops.einsum"],
+                     "compose": "write the contraction as transpose/reshape + ops.matmul "
+                                "(ops.bmm), e.g. 'bij,bjk->bik' -> ops.bmm(a, b)"},
+    "torch.roll": {"kind": "function", "target": "mindspore.mint.roll",
+                   "alt": ["mindspore.ops.roll"],
+                   "compose": "ops.cat((x.narrow(d, n - s, s), x.narrow(d, 0, n - s)), d) for a "
+                              "shift s along dim d of size n (s taken mod n)"},
+    "torch.nn.functional.normalize": {
+        "kind": "function", "target": "mindspore.mint.nn.functional.normalize",
+        "dropped": ["out"],
+        "compose": "x / ops.norm(x, ord=p, dim=dim, keepdim=True).clamp(min=eps) (what PyTorch "
+                   "computes)"},
+    "torch.nn.functional.layer_norm": {
+        "kind": "function", "target": "mindspore.mint.nn.functional.layer_norm",
+        "alt": ["mindspore.ops.layer_norm"], "device_alt": ["mindspore.ops.LayerNorm"],
+        "notes": "on CPU: ops.LayerNorm(begin_norm_axis=-k, begin_params_axis=-k, "
+                 "epsilon=eps)(x, weight, bias)[0] with k = len(normalized_shape); weight and "
+                 "bias are required (ones/zeros)",
+        "alt_traps": {"mindspore.ops.LayerNorm": [
+            {"rule": "arg_default", "arg": "eps", "pos": 4, "torch_default": 1e-05,
+             "transform": "same", "ms_arg": "epsilon", "ms_default": 1e-07,
+             "note": "default epsilon differs (ops.LayerNorm 1e-07)"}]}},
+    "torch.nn.parallel.DistributedDataParallel": {
+        "kind": "distributed", "target": "mindspore.nn.DistributedGradReducer",
+        "notes": "data parallel: mindspore.set_auto_parallel_context(parallel_mode="
+                 "'data_parallel', gradients_mean=True) and reduce gradients with "
+                 "DistributedGradReducer",
+        "compose": "one process on CPU: drop the wrapper (nothing to reduce); data parallel "
+                   "needs Ascend or GPU for DistributedGradReducer"},
     "torch.Tensor.detach": {"kind": "method", "target": "mindspore.ops.stop_gradient"},
     "torch.Tensor.item": {"kind": "method", "target": "mindspore.Tensor.item",
                           "modes": {"graph": "host synchronisation; a Python number is not "
