@@ -72,6 +72,9 @@ def _pool(ms: str, alt: str, dims: int = 2) -> dict[str, Any]:
     }
 
 
+#: a CPU form that is another call: the line must be rewritten as the note says
+_REWRITE = {"rule": "always", "note": "no in-place CPU kernel: rewrite the line as the CPU form "
+                                      "below (a new tensor)"}
 _SCALER = {"rule": "always",
            "note": "DynamicLossScaler has no defaults: pass scale_value=65536, scale_factor=2, "
                    "scale_window=2000 (PyTorch's); backoff is division by scale_factor (PyTorch "
@@ -252,6 +255,10 @@ CURATED: dict[str, dict[str, Any]] = {
         "args": {"max_norm": "clip_norm"},
         "compose": "total = sqrt(sum(mindspore.ops.sum(g * g) for g in grads)); grads = "
                    "[g * min(1.0, max_norm / (total + 1e-6)) for g in grads] (PyTorch's formula)",
+        "traps": [{"rule": "always",
+                   "note": "returns the clipped gradients (grads = ops.clip_by_global_norm(grads, "
+                           "max_norm)) instead of clipping .grad in place and returning the "
+                           "total norm"}],
         "notes": "functional: returns the clipped gradient tuple instead of editing .grad; "
                  "call it on the grads from value_and_grad before the optimizer"},
     "torch.nn.utils.clip_grad_value_": {"kind": "function", "target": "mindspore.ops.clip_by_value",
@@ -366,10 +373,6 @@ CURATED: dict[str, dict[str, Any]] = {
     "torch.distributed.reduce_scatter_tensor": {"kind": "distributed", "target": "mindspore.communication.comm_func.reduce_scatter_tensor"},
     "torch.distributed.is_initialized": {"kind": "distributed",
                                          "target": "mindspore.mint.distributed.is_initialized"},
-    "torch.nn.parallel.DistributedDataParallel": {
-        "kind": "distributed", "target": "mindspore.nn.DistributedGradReducer",
-        "notes": "data parallel: mindspore.set_auto_parallel_context(parallel_mode='data_parallel', "
-                 "gradients_mean=True) and reduce gradients with DistributedGradReducer"},
     "torch.nn.DataParallel": {"kind": "distributed", "status": "missing",
                               "compose": "single-process multi-device has no counterpart: one "
                                          "process per device with data parallel (msrun)"},
@@ -427,6 +430,62 @@ CURATED: dict[str, dict[str, Any]] = {
                                 "device_alt": ["mindspore.ops.index_add"],
                                 "notes": "on CPU: ops.index_add(param, indices (int32), y, axis) "
                                          "on a Parameter"},
+    # the in-place initialisers and helpers timm uses, each with a CPU form measured to run
+    "torch.Tensor.normal_": {"kind": "method", "target": "mindspore.Tensor.normal_",
+                             "device_alt": ["mindspore.ops.normal"],
+                             "alt_traps": {"mindspore.ops.normal": [_REWRITE]},
+                             "notes": "on CPU: x = ops.normal(x.shape, mean, std) (a new tensor; "
+                                      "a Parameter: p.set_data(initializer(Normal(sigma=std, "
+                                      "mean=mean), p.shape, p.dtype)))"},
+    "torch.Tensor.uniform_": {"kind": "method", "target": "mindspore.Tensor.uniform_",
+                              "device_alt": ["mindspore.ops.uniform"],
+                              "alt_traps": {"mindspore.ops.uniform": [_REWRITE]},
+                              "notes": "on CPU: x = ops.uniform(x.shape, Tensor(a), Tensor(b)) "
+                                       "(a new tensor; a Parameter: p.set_data(...))"},
+    "torch.Tensor.bernoulli_": {"kind": "method", "target": "mindspore.Tensor.bernoulli_",
+                                "device_alt": ["mindspore.ops.bernoulli"],
+                                "alt_traps": {"mindspore.ops.bernoulli": [_REWRITE]},
+                                "notes": "on CPU: x = ops.bernoulli(x, p=p) (a new tensor)"},
+    "torch.Tensor.new_full": {"kind": "method", "target": "mindspore.Tensor.new_full",
+                              "device_alt": ["mindspore.ops.full"],
+                              "alt_traps": {"mindspore.ops.full": [_REWRITE]},
+                              "notes": "on CPU: ops.full(size, fill_value, dtype=x.dtype)"},
+    "torch.Tensor.masked_fill_": {"kind": "method", "target": "mindspore.Tensor.masked_fill_",
+                                  "device_alt": ["mindspore.Tensor.masked_fill"],
+                                  "notes": "on CPU: x = x.masked_fill(mask, value) (out of place)"},
+    "torch.Tensor.clamp_": {"kind": "method", "target": "mindspore.Tensor.clamp_",
+                            "device_alt": ["mindspore.Tensor.clamp"],
+                            "notes": "on CPU: x = x.clamp(min, max) (out of place)"},
+    "torch.einsum": {"kind": "function", "target": "mindspore.mint.einsum",
+                     "alt": ["mindspore.ops.einsum"],
+                     "compose": "write the contraction as transpose/reshape + ops.matmul "
+                                "(ops.bmm), e.g. 'bij,bjk->bik' -> ops.bmm(a, b)"},
+    "torch.roll": {"kind": "function", "target": "mindspore.mint.roll",
+                   "alt": ["mindspore.ops.roll"],
+                   "compose": "ops.cat((x.narrow(d, n - s, s), x.narrow(d, 0, n - s)), d) for a "
+                              "shift s along dim d of size n (s taken mod n)"},
+    "torch.nn.functional.normalize": {
+        "kind": "function", "target": "mindspore.mint.nn.functional.normalize",
+        "dropped": ["out"],
+        "compose": "x / ops.norm(x, ord=p, dim=dim, keepdim=True).clamp(min=eps) (what PyTorch "
+                   "computes)"},
+    "torch.nn.functional.layer_norm": {
+        "kind": "function", "target": "mindspore.mint.nn.functional.layer_norm",
+        "alt": ["mindspore.ops.layer_norm"], "device_alt": ["mindspore.ops.LayerNorm"],
+        "notes": "on CPU: ops.LayerNorm(begin_norm_axis=-k, begin_params_axis=-k, "
+                 "epsilon=eps)(x, weight, bias)[0] with k = len(normalized_shape); weight and "
+                 "bias are required (ones/zeros)",
+        "alt_traps": {"mindspore.ops.LayerNorm": [
+            {"rule": "arg_default", "arg": "eps", "pos": 4, "torch_default": 1e-05,
+             "transform": "same", "ms_arg": "epsilon", "ms_default": 1e-07,
+             "note": "default epsilon differs (ops.LayerNorm 1e-07)"}]}},
+    "torch.nn.parallel.DistributedDataParallel": {
+        "kind": "distributed", "target": "mindspore.nn.DistributedGradReducer",
+        "notes": "data parallel: mindspore.set_auto_parallel_context(parallel_mode="
+                 "'data_parallel', gradients_mean=True) and reduce gradients with "
+                 "DistributedGradReducer",
+        "compose": "one process on CPU: drop the wrapper (nothing to reduce); data parallel "
+                   "needs Ascend or GPU for DistributedGradReducer"},
     "torch.Tensor.detach": {"kind": "method", "target": "mindspore.ops.stop_gradient"},
     "torch.Tensor.item": {"kind": "method", "target": "mindspore.Tensor.item",
                           "modes": {"graph": "host synchronisation; a Python number is not "
@@ -462,6 +521,70 @@ CURATED: dict[str, dict[str, Any]] = {
         "traps": [_INST_AFFINE]} for d in (1, 2, 3)},
     "torch.var": {"kind": "function", "target": "mindspore.mint.var", "alt": ["mindspore.ops.var"],
                   "alt_traps": {"mindspore.ops.var": [_DDOF]}},
+    # wrong or missed, found by benchmarks/scan_accuracy.py (each call run on MindSpore 2.10 CPU)
+    "torch.var_mean": {"kind": "function", "target": "mindspore.mint.var_mean",
+                       "alt": ["mindspore.ops.var_mean"],
+                       "alt_traps": {"mindspore.ops.var_mean": [_DDOF]}},
+    "torch.Tensor.size": {"kind": "method", "target": "mindspore.Tensor.shape",
+                          "traps": [{"rule": "always",
+                                     "note": "x.size() -> x.shape, x.size(d) -> x.shape[d]: "
+                                             "mindspore.Tensor.size is the element count (a "
+                                             "property), calling it raises"}]},
+    "torch.equal": {"kind": "function", "target": "mindspore.mint.equal", "alt": [],
+                    "compose": "a.shape == b.shape and bool(ops.equal(a, b).all()) (ops.equal is "
+                               "element-wise)"},
+    "torch.normal": {"kind": "function", "target": "mindspore.mint.normal",
+                     "alt": ["mindspore.ops.normal"],
+                     "alt_traps": {"mindspore.ops.normal": [{
+                         "rule": "always",
+                         "note": "ops.normal(shape, mean, stddev) takes the shape first: "
+                                 "torch.normal(mean, std) -> ops.normal(mean.shape, mean, std)"}]}},
+    "torch.diag": {"kind": "function", "target": "mindspore.mint.diag",
+                   "alt": ["mindspore.ops.diag"],
+                   "alt_traps": {"mindspore.ops.diag": [{
+                       "rule": "always",
+                       "note": "for a 2-D input PyTorch extracts the diagonal (ops.diagonal(x)); "
+                               "ops.diag builds a diagonal tensor (the same only for 1-D input)"}]}},
+    "torch.Tensor.flip": {"kind": "method", "target": "mindspore.Tensor.flip",
+                          "traps": [{"rule": "always",
+                                     "note": "dims must be a tuple or list: x.flip(1) -> "
+                                             "x.flip((1,)) (an int raises)"}]},
+    "torch.nn.Unfold": {"kind": "module", "target": "mindspore.nn.Unfold",
+                        "alt": ["mindspore.mint.nn.Unfold"],
+                        "dropped": ["kernel_size", "dilation", "stride"],
+                        "traps": [{"rule": "always",
+                                   "note": "mindspore.nn.Unfold(ksizes=[1, k, k, 1], strides=[1, s, "
+                                           "s, 1], rates=[1, d, d, 1]) takes 4-element lists and "
+                                           "returns (N, C*k*k, OH, OW): reshape to PyTorch's "
+                                           "(N, C*k*k, L)"}]},
+    "torch.full": {"kind": "function", "target": "mindspore.mint.full",
+                   "alt": ["mindspore.ops.full"],
+                   "alt_traps": {"mindspore.ops.full": [{
+                       "rule": "when_absent", "arg": "dtype",
+                       "note": "pass dtype explicitly: without it ops.full makes an Int64 tensor "
+                               "(ops.full((2, 3), 1.5) is all 1; PyTorch gives float32 1.5)"}]}},
+    "torch.transpose": {"kind": "function", "target": "mindspore.mint.transpose",
+                        "alt": ["mindspore.ops.swapaxes"],
+                        "notes": "ops.transpose takes a whole permutation (torch.permute)"},
+    "torch.Tensor.unfold": {"kind": "method", "status": "missing",
+                            "compose": "windows of `size` every `step` along dim d: ops.stack("
+                                       "[x.narrow(d, i, size) for i in range(0, n - size + 1, "
+                                       "step)], d) then move the window axis last "
+                                       "(mindspore.Tensor.unfold is im2col)"},
+    "torch.nn.functional.fold": {
+        "kind": "function", "target": "mindspore.mint.nn.functional.fold",
+        "alt": ["mindspore.ops.fold"],
+        "alt_traps": {"mindspore.ops.fold": [{
+            "rule": "always", "note": "ops.fold wants output_size as an int32 Tensor: "
+                                      "ops.fold(x, Tensor(output_size, mindspore.int32), ...)"}]}},
+    "torch.nn.LSTMCell": {"kind": "module", "target": "mindspore.nn.LSTMCell",
+                          "args": {"bias": "has_bias"}, "dropped": ["device"],
+                          "traps": [{"rule": "always",
+                                     "note": "pass hx=(h0, c0) explicitly (zeros of (batch, "
+                                             "hidden)): MindSpore's LSTMCell has no default "
+                                             "state; bias must be a bool"}]},
+    "torch.nn.MaxPool3d": {**_pool("mindspore.nn.MaxPool3d", "", 3), "alt": [], "notes": ""},
+    "torch.nn.AvgPool3d": _pool("mindspore.nn.AvgPool3d", "mindspore.mint.nn.AvgPool3d", 3),
     "torch.std": {"kind": "function", "target": "mindspore.mint.std", "alt": ["mindspore.ops.std"],
                   "alt_traps": {"mindspore.ops.std": [_DDOF]}},
     "torch.Tensor.var": {"kind": "method", "target": "mindspore.Tensor.var", "traps": [_DDOF]},

@@ -208,7 +208,9 @@ def classify(use: Use, table: Mapping[str, Any], problems: Mapping[str, list[str
         if entry.get("compose"):
             device_note += f"; or compose: {entry['compose']}"
     base.note = "; ".join(p for p in (device_note, _describe(entry, use)) if p)
-    if use.is_call:
+    if use.is_call or (entry.get("kind") == "module" and not use.type_check):
+        # a module class passed on (act_layer=nn.GELU) is built later with its defaults: the
+        # rules see no arguments, so the default-value traps speak (not in isinstance(m, X))
         base.traps = rules.evaluate(traps, use)
     base.status = "trap" if base.traps else "mapped"
     if base.traps:

@@ -87,37 +87,63 @@ def rollup(findings: Iterable[Finding]) -> list[dict[str, Any]]:
 def print_terminal(result: ScanResult, console: Any, verbose: bool = False,
                    detail: bool = False) -> None:
     """Summary line, then one row per API (default) or per line of code (``detail``)."""
-    from rich.table import Table
-    from rich.text import Text
 
     console.print(summary_line(result))
     if detail:
         _print_detail(result, console, verbose)
         _runtime_table(result, console)
         return
-    rows = rollup(result.findings)
-    shown = [r for r in rows if r["status"] != "mapped"]
+    _print_rollup(rollup(result.findings), console, verbose)
+    _runtime_table(result, console)
+
+
+#: rows of the default roll-up besides the blocking ones (the whole table: --detail / --json)
+ROLLUP_ROWS = 30
+
+
+def _print_rollup(rows: list[dict[str, Any]], console: Any, verbose: bool) -> None:
+    """One screen: the blocking APIs, then the other non-mapped APIs by uses (one line each),
+    a count of those left out, and the mapped APIs on one line."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    rest = sorted((r for r in rows if r["status"] != "mapped" and not r["blocking"]),
+                  key=lambda r: (-r["count"], _ORDER.get(r["status"], 9), r["name"]))
+    shown = [r for r in rows if r["blocking"]] + rest[:ROLLUP_ROWS]
     if shown:
-        t = Table(title="Per API (--detail: every line)")
-        for col in ("PyTorch API", "uses", "verdict", "MindSpore", "first lines", "what to do"):
-            t.add_column(col, overflow="fold")
+        t = Table(title="Per API, blocking first then by uses (--detail: every line)",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+        # fixed widths that fill the console: every row stays one line (rich would drop a
+        # flexible column rather than cut a long cell), "what to do" takes the most
+        rem = max(40, int(getattr(console, "width", 80) or 80) - 12 - 5 - 8 - 2)
+        widths = {"PyTorch API": rem * 25 // 100, "uses": 5, "verdict": 8,
+                  "MindSpore": rem * 20 // 100, "first line": rem * 17 // 100,
+                  "what to do": rem - rem * 62 // 100}
+        for col, width in widths.items():
+            t.add_column(col, no_wrap=not verbose, overflow="fold" if verbose else "ellipsis",
+                         width=None if verbose else width)
         for r in shown:
             verdict = "BLOCKS" if r["blocking"] else r["status"]
             style = "bold red" if r["blocking"] else _STYLE.get(r["status"], "")
             todo = _short(r["advice"][0]) if r["advice"] and r["advice"][0] else ""
             if len(r["advice"]) > 1:
-                todo += f" (+{len(r['advice']) - 1} other forms)"
-            where = ", ".join(r["where"]) + (" ..." if r["count"] > len(r["where"]) else "")
-            t.add_row(r["name"], str(r["count"]), Text(verdict, style=style), r["target"],
+                todo = f"(+{len(r['advice']) - 1} forms) " + todo
+            where = r["where"][0]
+            t.add_row(r["name"], str(r["count"]),
+                      Text(verdict, style=style), r["target"],
                       where, todo if not verbose else " || ".join(r["advice"]))
         console.print(t)
+    left = rest[ROLLUP_ROWS:]
+    if left:
+        console.print(f"{len(left)} more APIs ({sum(r['count'] for r in left)} uses) not shown: "
+                      f"--detail for every line, --json for all")
     mapped = [r for r in rows if r["status"] == "mapped"]
     if mapped:
         names = ", ".join(f"{r['name'].removeprefix('torch.')} ({r['count']})"
                           for r in sorted(mapped, key=lambda r: -r["count"]))
         console.print(Text(f"Mapped as is ({len(mapped)} APIs): ", style=_STYLE["mapped"])
-                      + Text(names))
-    _runtime_table(result, console)
+                      + Text(names), no_wrap=not verbose, overflow="ellipsis")
 
 
 def _print_detail(result: ScanResult, console: Any, verbose: bool) -> None:

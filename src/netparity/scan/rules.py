@@ -59,6 +59,13 @@ def _when_arg(trap: Mapping[str, Any], use: Use) -> str | None:
     return f"{trap['arg']}={given.text}: {trap['note']}"
 
 
+def _when_absent(trap: Mapping[str, Any], use: Use) -> str | None:
+    """The note when the call does not pass ``arg`` (MindSpore's default for it differs)."""
+    if use.arg(trap["arg"], trap.get("pos")) is not None:
+        return None
+    return f"no {trap['arg']}=: {trap['note']}"
+
+
 def _ms_padding(pad: Arg, dims: int) -> str:
     """PyTorch's padding as MindSpore's ``padding`` wants it: an int stays, a tuple of one value
     per spatial dim becomes (before, after) per dim (2-D: 4 values, 3-D: 6); 1-D takes an int."""
@@ -157,6 +164,7 @@ RULES: dict[str, Rule] = {
     "always": _always,
     "arg_default": _arg_default,
     "when_arg": _when_arg,
+    "when_absent": _when_absent,
     "conv_padding": _conv_padding,
     "pool_padding": _pool_padding,
     "dropout_p": _dropout_p,

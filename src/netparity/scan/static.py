@@ -57,6 +57,8 @@ class Use:
     kwargs: dict[str, Arg] = field(default_factory=dict)
     confidence: str = "resolved"  #: ``resolved`` (by imports) or ``inferred`` (tensor receiver)
     params_from_model: bool = False  #: first argument is ``<something>.parameters()``
+    #: a class named in ``isinstance``/``issubclass`` (tested, not built: no trap applies)
+    type_check: bool = False
 
     def arg(self, name: str, pos: int | None) -> Arg | None:
         """The argument passed as keyword ``name`` or at position ``pos`` (None: not passed)."""
@@ -110,6 +112,7 @@ class _Visitor(ast.NodeVisitor):
         self.uses: list[Use] = []
         self.scopes: list[set[str]] = [set()]
         self.handled: set[int] = set()  # id() of nodes already reported as part of a call
+        self.type_checks: set[int] = set()  # id() of nodes inside isinstance(_, HERE)
 
     # ------------------------------------------------------------------ resolution
     def resolve(self, node: ast.AST) -> str | None:
@@ -149,7 +152,7 @@ class _Visitor(ast.NodeVisitor):
                 confidence: str = "resolved") -> None:
         use = Use(name=name, file=self.file, line=getattr(node, "lineno", 0),
                   col=getattr(node, "col_offset", 0), is_call=call is not None,
-                  confidence=confidence)
+                  confidence=confidence, type_check=id(node) in self.type_checks)
         if call is not None:
             use.args = [_arg(a) for a in call.args if not isinstance(a, ast.Starred)]
             use.kwargs = {k.arg: _arg(k.value) for k in call.keywords if k.arg}
@@ -250,6 +253,10 @@ def scan_source(source: str, file: str, known: set[str], modules: set[str]) -> l
     try:
         tree = ast.parse(source, filename=file)
         visitor = _Visitor(file, collect_aliases(tree), known, modules)
+        visitor.type_checks = {id(sub) for node in ast.walk(tree) if isinstance(node, ast.Call)
+                               and isinstance(node.func, ast.Name)
+                               and node.func.id in ("isinstance", "issubclass")
+                               for arg in node.args[1:] for sub in ast.walk(arg)}
         visitor.visit(tree)
     except SyntaxError as e:
         raise UsageError(f"{file}:{e.lineno or 0}: syntax error: {e.msg}") from None
