@@ -56,8 +56,8 @@ def llama7b(layers: int = 32) -> tuple[dict, dict, dict[str, str]]:
         return np.broadcast_to(np.zeros((), np.float32), shape)
 
     ref: dict[str, object] = {"model.embed_tokens.weight": t((32000, 4096))}
-    cand: dict[str, object] = {"model.tok_embeddings.embedding_weight": t((32000, 4096))}
-    truth = {"model.embed_tokens.weight": "model.tok_embeddings.embedding_weight"}
+    cand: dict[str, object] = {"model.tok_embeddings.embedding_table": t((32000, 4096))}
+    truth = {"model.embed_tokens.weight": "model.tok_embeddings.embedding_table"}
     for i in range(layers):
         for hf, ms, shape in LLAMA_LAYER:
             r, c = f"model.layers.{i}.{hf}.weight", f"model.layers.{i}.{ms}.weight"
