@@ -183,10 +183,11 @@ def model_info(model: Any) -> ModelInfo:
     return ModelInfo(types, trainable, a.name)
 
 
-def state_of(obj: Any) -> CheckpointDict:
-    """A checkpoint dict from a path, a mapping of arrays, or a model's parameters."""
+def state_of(obj: Any, *, shapes_only: bool = False) -> CheckpointDict:
+    """A checkpoint dict from a path, a mapping of arrays, or a model's parameters
+    (``shapes_only``: a file's tensors are read as shape-only stand-ins)."""
     if isinstance(obj, (str, os.PathLike)):
-        return load_checkpoint(obj)
+        return load_checkpoint(obj, shapes_only=shapes_only)
     a = _model_adapter(obj)
     if a is not None:
         out = CheckpointDict()
@@ -346,8 +347,9 @@ def map_names(
         ref_model = ref
     if cand_model is None and is_model(cand):
         cand_model = cand
-    rs = ref if isinstance(ref, Mapping) else state_of(ref)
-    cs = cand if isinstance(cand, Mapping) else state_of(cand)
+    # files: names and shapes are all the matching needs (values only for tied weights, below)
+    rs = ref if isinstance(ref, Mapping) else state_of(ref, shapes_only=True)
+    cs = cand if isinstance(cand, Mapping) else state_of(cand, shapes_only=True)
     R = _Side(_shapes(rs), model_info(ref_model) if ref_model is not None else None)
     C = _Side(_shapes(cs), model_info(cand_model) if cand_model is not None else None)
     out = NameMap()
@@ -412,7 +414,10 @@ def map_names(
 
     # 6. tied weights: a leftover identical to a tensor of its own side is that tensor again
     # (an LM head tied to the embedding: PyTorch lists both names, MindSpore stores it once)
-    for side, state, aliases in ((R, rs, out.aliases_ref), (C, cs, out.aliases_cand)):
+    for side, src, state, aliases in ((R, ref, rs, out.aliases_ref),
+                                      (C, cand, cs, out.aliases_cand)):
+        if side.free and isinstance(src, (str, os.PathLike)):
+            state = load_checkpoint(src)  # the values, now that some are left over
         for n, of in _aliases(sorted(side.free, key=side.order.__getitem__), state,
                               side.order).items():
             aliases[n] = of

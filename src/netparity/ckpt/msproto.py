@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from netparity.dtypes import storage_dtype
+from netparity.dtypes import stand_in, storage_dtype
 from netparity.errors import CheckpointError
 
 #: MindSpore ``tensor_type`` string -> canonical dtype name (mindspore/train/serialization.py)
@@ -162,8 +162,10 @@ def _strip_crc(blob: bytes) -> bytes:
     return blob
 
 
-def decode_checkpoint(blob: bytes) -> list[MsEntry]:
-    """Parse the bytes of a MindSpore ``.ckpt`` file into entries, in file order.
+def decode_checkpoint(blob: bytes, *, shapes_only: bool = False) -> list[MsEntry]:
+    """Parse the bytes of a MindSpore ``.ckpt`` file into entries, in file order
+    (``shapes_only``: arrays are zero-stride stand-ins, their bytes checked for size, not
+    copied).
 
     Raises:
         CheckpointError: not a MindSpore checkpoint, truncated, corrupt or encrypted.
@@ -205,13 +207,18 @@ def decode_checkpoint(blob: bytes) -> list[MsEntry]:
         while j < len(raw) and raw[j][0] == name and raw[j][1] is not None:
             chunks.extend(raw[j][1].content)  # type: ignore[union-attr]
             j += 1
-        out.append(_entry(name, t, b"".join(chunks)))
+        if shapes_only and t.ttype != "str":
+            out.append(_entry(name, t, sum(map(len, chunks))))
+        else:
+            out.append(_entry(name, t, b"".join(chunks)))
         i = j
     return out
 
 
-def _entry(name: str, t: _Tensor, content: bytes) -> MsEntry:
+def _entry(name: str, t: _Tensor, content: bytes | int) -> MsEntry:
+    """One entry; ``content`` an int (its size) for a shape-only stand-in."""
     if t.ttype == "str":
+        assert isinstance(content, bytes)
         n = len(content) // 4
         text = np.frombuffer(content, dtype=f"<U{n}")[0] if n else ""
         return MsEntry(name, "str", np.array(str(text)))
@@ -223,11 +230,14 @@ def _entry(name: str, t: _Tensor, content: bytes) -> MsEntry:
     if any(d < 0 for d in dims):
         raise CheckpointError(f"parameter {name!r} has negative dims {dims}")
     count = int(np.prod(dims)) if dims else 1
-    if len(content) != count * np_dt.itemsize:
+    size = content if isinstance(content, int) else len(content)
+    if size != count * np_dt.itemsize:
         raise CheckpointError(
-            f"parameter {name!r}: {len(content)} bytes of data for shape {tuple(dims)} "
+            f"parameter {name!r}: {size} bytes of data for shape {tuple(dims)} "
             f"{dtype} (want {count * np_dt.itemsize}); the file is truncated or corrupt"
         )
+    if isinstance(content, int):
+        return MsEntry(name, dtype, stand_in(dtype, tuple(dims)))
     arr = np.frombuffer(content, dtype=np_dt).astype(np_dt.newbyteorder("="), copy=True)
     return MsEntry(name, dtype, arr.reshape(dims))
 

@@ -25,15 +25,18 @@ import struct
 import numpy as np
 
 from netparity import inputs
-from netparity.dtypes import DTYPES, TAG_TO_DTYPE, storage_dtype
+from netparity.dtypes import DTYPES, TAG_TO_DTYPE, stand_in, storage_dtype
 from netparity.errors import CheckpointError
 from netparity.untrusted import ContentError, check_shape, load_json
 
 _MAX_HEADER = 100 * 1024 * 1024  # the reference implementation's limit
 
 
-def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, tuple[str, np.ndarray]], dict]:
-    """Read a safetensors file -> ({name: (canonical dtype, storage array)}, metadata)."""
+def read_safetensors(path: str | os.PathLike, *, shapes_only: bool = False
+                     ) -> tuple[dict[str, tuple[str, np.ndarray]], dict]:
+    """Read a safetensors file -> ({name: (canonical dtype, storage array)}, metadata);
+    ``shapes_only``: read the header, the arrays are zero-stride stand-ins (offsets are still
+    checked against the file's size)."""
     with inputs.open_binary(path, error=CheckpointError, what="checkpoint") as f:
         head = f.read(8)
         if len(head) < 8:
@@ -50,7 +53,12 @@ def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, tuple[str, np.n
             raise CheckpointError("safetensors header is not valid JSON (corrupt file)") from None
         if not isinstance(header, dict):
             raise CheckpointError("safetensors header is not a JSON object")
-        data = f.read()
+        if shapes_only:
+            size = os.fstat(f.fileno()).st_size - 8 - n
+            data = b""
+        else:
+            data = f.read()
+            size = len(data)
     meta = header.pop("__metadata__", None) or {}
     out: dict[str, tuple[str, np.ndarray]] = {}
     # keep the writer's order by offset: it is the order tensors were saved in
@@ -67,12 +75,15 @@ def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, tuple[str, np.n
         begin, end = _offsets((name, info))
         np_dt = storage_dtype(dtype).newbyteorder("<")
         want = math.prod(shape) * np_dt.itemsize  # (exact: no int64 wrap-around)
-        if end > len(data):
+        if end > size:
             raise CheckpointError(f"tensor {name!r} runs past the end of the file (truncated)")
         if end - begin != want:
             raise CheckpointError(
                 f"tensor {name!r}: {end - begin} bytes for shape {shape} {dtype} (want {want})"
             )
+        if shapes_only:
+            out[name] = (dtype, stand_in(dtype, shape))
+            continue
         arr = np.frombuffer(data, dtype=np_dt, count=want // np_dt.itemsize, offset=begin)
         out[name] = (dtype, arr.astype(np_dt.newbyteorder("="), copy=True).reshape(shape))
     return out, meta
