@@ -1,0 +1,62 @@
+"""Mapping a 7B-parameter layout by names and shapes only, in a child process whose address
+space is capped 1 GiB above what its imports take: a LLaMA-7B state dict (HF names) against a
+port's names (``attention.wq``, ``feed_forward.w1``...), given as PyTorch ``meta`` tensors and
+zero-stride stand-ins, and as two bf16 ``.safetensors`` files of 13.5 GB each that are sparse
+(a header, then a hole): reading their data, or materialising a tensor of them, would not fit.
+``benchmarks/ckpt_speed.py`` times the same layout."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+CHILD = r"""
+import json, resource, struct, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import numpy as np, torch
+from ckpt_speed import llama7b
+from netparity.ckpt import map_names
+from netparity.dtypes import DTYPES
+
+vm = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmSize:"))
+limit = vm * 1024 + (1 << 30)
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+def sparse_safetensors(path, shapes):
+    header, off = {}, 0
+    for k, s in shapes.items():
+        n = int(np.prod(s)) * 2
+        header[k] = {"dtype": DTYPES["bfloat16"][1], "shape": list(s), "data_offsets": [off, off + n]}
+        off += n
+    h = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        f.truncate(8 + len(h) + off)  # a hole: no block is written
+    return off
+
+ref, cand, truth = llama7b()
+meta = {k: torch.empty(v.shape, device="meta") for k, v in ref.items()}
+tmp = Path(sys.argv[2])
+size = sparse_safetensors(tmp / "ref.safetensors", {k: v.shape for k, v in ref.items()})
+sparse_safetensors(tmp / "cand.safetensors", {k: v.shape for k, v in cand.items()})
+for r, c in ((meta, cand), (str(tmp / "ref.safetensors"), str(tmp / "cand.safetensors"))):
+    nm = map_names(r, c)
+    assert nm, (nm.unmatched_ref[:3], nm.unmatched_cand[:3], list(nm.ambiguous)[:3])
+    assert nm.ref_to_cand() == truth, sorted(set(nm.ref_to_cand().items()) ^ set(truth.items()))[:4]
+print("ok", len(truth), size / limit)
+"""
+
+
+def test_7b_layout_maps_every_layer_without_materialising_a_tensor(tmp_path):
+    p = subprocess.run([sys.executable, "-c", CHILD, str(BENCH), str(tmp_path)],
+                       capture_output=True, text=True, env={"OMP_NUM_THREADS": "1",
+                                                            "PYTHONPATH": ":".join(sys.path)})
+    for f in tmp_path.iterdir():
+        f.unlink()
+    assert p.returncode == 0, p.stderr[-3000:]
+    ok, n, ratio = p.stdout.split()
+    assert ok == "ok" and n == "291" and float(ratio) > 4  # the file is far beyond the limit
