@@ -14,6 +14,8 @@ Timed, each tree in a fresh process (``PYTHONPATH=<tree>``), best of ``--repeat`
 * ``convert``: ``convert(r.pth, out.ckpt, template=c.ckpt)`` (``ckpt convert --template``),
   right / 267 (every written tensor holds the bytes of its true source), MB/s against a plain
   copy of ``r.pth`` measured in the same process;
+* ``map CLI`` / ``conv CLI``: the same as ``netparity ckpt map`` / ``ckpt convert`` commands,
+  wall time of the fresh process (imports included);
 * ``7B``: ``map_names`` of a LLaMA-7B layout (HF names, 32 layers, 291 tensors, 6.7e9
   parameters) against a MindFormers-style port (``attention.wq``, ``feed_forward.w1``...), both
   shape-only (zero-stride ``np.broadcast_to`` views: nothing is allocated), right / 291.
@@ -30,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -146,6 +149,26 @@ def run(tree: Path, where: Path, repeat: int) -> dict:
     return json.loads(lines[-1][3:])
 
 
+def cli(tree: Path, where: Path, repeat: int) -> dict:
+    """Wall seconds (best of ``repeat``) of ``netparity ckpt map`` / ``ckpt convert`` as fresh
+    processes, imports included: what a user waits for."""
+    env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1")
+    runs = {"map CLI": ["map", "r.pth", "c.ckpt"],
+            "conv CLI": ["convert", "r.pth", "o.ckpt", "--template", "c.ckpt", "--force"]}
+    out = {}
+    for case, argv in runs.items():
+        best = float("inf")
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            p = subprocess.run([sys.executable, "-m", "netparity", "ckpt", *argv], env=env,
+                               cwd=where, capture_output=True, text=True)
+            best = min(best, time.perf_counter() - t0)
+            if p.returncode != 0:
+                raise SystemExit(f"{tree}: {' '.join(argv)} failed\n{p.stderr[-2000:]}")
+        out[case] = best
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default=None, metavar="SRC_DIR",
@@ -163,6 +186,8 @@ def main() -> None:
                 t, ok, n, *rate = r[case]
                 extra = f" {rate[0]:7.0f} {rate[1]:9.0f}" if rate else ""
                 print(f"{case:9} {name:5} {t:8.3f} {f'{ok}/{n}':>9}{extra}", flush=True)
+            for case, t in cli(tree, where, a.repeat).items():
+                print(f"{case:9} {name:5} {t:8.3f}", flush=True)
     finally:
         shutil.rmtree(where, ignore_errors=True)
 

@@ -446,7 +446,8 @@ def _save_mindspore(items: list[tuple[str, str, np.ndarray]], p: Path,
     if use_mindspore is None:
         use_mindspore = importlib.util.find_spec("mindspore") is not None
     if not use_mindspore:
-        p.write_bytes(msproto.encode_checkpoint(items))
+        with open(p, "wb") as f:
+            msproto.write_checkpoint(f, items)
         return
     try:
         ms = _framework("mindspore")

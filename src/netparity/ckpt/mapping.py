@@ -45,7 +45,13 @@ from typing import Any
 
 import numpy as np
 
-from netparity.ckpt.io import CheckpointDict, as_checkpoint, load_checkpoint, torch_to_numpy
+from netparity.ckpt.io import (
+    CheckpointDict,
+    as_checkpoint,
+    is_stand_in,
+    load_checkpoint,
+    torch_to_numpy,
+)
 from netparity.ckpt.rules import NBT, NBT_NOTE, canonical_leaf, shapes_compatible, split_name
 from netparity.errors import CheckpointError, MappingError
 
@@ -538,12 +544,6 @@ def _by_signature(sigs: dict[str, tuple]) -> dict[tuple, list[str]]:
     return out
 
 
-def _has_values(a: Any) -> bool:
-    """False for the shape-only stand-ins (zero-stride views) alignment passes in."""
-    a = np.asarray(a)
-    return a.size <= 1 or any(st != 0 for st in a.strides)
-
-
 def _aliases(names: list[str], state: Mapping[str, Any],
              order: dict[str, int]) -> dict[str, str]:
     """Leftover name -> an earlier-or-other tensor of the same checkpoint with identical shape,
@@ -551,7 +551,7 @@ def _aliases(names: list[str], state: Mapping[str, Any],
     out: dict[str, str] = {}
     for n in names:
         a = np.asarray(state[n])
-        if a.size < 2 or not _has_values(a):
+        if a.size < 2 or is_stand_in(a):
             continue
         flat = a.reshape(-1)
         if np.array_equal(flat, np.full_like(flat, flat[0])):
@@ -560,7 +560,7 @@ def _aliases(names: list[str], state: Mapping[str, Any],
             if m == n or m in out:
                 continue
             b = np.asarray(state[m])
-            if b.shape == a.shape and b.dtype == a.dtype and _has_values(b) and np.array_equal(
+            if b.shape == a.shape and b.dtype == a.dtype and not is_stand_in(b) and np.array_equal(
                     a.view(np.uint8) if a.flags.c_contiguous else a, b.view(np.uint8)
                     if b.flags.c_contiguous else b):
                 out[n] = m

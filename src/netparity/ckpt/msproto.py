@@ -40,7 +40,10 @@ Example:
 from __future__ import annotations
 
 import binascii
+import io
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 import numpy as np
 
@@ -263,13 +266,20 @@ def _enc_len(fnum: int, payload: bytes) -> bytes:
     return _enc_varint(fnum << 3 | 2) + _enc_varint(len(payload)) + payload
 
 
-def encode_checkpoint(entries: list[tuple[str, str, np.ndarray]]) -> bytes:
+def encode_checkpoint(entries: Iterable[tuple[str, str, np.ndarray]]) -> bytes:
     """Serialise ``(name, canonical dtype, storage array)`` triples the way MindSpore does.
 
     The layout matches ``mindspore.save_checkpoint`` (one ``Checkpoint`` message per parameter,
     unpacked dims, no dims for scalars), so ``mindspore.load_checkpoint`` reads the result.
     """
-    parts = []
+    buf = io.BytesIO()
+    write_checkpoint(buf, entries)
+    return buf.getvalue()
+
+
+def write_checkpoint(f: BinaryIO, entries: Iterable[tuple[str, str, np.ndarray]]) -> None:
+    """:func:`encode_checkpoint` into an open file, one parameter at a time: each tensor's data
+    goes from its array to the file (no copy of the whole checkpoint in memory)."""
     for name, dtype, arr in entries:
         ms_type = DTYPE_TO_MS_TYPE.get(dtype)
         if ms_type is None:
@@ -277,8 +287,13 @@ def encode_checkpoint(entries: list[tuple[str, str, np.ndarray]]) -> bytes:
         if arr.size == 0:
             raise CheckpointError(f"MindSpore checkpoints cannot hold empty tensors ({name!r})")
         a = np.asarray(arr, dtype=storage_dtype(dtype).newbyteorder("<"), order="C")
-        tensor = b"".join(_enc_varint(1 << 3 | 0) + _enc_varint(int(d)) for d in a.shape)
-        tensor += _enc_len(2, ms_type.encode()) + _enc_len(3, a.tobytes())
-        value = _enc_len(1, name.encode("utf-8")) + _enc_len(2, tensor)
-        parts.append(_enc_len(1, value))
-    return b"".join(parts)
+        data = a.reshape(-1).view(np.uint8).data
+        head = b"".join(_enc_varint(1 << 3 | 0) + _enc_varint(int(d)) for d in a.shape)
+        head += _enc_len(2, ms_type.encode()) + _enc_varint(3 << 3 | 2) + _enc_varint(len(data))
+        tensor_len = len(head) + len(data)
+        name_field = _enc_len(1, name.encode("utf-8"))
+        value_len = len(name_field) + len(_enc_varint(2 << 3 | 2)) + len(
+            _enc_varint(tensor_len)) + tensor_len
+        f.write(_enc_varint(1 << 3 | 2) + _enc_varint(value_len) + name_field
+                + _enc_varint(2 << 3 | 2) + _enc_varint(tensor_len) + head)
+        f.write(data)

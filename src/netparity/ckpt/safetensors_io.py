@@ -125,21 +125,19 @@ def write_safetensors_file(
     header: dict[str, object] = {}
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    blobs = []
     offset = 0
-    for name, (dtype, arr) in tensors.items():
+    for name, (dtype, arr) in tensors.items():  # the header first: sizes need no data
         if dtype not in DTYPES:
             raise CheckpointError(f"safetensors cannot hold dtype {dtype!r} ({name!r})")
-        a = np.asarray(arr, dtype=storage_dtype(dtype).newbyteorder("<"), order="C")
-        b = a.tobytes()
-        header[name] = {"dtype": DTYPES[dtype][1], "shape": list(a.shape),
-                        "data_offsets": [offset, offset + len(b)]}
-        blobs.append(b)
-        offset += len(b)
+        n = int(np.prod(np.shape(arr))) * storage_dtype(dtype).itemsize
+        header[name] = {"dtype": DTYPES[dtype][1], "shape": list(np.shape(arr)),
+                        "data_offsets": [offset, offset + n]}
+        offset += n
     hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
     hj += b" " * (-len(hj) % 8)  # data must start 8-byte aligned
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(hj)))
         f.write(hj)
-        for b in blobs:
-            f.write(b)
+        for dtype, arr in tensors.values():  # then each tensor's bytes, one at a time
+            a = np.asarray(arr, dtype=storage_dtype(dtype).newbyteorder("<"), order="C")
+            f.write(a.reshape(-1).view(np.uint8).data)
