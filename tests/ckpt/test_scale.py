@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 CHILD = r"""
@@ -60,3 +62,55 @@ def test_7b_layout_maps_every_layer_without_materialising_a_tensor(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     ok, n, ratio = p.stdout.split()
     assert ok == "ok" and n == "291" and float(ratio) > 4  # the file is far beyond the limit
+
+
+CONVERT = r"""
+import json, resource, struct, sys
+from pathlib import Path
+import numpy as np
+from netparity.ckpt import convert
+
+tmp, shape = Path(sys.argv[1]), (2048, 8192)  # 64 MiB of float32 each
+names = [f"layers.{i}.proj.weight" for i in range(3)]
+header, off = {}, 0
+for i in range(3):  # the template: another port's names, a header and a hole
+    header[f"blocks.{i}.dense.weight"] = {"dtype": "F32", "shape": list(shape),
+                                          "data_offsets": [off, off + 4 * shape[0] * shape[1]]}
+    off += 4 * shape[0] * shape[1]
+h = json.dumps(header).encode()
+with open(tmp / "tmpl.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h)
+    f.truncate(8 + len(h) + off)
+vm = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmSize:"))
+limit = vm * 1024 + off * 3 // 2  # the source once, and half of it again
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+rep = convert(str(tmp / "src.safetensors"), str(tmp / "out.ckpt"),
+              template=str(tmp / "tmpl.safetensors"))
+print("ok", rep.written)
+"""
+
+
+def test_convert_holds_the_source_once(tmp_path):
+    """``ckpt convert --template`` of a 192 MiB checkpoint under an address-space cap of 1.5x
+    its size above the imports: the source is read into its arrays without a second copy, the
+    template (a sparse file) by its header, the output written tensor by tensor."""
+    from netparity.ckpt import load_checkpoint
+    from netparity.ckpt.safetensors_io import write_safetensors_file
+
+    shape = (2048, 8192)
+    src = {f"layers.{i}.proj.weight": ("float32", np.arange(shape[0] * shape[1],
+                                                           dtype=np.float32).reshape(shape) + i)
+           for i in range(3)}
+    write_safetensors_file(tmp_path / "src.safetensors", src)
+    p = subprocess.run([sys.executable, "-c", CONVERT, str(tmp_path)], capture_output=True,
+                       text=True, env={"OMP_NUM_THREADS": "1", "PYTHONPATH": ":".join(sys.path)})
+    try:
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert p.stdout.split() == ["ok", "3"]
+        out = load_checkpoint(tmp_path / "out.ckpt")
+        assert list(out) == [f"blocks.{i}.dense.weight" for i in range(3)]
+        for i in range(3):
+            assert np.array_equal(out[f"blocks.{i}.dense.weight"], src[f"layers.{i}.proj.weight"][1])
+    finally:
+        for f in tmp_path.iterdir():
+            f.unlink()

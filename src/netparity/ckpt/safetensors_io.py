@@ -53,39 +53,38 @@ def read_safetensors(path: str | os.PathLike, *, shapes_only: bool = False
             raise CheckpointError("safetensors header is not valid JSON (corrupt file)") from None
         if not isinstance(header, dict):
             raise CheckpointError("safetensors header is not a JSON object")
-        if shapes_only:
-            size = os.fstat(f.fileno()).st_size - 8 - n
-            data = b""
-        else:
-            data = f.read()
-            size = len(data)
-    meta = header.pop("__metadata__", None) or {}
-    out: dict[str, tuple[str, np.ndarray]] = {}
-    # keep the writer's order by offset: it is the order tensors were saved in
-    items = sorted(header.items(), key=lambda kv: _offsets(kv)[0])
-    for name, info in items:
-        tag = info.get("dtype")
-        dtype = TAG_TO_DTYPE.get(tag)
-        if dtype is None:
-            raise CheckpointError(f"tensor {name!r} has unsupported safetensors dtype {tag!r}")
-        try:
-            shape = check_shape(info.get("shape", []), what=f"tensor {name!r:.60}: shape")
-        except ContentError as e:
-            raise CheckpointError(str(e)) from None
-        begin, end = _offsets((name, info))
-        np_dt = storage_dtype(dtype).newbyteorder("<")
-        want = math.prod(shape) * np_dt.itemsize  # (exact: no int64 wrap-around)
-        if end > size:
-            raise CheckpointError(f"tensor {name!r} runs past the end of the file (truncated)")
-        if end - begin != want:
-            raise CheckpointError(
-                f"tensor {name!r}: {end - begin} bytes for shape {shape} {dtype} (want {want})"
-            )
-        if shapes_only:
-            out[name] = (dtype, stand_in(dtype, shape))
-            continue
-        arr = np.frombuffer(data, dtype=np_dt, count=want // np_dt.itemsize, offset=begin)
-        out[name] = (dtype, arr.astype(np_dt.newbyteorder("="), copy=True).reshape(shape))
+        size = os.fstat(f.fileno()).st_size - 8 - n
+        meta = header.pop("__metadata__", None) or {}
+        out: dict[str, tuple[str, np.ndarray]] = {}
+        # keep the writer's order by offset: it is the order tensors were saved in
+        items = sorted(header.items(), key=lambda kv: _offsets(kv)[0])
+        for name, info in items:
+            tag = info.get("dtype")
+            dtype = TAG_TO_DTYPE.get(tag)
+            if dtype is None:
+                raise CheckpointError(f"tensor {name!r} has unsupported safetensors dtype {tag!r}")
+            try:
+                shape = check_shape(info.get("shape", []), what=f"tensor {name!r:.60}: shape")
+            except ContentError as e:
+                raise CheckpointError(str(e)) from None
+            begin, end = _offsets((name, info))
+            np_dt = storage_dtype(dtype).newbyteorder("<")
+            want = math.prod(shape) * np_dt.itemsize  # (exact: no int64 wrap-around)
+            if end > size:
+                raise CheckpointError(f"tensor {name!r} runs past the end of the file (truncated)")
+            if end - begin != want:
+                raise CheckpointError(
+                    f"tensor {name!r}: {end - begin} bytes for shape {shape} {dtype} (want {want})"
+                )
+            if shapes_only:
+                out[name] = (dtype, stand_in(dtype, shape))
+                continue
+            # straight from the file into the array: one copy of the data in memory, not two
+            arr = np.empty(want // np_dt.itemsize, np_dt)
+            f.seek(8 + n + begin)
+            if f.readinto(arr.view(np.uint8).data) != want:  # type: ignore[attr-defined]
+                raise CheckpointError(f"tensor {name!r} runs past the end of the file (truncated)")
+            out[name] = (dtype, arr.astype(np_dt.newbyteorder("="), copy=False).reshape(shape))
     return out, meta
 
 
