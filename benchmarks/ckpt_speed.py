@@ -13,7 +13,8 @@ Timed, each tree in a fresh process (``PYTHONPATH=<tree>``), best of ``--repeat`
 * ``map``: ``map_names(r.pth, c.ckpt)`` (what ``netparity ckpt map`` runs), right / 267;
 * ``convert``: ``convert(r.pth, out.ckpt, template=c.ckpt)`` (``ckpt convert --template``),
   right / 267 (every written tensor holds the bytes of its true source), MB/s against a plain
-  copy of ``r.pth`` measured in the same process;
+  copy of ``r.pth`` measured in the same process, without and with an fsync (convert's atomic
+  write syncs);
 * ``map CLI`` / ``conv CLI``: the same as ``netparity ckpt map`` / ``ckpt convert`` commands,
   wall time of the fresh process (imports included);
 * ``7B``: ``map_names`` of a LLaMA-7B layout (HF names, 32 layers, 291 tensors, 6.7e9
@@ -129,8 +130,14 @@ t, _ = best(lambda: convert(str(d / "r.pth"), str(d / "o.ckpt"), template=str(d 
 src, got = load_checkpoint(d / "r.pth"), load_checkpoint(d / "o.ckpt")
 right = sum(v in got and np.array_equal(src[k], got[v]) for k, v in truth.items())
 size = (d / "r.pth").stat().st_size
+def copy_synced():
+    shutil.copyfile(d / "r.pth", d / "copy.pth")
+    fd = os.open(d / "copy.pth", os.O_RDONLY)
+    os.fsync(fd)  # convert's atomic write syncs too
+    os.close(fd)
 tc, _ = best(lambda: shutil.copyfile(d / "r.pth", d / "copy.pth"))
-out["convert"] = [t, right, len(truth), size / t / 1e6, size / tc / 1e6]
+ts, _ = best(copy_synced)
+out["convert"] = [t, right, len(truth), size / t / 1e6, size / tc / 1e6, size / ts / 1e6]
 ref, cand, tr = llama7b()
 t, nm = best(lambda: map_names(ref, cand))
 out["7B"] = [t, sum(tr.get(p.ref) == p.cand for p in nm.pairs), len(tr)]
@@ -179,12 +186,13 @@ def main() -> None:
     try:
         setup(where)
         trees = [("this", SRC)] + ([("base", Path(a.base))] if a.base else [])
-        print(f"{'case':9} {'tree':5} {'best s':>8} {'right':>9} {'MB/s':>7} {'copy MB/s':>9}")
+        print(f"{'case':9} {'tree':5} {'best s':>8} {'right':>9} {'MB/s':>7} {'copy MB/s':>9} "
+              f"{'+fsync':>7}")
         for name, tree in trees:
             r = run(tree, where, a.repeat)
             for case in ("map", "convert", "7B"):
                 t, ok, n, *rate = r[case]
-                extra = f" {rate[0]:7.0f} {rate[1]:9.0f}" if rate else ""
+                extra = f" {rate[0]:7.0f} {rate[1]:9.0f} {rate[2]:7.0f}" if rate else ""
                 print(f"{case:9} {name:5} {t:8.3f} {f'{ok}/{n}':>9}{extra}", flush=True)
             for case, t in cli(tree, where, a.repeat).items():
                 print(f"{case:9} {name:5} {t:8.3f}", flush=True)
