@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import mmap
 import os
 import struct
 import zipfile
@@ -271,8 +272,21 @@ def _load_safetensors(p: Path, shapes_only: bool = False) -> CheckpointDict:
 
 def _load_mindspore(p: Path, shapes_only: bool = False) -> CheckpointDict:
     try:
-        entries = msproto.decode_checkpoint(inputs.read_bytes(
-            p, error=CheckpointError, what="checkpoint", limit=_NO_LIMIT), shapes_only=shapes_only)
+        if shapes_only:  # mapped: the walk reads the names, dims and types, not the data
+            with inputs.open_binary(p, error=CheckpointError, what="checkpoint") as f:
+                if os.fstat(f.fileno()).st_size == 0:
+                    raise CheckpointError("empty file")
+                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                try:
+                    entries = msproto.decode_checkpoint(mm, shapes_only=True)
+                finally:
+                    try:
+                        mm.close()
+                    except BufferError:  # a failed parse's traceback still holds a view of it
+                        pass  # (unmapped when that goes)
+        else:
+            entries = msproto.decode_checkpoint(inputs.read_bytes(
+                p, error=CheckpointError, what="checkpoint", limit=_NO_LIMIT))
     except CheckpointError as err:
         raise CheckpointError(f"not a valid MindSpore checkpoint ({err})") from None
     out = CheckpointDict()

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import binascii
 import io
+import mmap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -76,14 +77,14 @@ class MsEntry:
 class _Tensor:
     dims: list[int] = field(default_factory=list)
     ttype: str = ""
-    content: list[bytes] = field(default_factory=list)
+    content: list[bytes | memoryview] = field(default_factory=list)
     has_dims: bool = False
 
 
 # --- wire format -----------------------------------------------------------------------------
 
 
-def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+def _varint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
     result = 0
     shift = 0
     while True:
@@ -99,7 +100,7 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
             raise CheckpointError("varint longer than 10 bytes")
 
 
-def _fields(buf: bytes, pos: int, end: int):
+def _fields(buf: bytes | memoryview, pos: int, end: int):
     """Yield (field number, wire type, value) over buf[pos:end].
 
     Value is an int for varints, a (start, stop) slice for length-delimited fields; fixed
@@ -133,7 +134,7 @@ def _signed64(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
-def _parse_tensor(buf: bytes, start: int, stop: int) -> _Tensor:
+def _parse_tensor(buf: bytes | memoryview, start: int, stop: int) -> _Tensor:
     t = _Tensor()
     for fnum, wtype, val in _fields(buf, start, stop):
         if fnum == 1:
@@ -148,16 +149,16 @@ def _parse_tensor(buf: bytes, start: int, stop: int) -> _Tensor:
                     t.dims.append(_signed64(d))
         elif fnum == 2 and wtype == 2:
             a, b = val  # type: ignore[misc]
-            t.ttype = buf[a:b].decode("utf-8", errors="strict")
+            t.ttype = bytes(buf[a:b]).decode("utf-8", errors="strict")
         elif fnum == 3 and wtype == 2:
             a, b = val  # type: ignore[misc]
             t.content.append(buf[a:b])
     return t
 
 
-def _strip_crc(blob: bytes) -> bytes:
+def _strip_crc(blob: bytes | mmap.mmap) -> bytes | mmap.mmap | memoryview:
     if len(blob) >= _CRC_LEN and blob[-_CRC_LEN:-10] == _CRC_TRAILER:
-        body = blob[:-_CRC_LEN]
+        body = memoryview(blob)[:-_CRC_LEN]
         want = int.from_bytes(blob[-10:], "big")
         if binascii.crc32(body, 0) != want:
             raise CheckpointError("CRC check failed (the file is damaged)")
@@ -165,7 +166,7 @@ def _strip_crc(blob: bytes) -> bytes:
     return blob
 
 
-def decode_checkpoint(blob: bytes, *, shapes_only: bool = False) -> list[MsEntry]:
+def decode_checkpoint(blob: bytes | mmap.mmap, *, shapes_only: bool = False) -> list[MsEntry]:
     """Parse the bytes of a MindSpore ``.ckpt`` file into entries, in file order
     (``shapes_only``: arrays are zero-stride stand-ins, their bytes checked for size, not
     copied).
@@ -173,7 +174,7 @@ def decode_checkpoint(blob: bytes, *, shapes_only: bool = False) -> list[MsEntry
     Raises:
         CheckpointError: not a MindSpore checkpoint, truncated, corrupt or encrypted.
     """
-    body = _strip_crc(blob)
+    body = memoryview(_strip_crc(blob))  # slices of it copy nothing (a mapped file stays unread)
     if not body:
         raise CheckpointError("empty file")
     # (name, tensor) pairs; consecutive slices of one parameter are merged below
@@ -188,7 +189,7 @@ def decode_checkpoint(blob: bytes, *, shapes_only: bool = False) -> list[MsEntry
             for vf, vw, vv in _fields(body, a, b):
                 if vf == 1 and vw == 2:
                     s, e = vv  # type: ignore[misc]
-                    tag = body[s:e].decode("utf-8")
+                    tag = bytes(body[s:e]).decode("utf-8")
                 elif vf == 2 and vw == 2:
                     s, e = vv  # type: ignore[misc]
                     tensor = _parse_tensor(body, s, e)
