@@ -1,8 +1,9 @@
-"""Mapping a 7B-parameter layout by names and shapes only, in a child process whose address
-space is capped 1 GiB above what its imports take: a LLaMA-7B state dict (HF names) against a
+"""Mapping a 7B-parameter layout by names and shapes only, in a child process whose data
+memory (``RLIMIT_DATA``) is capped 1 GiB above what its imports take: a LLaMA-7B state dict (HF names) against a
 port's names (``attention.wq``, ``feed_forward.w1``...), given as PyTorch ``meta`` tensors and
-zero-stride stand-ins, and as two bf16 ``.safetensors`` files of 13.5 GB each that are sparse
-(a header, then a hole): reading their data, or materialising a tensor of them, would not fit.
+zero-stride stand-ins, and as bf16 ``.safetensors`` and MindSpore ``.ckpt`` files of 13.5 GB
+each that are sparse (the data are holes): reading their data, or materialising a tensor of
+them, would not fit.
 ``benchmarks/ckpt_speed.py`` times the same layout."""
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from ckpt_speed import llama7b
 from netparity.ckpt import map_names
 from netparity.dtypes import DTYPES
 
-vm = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmSize:"))
+# RLIMIT_DATA: private writable memory (what holding tensors takes), not a read-only mapping
+vm = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmData:"))
 limit = vm * 1024 + (1 << 30)
-resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 def sparse_safetensors(path, shapes):
     header, off = {}, 0
@@ -40,12 +42,26 @@ def sparse_safetensors(path, shapes):
         f.truncate(8 + len(h) + off)  # a hole: no block is written
     return off
 
+def sparse_ckpt(path, shapes):  # MindSpore's layout (msproto.write_checkpoint), data as holes
+    from netparity.ckpt.msproto import _enc_len, _enc_varint as v
+    with open(path, "wb") as f:
+        for k, s in shapes.items():
+            n = int(np.prod(s)) * 2
+            head = b"".join(v(8) + v(d) for d in s) + _enc_len(2, b"BFloat16") + v(26) + v(n)
+            name = _enc_len(1, k.encode())
+            value_len = len(name) + 1 + len(v(len(head) + n)) + len(head) + n
+            f.write(v(10) + v(value_len) + name + v(18) + v(len(head) + n) + head)
+            f.seek(n, 1)
+        f.truncate()
+
 ref, cand, truth = llama7b()
 meta = {k: torch.empty(v.shape, device="meta") for k, v in ref.items()}
 tmp = Path(sys.argv[2])
 size = sparse_safetensors(tmp / "ref.safetensors", {k: v.shape for k, v in ref.items()})
 sparse_safetensors(tmp / "cand.safetensors", {k: v.shape for k, v in cand.items()})
-for r, c in ((meta, cand), (str(tmp / "ref.safetensors"), str(tmp / "cand.safetensors"))):
+sparse_ckpt(tmp / "cand.ckpt", {k: v.shape for k, v in cand.items()})
+for r, c in ((meta, cand), (str(tmp / "ref.safetensors"), str(tmp / "cand.safetensors")),
+             (str(tmp / "ref.safetensors"), str(tmp / "cand.ckpt"))):
     nm = map_names(r, c)
     assert nm, (nm.unmatched_ref[:3], nm.unmatched_cand[:3], list(nm.ambiguous)[:3])
     assert nm.ref_to_cand() == truth, sorted(set(nm.ref_to_cand().items()) ^ set(truth.items()))[:4]
