@@ -54,6 +54,13 @@ def storage_dtype(name: str) -> np.dtype:
         raise UsageError(f"unsupported dtype {name!r}") from None
 
 
+def stand_in(name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A shape-only tensor of canonical dtype ``name``: a zero-stride view of one zero of its
+    storage type, as big as ``shape`` says and holding no memory (what shape-only checkpoint
+    reads return, see ``netparity.ckpt.io.load_checkpoint``)."""
+    return np.broadcast_to(np.zeros((), storage_dtype(name)), tuple(int(d) for d in shape))
+
+
 def is_float(name: str) -> bool:
     return name in FLOAT_DTYPES
 

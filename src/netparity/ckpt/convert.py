@@ -134,7 +134,9 @@ def convert(
         _convert_with_template(src_ck, src_model, template, mapping, out, rep)
     else:
         _convert_with_rules(src_ck, src_model, mapping, tgt, out, rep)
-    save_checkpoint(out, dst, fmt, overwrite=overwrite)
+    # .ckpt by netparity's encoder (MindSpore's layout, streamed tensor by tensor; importing
+    # MindSpore to write bytes it lays out the same way took seconds)
+    save_checkpoint(out, dst, fmt, overwrite=overwrite, use_mindspore=False)
     rep.written = len(out)
     return rep
 
@@ -142,7 +144,8 @@ def convert(
 def _convert_with_template(src_ck: CheckpointDict, src_model: Any, template: Any, mapping: Any,
                            out: CheckpointDict, rep: ConvertReport) -> None:
     tmpl_model = template if is_model(template) else None
-    tmpl = state_of(template)
+    tmpl = state_of(template, shapes_only=True)  # its names, shapes and dtypes are what counts
+    values_read = not isinstance(template, (str, os.PathLike))
     nm = map_names(src_ck, tmpl, ref_model=src_model, cand_model=tmpl_model, mapping=mapping)
     if nm.ambiguous:
         r, cands = next(iter(nm.ambiguous.items()))
@@ -156,6 +159,8 @@ def _convert_with_template(src_ck: CheckpointDict, src_model: Any, template: Any
         p = by_cand.get(name)
         if p is None:
             if name in nm.dropped_cand:  # e.g. num_batches_tracked: keep the template's value
+                if not values_read:
+                    tmpl, values_read = state_of(template), True  # read when one is needed
                 out[name] = tmpl[name]
                 out.dtypes[name] = tmpl.dtype(name)
                 rep.added[name] = "copied from the template (" + nm.dropped_cand[name] + ")"

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import mmap
 import os
 import struct
 import zipfile
@@ -46,7 +47,7 @@ import numpy as np
 from netparity import inputs
 from netparity.ckpt import msproto
 from netparity.ckpt.safetensors_io import read_safetensors, write_safetensors_file
-from netparity.dtypes import DTYPES, storage_dtype
+from netparity.dtypes import DTYPES, stand_in, storage_dtype
 from netparity.errors import CheckpointError, FrameworkError, NetparityError
 from netparity.untrusted import load_json
 
@@ -84,6 +85,13 @@ class CheckpointDict(dict):
     def dtype(self, name: str) -> str:
         """Canonical dtype of tensor ``name``."""
         return self.dtypes.get(name) or dtype_name(self[name])
+
+
+def is_stand_in(arr: Any) -> bool:
+    """True for a shape-only :func:`~netparity.dtypes.stand_in` (several elements, all
+    strides 0)."""
+    a = np.asarray(arr)
+    return a.size > 1 and all(st == 0 for st in a.strides)
 
 
 def dtype_name(arr: np.ndarray) -> str:
@@ -193,12 +201,17 @@ def format_for_path(path: str | os.PathLike, fmt: str | None = None) -> str:
 # --- reading -----------------------------------------------------------------------------------
 
 
-def load_checkpoint(path: str | os.PathLike, fmt: str | None = None) -> CheckpointDict:
+def load_checkpoint(path: str | os.PathLike, fmt: str | None = None, *,
+                    shapes_only: bool = False) -> CheckpointDict:
     """Read a checkpoint file into ``{name: np.ndarray}`` (a :class:`CheckpointDict`).
 
     Args:
         path: a ``.pt/.pth/.bin``, ``.safetensors``, MindSpore ``.ckpt`` or ``.npz`` file.
         fmt: force a format instead of detecting it.
+        shapes_only: names, shapes and dtypes only: every array is a :func:`~netparity.dtypes.stand_in` (no
+            tensor data is copied; PyTorch files are unpickled onto the ``meta`` device,
+            safetensors read up to the header). What matching names needs, at the cost of
+            reading an index.
 
     Raises:
         CheckpointError: missing, unreadable, truncated, corrupt or unsafe (pickled code) file.
@@ -215,13 +228,16 @@ def load_checkpoint(path: str | os.PathLike, fmt: str | None = None) -> Checkpoi
     fmt = format_for_path(p, fmt) if fmt else detect_format(p)
     try:
         if fmt == "torch":
-            out = _load_torch(p)
+            out = _load_torch(p, shapes_only)
         elif fmt == "safetensors":
-            out = _load_safetensors(p)
+            out = _load_safetensors(p, shapes_only)
         elif fmt == "mindspore":
-            out = _load_mindspore(p)
+            out = _load_mindspore(p, shapes_only)
         else:
             out = _load_npz(p)
+            if shapes_only:
+                for k, v in out.items():
+                    out[k] = stand_in(out.dtypes[k], v.shape) if v.size > 1 else v
     except CheckpointError as e:
         raise CheckpointError(f"{p}: {e}") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, struct.error) as e:
@@ -243,8 +259,8 @@ def _one_line(e: BaseException) -> str:
     return (text[0] if text else type(e).__name__)[:300]
 
 
-def _load_safetensors(p: Path) -> CheckpointDict:
-    tensors, meta = read_safetensors(p)
+def _load_safetensors(p: Path, shapes_only: bool = False) -> CheckpointDict:
+    tensors, meta = read_safetensors(p, shapes_only=shapes_only)
     out = CheckpointDict()
     for name, (dtype, arr) in tensors.items():
         out[name] = arr
@@ -254,10 +270,23 @@ def _load_safetensors(p: Path) -> CheckpointDict:
     return out
 
 
-def _load_mindspore(p: Path) -> CheckpointDict:
+def _load_mindspore(p: Path, shapes_only: bool = False) -> CheckpointDict:
     try:
-        entries = msproto.decode_checkpoint(inputs.read_bytes(
-            p, error=CheckpointError, what="checkpoint", limit=_NO_LIMIT))
+        if shapes_only:  # mapped: the walk reads the names, dims and types, not the data
+            with inputs.open_binary(p, error=CheckpointError, what="checkpoint") as f:
+                if os.fstat(f.fileno()).st_size == 0:
+                    raise CheckpointError("empty file")
+                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                try:
+                    entries = msproto.decode_checkpoint(mm, shapes_only=True)
+                finally:
+                    try:
+                        mm.close()
+                    except BufferError:  # a failed parse's traceback still holds a view of it
+                        pass  # (unmapped when that goes)
+        else:
+            entries = msproto.decode_checkpoint(inputs.read_bytes(
+                p, error=CheckpointError, what="checkpoint", limit=_NO_LIMIT))
     except CheckpointError as err:
         raise CheckpointError(f"not a valid MindSpore checkpoint ({err})") from None
     out = CheckpointDict()
@@ -326,8 +355,8 @@ def _framework(name: str) -> Any:
 _LONG_NAMES = {"torch": "PyTorch", "mindspore": "MindSpore"}
 
 
-def _load_torch(p: Path) -> CheckpointDict:
-    data = _framework("torch").read_checkpoint(p)
+def _load_torch(p: Path, shapes_only: bool = False) -> CheckpointDict:
+    data = _framework("torch").read_checkpoint(p, shapes_only=shapes_only)
     out = CheckpointDict(data.tensors)
     out.dtypes.update(data.dtypes)
     out.source_key = data.source_key
@@ -431,7 +460,8 @@ def _save_mindspore(items: list[tuple[str, str, np.ndarray]], p: Path,
     if use_mindspore is None:
         use_mindspore = importlib.util.find_spec("mindspore") is not None
     if not use_mindspore:
-        p.write_bytes(msproto.encode_checkpoint(items))
+        with open(p, "wb") as f:
+            msproto.write_checkpoint(f, items)
         return
     try:
         ms = _framework("mindspore")

@@ -45,7 +45,13 @@ from typing import Any
 
 import numpy as np
 
-from netparity.ckpt.io import CheckpointDict, as_checkpoint, load_checkpoint, torch_to_numpy
+from netparity.ckpt.io import (
+    CheckpointDict,
+    as_checkpoint,
+    is_stand_in,
+    load_checkpoint,
+    torch_to_numpy,
+)
 from netparity.ckpt.rules import NBT, NBT_NOTE, canonical_leaf, shapes_compatible, split_name
 from netparity.errors import CheckpointError, MappingError
 
@@ -183,10 +189,11 @@ def model_info(model: Any) -> ModelInfo:
     return ModelInfo(types, trainable, a.name)
 
 
-def state_of(obj: Any) -> CheckpointDict:
-    """A checkpoint dict from a path, a mapping of arrays, or a model's parameters."""
+def state_of(obj: Any, *, shapes_only: bool = False) -> CheckpointDict:
+    """A checkpoint dict from a path, a mapping of arrays, or a model's parameters
+    (``shapes_only``: a file's tensors are read as shape-only stand-ins)."""
     if isinstance(obj, (str, os.PathLike)):
-        return load_checkpoint(obj)
+        return load_checkpoint(obj, shapes_only=shapes_only)
     a = _model_adapter(obj)
     if a is not None:
         out = CheckpointDict()
@@ -274,6 +281,27 @@ def _sim(a: str, b: str) -> float:
     return difflib.SequenceMatcher(None, _norm(a), _norm(b), autojunk=False).ratio()
 
 
+class _Sims:
+    """:func:`_sim` (reference module, candidate module) for many pairs, each computed once per
+    matching (the structural pass asks the same questions again after every match it makes)."""
+
+    def __init__(self) -> None:
+        self.done: dict[tuple[str, str], float] = {}
+
+    def get(self, refs: list[str], cand: str) -> list[float]:
+        todo = [r for r in refs if (r, cand) not in self.done]
+        if todo:
+            sm = difflib.SequenceMatcher(None, autojunk=False)
+            sm.set_seq2(_norm(cand))  # analysed once for all the references
+            for r in todo:
+                sm.set_seq1(_norm(r))
+                self.done[r, cand] = sm.ratio()
+        return [self.done[r, cand] for r in refs]
+
+    def one(self, ref: str, cand: str) -> float:
+        return self.get([ref], cand)[0]
+
+
 def _check_modules_exist(um: Any, names: Any) -> None:
     """Every module a mapping names must hold a reference parameter (itself or below it): a
     misspelt name used to be ignored silently, leaving the pairs it meant to fix unmatched."""
@@ -325,8 +353,9 @@ def map_names(
         ref_model = ref
     if cand_model is None and is_model(cand):
         cand_model = cand
-    rs = ref if isinstance(ref, Mapping) else state_of(ref)
-    cs = cand if isinstance(cand, Mapping) else state_of(cand)
+    # files: names and shapes are all the matching needs (values only for tied weights, below)
+    rs = ref if isinstance(ref, Mapping) else state_of(ref, shapes_only=True)
+    cs = cand if isinstance(cand, Mapping) else state_of(cand, shapes_only=True)
     R = _Side(_shapes(rs), model_info(ref_model) if ref_model is not None else None)
     C = _Side(_shapes(cs), model_info(cand_model) if cand_model is not None else None)
     out = NameMap()
@@ -391,7 +420,10 @@ def map_names(
 
     # 6. tied weights: a leftover identical to a tensor of its own side is that tensor again
     # (an LM head tied to the embedding: PyTorch lists both names, MindSpore stores it once)
-    for side, state, aliases in ((R, rs, out.aliases_ref), (C, cs, out.aliases_cand)):
+    for side, src, state, aliases in ((R, ref, rs, out.aliases_ref),
+                                      (C, cand, cs, out.aliases_cand)):
+        if side.free and isinstance(src, (str, os.PathLike)):
+            state = load_checkpoint(src)  # the values, now that some are left over
         for n, of in _aliases(sorted(side.free, key=side.order.__getitem__), state,
                               side.order).items():
             aliases[n] = of
@@ -432,6 +464,7 @@ def _structural(R: _Side, C: _Side, out: NameMap, pair: Any, both_models: bool) 
             mods.setdefault(split_name(n)[0], []).append(n)
         return mods
 
+    sims = _Sims()
     changed = True
     while changed:
         changed = False
@@ -440,6 +473,7 @@ def _structural(R: _Side, C: _Side, out: NameMap, pair: Any, both_models: bool) 
             return
         rsig = {m: _signature(R, m, ns, both_models) for m, ns in rmods.items()}
         csig = {m: _signature(C, m, ns, both_models) for m, ns in cmods.items()}
+        cby, rby = _by_signature(csig), _by_signature(rsig)
         rpos = {m: min(R.order[n] for n in ns) for m, ns in rmods.items()}
         cpos = {m: min(C.order[n] for n in ns) for m, ns in cmods.items()}
         anchors = _monotone_anchors([(R.order[p.ref], C.order[p.cand]) for p in out.pairs])
@@ -457,12 +491,12 @@ def _structural(R: _Side, C: _Side, out: NameMap, pair: Any, both_models: bool) 
             return lo, hi
 
         for rm in sorted(rmods, key=rpos.__getitem__):
-            same = [cm for cm in cmods if csig[cm] == rsig[rm]]
+            same = cby.get(rsig[rm], [])
             if not same:
                 continue
             lo, hi = window(rpos[rm], True)
             inwin = [cm for cm in same if lo < cpos[cm] < hi] or same
-            rivals = [m for m in rmods if rsig[m] == rsig[rm]]
+            rivals = rby[rsig[rm]]
             choice, note = None, ""
             if len(inwin) == 1:
                 cm = inwin[0]
@@ -471,11 +505,12 @@ def _structural(R: _Side, C: _Side, out: NameMap, pair: Any, both_models: bool) 
                 if back == [rm]:
                     choice, note = cm, "unique layer signature in its place"
             if choice is None and len(inwin) > 1:
-                scores = sorted(((_sim(rm, cm), cm) for cm in inwin), reverse=True)
+                scores = sorted(((sims.one(rm, cm), cm) for cm in inwin), reverse=True)
                 best, second = scores[0], scores[1]
-                rev = sorted(((_sim(m, best[1]), m) for m in rivals), reverse=True)
-                rev_clear = len(rev) == 1 or rev[0][0] - rev[1][0] >= 0.1
-                if best[0] - second[0] >= 0.1 and rev[0][1] == rm and rev_clear:
+                rev = sorted(zip(sims.get(rivals, best[1]), rivals), reverse=True) if (
+                    best[0] - second[0] >= 0.1) else []
+                rev_clear = len(rev) == 1 or (len(rev) > 1 and rev[0][0] - rev[1][0] >= 0.1)
+                if rev and rev[0][1] == rm and rev_clear:
                     choice, note = best[1], f"name similarity {best[0]:.2f}"
                 elif both_models and len(rivals) == len(same):
                     k = sorted(rivals, key=rpos.__getitem__).index(rm)
@@ -492,18 +527,21 @@ def _structural(R: _Side, C: _Side, out: NameMap, pair: Any, both_models: bool) 
     rmods, cmods = modules(R), modules(C)
     csig = {m: _signature(C, m, ns, both_models) for m, ns in cmods.items()}
     rsig = {m: _signature(R, m, ns, both_models) for m, ns in rmods.items()}
+    cby, rby = _by_signature(csig), _by_signature(rsig)
     for rm, ns in rmods.items():
-        same = [cm for cm in cmods if csig[cm] == rsig[rm]]
-        rivals = [m for m in rmods if rsig[m] == rsig[rm]]
+        same = cby.get(rsig[rm], [])
+        rivals = rby[rsig[rm]]
         if len(same) > 1 or (same and len(rivals) > 1):
             for rn in ns:
                 out.ambiguous[rn] = [n for cm in same for n in cmods[cm] if C.leaf(n) == R.leaf(rn)]
 
 
-def _has_values(a: Any) -> bool:
-    """False for the shape-only stand-ins (zero-stride views) alignment passes in."""
-    a = np.asarray(a)
-    return a.size <= 1 or any(st != 0 for st in a.strides)
+def _by_signature(sigs: dict[str, tuple]) -> dict[tuple, list[str]]:
+    """Modules by signature, each list in the order of ``sigs``."""
+    out: dict[tuple, list[str]] = {}
+    for m, sig in sigs.items():
+        out.setdefault(sig, []).append(m)
+    return out
 
 
 def _aliases(names: list[str], state: Mapping[str, Any],
@@ -513,7 +551,7 @@ def _aliases(names: list[str], state: Mapping[str, Any],
     out: dict[str, str] = {}
     for n in names:
         a = np.asarray(state[n])
-        if a.size < 2 or not _has_values(a):
+        if a.size < 2 or is_stand_in(a):
             continue
         flat = a.reshape(-1)
         if np.array_equal(flat, np.full_like(flat, flat[0])):
@@ -522,7 +560,7 @@ def _aliases(names: list[str], state: Mapping[str, Any],
             if m == n or m in out:
                 continue
             b = np.asarray(state[m])
-            if b.shape == a.shape and b.dtype == a.dtype and _has_values(b) and np.array_equal(
+            if b.shape == a.shape and b.dtype == a.dtype and not is_stand_in(b) and np.array_equal(
                     a.view(np.uint8) if a.flags.c_contiguous else a, b.view(np.uint8)
                     if b.flags.c_contiguous else b):
                 out[n] = m

@@ -40,11 +40,15 @@ Example:
 from __future__ import annotations
 
 import binascii
+import io
+import mmap
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 import numpy as np
 
-from netparity.dtypes import storage_dtype
+from netparity.dtypes import stand_in, storage_dtype
 from netparity.errors import CheckpointError
 
 #: MindSpore ``tensor_type`` string -> canonical dtype name (mindspore/train/serialization.py)
@@ -73,14 +77,14 @@ class MsEntry:
 class _Tensor:
     dims: list[int] = field(default_factory=list)
     ttype: str = ""
-    content: list[bytes] = field(default_factory=list)
+    content: list[bytes | memoryview] = field(default_factory=list)
     has_dims: bool = False
 
 
 # --- wire format -----------------------------------------------------------------------------
 
 
-def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+def _varint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
     result = 0
     shift = 0
     while True:
@@ -96,7 +100,7 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
             raise CheckpointError("varint longer than 10 bytes")
 
 
-def _fields(buf: bytes, pos: int, end: int):
+def _fields(buf: bytes | memoryview, pos: int, end: int):
     """Yield (field number, wire type, value) over buf[pos:end].
 
     Value is an int for varints, a (start, stop) slice for length-delimited fields; fixed
@@ -130,7 +134,7 @@ def _signed64(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
-def _parse_tensor(buf: bytes, start: int, stop: int) -> _Tensor:
+def _parse_tensor(buf: bytes | memoryview, start: int, stop: int) -> _Tensor:
     t = _Tensor()
     for fnum, wtype, val in _fields(buf, start, stop):
         if fnum == 1:
@@ -145,16 +149,16 @@ def _parse_tensor(buf: bytes, start: int, stop: int) -> _Tensor:
                     t.dims.append(_signed64(d))
         elif fnum == 2 and wtype == 2:
             a, b = val  # type: ignore[misc]
-            t.ttype = buf[a:b].decode("utf-8", errors="strict")
+            t.ttype = bytes(buf[a:b]).decode("utf-8", errors="strict")
         elif fnum == 3 and wtype == 2:
             a, b = val  # type: ignore[misc]
             t.content.append(buf[a:b])
     return t
 
 
-def _strip_crc(blob: bytes) -> bytes:
+def _strip_crc(blob: bytes | mmap.mmap) -> bytes | mmap.mmap | memoryview:
     if len(blob) >= _CRC_LEN and blob[-_CRC_LEN:-10] == _CRC_TRAILER:
-        body = blob[:-_CRC_LEN]
+        body = memoryview(blob)[:-_CRC_LEN]
         want = int.from_bytes(blob[-10:], "big")
         if binascii.crc32(body, 0) != want:
             raise CheckpointError("CRC check failed (the file is damaged)")
@@ -162,13 +166,15 @@ def _strip_crc(blob: bytes) -> bytes:
     return blob
 
 
-def decode_checkpoint(blob: bytes) -> list[MsEntry]:
-    """Parse the bytes of a MindSpore ``.ckpt`` file into entries, in file order.
+def decode_checkpoint(blob: bytes | mmap.mmap, *, shapes_only: bool = False) -> list[MsEntry]:
+    """Parse the bytes of a MindSpore ``.ckpt`` file into entries, in file order
+    (``shapes_only``: arrays are zero-stride stand-ins, their bytes checked for size, not
+    copied).
 
     Raises:
         CheckpointError: not a MindSpore checkpoint, truncated, corrupt or encrypted.
     """
-    body = _strip_crc(blob)
+    body = memoryview(_strip_crc(blob))  # slices of it copy nothing (a mapped file stays unread)
     if not body:
         raise CheckpointError("empty file")
     # (name, tensor) pairs; consecutive slices of one parameter are merged below
@@ -183,7 +189,7 @@ def decode_checkpoint(blob: bytes) -> list[MsEntry]:
             for vf, vw, vv in _fields(body, a, b):
                 if vf == 1 and vw == 2:
                     s, e = vv  # type: ignore[misc]
-                    tag = body[s:e].decode("utf-8")
+                    tag = bytes(body[s:e]).decode("utf-8")
                 elif vf == 2 and vw == 2:
                     s, e = vv  # type: ignore[misc]
                     tensor = _parse_tensor(body, s, e)
@@ -205,13 +211,18 @@ def decode_checkpoint(blob: bytes) -> list[MsEntry]:
         while j < len(raw) and raw[j][0] == name and raw[j][1] is not None:
             chunks.extend(raw[j][1].content)  # type: ignore[union-attr]
             j += 1
-        out.append(_entry(name, t, b"".join(chunks)))
+        if shapes_only and t.ttype != "str":
+            out.append(_entry(name, t, sum(map(len, chunks))))
+        else:
+            out.append(_entry(name, t, b"".join(chunks)))
         i = j
     return out
 
 
-def _entry(name: str, t: _Tensor, content: bytes) -> MsEntry:
+def _entry(name: str, t: _Tensor, content: bytes | int) -> MsEntry:
+    """One entry; ``content`` an int (its size) for a shape-only stand-in."""
     if t.ttype == "str":
+        assert isinstance(content, bytes)
         n = len(content) // 4
         text = np.frombuffer(content, dtype=f"<U{n}")[0] if n else ""
         return MsEntry(name, "str", np.array(str(text)))
@@ -223,11 +234,14 @@ def _entry(name: str, t: _Tensor, content: bytes) -> MsEntry:
     if any(d < 0 for d in dims):
         raise CheckpointError(f"parameter {name!r} has negative dims {dims}")
     count = int(np.prod(dims)) if dims else 1
-    if len(content) != count * np_dt.itemsize:
+    size = content if isinstance(content, int) else len(content)
+    if size != count * np_dt.itemsize:
         raise CheckpointError(
-            f"parameter {name!r}: {len(content)} bytes of data for shape {tuple(dims)} "
+            f"parameter {name!r}: {size} bytes of data for shape {tuple(dims)} "
             f"{dtype} (want {count * np_dt.itemsize}); the file is truncated or corrupt"
         )
+    if isinstance(content, int):
+        return MsEntry(name, dtype, stand_in(dtype, tuple(dims)))
     arr = np.frombuffer(content, dtype=np_dt).astype(np_dt.newbyteorder("="), copy=True)
     return MsEntry(name, dtype, arr.reshape(dims))
 
@@ -253,13 +267,20 @@ def _enc_len(fnum: int, payload: bytes) -> bytes:
     return _enc_varint(fnum << 3 | 2) + _enc_varint(len(payload)) + payload
 
 
-def encode_checkpoint(entries: list[tuple[str, str, np.ndarray]]) -> bytes:
+def encode_checkpoint(entries: Iterable[tuple[str, str, np.ndarray]]) -> bytes:
     """Serialise ``(name, canonical dtype, storage array)`` triples the way MindSpore does.
 
     The layout matches ``mindspore.save_checkpoint`` (one ``Checkpoint`` message per parameter,
     unpacked dims, no dims for scalars), so ``mindspore.load_checkpoint`` reads the result.
     """
-    parts = []
+    buf = io.BytesIO()
+    write_checkpoint(buf, entries)
+    return buf.getvalue()
+
+
+def write_checkpoint(f: BinaryIO, entries: Iterable[tuple[str, str, np.ndarray]]) -> None:
+    """:func:`encode_checkpoint` into an open file, one parameter at a time: each tensor's data
+    goes from its array to the file (no copy of the whole checkpoint in memory)."""
     for name, dtype, arr in entries:
         ms_type = DTYPE_TO_MS_TYPE.get(dtype)
         if ms_type is None:
@@ -267,8 +288,13 @@ def encode_checkpoint(entries: list[tuple[str, str, np.ndarray]]) -> bytes:
         if arr.size == 0:
             raise CheckpointError(f"MindSpore checkpoints cannot hold empty tensors ({name!r})")
         a = np.asarray(arr, dtype=storage_dtype(dtype).newbyteorder("<"), order="C")
-        tensor = b"".join(_enc_varint(1 << 3 | 0) + _enc_varint(int(d)) for d in a.shape)
-        tensor += _enc_len(2, ms_type.encode()) + _enc_len(3, a.tobytes())
-        value = _enc_len(1, name.encode("utf-8")) + _enc_len(2, tensor)
-        parts.append(_enc_len(1, value))
-    return b"".join(parts)
+        data = a.reshape(-1).view(np.uint8).data
+        head = b"".join(_enc_varint(1 << 3 | 0) + _enc_varint(int(d)) for d in a.shape)
+        head += _enc_len(2, ms_type.encode()) + _enc_varint(3 << 3 | 2) + _enc_varint(len(data))
+        tensor_len = len(head) + len(data)
+        name_field = _enc_len(1, name.encode("utf-8"))
+        value_len = len(name_field) + len(_enc_varint(2 << 3 | 2)) + len(
+            _enc_varint(tensor_len)) + tensor_len
+        f.write(_enc_varint(1 << 3 | 2) + _enc_varint(value_len) + name_field
+                + _enc_varint(2 << 3 | 2) + _enc_varint(tensor_len) + head)
+        f.write(data)

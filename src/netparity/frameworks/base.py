@@ -415,8 +415,9 @@ class FrameworkAdapter(abc.ABC):
         return {}
 
     # ---- checkpoints -----------------------------------------------------------------------
-    def read_checkpoint(self, path: Path) -> CheckpointData:
-        """Read this framework's own checkpoint file (arrays in storage dtypes)."""
+    def read_checkpoint(self, path: Path, *, shapes_only: bool = False) -> CheckpointData:
+        """Read this framework's own checkpoint file (arrays in storage dtypes; with
+        ``shapes_only`` zero-stride stand-ins of the right shape and dtype, no data read)."""
         raise self._unsupported("reading checkpoints")
 
     def write_checkpoint(self, path: Path, items: list[tuple[str, str, np.ndarray]]) -> None:

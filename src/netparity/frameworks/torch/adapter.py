@@ -427,10 +427,10 @@ class TorchAdapter(FrameworkAdapter):
 
         return capture(model, path, **kwargs)
 
-    def read_checkpoint(self, path: Path) -> CheckpointData:
+    def read_checkpoint(self, path: Path, *, shapes_only: bool = False) -> CheckpointData:
         from netparity.frameworks.torch import ckpt_io
 
-        return ckpt_io.read(path)
+        return ckpt_io.read(path, shapes_only=shapes_only)
 
     def write_checkpoint(self, path: Path, items: list[tuple[str, str, np.ndarray]]) -> None:
         from netparity.frameworks.torch import ckpt_io

@@ -38,8 +38,9 @@ def _one_line(e: BaseException) -> str:
     return (text[0] if text else type(e).__name__)[:300]
 
 
-def read(p: Path) -> CheckpointData:
-    """Read a PyTorch checkpoint safely (``weights_only=True``) into storage arrays.
+def read(p: Path, *, shapes_only: bool = False) -> CheckpointData:
+    """Read a PyTorch checkpoint safely (``weights_only=True``) into storage arrays
+    (``shapes_only``: onto the ``meta`` device, as zero-stride stand-ins: no data is read).
 
     Raises:
         CheckpointError: the file needs arbitrary unpickling, is corrupt or holds no tensors.
@@ -50,7 +51,8 @@ def read(p: Path) -> CheckpointData:
             # (a file object, not the path: torch.load sends a path named .safetensors to the
             # safetensors reader, whatever the bytes are)
             with inputs.open_binary(p, error=CheckpointError, what="checkpoint") as f:
-                obj = torch.load(f, weights_only=True, map_location="cpu")
+                obj = torch.load(f, weights_only=True,
+                                 map_location="meta" if shapes_only else "cpu")
     except pickle.UnpicklingError as e:
         msg = str(e)
         detail = next((ln.strip() for ln in msg.splitlines()
@@ -132,10 +134,14 @@ def torch_to_numpy(t: torch.Tensor) -> tuple[np.ndarray, str]:
 
     if t.is_sparse or t.is_quantized:
         raise CheckpointError("sparse and quantized tensors are not supported")
-    t = t.detach().cpu().contiguous()
     name = DTYPE_NAMES.get(t.dtype, "")
     if name not in DTYPES:
         raise CheckpointError(f"unsupported PyTorch dtype {t.dtype}")
+    if t.is_meta:  # shape only (a shapes_only read, a model built on the meta device)
+        from netparity.dtypes import stand_in
+
+        return stand_in(name, tuple(t.shape)), name
+    t = t.detach().cpu().contiguous()
     if name == "bfloat16":
         return t.view(torch.int16).numpy().view(np.uint16).copy(), name
     if name.startswith("float8"):
