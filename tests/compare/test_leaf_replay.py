@@ -57,7 +57,9 @@ def test_port_defaults_are_named_at_every_introducing_leaf(ref: Path, tmp_path: 
     assert (1, "blocks.0.norm1") in names  # parametrised: from step 1 (weights after step 0)
     assert all(n.endswith(("mlp.act", "norm1", "norm2")) or n == "norm" for _, n in names)
     assert any("also introducing" in n for n in r.notes)
-    fails = [p for p in r.pairs if p.metrics.get("leaf_replay") and p.status == "fail"]
+    # (a leaf with weights between its bound and PORT_FACTOR x it is left to the table)
+    fails = [p for p in r.pairs if p.metrics.get("leaf_replay") and p.status == "fail"
+             and "verdict" not in p.metrics["leaf_replay"]]
     assert fails and all("float64 replay" in p.reason for p in fails)
 
 

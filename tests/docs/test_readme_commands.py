@@ -118,5 +118,5 @@ def test_every_readme_command_runs_and_prints_what_the_readme_shows(tmp_path: Pa
     # every walk-through ran: demo, ckpt, step, run/compare, numerics, perf, scan, the API
     assert ran >= 15, seen
     for sub in ("demo", "ckpt map", "ckpt diff", "step", "run -o", "compare", "view",
-                "numerics", "perf", "scan", "precision"):
+                "numerics", "perf", "scan", "precision", "bisect"):
         assert any(f"netparity {sub}" in c for c in seen), (sub, seen)

@@ -11,8 +11,8 @@ attributes + the weights the forward used) and:
   reference's captured inputs (its own rounding; a replay that misses it by more than
   ``SELF_TOLERANCE`` is not evidence: the call is left to the table);
 * ``cand_local`` = normwise error of the candidate's captured output against the same module
-  replayed on the *candidate's* inputs (with the candidate's own weights where its trace has
-  them, else the reference's): what the candidate's layer computes differently, free of what
+  replayed on the *candidate's* inputs (with the candidate's own weights, and with the
+  reference's: the smaller): what the candidate's layer computes differently, free of what
   its inputs carried in.
 
 The bound is step's replay bound (:func:`netparity.compare.noise.replay_bound`): ``NOISE_K`` x
@@ -23,7 +23,12 @@ replayed noise"). A container keeps the table's verdict: its own code between it
 attention's scaling of its logits) is not replayed, so its leaves agreeing does not clear it.
 
 Weights: the trace holds parameters after each update, so a step's forward used the previous
-step's; parametrised leaves at step 0 are not replayed (parameter-free ones are). A subclass from another library
+step's; parametrised leaves at step 0 are not replayed (parameter-free ones are). Even then the
+weights a forward used are not certain (``netparity step`` starts the candidate's later steps
+from the reference's state; a loop may update between calls), so a leaf with weights over its
+bound is judged only beyond :data:`PORT_FACTOR` x it with either side's weights, and left to
+the table between the two (measured on a faithful PyTorch -> MindSpore ViT: linears 4-11x with
+the wrong side's weights, at most 0.12x with the better; LayerNorm eps 1e-7: 115x). A subclass from another library
 (timm's ``LayerNorm``) is recorded as its nearest ``torch.nn`` base and replayed as that base only
 when the replay makes the reference's own output again to ``FLOOR_EPS`` units. Not replayed
 either: classes outside ``torch.nn`` (a name from a trace is looked up in ``torch.nn.modules``
@@ -42,6 +47,11 @@ from netparity.capture.notes import read_notes
 from netparity.compare.noise import FLOOR_EPS, replay_bound, unit_roundoff
 from netparity.compare.results import CompareResult
 
+#: a leaf with weights is held to ``PORT_FACTOR`` x its bound, not 1x: its trace may not hold
+#: the weights its forward used (module docstring), so only a difference this far beyond
+#: the noise with either side's weights is called the module's own (issue 28: "a port
+#: difference 100x above the noise is a FAIL in every command")
+PORT_FACTOR = 100.0
 #: a reference replay that misses its own captured output by more than this is no evidence
 SELF_TOLERANCE = 1e-3
 
@@ -136,14 +146,27 @@ def replay_leaves(result: CompareResult, ref_tr: Any, cand_tr: Any, rank: int = 
                              else SELF_TOLERANCE):
             continue  # the replay does not make the reference's own output again
         cand_local = normwise(cand_out.reshape(c64.shape), c64)
+        if names:  # the weights its output was made with are not certain: try both sides'
+            alt = run_leaf(mr, [x.reshape(y.shape) for x, y in zip(c_in, r_in)])
+            if alt is not None and alt.size == cand_out.size:
+                cand_local = min(cand_local, normwise(cand_out.reshape(alt.shape), alt))
         bound = replay_bound(ref_local, a.dtype, b.dtype)  # step's replay bound
         replayed += 1
         ev = {"ref_local": ref_local, "cand_local": cand_local, "bound": bound,
-              "weights": "none" if not names else (
-                  "candidate's" if all(wc[n] is not wr[n] for n in names) else "reference's")}
+              "weights": "none" if not names else "the candidate's or the reference's"}
         pr = table.get(outs[0])
         pr.metrics["leaf_replay"] = ev
-        if cand_local > bound:
+        if bound < cand_local <= PORT_FACTOR * bound and names:
+            # a leaf with weights: the trace holds each side's weights after every update,
+            # but not always the ones the forward used (`netparity step` resynchronises the
+            # candidate to the reference's state; a user's loop may update between calls), so
+            # a weight difference could pass for a code difference: not judged, the table's
+            # verdict stands (a faithful torch -> MindSpore ViT's linears measured 4-11x with
+            # the wrong side's weights, 0.12x with the right ones); beyond PORT_FACTOR x with
+            # either side's weights it is the module's code (ViT LayerNorm eps 1e-7: 115x)
+            ev["verdict"] = (f"not judged: a leaf with weights over its bound but within "
+                             f"{PORT_FACTOR:g}x it")
+        elif cand_local > bound:
             introduced.append((c.step, c.order, c.module, c.cand_module))
             ratio = cand_local / max(bound, 1e-300)
             pr.status = "fail"
