@@ -224,3 +224,34 @@ def test_train_one_step_cell_same_answers(tmp_path, way) -> None:  # type: ignor
     # zero-code the root is the TrainOneStepCell: Cell paths carry its wrappers' prefix
     assert rc == 1 and (o["direction"], o["step"], o["module"].removeprefix(pre),
                         o["verdict"]) == ("backward", 2, "1", "introduced"), o
+
+
+@pytest.mark.slow
+def test_graph_mode_dump_says_what_it_cannot_see(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """GRAPH_MODE (head left out + frozen layer, ``TrainOneStepCell``): zero-code (``netparity
+    run`` imports MindSpore's dump into ``OUT-graph``) and in-code (``netparity msdump config``
+    + ``msdump import``) give the same numerics answer, and a healthy one names what a graph
+    dump cannot see (the optimizer's parameter list, the learning rate, the loss) instead of a
+    silent HEALTHY."""
+    script = tmp_path / "train.py"
+    script.write_text(HEAD_FROZEN.replace("ms.PYNATIVE_MODE", "ms.GRAPH_MODE") + LOOP_TRAIN_CELL)
+    run = [sys.executable, "-m", "netparity"]
+    env = _env()
+    subprocess.run([*run, "run", "-o", str(tmp_path / "zero"), "--", "python", str(script)],
+                   env=env, capture_output=True, timeout=300, cwd=tmp_path, check=True)
+    cfg = tmp_path / "dump.json"
+    subprocess.run([*run, "msdump", "config", "-o", str(cfg), "--dir", str(tmp_path / "raw"),
+                    "--iteration", "0-4"], env=env, capture_output=True, check=True)
+    subprocess.run([sys.executable, str(script)], env={**env, "MINDSPORE_DUMP_CONFIG": str(cfg)},
+                   capture_output=True, timeout=300, cwd=tmp_path, check=True)
+    subprocess.run([*run, "msdump", "import", str(tmp_path / "raw"), "-o",
+                    str(tmp_path / "in")], env=env, capture_output=True, check=True)
+    answers = []
+    for out in (tmp_path / "zero-graph", tmp_path / "in"):
+        rc, report = numerics(out)
+        answers.append((rc, report["problems"], report["unseen"]))
+        assert any("optimizer's parameter list" in u for u in report["unseen"])
+        text = subprocess.run([*run, "numerics", str(out)], env=env, capture_output=True,
+                              text=True).stdout
+        assert "not seen by this trace (MindSpore graph dump)" in " ".join(text.split())
+    assert answers[0] == answers[1]
