@@ -169,3 +169,89 @@ def test_backward_nan_names_the_cell(tmp_path, way) -> None:  # type: ignore[no-
     assert o["verdict"] == "introduced"
     assert "op level is not available for MindSpore backward" in o["cause"]
     assert report["problems"][0] == "non-finite values from 1 (backward, step 2)"
+
+
+#: the same loop with MindSpore's training-step Cell: zero-code, the ``TrainOneStepCell`` is the
+#: root (the optimizer inside it; its state and its ``weights`` are not the network's)
+LOOP_TRAIN_CELL = textwrap.dedent(
+    """
+    cap = None
+    if len(sys.argv) > 1:
+        import netparity
+        cap = netparity.capture(net, sys.argv[1], optimizer=opt, **KW)
+        cap.install()
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), opt)
+    for step in range(STEPS):
+        x, y = batch(step)
+        loss = train(x, y)
+        if cap is not None:
+            cap.record_loss(loss)
+            cap.step()
+    if cap is not None:
+        cap.close()
+    """
+)
+
+
+def _train_cell(tmp_path: Path, name: str, body: str, way: str) -> Path:
+    """:func:`capture_both_ways` of ``body`` trained by ``TrainOneStepCell`` (the script ends
+    before :data:`LOOP`), in ``tmp_path / name``."""
+    d = tmp_path / name
+    d.mkdir()
+    return capture_both_ways(d, body + LOOP_TRAIN_CELL + "\nraise SystemExit(0)\n", way)
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_train_one_step_cell_same_answers(tmp_path, way) -> None:  # type: ignore[no-untyped-def]
+    """The three failing scripts trained by ``TrainOneStepCell``: the same verdicts both ways
+    (before: zero-code judged the optimizer's state and its parameter list as the model's,
+    and hooking the optimizer's learning-rate Cell broke its graph on a dynamic rate)."""
+    pre = "network._backbone."
+    out = _train_cell(tmp_path, "head_frozen", HEAD_FROZEN, way)
+    _, stuck = weight_updates(out)
+    assert {p.name: p.severity for p in stuck} == {
+        f"{pre}4.weight": "fail", f"{pre}4.bias": "fail", f"{pre}2.weight": "warn",
+        f"{pre}2.bias": "warn"}
+    out = _train_cell(tmp_path, "warmup", WARMUP, way)
+    rc, report = numerics(out)
+    e = report["explosion"]
+    assert rc == 1 and e["found"] and "likely cause" in e["lr_cause"], e
+    assert dict((int(s), v) for s, v in e["lr"])[18] == pytest.approx(0.002 * 1.45 ** 18,
+                                                                      rel=1e-5)
+    out = _train_cell(tmp_path, "sqrt", SQRT, way)
+    rc, report = numerics(out)
+    o = report["first_nonfinite"]
+    # zero-code the root is the TrainOneStepCell: Cell paths carry its wrappers' prefix
+    assert rc == 1 and (o["direction"], o["step"], o["module"].removeprefix(pre),
+                        o["verdict"]) == ("backward", 2, "1", "introduced"), o
+
+
+@pytest.mark.slow
+def test_graph_mode_dump_says_what_it_cannot_see(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """GRAPH_MODE (head left out + frozen layer, ``TrainOneStepCell``): zero-code (``netparity
+    run`` imports MindSpore's dump into ``OUT-graph``) and in-code (``netparity msdump config``
+    + ``msdump import``) give the same numerics answer, and a healthy one names what a graph
+    dump cannot see (the optimizer's parameter list, the learning rate, the loss) instead of a
+    silent HEALTHY."""
+    script = tmp_path / "train.py"
+    script.write_text(HEAD_FROZEN.replace("ms.PYNATIVE_MODE", "ms.GRAPH_MODE") + LOOP_TRAIN_CELL)
+    run = [sys.executable, "-m", "netparity"]
+    env = _env()
+    subprocess.run([*run, "run", "-o", str(tmp_path / "zero"), "--", "python", str(script)],
+                   env=env, capture_output=True, timeout=300, cwd=tmp_path, check=True)
+    cfg = tmp_path / "dump.json"
+    subprocess.run([*run, "msdump", "config", "-o", str(cfg), "--dir", str(tmp_path / "raw"),
+                    "--iteration", "0-4"], env=env, capture_output=True, check=True)
+    subprocess.run([sys.executable, str(script)], env={**env, "MINDSPORE_DUMP_CONFIG": str(cfg)},
+                   capture_output=True, timeout=300, cwd=tmp_path, check=True)
+    subprocess.run([*run, "msdump", "import", str(tmp_path / "raw"), "-o",
+                    str(tmp_path / "in")], env=env, capture_output=True, check=True)
+    answers = []
+    for out in (tmp_path / "zero-graph", tmp_path / "in"):
+        rc, report = numerics(out)
+        answers.append((rc, report["problems"], report["unseen"]))
+        assert any("optimizer's parameter list" in u for u in report["unseen"])
+        text = subprocess.run([*run, "numerics", str(out)], env=env, capture_output=True,
+                              text=True).stdout
+        assert "not seen by this trace (MindSpore graph dump)" in " ".join(text.split())
+    assert answers[0] == answers[1]

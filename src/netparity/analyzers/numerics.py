@@ -148,6 +148,9 @@ class NumericsResult:
     notes: list[str] = field(default_factory=list)
     #: the run's modules, (path, class), first call order (the network view's tree)
     modules: list[tuple[str, str]] = field(default_factory=list)
+    #: what this kind of trace cannot show (a MindSpore graph dump: :data:`GRAPH_DUMP_UNSEEN`),
+    #: said with the verdict so that a healthy one is never silent about it
+    unseen: list[str] = field(default_factory=list)
 
     @property
     def problems(self) -> list[str]:
@@ -630,6 +633,16 @@ def nothing_to_judge(tr: Trace, rank: int | None = None) -> str | None:
             + f" holds no {what}")
 
 
+#: what a trace imported from MindSpore's graph-mode dump (``netparity run``'s ``OUT-graph``,
+#: ``netparity msdump import``) cannot show: the dump holds kernels and parameters only
+GRAPH_DUMP_UNSEEN = [
+    "the loss (no loss records: the loss explosion check has nothing to judge)",
+    "the learning rate per step",
+    "the optimizer's parameter list (a parameter left out of it looks frozen)",
+    "parameter gradients by name (no gradient records)",
+]
+
+
 def analyze(trace: Trace | str | os.PathLike[str], *, rank: int | None = None,
             losses: list[tuple[int, float]] | None = None, top: int = 15,
             explosion_factor: float = 10.0) -> NumericsResult:
@@ -682,6 +695,8 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int | None = None,
         res.notes.append("the run was stopped live at a non-finite output that the trace does "
                          "not hold (module-level capture): see the live stop")
     res.loss_scale = loss_scale_history(tr, rank=r0)
+    if tr.manifest.get("source") == "mindspore-dump":
+        res.unseen = list(GRAPH_DUMP_UNSEEN)
     if rank is None:
         res.ranks_consistent = rank_consistency(tr)
     return res

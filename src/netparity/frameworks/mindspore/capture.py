@@ -209,6 +209,8 @@ class MindSporeCapture(CaptureSession):
         if opt is not None and isinstance(opt, nn.Cell) and all(c is not opt for _, c in cells):
             cells.append(("optimizer", opt))
         for name, cell in cells:
+            if id(cell) in self._opt_ids and not isinstance(cell, nn.Optimizer):
+                continue  # inside an optimizer (its learning-rate Cell): compiled with it
             self._hook_forward(name, cell)
             if not isinstance(cell, nn.Cell):  # a compat-layer module: forward hooks only
                 continue
@@ -224,7 +226,9 @@ class MindSporeCapture(CaptureSession):
             self._handles.append(cell.register_forward_hook(
                 functools.partial(self._scale_post, how), with_kwargs=True))
         if "backward" in self.policy.directions:
-            for p in self.model.trainable_params():
+            for p in self.model_params():
+                if not p.requires_grad:
+                    continue
                 self._handles.append(p.register_hook(functools.partial(self._param_grad, p.name)))
         if self.policy.ops:
             from mindspore.graph import jit_context as jc
@@ -245,6 +249,24 @@ class MindSporeCapture(CaptureSession):
                     self.notes.append("another capture wraps MindSpore's Tensor operators: "
                                       "x * y, x - y, x / y are not recorded by this one")
         return self
+
+    def model_params(self) -> list[Any]:
+        """The model's parameters, without an optimizer's inside it (a ``TrainOneStepCell``
+        root holds its optimizer: its state -- ``learning_rate``, ``accum.*``, ``moments.*`` --
+        and the parameter list it (and the wrapper's ``weights``) was built with are the
+        optimizer's, not the network's)."""
+        if not any(id(c) in self._opt_ids for _, c in self.model.cells_and_names()):
+            return list(self.model.get_parameters())
+        held = {id(p) for c in self._known_opts for p in getattr(c, "parameters", ()) or ()}
+        seen: dict[int, Any] = {}
+        for name, cell in self.model.cells_and_names():
+            own = getattr(cell, "parameters_and_names", None)
+            if id(cell) in self._opt_ids or own is None:
+                continue
+            for _, p in own(expand=False):
+                if name or id(p) not in held:  # the wrapper's own `weights`: the optimizer's
+                    seen.setdefault(id(p), p)
+        return list(seen.values())
 
     def _hook_forward(self, name: str, cell: Any) -> None:
         self._paths[id(cell)] = name
@@ -382,7 +404,7 @@ class MindSporeCapture(CaptureSession):
         if self._known_opts or self._lr_log:
             from netparity.frameworks.mindspore.optnotes import optimizer_section
 
-            sections["optimizers"] = optimizer_section(self.model, self._known_opts,
+            sections["optimizers"] = optimizer_section(self.model_params(), self._known_opts,
                                                        self._stepped_opts, self._lr_log)
         if sections:
             write_notes(self.writer.rank_dir, sections)
@@ -434,7 +456,7 @@ class MindSporeCapture(CaptureSession):
             self._timer.step()
         self._drain_graph()
         if self.active:
-            for p in self.model.get_parameters():
+            for p in self.model_params():
                 if self.policy.wants_name(p.name):
                     self._emit_one(Record(kind="param", op="param",
                                           module=p.name, direction="update", role="param"), p)

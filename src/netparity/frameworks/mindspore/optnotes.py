@@ -81,14 +81,14 @@ def _params(opt: Any) -> list[Any]:
     return list(getattr(opt, "parameters", ()) or ())
 
 
-def optimizer_section(model: Any, opts: Iterable[Any], stepped: list[Any],
+def optimizer_section(params: Iterable[Any], opts: Iterable[Any], stepped: list[Any],
                       lr_log: list[tuple[int, int, list[float | None]]]) -> dict[str, Any]:
     """The ``optimizers`` section: ``stepped`` (in the order they first stepped) with their
     parameter counts, the learning rates, and the model's parameters in none of ``opts``."""
     held = {id(p) for o in opts for p in _params(o)}
     frozen: list[str] = []
     missing: list[str] = []
-    for p in model.get_parameters():
+    for p in params:
         if id(p) not in held:
             (missing if p.requires_grad else frozen).append(str(p.name))
     return {"optimizers": [{"class": type(o).__name__,
