@@ -39,9 +39,17 @@ def test_dtype_pair_one_low_precision_module_is_found(bisect: object, option: di
 
 def test_bfloat16_autocast_everywhere_names_the_module_that_loses_most(bisect: object) -> None:
     """Autocast rounds the raw inputs at the first linear layer: that module carries most of
-    the difference (switched back alone it removes >= 90 %)."""
+    the difference. How much depends on the CPU's bfloat16 kernels: switched back alone it
+    removes 93 % with AVX-512 (FOUND) but 76 % under ATEN_CPU_CAPABILITY=default, where the
+    rest is spread over the blocks -- and bisect says SPREAD rather than claim a culprit
+    (its threshold is 90 %); either way the search narrows to ``embed`` first."""
     r = bisect(SPEC, SPEC, options={"gain": 8}, cand_options={"autocast": "bfloat16"})  # type: ignore[operator]
-    assert not r and r.verdict == "found" and r.region == "embed"
+    assert not r and r.chain and r.chain[0] == "embed", (r.verdict, r.chain, r.runs)
+    if r.verdict == "found":
+        assert r.region == "embed" and (r.fix_share or 0) >= 0.9
+    else:
+        assert r.verdict == "spread" and r.region is None
+        assert max(x.share for x in r.runs if x.switched == ["embed"]) >= 0.6, r.runs
 
 
 def test_cli_faithful_pair_agrees_and_json(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ the reference's own ``|ref - ref64|``, at step 0 and at every later step, and th
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,10 @@ def test_compiled_only_gradient_bug_is_beyond_the_golden_floor(tmp_path, steps) 
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("ATEN_CPU_CAPABILITY") == "default",
+                    reason="known limit (README): under the portable ATen kernels the eager "
+                           "reference lands 0.039 from float64 and inductor's kernels 0.287 "
+                           "(7.4x, over the golden floor's 5x) on this chaotic row")
 def test_chaotic_faithful_compiled_pair_passes_by_the_golden_floor(tmp_path) -> None:
     """torchvision ResNet-18 at 32 px eager vs torch.compile (inductor): layer4's BatchNorms
     normalise 2 values per channel, the compiled kernels' rounding lands 0.2-0.3 (normwise) off
