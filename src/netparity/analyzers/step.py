@@ -1047,6 +1047,16 @@ def judge_update(r0: CompareResult, deltas: list[dict[str, Any]], order: dict[st
     return upd
 
 
+def ops_only(r: CompareResult, direction: str) -> bool:
+    """True when every module-level pair of ``direction`` (backward: and every parameter
+    gradient) agrees: an operator-level divergence there is then no culprit (issue 28, deliver
+    4: op level is never worse than module level; a culprit is reported only inside a module
+    that itself diverges). False without module-level pairs (an op-only trace)."""
+    mods = [p for p in r.pairs if p.kind == "module" and p.direction == direction]
+    grads = [p for p in r.pairs if p.kind == "grad"] if direction == "backward" else []
+    return bool(mods) and not any(p.status == "fail" for p in (*mods, *grads))
+
+
 def later_step_divergence(r: CompareResult, step: int, deltas: list[dict[str, Any]],
                           order: dict[str, int], lr_ref: float | None,
                           lr_cand: float | None = None,
@@ -1057,13 +1067,15 @@ def later_step_divergence(r: CompareResult, step: int, deltas: list[dict[str, An
     phases in ``cleared`` (replay showed their difference is no one's own) are passed over;
     running statistics explained by their layer's input go to ``explained``."""
     d = r.first_divergence
-    if d is not None and d.status == "fail" and "forward" not in cleared:
+    if d is not None and d.status == "fail" and "forward" not in cleared \
+            and not ops_only(r, "forward"):
         return ("forward", d.module or d.op,
                 f"forward diverges first at {d.module or '<root>'} ({d.op}, {d.verdict})")
     if loss_carried(r, step, grad_scale)[0]:
         return "loss", "loss", "the loss differs while every forward output agrees"
     db = r.first_backward
-    if db is not None and db.status == "fail" and "backward" not in cleared:
+    if db is not None and db.status == "fail" and "backward" not in cleared \
+            and not ops_only(r, "backward"):
         return ("backward", db.module or db.op,
                 f"gradient flowing back diverges first at {db.module or '<root>'} ({db.verdict})")
     grads = [g for g in r.divergent_params("grad") if g.status == "fail"]

@@ -611,21 +611,20 @@ def run_step_parity(
 
 def _ops_within_agreeing_modules(result: StepResult) -> None:
     """At ``--level both`` an operator-level divergence is a culprit only inside a module that
-    itself diverges (issue 28, deliver 4: op level never worse than module level): where every
-    module-level pair of the direction agrees, a phase failed by operator pairs alone is
-    cleared and says so. (A bfloat16 candidate's loss, 0.7 % off, is carried by the ops that
+    itself diverges (:func:`netparity.analyzers.step.ops_only`; later steps apply the same
+    rule): where every module-level pair of the direction agrees, a phase failed by operator
+    pairs alone is cleared and says so. (A bfloat16 candidate's loss, 0.7 % off, is carried by the ops that
     read it after the model returned, which were judged against float32 noise.)"""
+    from netparity.analyzers.step import ops_only
+
     r0 = result.compare_step0
     if r0 is None:
         return
     for direction in ("forward", "backward"):
         ph = result.phase(direction)
-        if ph.status != "fail":
+        if ph.status != "fail" or not ops_only(r0, direction):
             continue
         mods = [p for p in r0.pairs if p.kind == "module" and p.direction == direction]
-        grads = [p for p in r0.pairs if p.kind == "grad"] if direction == "backward" else []
-        if not mods or any(p.status == "fail" for p in (*mods, *grads)):
-            continue
         first = ph.where
         ph.status, ph.where, ph.step = "pass", "", None
         ph.summary = (f"every module's {direction} output agrees ({len(mods)} module-level "
