@@ -18,7 +18,7 @@ difference (a second independent mistake is named too); op replay stops there.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,18 +138,30 @@ def _sampled_noise(want: Tensors, run: Callable[[], list[tuple[str, np.ndarray]]
     return max(normwise_error(wanted, _in_order(want, run())) for _ in range(NOISE_SAMPLES))
 
 
-def kept_states(trace: str, *models: Any) -> list[Any]:
-    """The models' states, to restore them after a replay: kept on disk next to ``trace`` (a
-    :class:`netparity.workflow.states.SpilledState`, read back one array at a time) when that
-    folder is writable, else in memory."""
-    from netparity.ckpt.mapping import state_of
-    from netparity.workflow.states import StateStore
+class _Keeper:
+    """Where a replay keeps whole-model states: on disk next to a trace (a
+    :class:`netparity.workflow.states.StateStore`, read back one array at a time) when that
+    folder is writable, else in memory. Its files are removed once the states are garbage."""
 
-    try:
-        store = StateStore(Path(trace).parent)
-    except OSError:
-        return [state_of(m) for m in models]
-    return [store.spill(state_of(m)) for m in models]  # removed once they are garbage
+    def __init__(self, trace: str) -> None:
+        from netparity.workflow.states import StateStore
+
+        try:
+            self.store: Any = StateStore(Path(trace).parent)
+        except OSError:
+            self.store = None
+
+    def model(self, model: Any) -> Any:
+        """The model's state now (``state_of(model)``), kept."""
+        from netparity.ckpt.mapping import state_of
+
+        return state_of(model) if self.store is None else self.store.spill_model(model)
+
+
+def kept_states(trace: str, *models: Any) -> list[Any]:
+    """The models' states, to restore them after a replay (see :class:`_Keeper`)."""
+    keep = _Keeper(trace)
+    return [keep.model(m) for m in models]
 
 
 def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: str,
@@ -777,23 +789,49 @@ def _cand_out_dtype(c: CallResult, direction: str, cand: _Calls, default: str) -
 FACTOR_MATCH = 5e-2
 
 
-def _step_records(tr: Any, step: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray],
-                                               dict[str, str]]:
-    """(gradients, values after the update, dtypes) of one step, by parameter name."""
-    grads: dict[str, np.ndarray] = {}
-    after: dict[str, np.ndarray] = {}
+class _Payloads(Mapping[str, np.ndarray]):
+    """Some records' payloads by parameter name, each read from the trace when it is looked
+    up (a fresh array, read with ``pread``: not a page of a memory map that stays resident
+    while the trace is open), so a whole step's gradients or parameters are not held at once.
+    ``flat``: raveled, in float32 / float64 (widened where they are used)."""
+
+    def __init__(self, tr: Any, recs: dict[str, Any], flat: bool = False) -> None:
+        self.tr, self._recs, self.flat = tr, recs, flat
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        r = self._recs[name]
+        with self.tr.payload_reader(r) as pr:
+            a = np.array(pr.read(0, pr.count), copy=True)
+        a = a.reshape(tuple(r.shape)) if len(r.shape) else a.reshape(())
+        if not self.flat:
+            return a
+        return (a if a.dtype in (np.float32, np.float64) else a.astype(np.float64)).ravel()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._recs)
+
+    def __len__(self) -> int:
+        return len(self._recs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._recs
+
+
+def _step_records(tr: Any, step: int) -> tuple[Mapping[str, np.ndarray],
+                                               Mapping[str, np.ndarray], dict[str, str]]:
+    """(gradients, values after the update, dtypes) of one step, by parameter name; the
+    arrays are read when they are looked up (:class:`_Payloads`)."""
+    grads: dict[str, Any] = {}
+    after: dict[str, Any] = {}
     dtypes: dict[str, str] = {}
     for r in tr.records(step=step, kind="grad"):
         if r.has_payload:
-            grads[r.module] = np.asarray(tr.tensor(r))
+            grads[r.module] = r
     for r in tr.records(step=step, kind="param"):
         if r.has_payload and r.module in grads:
-            # float32 as stored (widened where it is used: float32 - float64 is exact)
-            a = np.asarray(tr.tensor(r))
-            after[r.module] = (a if a.dtype in (np.float32, np.float64) else
-                               a.astype(np.float64)).ravel()
+            after[r.module] = r
             dtypes[r.module] = r.dtype
-    return grads, after, dtypes
+    return _Payloads(tr, grads), _Payloads(tr, after, flat=True), dtypes
 
 
 class _Side:
@@ -801,23 +839,24 @@ class _Side:
     before each step (``watch``), the model's state at the start of each step."""
 
     def __init__(self, trace: str, model: Any, opt: Any, watch: Any,
-                 starts: dict[int, Any]) -> None:
+                 starts: dict[int, Any], keep: _Keeper | None = None) -> None:
         from netparity.frameworks.registry import adapter_for
 
         self.tr, self.model, self.opt, self.watch, self.starts = (
             open_trace(trace), model, opt, watch, starts)
         self.adapter = adapter_for(model)
+        self.keep = keep or _Keeper(trace)
 
-    def stepped(self, state: Any, start: Any, grads: dict[str, np.ndarray],
+    def stepped(self, state: Any, start: Any, grads: Mapping[str, np.ndarray],
                 keep_state: bool = False) -> tuple[Any, Any]:
-        """The model's state after one replayed step from ``start`` (and the optimizer's)."""
-        from netparity.ckpt.mapping import state_of
+        """The model's state after one replayed step from ``start`` (kept on disk: see
+        :class:`_Keeper`; read one parameter at a time) and the optimizer's."""
         from netparity.frameworks.models import set_weights
 
         set_weights(self.model, start, {k: v for k, v in start.dtypes.items()
                                         if v == "bfloat16"})
         after = self.adapter.replay_step(self.opt, self.model, state, grads, keep_state)
-        return state_of(self.model), after
+        return self.keep.model(self.model), after
 
     def moments(self, state: Any) -> dict[str, tuple[np.ndarray, str]]:
         """The per-parameter entries of one of this side's optimizer states ({} for None)."""
@@ -827,7 +866,8 @@ class _Side:
         """Whether :meth:`calibrate` of ``step`` can check the state the step left."""
         return bool(self.moments(self.watch.after(step)))
 
-    def calibrate(self, step: int, grads: dict[str, np.ndarray], after: dict[str, np.ndarray],
+    def calibrate(self, step: int, grads: Mapping[str, np.ndarray],
+                  after: Mapping[str, np.ndarray],
                   dtypes: dict[str, str], f_try: float = 1.0,
                   rng: np.random.Generator | None = None) -> tuple[float | None, Any, str]:
         """The factor ``f`` such that this side's optimizer, fed its captured gradients / f
@@ -888,7 +928,7 @@ class _Side:
             return None, None, f"{miss}, and {what} with the gradients / {f:.6g}"
         return f, own, describe_factor(f)
 
-    def _state_factor(self, step: int, grads: dict[str, np.ndarray],
+    def _state_factor(self, step: int, grads: Mapping[str, np.ndarray],
                       target: dict[str, tuple[np.ndarray, str]]) -> tuple[float | None, str]:
         """The factor between the captured gradients and those the optimizer was given, from
         the state entries linear in the gradient: each such entry moved by ``a`` when fed the
@@ -940,7 +980,7 @@ def _state_error(got: dict[str, tuple[np.ndarray, str]], before: dict[str, tuple
     return worst
 
 
-def _captured_ratio(grads: dict[str, np.ndarray], cand_grads: dict[str, np.ndarray],
+def _captured_ratio(grads: Mapping[str, np.ndarray], cand_grads: Mapping[str, np.ndarray],
                     ref_to_cand: dict[str, str]) -> float:
     """The global norm of the candidate's captured gradients over the reference's (of the
     parameters both hold), snapped to a power of two within 1 % (another loss scale in the
@@ -973,14 +1013,14 @@ def _snap(f: float) -> float:
     return 2.0**k if abs(f / 2.0**k - 1.0) <= POW2_TOLERANCE else f
 
 
-def _divided(grads: dict[str, np.ndarray], f: float) -> dict[str, np.ndarray]:
+def _divided(grads: Mapping[str, np.ndarray], f: float) -> Mapping[str, np.ndarray]:
     if f == 1.0:
         return grads
     return {n: (np.asarray(g, np.float64) / f).astype(np.asarray(g).dtype)
             for n, g in grads.items()}
 
 
-def _self_error(own: Any, start: Any, after: dict[str, np.ndarray], dtypes: dict[str, str],
+def _self_error(own: Any, start: Any, after: Mapping[str, np.ndarray], dtypes: dict[str, str],
                 names: list[str]) -> tuple[str, float]:
     """The parameter whose replayed update misses the captured one most (normwise, relative),
     beyond the rounding of the stored parameter (3x: a replay one ulp off may round the other
@@ -1036,10 +1076,11 @@ def replay_optimizer(ref_trace: str, cand_trace: str, ref_model: Any, cand_model
     if ref_watch is None or cand_watch is None or not ref_watch.states \
             or not cand_watch.states:
         return {0: ([], "the optimizers' states before their steps were not kept", {})}
-    ref = _Side(ref_trace, ref_model, ref_opt, ref_watch, ref_starts)
-    cand = _Side(cand_trace, cand_model, cand_opt, cand_watch, cand_starts)
+    keep = _Keeper(ref_trace)
+    ref = _Side(ref_trace, ref_model, ref_opt, ref_watch, ref_starts, keep)
+    cand = _Side(cand_trace, cand_model, cand_opt, cand_watch, cand_starts, keep)
     rng = np.random.default_rng(seed + 15485863)
-    keep_ref, keep_cand = kept_states(ref_trace, ref_model, cand_model)
+    keep_ref, keep_cand = keep.model(ref_model), keep.model(cand_model)
     out: dict[int, StepReplay] = {}
     chain = _Chain()
     try:

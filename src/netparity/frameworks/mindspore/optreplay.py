@@ -10,6 +10,7 @@ import numpy as np
 
 from netparity.frameworks.base import (
     ATTRS_KEY,
+    Moments,
     OptimizerStates,
     plain_attributes,
     restore_attributes,
@@ -78,15 +79,15 @@ def _per_param(optimizer: Any, state: Mapping[str, Any]) -> list[str]:
     return [n for n in state if "." in n and n.split(".", 1)[1] in params]
 
 
-def moments(optimizer: Any, state: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
+def moments(optimizer: Any, state: dict[str, np.ndarray]) -> Moments:
     """The per-parameter floating-point entries of ``state`` (momentum buffers, Adam moments),
-    by their names, as (float64 values, stored dtype)."""
-    out = {}
+    by their names, as (float64 values, stored dtype), each converted when it is looked up."""
+    raw: dict[str, tuple[Any, str]] = {}
     for n in _per_param(optimizer, state):
         v = np.asarray(state[n])
         if np.issubdtype(v.dtype, np.floating):
-            out[n] = (np.asarray(v, np.float64).ravel(), str(v.dtype))
-    return out
+            raw[n] = (v, str(v.dtype))
+    return Moments(raw, lambda v: np.asarray(v, np.float64))
 
 
 #: the name the first-step watcher had (it keeps every step's state now)
