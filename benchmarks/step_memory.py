@@ -76,16 +76,27 @@ import sys, pathlib
 from netparity.report.progress import Progress
 from netparity.workflow.step import run_step_parity
 
-def hwm():
+def status(key):
     for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
+        if line.startswith(key + ":"):
             return int(line.split()[1]) * 1024
     return 0
+
+import threading, time
+anon = [0]
+
+def sample():  # the kernel keeps no peak of anonymous memory: sampled every 10 ms
+    while True:
+        anon[0] = max(anon[0], status("RssAnon"))
+        time.sleep(0.01)
+
+threading.Thread(target=sample, daemon=True).start()
 
 class P(Progress):
     name = "start"
     def _end(self):
-        print(f"@@ {hwm()} {self.name}", flush=True)
+        print(f"@@ {status('VmHWM')} {max(anon[0], status('RssAnon'))} {self.name}", flush=True)
+        anon[0] = 0
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
     def stage(self, name, total=None):
@@ -101,8 +112,10 @@ run_step_parity(spec, spec, out, steps=steps, progress=P(),
 """
 
 
-def stages(src: Path, arch: str, image_size: int, steps: int, work: Path) -> list[tuple[str, int]]:
-    """(stage, peak RSS bytes during it) of one in-process workflow run in a child."""
+def stages(src: Path, arch: str, image_size: int, steps: int,
+           work: Path) -> list[tuple[str, int, int]]:
+    """(stage, peak RSS bytes during it, peak anonymous RSS during it: sampled) of one
+    in-process workflow run in a child."""
     out = work / "out"
     shutil.rmtree(out, ignore_errors=True)
     env = dict(os.environ, PYTHONPATH=str(src), OMP_NUM_THREADS="1")
@@ -111,8 +124,8 @@ def stages(src: Path, arch: str, image_size: int, steps: int, work: Path) -> lis
     shutil.rmtree(out, ignore_errors=True)
     if p.returncode != 0:
         print((p.stderr.strip().splitlines() or ["?"])[-1], file=sys.stderr)
-    rows = [x[3:].split(" ", 1) for x in p.stdout.splitlines() if x.startswith("@@ ")]
-    return [(name, int(b)) for b, name in rows]
+    rows = [x[3:].split(" ", 2) for x in p.stdout.splitlines() if x.startswith("@@ ")]
+    return [(name, int(b), int(anon)) for b, anon, name in rows]
 
 
 def main() -> None:
@@ -132,9 +145,12 @@ def main() -> None:
             for arch in a.arch or ["resnet50", "vit_b32"]:
                 w = weight_bytes(arch, a.image_size)
                 for rev, src in revs:
-                    print(f"{arch} {rev}: peak RSS MB (copies of {w / 2**20:.0f} MB) by stage")
-                    for name, b in stages(src, arch, a.image_size, a.steps, Path(tmp)):
-                        print(f"  {b / 2**20:7.0f} {b / w:5.1f}  {name}", flush=True)
+                    print(f"{arch} {rev}: during each stage, peak RSS MB and copies of the "
+                          f"{w / 2**20:.0f} MB of weights; peak anonymous RSS (sampled every "
+                          "10 ms; the rest is trace pages mapped, which the kernel reclaims)")
+                    for name, b, anon in stages(src, arch, a.image_size, a.steps, Path(tmp)):
+                        print(f"  {b / 2**20:7.0f} {b / w:5.1f}  {anon / 2**20:7.0f} "
+                              f"{anon / w:5.1f}  {name}", flush=True)
         return
     print(f"{'model':9} {'rev':5} {'weights MB':>10} {'peak RSS MB':>11} {'copies':>6} "
           f"{'wall s':>7} {'exit':>4}  last line")

@@ -421,13 +421,23 @@ class FrameworkAdapter(abc.ABC):
         return self.watch_steps(optimizer)
 
     def replay_step(self, optimizer: Any, model: Any, state: Any,
-                    grads: Mapping[str, np.ndarray], keep_state: bool = False) -> Any:
+                    grads: Mapping[str, np.ndarray], keep_state: bool = False,
+                    owned: bool = False) -> Any:
         """One optimizer step from ``state`` (kept by :meth:`watch_steps`) with the
         model's parameters given ``grads`` (by name); the parameters keep the stepped values,
         the optimizer its own state. With ``keep_state`` returns the optimizer's state after
-        the step (same format), to replay the next step from."""
+        the step (same format), to replay the next step from. ``owned``: ``state`` is a copy
+        the caller gives away (read back from disk): it is loaded without another copy and
+        may be changed."""
         return self._unit("optreplay", "optimizer replay").replay_step(
-            optimizer, model, state, grads, keep_state)
+            optimizer, model, state, grads, keep_state, owned)
+
+    def load_optimizer_state(self, optimizer: Any, state: Any) -> None:
+        """Put ``state`` (format of :meth:`watch_steps`) into ``optimizer``; it keeps and
+        updates ``state``'s arrays (pass a copy to keep one). Optimizer replay swaps a small
+        state in for the optimizer's own while it runs (an Adam's are two copies of the
+        weights) and puts the one after the last step back after."""
+        self._unit("optreplay", "optimizer replay").load_state(optimizer, state)
 
     def optimizer_moments(self, optimizer: Any, state: Any) -> dict[str, tuple[np.ndarray, str]]:
         """The per-parameter arrays of an optimizer state (format of :meth:`watch_steps`:

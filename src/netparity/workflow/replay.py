@@ -848,15 +848,34 @@ class _Side:
         self.keep = keep or _Keeper(trace)
 
     def stepped(self, state: Any, start: Any, grads: Mapping[str, np.ndarray],
-                keep_state: bool = False) -> tuple[Any, Any]:
+                keep_state: bool = False, owned: bool = False) -> tuple[Any, Any]:
         """The model's state after one replayed step from ``start`` (kept on disk: see
-        :class:`_Keeper`; read one parameter at a time) and the optimizer's."""
+        :class:`_Keeper`; read one parameter at a time) and the optimizer's. ``owned``: the
+        optimizer may take ``state``'s arrays as they are (a fresh copy nobody else holds)."""
         from netparity.frameworks.models import set_weights
 
         set_weights(self.model, start, {k: v for k, v in start.dtypes.items()
                                         if v == "bfloat16"})
-        after = self.adapter.replay_step(self.opt, self.model, state, grads, keep_state)
+        after = self.adapter.replay_step(self.opt, self.model, state, grads, keep_state,
+                                         owned)
         return self.keep.model(self.model), after
+
+    def before(self, step: int) -> tuple[Any, bool]:
+        """(the optimizer's state before ``step``, whether it is a fresh copy: kept on disk,
+        :class:`netparity.workflow.states.KeptList`)."""
+        return self.watch.states[step], bool(getattr(self.watch.states, "fresh", False))
+
+    def swap_out(self) -> bool:
+        """Put the (small) state before the first step into the optimizer in place of its
+        own, the state after the last step (an Adam's: two copies of the weights), for the
+        replay; :meth:`swap_back` restores it. False (nothing done) unless both are kept."""
+        if self.watch.final is None or not self.watch.states:
+            return False
+        self.adapter.load_optimizer_state(self.opt, self.watch.states[0])
+        return True
+
+    def swap_back(self) -> None:
+        self.adapter.load_optimizer_state(self.opt, self.watch.final)
 
     def moments(self, state: Any) -> dict[str, tuple[np.ndarray, str]]:
         """The per-parameter entries of one of this side's optimizer states ({} for None)."""
@@ -886,15 +905,26 @@ class _Side:
         from netparity.analyzers.step import _values, rounding_noise
         from netparity.compare.noise import perturb_last_bit
 
-        state, start = self.watch.states[step], self.starts[step]
+        start = self.starts[step]
         names = [n for n in after if n in start]
-        before, target = self.moments(state), self.moments(self.watch.after(step))
+        target = self.moments(self.watch.after(step))
+        # the state before the step is read again for each replay when it is kept on disk
+        # (the optimizer then takes that copy as it is); ``before`` only where it is needed
+        state, fresh = self.before(step)
+        before = self.moments(state) if target or not fresh else {}
+        if fresh:
+            state = None
+
+        def state_for_replay() -> tuple[Any, bool]:
+            return (state, False) if state is not None else self.before(step)
 
         def replay(f: float) -> tuple[Any, tuple[str, float], tuple[str, float]]:
             g = _divided(grads, f)
             if rng is not None:
                 g = {n: perturb_last_bit(v, rng) for n, v in g.items()}
-            own, st = self.stepped(state, start, g, keep_state=bool(target))
+            st0, owned = state_for_replay()
+            own, st = self.stepped(st0, start, g, keep_state=bool(target), owned=owned)
+            del st0
             return (own, _self_error(own, start, after, dtypes, names),
                     _state_error(self.moments(st), before, target))
 
@@ -910,8 +940,10 @@ class _Side:
             rel, how = self._state_factor(step, grads, target)
             f = None if rel is None else _snap(rel)
         if f is None:  # the factor from the update (an optimizer affine in the gradient)
-            zero, _ = self.stepped(state, start,
-                                   {n: np.zeros_like(g) for n, g in grads.items()})
+            st0, owned = state_for_replay()
+            zero, _ = self.stepped(st0, start, {n: np.zeros_like(g) for n, g in grads.items()},
+                                   owned=owned)
+            del st0
             probes = []
             for n in names:
                 z = _values(zero[n], dtypes[n])
@@ -937,12 +969,15 @@ class _Side:
         from netparity.analyzers.replay import FACTOR_SPREAD, gradient_factor
         from netparity.analyzers.step import rounding_noise
 
-        state, start = self.watch.states[step], self.starts[step]
+        start = self.starts[step]
         moved = []
         for c in (0.0, 1.0, 2.0):
             g = {n: (np.asarray(v, np.float64) * c).astype(np.asarray(v).dtype)
                  for n, v in grads.items()}
-            moved.append(self.moments(self.stepped(state, start, g, keep_state=True)[1]))
+            state, owned = self.before(step)
+            moved.append(self.moments(self.stepped(state, start, g, keep_state=True,
+                                                   owned=owned)[1]))
+            del state
         probes = []
         for k, (t, dt) in target.items():
             if not all(k in m for m in moved):
@@ -1083,7 +1118,11 @@ def replay_optimizer(ref_trace: str, cand_trace: str, ref_model: Any, cand_model
     keep_ref, keep_cand = keep.model(ref_model), keep.model(cand_model)
     out: dict[int, StepReplay] = {}
     chain = _Chain()
+    swapped: list[_Side] = []
     try:
+        for side in (ref, cand):  # (kept on disk: the workflow's; a caller's list stays as is)
+            if side.before(0)[1] and side.swap_out():
+                swapped.append(side)
         for k in range(steps):
             if k >= min(len(ref_watch.states), len(cand_watch.states)) or k not in ref_starts \
                     or k not in cand_starts:
@@ -1099,8 +1138,11 @@ def replay_optimizer(ref_trace: str, cand_trace: str, ref_model: Any, cand_model
             if not out[k][0]:
                 break  # the candidate's chain of states is broken: later steps not replayed
     finally:
+        chain.state = None
         for model, st in ((ref_model, keep_ref), (cand_model, keep_cand)):
             set_weights(model, st, {k: v for k, v in st.dtypes.items() if v == "bfloat16"})
+        for side in swapped:
+            side.swap_back()
     return out
 
 
@@ -1191,10 +1233,16 @@ def _replay_one(k: int, ref: _Side, cand: _Side, chain: _Chain, ref_to_cand: dic
     f_use = f_ref * chain.scale
     info["cand_factor"] = f_use
     info["cand_gradients"] = describe_factor(f_use)
-    cstate = (cand.watch.states[0] if k == 0 or chain.state is None else
-              cand.adapter.merge_optimizer_state(cand.opt, chain.state, cand.watch.states[k]))
+    if k == 0 or chain.state is None:
+        cstate, owned = cand.before(0)
+    else:  # (the merged state's moments are chain.state's, which the replay replaces)
+        cstate, owned = cand.adapter.merge_optimizer_state(
+            cand.opt, chain.state, cand.watch.states[k]), True
+        chain.state = None
     cgrads = {ref_to_cand[n]: v for n, v in _divided(grads, f_use).items() if n in ref_to_cand}
-    cand_after, chain.state = cand.stepped(cstate, cand.starts[k], cgrads, keep_state=True)
+    cand_after, chain.state = cand.stepped(cstate, cand.starts[k], cgrads, keep_state=True,
+                                           owned=owned)
+    del cstate, cgrads
     c_start = cand.starts[k]
     deltas: list[dict[str, Any]] = []
     for n in names:

@@ -135,6 +135,9 @@ class KeptList(Sequence[Any]):
     indexing reads a fresh copy back. An optimizer watcher's states before each step
     (:meth:`netparity.frameworks.base.OptimizerStates.keep_on_disk`)."""
 
+    #: each lookup is a fresh copy, the caller's to change (optimizer replay loads it as is)
+    fresh = True
+
     def __init__(self, store: StateStore) -> None:
         self.store = store
         self._items: list[KeptObject] = []

@@ -104,11 +104,17 @@ def merge_state(optimizer: Any, moments: dict[str, np.ndarray],
     return out
 
 
+def load_state(optimizer: Any, state: Mapping[str, Any]) -> None:
+    """Assign ``state``'s values to the optimizer's own parameters."""
+    _load_whole(optimizer, _own(optimizer), state)
+
+
 def replay_step(optimizer: Any, model: Any, state: Any, grads: Mapping[str, np.ndarray],
-                keep_state: bool = False) -> Any:
+                keep_state: bool = False, owned: bool = False) -> Any:
     """Load ``state`` into the optimizer, call it with ``grads`` (by the model's parameter
     names, in the optimizer's order; zeros for a missing one) and restore its own state.
-    Returns the optimizer's own state after the call when ``keep_state`` (else ``None``)."""
+    Returns the optimizer's own state after the call when ``keep_state`` (else ``None``).
+    (``owned`` changes nothing: loading assigns copies of ``state``'s values.)"""
     own = _own(optimizer)
     current = _whole(optimizer, own)
     names = {id(p): n for n, p in model.parameters_and_names()}

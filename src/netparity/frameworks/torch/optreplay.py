@@ -86,17 +86,25 @@ def merge_state(optimizer: torch.optim.Optimizer, moments: dict[str, Any],
             ATTRS_KEY: settings.get(ATTRS_KEY, {})}
 
 
+def load_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Load ``state`` (the optimizer keeps its tensors)."""
+    _load_whole(optimizer, state, copy_state=False)
+
+
 def replay_step(optimizer: torch.optim.Optimizer, model: torch.nn.Module, state: Any,
-                grads: Mapping[str, np.ndarray], keep_state: bool = False) -> Any:
+                grads: Mapping[str, np.ndarray], keep_state: bool = False,
+                owned: bool = False) -> Any:
     """Load ``state`` into ``optimizer``, give the model's parameters ``grads`` (by name;
     others get none) and take one step; the optimizer's own state and the parameters' gradients
     are restored afterwards (the parameters keep the stepped values). Returns the optimizer's
-    state after the step when ``keep_state`` (else ``None``)."""
+    state after the step when ``keep_state`` (else ``None``). ``owned``: ``state`` is the
+    caller's to give away, loaded without a copy."""
     current = _own_state(optimizer)  # no copy: see _own_state
     named = dict(model.named_parameters())
     kept = {n: p.grad for n, p in named.items()}
-    # a copy: loading keeps the given tensors (momentum buffers), which the step updates in place
-    _load_whole(optimizer, state)
+    # a copy unless owned: loading keeps the given tensors (momentum buffers), which the step
+    # updates in place
+    _load_whole(optimizer, state, copy_state=not owned)
     after = None
     try:
         for n, p in named.items():
