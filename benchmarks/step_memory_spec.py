@@ -38,6 +38,7 @@ def build(arch: str = "resnet50", image_size: int = 64, batch_size: int = 2, ste
         model = _torchvision_models().resnet50(num_classes=classes)
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     elif arch == "vit_b32":
+        _torchvision_models()  # timm imports torchvision (the CUDA build: see above)
         import timm
 
         model = timm.create_model("vit_base_patch32_224", pretrained=False,

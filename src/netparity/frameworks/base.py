@@ -143,6 +143,36 @@ def restore_attributes(obj: Any, attrs: Mapping[str, Any]) -> None:
                     v.clone() if hasattr(v, "clone") else v)
 
 
+class Moments(Mapping[str, tuple[np.ndarray, str]]):
+    """The per-parameter entries of an optimizer state (:meth:`FrameworkAdapter.optimizer_moments`)
+    read one at a time: each lookup converts that entry to float64 (a fresh array), so a
+    whole-model float64 copy of every moment is never held at once.
+
+    Example:
+        >>> m = Moments({"0.momentum_buffer": (np.ones(2, np.float32), "float32")},
+        ...             lambda v: np.asarray(v, np.float64))
+        >>> m["0.momentum_buffer"][0].dtype, len(m)
+        (dtype('float64'), 1)
+    """
+
+    def __init__(self, raw: dict[str, tuple[Any, str]],
+                 to_float64: Callable[[Any], np.ndarray]) -> None:
+        self._raw, self._convert = raw, to_float64
+
+    def __getitem__(self, key: str) -> tuple[np.ndarray, str]:
+        v, dt = self._raw[key]
+        return np.asarray(self._convert(v)).ravel(), dt
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._raw
+
+
 class OptimizerStates(abc.ABC):
     """What a framework's optimizer watcher keeps (:meth:`FrameworkAdapter.watch_steps`): the
     optimizer's state just before each step (``states``; ``state`` the first) and, once
@@ -152,11 +182,30 @@ class OptimizerStates(abc.ABC):
     capture's ``paused``) is for copies that would otherwise be recorded as ops of the step."""
 
     def __init__(self, optimizer: Any) -> None:
-        self.states: list[Any] = []
+        self.states: Any = []  # a list, or a disk-backed one (keep_on_disk)
         self.quiet: Callable[[], Any] | None = None
-        self.final: Any = None
+        self._final: Any = None
+        self._store: Any = None
         self._opt: Any = optimizer
         self._handle: Any = None
+
+    def keep_on_disk(self, store: Any) -> None:
+        """Keep the states in ``store`` (a :class:`netparity.workflow.states.StateStore`)
+        instead of memory: each is written as it is taken and read back (a fresh copy) each
+        time it is looked up -- an Adam's states are two copies of the weights per step."""
+        from netparity.workflow.states import KeptList
+
+        kept = KeptList(store)
+        for s in self.states:
+            kept.append(s)
+        self.states, self._store = kept, store
+        if self._final is not None and not hasattr(self._final, "load"):
+            self._final = store.keep(self._final)
+
+    @property
+    def final(self) -> Any:
+        """The state after the last step (kept by :meth:`close`; a fresh copy when on disk)."""
+        return self._final.load() if hasattr(self._final, "load") else self._final
 
     @abc.abstractmethod
     def _copy(self, optimizer: Any) -> Any:
@@ -180,7 +229,8 @@ class OptimizerStates(abc.ABC):
             self._handle.remove()
             self._handle = None
         if self._opt is not None and self.states:
-            self.final = self._copy(self._opt)
+            final = self._copy(self._opt)
+            self._final = final if self._store is None else self._store.keep(final)
         self._opt = None
 
 
@@ -371,13 +421,23 @@ class FrameworkAdapter(abc.ABC):
         return self.watch_steps(optimizer)
 
     def replay_step(self, optimizer: Any, model: Any, state: Any,
-                    grads: Mapping[str, np.ndarray], keep_state: bool = False) -> Any:
+                    grads: Mapping[str, np.ndarray], keep_state: bool = False,
+                    owned: bool = False) -> Any:
         """One optimizer step from ``state`` (kept by :meth:`watch_steps`) with the
         model's parameters given ``grads`` (by name); the parameters keep the stepped values,
         the optimizer its own state. With ``keep_state`` returns the optimizer's state after
-        the step (same format), to replay the next step from."""
+        the step (same format), to replay the next step from. ``owned``: ``state`` is a copy
+        the caller gives away (read back from disk): it is loaded without another copy and
+        may be changed."""
         return self._unit("optreplay", "optimizer replay").replay_step(
-            optimizer, model, state, grads, keep_state)
+            optimizer, model, state, grads, keep_state, owned)
+
+    def load_optimizer_state(self, optimizer: Any, state: Any) -> None:
+        """Put ``state`` (format of :meth:`watch_steps`) into ``optimizer``; it keeps and
+        updates ``state``'s arrays (pass a copy to keep one). Optimizer replay swaps a small
+        state in for the optimizer's own while it runs (an Adam's are two copies of the
+        weights) and puts the one after the last step back after."""
+        self._unit("optreplay", "optimizer replay").load_state(optimizer, state)
 
     def optimizer_moments(self, optimizer: Any, state: Any) -> dict[str, tuple[np.ndarray, str]]:
         """The per-parameter arrays of an optimizer state (format of :meth:`watch_steps`:

@@ -18,7 +18,7 @@ difference (a second independent mistake is named too); op replay stops there.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -139,18 +139,30 @@ def _sampled_noise(want: Tensors, run: Callable[[], list[tuple[str, np.ndarray]]
     return max(normwise_error(wanted, _in_order(want, run())) for _ in range(NOISE_SAMPLES))
 
 
-def kept_states(trace: str, *models: Any) -> list[Any]:
-    """The models' states, to restore them after a replay: kept on disk next to ``trace`` (a
-    :class:`netparity.workflow.states.SpilledState`, read back one array at a time) when that
-    folder is writable, else in memory."""
-    from netparity.ckpt.mapping import state_of
-    from netparity.workflow.states import StateStore
+class _Keeper:
+    """Where a replay keeps whole-model states: on disk next to a trace (a
+    :class:`netparity.workflow.states.StateStore`, read back one array at a time) when that
+    folder is writable, else in memory. Its files are removed once the states are garbage."""
 
-    try:
-        store = StateStore(Path(trace).parent)
-    except OSError:
-        return [state_of(m) for m in models]
-    return [store.spill(state_of(m)) for m in models]  # removed once they are garbage
+    def __init__(self, trace: str) -> None:
+        from netparity.workflow.states import StateStore
+
+        try:
+            self.store: Any = StateStore(Path(trace).parent)
+        except OSError:
+            self.store = None
+
+    def model(self, model: Any) -> Any:
+        """The model's state now (``state_of(model)``), kept."""
+        from netparity.ckpt.mapping import state_of
+
+        return state_of(model) if self.store is None else self.store.spill_model(model)
+
+
+def kept_states(trace: str, *models: Any) -> list[Any]:
+    """The models' states, to restore them after a replay (see :class:`_Keeper`)."""
+    keep = _Keeper(trace)
+    return [keep.model(m) for m in models]
 
 
 def replay_step0(r0: CompareResult, direction: str, ref_trace: str, cand_trace: str,
@@ -782,23 +794,49 @@ def _cand_out_dtype(c: CallResult, direction: str, cand: _Calls, default: str) -
 FACTOR_MATCH = 5e-2
 
 
-def _step_records(tr: Any, step: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray],
-                                               dict[str, str]]:
-    """(gradients, values after the update, dtypes) of one step, by parameter name."""
-    grads: dict[str, np.ndarray] = {}
-    after: dict[str, np.ndarray] = {}
+class _Payloads(Mapping[str, np.ndarray]):
+    """Some records' payloads by parameter name, each read from the trace when it is looked
+    up (a fresh array, read with ``pread``: not a page of a memory map that stays resident
+    while the trace is open), so a whole step's gradients or parameters are not held at once.
+    ``flat``: raveled, in float32 / float64 (widened where they are used)."""
+
+    def __init__(self, tr: Any, recs: dict[str, Any], flat: bool = False) -> None:
+        self.tr, self._recs, self.flat = tr, recs, flat
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        r = self._recs[name]
+        with self.tr.payload_reader(r) as pr:
+            a = np.array(pr.read(0, pr.count), copy=True)
+        a = a.reshape(tuple(r.shape)) if len(r.shape) else a.reshape(())
+        if not self.flat:
+            return a
+        return (a if a.dtype in (np.float32, np.float64) else a.astype(np.float64)).ravel()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._recs)
+
+    def __len__(self) -> int:
+        return len(self._recs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._recs
+
+
+def _step_records(tr: Any, step: int) -> tuple[Mapping[str, np.ndarray],
+                                               Mapping[str, np.ndarray], dict[str, str]]:
+    """(gradients, values after the update, dtypes) of one step, by parameter name; the
+    arrays are read when they are looked up (:class:`_Payloads`)."""
+    grads: dict[str, Any] = {}
+    after: dict[str, Any] = {}
     dtypes: dict[str, str] = {}
     for r in tr.records(step=step, kind="grad"):
         if r.has_payload:
-            grads[r.module] = np.asarray(tr.tensor(r))
+            grads[r.module] = r
     for r in tr.records(step=step, kind="param"):
         if r.has_payload and r.module in grads:
-            # float32 as stored (widened where it is used: float32 - float64 is exact)
-            a = np.asarray(tr.tensor(r))
-            after[r.module] = (a if a.dtype in (np.float32, np.float64) else
-                               a.astype(np.float64)).ravel()
+            after[r.module] = r
             dtypes[r.module] = r.dtype
-    return grads, after, dtypes
+    return _Payloads(tr, grads), _Payloads(tr, after, flat=True), dtypes
 
 
 class _Side:
@@ -806,23 +844,43 @@ class _Side:
     before each step (``watch``), the model's state at the start of each step."""
 
     def __init__(self, trace: str, model: Any, opt: Any, watch: Any,
-                 starts: dict[int, Any]) -> None:
+                 starts: dict[int, Any], keep: _Keeper | None = None) -> None:
         from netparity.frameworks.registry import adapter_for
 
         self.tr, self.model, self.opt, self.watch, self.starts = (
             open_trace(trace), model, opt, watch, starts)
         self.adapter = adapter_for(model)
+        self.keep = keep or _Keeper(trace)
 
-    def stepped(self, state: Any, start: Any, grads: dict[str, np.ndarray],
-                keep_state: bool = False) -> tuple[Any, Any]:
-        """The model's state after one replayed step from ``start`` (and the optimizer's)."""
-        from netparity.ckpt.mapping import state_of
+    def stepped(self, state: Any, start: Any, grads: Mapping[str, np.ndarray],
+                keep_state: bool = False, owned: bool = False) -> tuple[Any, Any]:
+        """The model's state after one replayed step from ``start`` (kept on disk: see
+        :class:`_Keeper`; read one parameter at a time) and the optimizer's. ``owned``: the
+        optimizer may take ``state``'s arrays as they are (a fresh copy nobody else holds)."""
         from netparity.frameworks.models import set_weights
 
         set_weights(self.model, start, {k: v for k, v in start.dtypes.items()
                                         if v == "bfloat16"})
-        after = self.adapter.replay_step(self.opt, self.model, state, grads, keep_state)
-        return state_of(self.model), after
+        after = self.adapter.replay_step(self.opt, self.model, state, grads, keep_state,
+                                         owned)
+        return self.keep.model(self.model), after
+
+    def before(self, step: int) -> tuple[Any, bool]:
+        """(the optimizer's state before ``step``, whether it is a fresh copy: kept on disk,
+        :class:`netparity.workflow.states.KeptList`)."""
+        return self.watch.states[step], bool(getattr(self.watch.states, "fresh", False))
+
+    def swap_out(self) -> bool:
+        """Put the (small) state before the first step into the optimizer in place of its
+        own, the state after the last step (an Adam's: two copies of the weights), for the
+        replay; :meth:`swap_back` restores it. False (nothing done) unless both are kept."""
+        if self.watch.final is None or not self.watch.states:
+            return False
+        self.adapter.load_optimizer_state(self.opt, self.watch.states[0])
+        return True
+
+    def swap_back(self) -> None:
+        self.adapter.load_optimizer_state(self.opt, self.watch.final)
 
     def moments(self, state: Any) -> dict[str, tuple[np.ndarray, str]]:
         """The per-parameter entries of one of this side's optimizer states ({} for None)."""
@@ -832,7 +890,8 @@ class _Side:
         """Whether :meth:`calibrate` of ``step`` can check the state the step left."""
         return bool(self.moments(self.watch.after(step)))
 
-    def calibrate(self, step: int, grads: dict[str, np.ndarray], after: dict[str, np.ndarray],
+    def calibrate(self, step: int, grads: Mapping[str, np.ndarray],
+                  after: Mapping[str, np.ndarray],
                   dtypes: dict[str, str], f_try: float = 1.0,
                   rng: np.random.Generator | None = None) -> tuple[float | None, Any, str]:
         """The factor ``f`` such that this side's optimizer, fed its captured gradients / f
@@ -851,15 +910,26 @@ class _Side:
         from netparity.analyzers.step import _values, rounding_noise
         from netparity.compare.noise import perturb_last_bit
 
-        state, start = self.watch.states[step], self.starts[step]
+        start = self.starts[step]
         names = [n for n in after if n in start]
-        before, target = self.moments(state), self.moments(self.watch.after(step))
+        target = self.moments(self.watch.after(step))
+        # the state before the step is read again for each replay when it is kept on disk
+        # (the optimizer then takes that copy as it is); ``before`` only where it is needed
+        state, fresh = self.before(step)
+        before = self.moments(state) if target or not fresh else {}
+        if fresh:
+            state = None
+
+        def state_for_replay() -> tuple[Any, bool]:
+            return (state, False) if state is not None else self.before(step)
 
         def replay(f: float) -> tuple[Any, tuple[str, float], tuple[str, float]]:
             g = _divided(grads, f)
             if rng is not None:
                 g = {n: perturb_last_bit(v, rng) for n, v in g.items()}
-            own, st = self.stepped(state, start, g, keep_state=bool(target))
+            st0, owned = state_for_replay()
+            own, st = self.stepped(st0, start, g, keep_state=bool(target), owned=owned)
+            del st0
             return (own, _self_error(own, start, after, dtypes, names),
                     _state_error(self.moments(st), before, target))
 
@@ -875,8 +945,10 @@ class _Side:
             rel, how = self._state_factor(step, grads, target)
             f = None if rel is None else _snap(rel)
         if f is None:  # the factor from the update (an optimizer affine in the gradient)
-            zero, _ = self.stepped(state, start,
-                                   {n: np.zeros_like(g) for n, g in grads.items()})
+            st0, owned = state_for_replay()
+            zero, _ = self.stepped(st0, start, {n: np.zeros_like(g) for n, g in grads.items()},
+                                   owned=owned)
+            del st0
             probes = []
             for n in names:
                 z = _values(zero[n], dtypes[n])
@@ -893,7 +965,7 @@ class _Side:
             return None, None, f"{miss}, and {what} with the gradients / {f:.6g}"
         return f, own, describe_factor(f)
 
-    def _state_factor(self, step: int, grads: dict[str, np.ndarray],
+    def _state_factor(self, step: int, grads: Mapping[str, np.ndarray],
                       target: dict[str, tuple[np.ndarray, str]]) -> tuple[float | None, str]:
         """The factor between the captured gradients and those the optimizer was given, from
         the state entries linear in the gradient: each such entry moved by ``a`` when fed the
@@ -902,12 +974,15 @@ class _Side:
         from netparity.analyzers.replay import FACTOR_SPREAD, gradient_factor
         from netparity.analyzers.step import rounding_noise
 
-        state, start = self.watch.states[step], self.starts[step]
+        start = self.starts[step]
         moved = []
         for c in (0.0, 1.0, 2.0):
             g = {n: (np.asarray(v, np.float64) * c).astype(np.asarray(v).dtype)
                  for n, v in grads.items()}
-            moved.append(self.moments(self.stepped(state, start, g, keep_state=True)[1]))
+            state, owned = self.before(step)
+            moved.append(self.moments(self.stepped(state, start, g, keep_state=True,
+                                                   owned=owned)[1]))
+            del state
         probes = []
         for k, (t, dt) in target.items():
             if not all(k in m for m in moved):
@@ -945,7 +1020,7 @@ def _state_error(got: dict[str, tuple[np.ndarray, str]], before: dict[str, tuple
     return worst
 
 
-def _captured_ratio(grads: dict[str, np.ndarray], cand_grads: dict[str, np.ndarray],
+def _captured_ratio(grads: Mapping[str, np.ndarray], cand_grads: Mapping[str, np.ndarray],
                     ref_to_cand: dict[str, str]) -> float:
     """The global norm of the candidate's captured gradients over the reference's (of the
     parameters both hold), snapped to a power of two within 1 % (another loss scale in the
@@ -978,14 +1053,14 @@ def _snap(f: float) -> float:
     return 2.0**k if abs(f / 2.0**k - 1.0) <= POW2_TOLERANCE else f
 
 
-def _divided(grads: dict[str, np.ndarray], f: float) -> dict[str, np.ndarray]:
+def _divided(grads: Mapping[str, np.ndarray], f: float) -> Mapping[str, np.ndarray]:
     if f == 1.0:
         return grads
     return {n: (np.asarray(g, np.float64) / f).astype(np.asarray(g).dtype)
             for n, g in grads.items()}
 
 
-def _self_error(own: Any, start: Any, after: dict[str, np.ndarray], dtypes: dict[str, str],
+def _self_error(own: Any, start: Any, after: Mapping[str, np.ndarray], dtypes: dict[str, str],
                 names: list[str]) -> tuple[str, float]:
     """The parameter whose replayed update misses the captured one most (normwise, relative),
     beyond the rounding of the stored parameter (3x: a replay one ulp off may round the other
@@ -1041,13 +1116,18 @@ def replay_optimizer(ref_trace: str, cand_trace: str, ref_model: Any, cand_model
     if ref_watch is None or cand_watch is None or not ref_watch.states \
             or not cand_watch.states:
         return {0: ([], "the optimizers' states before their steps were not kept", {})}
-    ref = _Side(ref_trace, ref_model, ref_opt, ref_watch, ref_starts)
-    cand = _Side(cand_trace, cand_model, cand_opt, cand_watch, cand_starts)
+    keep = _Keeper(ref_trace)
+    ref = _Side(ref_trace, ref_model, ref_opt, ref_watch, ref_starts, keep)
+    cand = _Side(cand_trace, cand_model, cand_opt, cand_watch, cand_starts, keep)
     rng = np.random.default_rng(seed + 15485863)
-    keep_ref, keep_cand = kept_states(ref_trace, ref_model, cand_model)
+    keep_ref, keep_cand = keep.model(ref_model), keep.model(cand_model)
     out: dict[int, StepReplay] = {}
     chain = _Chain()
+    swapped: list[_Side] = []
     try:
+        for side in (ref, cand):  # (kept on disk: the workflow's; a caller's list stays as is)
+            if side.before(0)[1] and side.swap_out():
+                swapped.append(side)
         for k in range(steps):
             if k >= min(len(ref_watch.states), len(cand_watch.states)) or k not in ref_starts \
                     or k not in cand_starts:
@@ -1063,8 +1143,11 @@ def replay_optimizer(ref_trace: str, cand_trace: str, ref_model: Any, cand_model
             if not out[k][0]:
                 break  # the candidate's chain of states is broken: later steps not replayed
     finally:
+        chain.state = None
         for model, st in ((ref_model, keep_ref), (cand_model, keep_cand)):
             set_weights(model, st, {k: v for k, v in st.dtypes.items() if v == "bfloat16"})
+        for side in swapped:
+            side.swap_back()
     return out
 
 
@@ -1155,10 +1238,16 @@ def _replay_one(k: int, ref: _Side, cand: _Side, chain: _Chain, ref_to_cand: dic
     f_use = f_ref * chain.scale
     info["cand_factor"] = f_use
     info["cand_gradients"] = describe_factor(f_use)
-    cstate = (cand.watch.states[0] if k == 0 or chain.state is None else
-              cand.adapter.merge_optimizer_state(cand.opt, chain.state, cand.watch.states[k]))
+    if k == 0 or chain.state is None:
+        cstate, owned = cand.before(0)
+    else:  # (the merged state's moments are chain.state's, which the replay replaces)
+        cstate, owned = cand.adapter.merge_optimizer_state(
+            cand.opt, chain.state, cand.watch.states[k]), True
+        chain.state = None
     cgrads = {ref_to_cand[n]: v for n, v in _divided(grads, f_use).items() if n in ref_to_cand}
-    cand_after, chain.state = cand.stepped(cstate, cand.starts[k], cgrads, keep_state=True)
+    cand_after, chain.state = cand.stepped(cstate, cand.starts[k], cgrads, keep_state=True,
+                                           owned=owned)
+    del cstate, cgrads
     c_start = cand.starts[k]
     deltas: list[dict[str, Any]] = []
     for n in names:

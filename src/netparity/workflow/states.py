@@ -19,10 +19,11 @@ Example:
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import tempfile
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,61 @@ class StateStore:
                              f"({e.strerror})") from None
         return SpilledState(path, index, dict(getattr(state, "dtypes", {}) or {}), self)
 
+    def spill_model(self, model: Any) -> SpilledState:
+        """:meth:`spill` of a live model's state (``state_of(model)``)."""
+        from netparity.ckpt.mapping import state_of
+
+        return self.spill(state_of(model))
+
+    def keep(self, obj: Any) -> KeptObject:
+        """Write any picklable object (an optimizer's state in its framework's format) to disk;
+        :meth:`KeptObject.load` reads back a fresh copy."""
+        self._n += 1
+        path = self.folder / f"{self._n}.pkl"
+        try:
+            with open(path, "wb") as f:
+                pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+        except OSError as e:
+            raise UsageError(f"{self.folder}: cannot keep an optimizer state on disk "
+                             f"({e.strerror})") from None
+        return KeptObject(path, self)
+
     def close(self) -> None:
         """Remove every state written (each :class:`SpilledState` is unusable after)."""
         self._remove()
+
+
+class KeptObject:
+    """An object :meth:`StateStore.keep` wrote to disk."""
+
+    def __init__(self, path: Path, store: StateStore) -> None:
+        self.path, self.store = path, store
+
+    def load(self) -> Any:
+        """A fresh copy of the object (the caller may change it)."""
+        with open(self.path, "rb") as f:
+            return pickle.load(f)  # noqa: S301 - written by this process
+
+
+class KeptList(Sequence[Any]):
+    """A list whose items live on disk (:meth:`StateStore.keep`): ``append`` writes one,
+    indexing reads a fresh copy back. An optimizer watcher's states before each step
+    (:meth:`netparity.frameworks.base.OptimizerStates.keep_on_disk`)."""
+
+    #: each lookup is a fresh copy, the caller's to change (optimizer replay loads it as is)
+    fresh = True
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self._items: list[KeptObject] = []
+
+    def append(self, obj: Any) -> None:
+        self._items.append(self.store.keep(obj))
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [k.load() for k in self._items[i]]
+        return self._items[i].load()
+
+    def __len__(self) -> int:
+        return len(self._items)

@@ -464,6 +464,9 @@ def run_step_parity(
 
     # the optimizers' states just before each step, for the optimizer replay
     watches = [_watch_steps(side) for side in (ref, cand)]
+    for w in watches:  # (an Adam's: two copies of the weights per step and side)
+        if hasattr(w, "keep_on_disk"):
+            w.keep_on_disk(store)
     say.stage(f"train and capture: reference ({ref.framework})", total=steps)
     run.losses["ref"] = _train(ref, batches, out / "ref", steps, level, payload, say,
                                after_step=keep_ref_state, watch=watches[0], seed=seed)

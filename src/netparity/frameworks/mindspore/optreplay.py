@@ -10,6 +10,7 @@ import numpy as np
 
 from netparity.frameworks.base import (
     ATTRS_KEY,
+    Moments,
     OptimizerStates,
     plain_attributes,
     restore_attributes,
@@ -78,15 +79,15 @@ def _per_param(optimizer: Any, state: Mapping[str, Any]) -> list[str]:
     return [n for n in state if "." in n and n.split(".", 1)[1] in params]
 
 
-def moments(optimizer: Any, state: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, str]]:
+def moments(optimizer: Any, state: dict[str, np.ndarray]) -> Moments:
     """The per-parameter floating-point entries of ``state`` (momentum buffers, Adam moments),
-    by their names, as (float64 values, stored dtype)."""
-    out = {}
+    by their names, as (float64 values, stored dtype), each converted when it is looked up."""
+    raw: dict[str, tuple[Any, str]] = {}
     for n in _per_param(optimizer, state):
         v = np.asarray(state[n])
         if np.issubdtype(v.dtype, np.floating):
-            out[n] = (np.asarray(v, np.float64).ravel(), str(v.dtype))
-    return out
+            raw[n] = (v, str(v.dtype))
+    return Moments(raw, lambda v: np.asarray(v, np.float64))
 
 
 #: the name the first-step watcher had (it keeps every step's state now)
@@ -103,11 +104,17 @@ def merge_state(optimizer: Any, moments: dict[str, np.ndarray],
     return out
 
 
+def load_state(optimizer: Any, state: Mapping[str, Any]) -> None:
+    """Assign ``state``'s values to the optimizer's own parameters."""
+    _load_whole(optimizer, _own(optimizer), state)
+
+
 def replay_step(optimizer: Any, model: Any, state: Any, grads: Mapping[str, np.ndarray],
-                keep_state: bool = False) -> Any:
+                keep_state: bool = False, owned: bool = False) -> Any:
     """Load ``state`` into the optimizer, call it with ``grads`` (by the model's parameter
     names, in the optimizer's order; zeros for a missing one) and restore its own state.
-    Returns the optimizer's own state after the call when ``keep_state`` (else ``None``)."""
+    Returns the optimizer's own state after the call when ``keep_state`` (else ``None``).
+    (``owned`` changes nothing: loading assigns copies of ``state``'s values.)"""
     own = _own(optimizer)
     current = _whole(optimizer, own)
     names = {id(p): n for n, p in model.parameters_and_names()}

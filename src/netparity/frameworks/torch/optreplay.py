@@ -12,6 +12,7 @@ import torch
 
 from netparity.frameworks.base import (
     ATTRS_KEY,
+    Moments,
     OptimizerStates,
     plain_attributes,
     restore_attributes,
@@ -43,23 +44,34 @@ def _whole_state(optimizer: torch.optim.Optimizer, quiet: Any = None) -> dict[st
     return out
 
 
-def _load_whole(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-    optimizer.load_state_dict(copy.deepcopy(  # torch ignores the extra key
-        {k: v for k, v in state.items() if k != ATTRS_KEY}))
+def _load_whole(optimizer: torch.optim.Optimizer, state: dict[str, Any],
+                copy_state: bool = True) -> None:
+    """Load ``state`` (a copy of it unless ``copy_state`` is False: the optimizer then keeps
+    and updates its tensors)."""
+    given = {k: v for k, v in state.items() if k != ATTRS_KEY}  # torch ignores the extra key
+    optimizer.load_state_dict(copy.deepcopy(given) if copy_state else given)
     restore_attributes(optimizer, state.get(ATTRS_KEY, {}))
 
 
-def moments(optimizer: torch.optim.Optimizer,
-            state: dict[str, Any]) -> dict[str, tuple[np.ndarray, str]]:
+def _own_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's ``state_dict`` (its tensors themselves, no copies) and plain
+    attributes: what :func:`replay_step` puts back after the step it replays (the loaded state
+    replaces these tensors in the optimizer, so they stay as they are)."""
+    out = dict(optimizer.state_dict())
+    out[ATTRS_KEY] = plain_attributes(optimizer)
+    return out
+
+
+def moments(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> Moments:
     """The per-parameter floating-point tensors of ``state`` (momentum buffers, Adam moments;
-    not the step counts), as ``"<param index>.<key>"`` -> (float64 values, stored dtype)."""
-    out: dict[str, tuple[np.ndarray, str]] = {}
+    not the step counts), as ``"<param index>.<key>"`` -> (float64 values, stored dtype), each
+    converted when it is looked up."""
+    raw: dict[str, tuple[Any, str]] = {}
     for idx, entries in state.get("state", {}).items():
         for key, t in entries.items():
             if key != "step" and isinstance(t, torch.Tensor) and t.is_floating_point():
-                out[f"{idx}.{key}"] = (t.detach().to("cpu", torch.float64).numpy().ravel(),
-                                       str(t.dtype).removeprefix("torch."))
-    return out
+                raw[f"{idx}.{key}"] = (t, str(t.dtype).removeprefix("torch."))
+    return Moments(raw, lambda t: t.detach().to("cpu", torch.float64).numpy())
 
 
 #: the name the first-step watcher had (it keeps every step's state now)
@@ -74,17 +86,25 @@ def merge_state(optimizer: torch.optim.Optimizer, moments: dict[str, Any],
             ATTRS_KEY: settings.get(ATTRS_KEY, {})}
 
 
+def load_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Load ``state`` (the optimizer keeps its tensors)."""
+    _load_whole(optimizer, state, copy_state=False)
+
+
 def replay_step(optimizer: torch.optim.Optimizer, model: torch.nn.Module, state: Any,
-                grads: Mapping[str, np.ndarray], keep_state: bool = False) -> Any:
+                grads: Mapping[str, np.ndarray], keep_state: bool = False,
+                owned: bool = False) -> Any:
     """Load ``state`` into ``optimizer``, give the model's parameters ``grads`` (by name;
     others get none) and take one step; the optimizer's own state and the parameters' gradients
     are restored afterwards (the parameters keep the stepped values). Returns the optimizer's
-    state after the step when ``keep_state`` (else ``None``)."""
-    current = _whole_state(optimizer)
+    state after the step when ``keep_state`` (else ``None``). ``owned``: ``state`` is the
+    caller's to give away, loaded without a copy."""
+    current = _own_state(optimizer)  # no copy: see _own_state
     named = dict(model.named_parameters())
     kept = {n: p.grad for n, p in named.items()}
-    # a copy: loading keeps the given tensors (momentum buffers), which the step updates in place
-    _load_whole(optimizer, state)
+    # a copy unless owned: loading keeps the given tensors (momentum buffers), which the step
+    # updates in place
+    _load_whole(optimizer, state, copy_state=not owned)
     after = None
     try:
         for n, p in named.items():
@@ -92,10 +112,10 @@ def replay_step(optimizer: torch.optim.Optimizer, model: torch.nn.Module, state:
             p.grad = (torch.from_numpy(np.array(g, copy=True)).to(p.device, p.dtype)
                       .reshape(p.shape) if g is not None else None)
         optimizer.step()
-        if keep_state:
-            after = _whole_state(optimizer)
+        if keep_state:  # the loaded copy's tensors, which only ``after`` holds once restored
+            after = _own_state(optimizer)
     finally:
-        _load_whole(optimizer, current)
+        _load_whole(optimizer, current, copy_state=False)
         for n, p in named.items():
             p.grad = kept[n]
     return after
