@@ -12,7 +12,7 @@ import netparity
 
 PKG = Path(netparity.__file__).parent
 CORE = ("errors", "dtypes", "_fastvec", "param_names", "sequences", "gcpause", "mapfile",
-        "outputs", "inputs", "untrusted")
+        "outputs", "inputs", "untrusted", "statestore")
 RANK: dict[str, int] = {
     **dict.fromkeys(CORE, 0),
     # the trace and the statistics it stores (STAT_FIELDS is the trace schema's)

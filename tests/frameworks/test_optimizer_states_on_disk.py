@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from netparity.frameworks.registry import adapter_for
-from netparity.workflow.states import StateStore
+from netparity.statestore import StateStore
 
 STEPS = 3
 RNG = np.random.default_rng(1)

@@ -198,7 +198,7 @@ class StepRun:
     lr: dict[str, list[float] | None] = field(default_factory=dict)
     ref_trace: str | None = None  # None: nothing was trained (setup failed)
     cand_trace: str | None = None
-    #: weights before step 0 (the workflow's are kept on disk: netparity.workflow.states)
+    #: weights before step 0 (the workflow's are kept on disk: netparity.statestore)
     ref_before: Mapping[str, np.ndarray] = field(default_factory=dict)
     cand_before: Mapping[str, np.ndarray] = field(default_factory=dict)
     optimizer_settings: tuple[dict[str, Any], dict[str, Any]] = ({}, {})

@@ -190,10 +190,10 @@ class OptimizerStates(abc.ABC):
         self._handle: Any = None
 
     def keep_on_disk(self, store: Any) -> None:
-        """Keep the states in ``store`` (a :class:`netparity.workflow.states.StateStore`)
+        """Keep the states in ``store`` (a :class:`netparity.statestore.StateStore`)
         instead of memory: each is written as it is taken and read back (a fresh copy) each
         time it is looked up -- an Adam's states are two copies of the weights per step."""
-        from netparity.workflow.states import KeptList
+        from netparity.statestore import KeptList
 
         kept = KeptList(store)
         for s in self.states:

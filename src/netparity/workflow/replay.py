@@ -141,11 +141,11 @@ def _sampled_noise(want: Tensors, run: Callable[[], list[tuple[str, np.ndarray]]
 
 class _Keeper:
     """Where a replay keeps whole-model states: on disk next to a trace (a
-    :class:`netparity.workflow.states.StateStore`, read back one array at a time) when that
+    :class:`netparity.statestore.StateStore`, read back one array at a time) when that
     folder is writable, else in memory. Its files are removed once the states are garbage."""
 
     def __init__(self, trace: str) -> None:
-        from netparity.workflow.states import StateStore
+        from netparity.statestore import StateStore
 
         try:
             self.store: Any = StateStore(Path(trace).parent)
@@ -156,7 +156,7 @@ class _Keeper:
         """The model's state now (``state_of(model)``), kept."""
         from netparity.ckpt.mapping import state_of
 
-        return state_of(model) if self.store is None else self.store.spill_model(model)
+        return state_of(model) if self.store is None else self.store.spill(state_of(model))
 
 
 def kept_states(trace: str, *models: Any) -> list[Any]:
@@ -867,7 +867,7 @@ class _Side:
 
     def before(self, step: int) -> tuple[Any, bool]:
         """(the optimizer's state before ``step``, whether it is a fresh copy: kept on disk,
-        :class:`netparity.workflow.states.KeptList`)."""
+        :class:`netparity.statestore.KeptList`)."""
         return self.watch.states[step], bool(getattr(self.watch.states, "fresh", False))
 
     def swap_out(self) -> bool:

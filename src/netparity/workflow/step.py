@@ -40,9 +40,9 @@ from netparity.analyzers.step import (
 )
 from netparity.errors import NetparityError, UsageError
 from netparity.report.progress import Progress, silent
+from netparity.statestore import StateStore
 from netparity.workflow.compiled import name_compiled_region
 from netparity.workflow.spec import Spec, load_spec
-from netparity.workflow.states import StateStore
 
 # the result types live with the analyzer; re-exported for the workflow's users
 __all__ = ["PHASES", "RESULT_VERSION", "Phase", "StepResult", "run_step_parity"]
@@ -434,7 +434,7 @@ def run_step_parity(
     batches = ref.batches
     # 3. training steps under capture.
     # Every state kept for later (initial, each step's start) is kept on disk and read back one
-    # array at a time (netparity.workflow.states): memory holds the live models, not ~36 copies.
+    # array at a time (netparity.statestore): memory holds the live models, not ~36 copies.
     store = StateStore(out)
     ref_state0, cand_state0 = store.spill(state_of(ref.model)), store.spill(state_of(cand.model))
     run.ref_before, run.cand_before = ref_state0, cand_state0

@@ -94,12 +94,6 @@ class StateStore:
                              f"({e.strerror})") from None
         return SpilledState(path, index, dict(getattr(state, "dtypes", {}) or {}), self)
 
-    def spill_model(self, model: Any) -> SpilledState:
-        """:meth:`spill` of a live model's state (``state_of(model)``)."""
-        from netparity.ckpt.mapping import state_of
-
-        return self.spill(state_of(model))
-
     def keep(self, obj: Any) -> KeptObject:
         """Write any picklable object (an optimizer's state in its framework's format) to disk;
         :meth:`KeptObject.load` reads back a fresh copy."""
