@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.netparity-installed
 EXTRAS ?= torch,mindspore,dev
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=25
 
 .PHONY: demo test verdicts-isa venv lint bench clean-venv
 
