@@ -25,7 +25,7 @@ test: $(STAMP)
 # Verdicts must not move with the CPU's vector width or thread count (issue 28): the fast
 # verdict tests again under PyTorch's portable and AVX2 kernels, on 1 and 2 threads (the main
 # run covers the machine's own). Called from .ci/run after `make test`.
-ISA_TESTS ?= tests/workflow/test_replay.py tests/compare/test_noise_mode.py \
+ISA_TESTS ?= tests/workflow/test_replay.py tests/compare/test_noise_mode.py tests/workflow/test_finer_candidate.py \
 	tests/corpus/test_tree_organisation.py \
 	"tests/workflow/test_step.py::test_bug_is_named_in_the_right_phase_and_place[clean]"
 verdicts-isa: $(STAMP)
