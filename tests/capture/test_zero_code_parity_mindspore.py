@@ -17,7 +17,12 @@ import pytest
 
 pytest.importorskip("mindspore")
 
-from tests.capture.test_zero_code_parity import WAYS, _env, numerics  # noqa: E402
+from tests.capture.test_zero_code_parity import (  # noqa: E402
+    WAYS,
+    _env,
+    assert_head_left_out_and_frozen,
+    numerics,
+)
 
 from netparity.analyzers.health import weight_updates  # noqa: E402
 
@@ -127,16 +132,7 @@ def capture_both_ways(tmp_path: Path, body: str, way: str, *run_args: str) -> Pa
 @pytest.mark.parametrize("way", WAYS)
 def test_head_left_out_and_frozen_layer(tmp_path, way) -> None:  # type: ignore[no-untyped-def]
     out = capture_both_ways(tmp_path, HEAD_FROZEN, way)
-    _, stuck = weight_updates(out)
-    assert {p.name: p.severity for p in stuck} == {
-        "4.weight": "fail", "4.bias": "fail",   # named as missing from every optimizer
-        "2.weight": "warn", "2.bias": "warn",   # frozen: warned about
-    }
-    assert all("left out of the optimizer" in p.reason for p in stuck if p.severity == "fail")
-    assert all("frozen" in p.reason for p in stuck if p.severity == "warn")
-    rc, report = numerics(out)
-    assert rc == 1 and sorted(p.split(" (")[0] for p in report["problems"]) == [
-        "parameter 4.bias is not updating", "parameter 4.weight is not updating"]
+    assert_head_left_out_and_frozen(out)
 
 
 @pytest.mark.parametrize("way", WAYS)
