@@ -16,7 +16,6 @@ from __future__ import annotations
 import pickle
 import warnings
 from collections import OrderedDict
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +26,7 @@ from netparity import inputs
 from netparity.dtypes import DTYPES
 from netparity.errors import CheckpointError
 from netparity.frameworks.base import CheckpointData
-
-#: keys under which training scripts commonly nest the state dict, in the order tried
-WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network",
-                "model_state", "params", "weights")
+from netparity.frameworks.statedict import locate_state
 
 
 def _one_line(e: BaseException) -> str:
@@ -71,61 +67,18 @@ def read(p: Path, *, shapes_only: bool = False) -> CheckpointData:
 
 def from_object(obj: Any) -> CheckpointData:
     """The tensors of a loaded checkpoint object: a state dict, one nested under a wrapper key
-    (:data:`WRAPPER_KEYS`), or nested dicts (flattened into dotted names)."""
+    (:data:`~netparity.frameworks.statedict.WRAPPER_KEYS`), or nested dicts (flattened into
+    dotted names)."""
     out = CheckpointData()
     if isinstance(obj, torch.nn.Module):  # cannot happen with weights_only, but be explicit
         obj = obj.state_dict()
-    if not isinstance(obj, Mapping):
-        raise CheckpointError(f"expected a state dict, found a {type(obj).__name__}")
-
-    def tensors_in(m: Mapping) -> int:
-        return sum(isinstance(v, torch.Tensor) for v in m.values())
-
-    state: Mapping = obj
-    if tensors_in(obj) == 0:
-        for key in WRAPPER_KEYS:
-            inner = obj.get(key)
-            if isinstance(inner, Mapping) and tensors_in(inner):
-                state = inner
-                out.source_key = key
-                out.notes.append(f"state dict taken from key {key!r} of the checkpoint")
-                break
-        else:
-            flat = _flatten(obj)
-            if not flat:
-                raise CheckpointError(
-                    f"no tensors found (top-level keys: {', '.join(map(str, list(obj)[:10]))})"
-                )
-            state = flat
-            out.notes.append("nested dicts flattened into dotted names")
-    others = [k for k in obj if state is not obj and k != out.source_key]
-    for k in others:
-        v = obj[k]
-        if isinstance(v, (int, float, str, bool)):
-            out.extras[str(k)] = v
-    if others:
-        out.notes.append(f"other top-level keys ignored: {', '.join(map(str, others[:8]))}")
-    skipped = []
+    state = locate_state(obj, lambda v: isinstance(v, torch.Tensor), out)
     for name, t in state.items():
-        if not isinstance(t, torch.Tensor):
-            skipped.append(str(name))
-            continue
-        arr, dtype = torch_to_numpy(t)
-        out.tensors[str(name)] = arr
-        out.dtypes[str(name)] = dtype
-    if skipped:
-        out.notes.append(f"non-tensor entries skipped: {', '.join(skipped[:8])}")
+        if isinstance(t, torch.Tensor):
+            arr, dtype = torch_to_numpy(t)
+            out.tensors[str(name)] = arr
+            out.dtypes[str(name)] = dtype
     return out
-
-
-def _flatten(m: Mapping, prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for k, v in m.items():
-        if isinstance(v, torch.Tensor):
-            flat[prefix + str(k)] = v
-        elif isinstance(v, Mapping):
-            flat.update(_flatten(v, f"{prefix}{k}."))
-    return flat
 
 
 def torch_to_numpy(t: torch.Tensor) -> tuple[np.ndarray, str]:
