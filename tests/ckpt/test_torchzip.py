@@ -1,6 +1,7 @@
-"""Shape-only reads of PyTorch checkpoints (what weight mapping reads) give what PyTorch's own
-``torch.load(weights_only=True, map_location="meta")`` gives, for every form a training script
-saves -- and an unusual or hostile file is never trusted: it goes to PyTorch's safe loader."""
+"""PyTorch checkpoints read without PyTorch give what PyTorch's own ``torch.load(
+weights_only=True)`` gives -- shape-only (what weight mapping reads) and with values (what
+``convert`` reads) -- for every form a training script saves; an unusual or hostile file is never
+trusted: it goes to PyTorch's safe loader."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import zipfile
 from collections import OrderedDict
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,14 +30,24 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int
 
 
 def same_as_torch(path: Path) -> None:
-    """The shape-only read of ``path`` equals PyTorch's, entry for entry."""
-    a = load_checkpoint(path, shapes_only=True)
-    b = ckpt_io.read(path, shapes_only=True)
-    assert list(a) == list(b.tensors)
-    for k in a:
-        assert a[k].shape == b.tensors[k].shape and a[k].dtype == b.tensors[k].dtype, k
-        assert a.dtype(k) == b.dtypes[k], k
-    assert (a.source_key, dict(a.extras), list(a.notes)) == (b.source_key, b.extras, b.notes)
+    """The shape-only and the full read of ``path`` equal PyTorch's, entry for entry, bit for
+    bit; the arrays are the caller's own (writable, not aliasing each other)."""
+    for shapes_only in (True, False):
+        a = load_checkpoint(path, shapes_only=shapes_only)
+        b = ckpt_io.read(path, shapes_only=shapes_only)
+        assert list(a) == list(b.tensors)
+        for k in a:
+            assert a[k].shape == b.tensors[k].shape and a[k].dtype == b.tensors[k].dtype, k
+            assert a.dtype(k) == b.dtypes[k], k
+            if not shapes_only:
+                assert a[k].tobytes() == b.tensors[k].tobytes(), k
+                assert a[k].flags.writeable, k
+        assert (a.source_key, dict(a.extras), list(a.notes)) == (b.source_key, b.extras,
+                                                                 b.notes)
+        if not shapes_only:
+            arrs = [a[k] for k in a if a[k].size]
+            assert not any(np.shares_memory(x, y) for i, x in enumerate(arrs)
+                           for y in arrs[i + 1:])
 
 
 def sample_model() -> torch.nn.Module:
@@ -68,7 +80,9 @@ def test_each_saved_form_reads_as_pytorch_reads_it(tmp_path, form):
                                  st.lists(st.integers(0, 4), max_size=3)),
                        min_size=1, max_size=6))
 def test_any_plain_state_dict(tmp_path, entries):
-    sd = {k: torch.zeros(shape, dtype=DTYPES[d]) for k, (d, shape) in entries.items()}
+    g = torch.Generator().manual_seed(len(entries))
+    sd = {k: (torch.randn(shape, generator=g) * 50).to(DTYPES[d])
+          for k, (d, shape) in entries.items()}
     p = tmp_path / "h.pt"
     torch.save(sd, p)
     same_as_torch(p)
@@ -85,6 +99,23 @@ def test_legacy_format_and_truncation_go_to_pytorch(tmp_path):
     cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     with pytest.raises(CheckpointError):
         load_checkpoint(cut, shapes_only=True)
+
+
+def test_a_flipped_bit_in_a_tensor_is_an_error_not_a_silent_value(tmp_path):
+    """PyTorch's own loader does not check the archive's CRC-32; the full read does."""
+    p = tmp_path / "w.pt"
+    torch.save({"w": torch.ones(1000)}, p)
+    with zipfile.ZipFile(p) as z:
+        info = next(i for i in z.infolist() if i.filename.endswith("data/0"))
+    blob = bytearray(p.read_bytes())
+    start = info.header_offset + 30 + len(info.filename.encode()) + int.from_bytes(
+        blob[info.header_offset + 28: info.header_offset + 30], "little")
+    blob[start + 100] ^= 0x40
+    p.write_bytes(bytes(blob))
+    with pytest.raises(CheckpointError, match="CRC") as ei:
+        load_checkpoint(p)
+    assert "\n" not in str(ei.value) and str(p) in str(ei.value)
+    assert load_checkpoint(p, shapes_only=True)["w"].shape == (1000,)
 
 
 class _Evil:
