@@ -33,7 +33,9 @@ the wrong side's weights, at most 0.12x with the better; LayerNorm eps 1e-7: 115
 when the replay makes the reference's own output again to ``FLOOR_EPS`` units. Not replayed
 either: classes outside ``torch.nn`` (a name from a trace is looked up in ``torch.nn.modules``
 and nothing is ever imported), random ones (dropout in training), batch norm in eval mode (the
-running statistics are not in the trace), and a MindSpore reference. Forward only.
+running statistics are not in the trace). A MindSpore reference's leaf Cells are replayed as
+float64 PyTorch math (:func:`netparity.frameworks.torch.leafmods.build_leaf`), held to the
+same strict self-check as a subclass. Forward only.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def replay_leaves(result: CompareResult, ref_tr: Any, cand_tr: Any, rank: int = 
     from netparity.precision.engine import normwise
 
     table = result.table
-    if ref_tr.framework != "torch" or table is None or not len(table):
+    if ref_tr.framework not in ("torch", "mindspore") or table is None or not len(table):
         return 0
     meta = read_notes(Path(ref_tr.path) / f"rank{rank}").get("modules")
     if not isinstance(meta, dict) or not meta:
@@ -142,8 +144,10 @@ def replay_leaves(result: CompareResult, ref_tr: Any, cand_tr: Any, rank: int = 
             continue
         ref_local = normwise(ref_out.reshape(r64.shape), r64)
         a, b = recs[-1]
-        if not ref_local <= (FLOOR_EPS * unit_roundoff(a.dtype) if m.get("subclass")
-                             else SELF_TOLERANCE):
+        # (a subclass, or a MindSpore Cell replayed as PyTorch math, must make the reference's
+        # own output again to a few units of its precision: the same computation, not a kin)
+        strict = m.get("subclass") or m.get("framework") == "mindspore"
+        if not ref_local <= (FLOOR_EPS * unit_roundoff(a.dtype) if strict else SELF_TOLERANCE):
             continue  # the replay does not make the reference's own output again
         cand_local = normwise(cand_out.reshape(c64.shape), c64)
         if names:  # the weights its output was made with are not certain: try both sides'

@@ -84,6 +84,36 @@ def _native_of(cls: type) -> tuple[str, str]:
     return native, canonical_op("mindspore", cls.__name__)
 
 
+#: a Cell's own bookkeeping attributes: not settings of what it computes
+_CELL_INTERNALS = frozenset({"training", "requires_grad", "is_top_cell", "arguments_key",
+                             "mixed_precision_type", "cell_type", "grad_ops_label", "has_bprop"})
+
+
+def _plain(v: Any) -> bool:
+    return (v is None or isinstance(v, (bool, int, float, str))
+            or (isinstance(v, (tuple, list)) and len(v) <= 8 and all(_plain(x) for x in v)))
+
+
+def leaf_meta(cell: Any) -> dict[str, Any]:
+    """What a float64 replay of a leaf ``mindspore.nn`` Cell needs besides its tensors
+    (:mod:`netparity.compare.leafreplay`, the MindSpore half of
+    :func:`netparity.frameworks.torch.leafmods.build_leaf`): its nearest ``mindspore.nn``
+    class, public attributes of plain types (epsilon, pad_mode, stride, approximate, ...), its
+    training flag and parameter names; ``{}`` for a Cell with children or no such class."""
+    base = next((c for c in type(cell).__mro__ if (c.__module__ or "").startswith("mindspore.nn.")
+                 and not c.__name__.startswith("_") and c.__name__ != "Cell"), None)
+    if base is None or getattr(cell, "_cells", None):
+        return {}
+    attrs = {k: list(v) if isinstance(v, tuple) else v for k, v in vars(cell).items()
+             if not k.startswith("_") and k not in _CELL_INTERNALS and _plain(v)}
+    own = getattr(cell, "parameters_and_names", None)
+    sub = {} if base is type(cell) else {"subclass": f"{type(cell).__module__}."
+                                                    f"{type(cell).__qualname__}"}
+    return {"framework": "mindspore", "class": base.__name__, **sub, "attrs": attrs,
+            "training": bool(getattr(cell, "training", False)),
+            "params": [n for n, _ in own(expand=False)] if own else []}
+
+
 def _launch_blocking_is_set() -> bool:
     from mindspore._c_expression import RuntimeConf
 
@@ -159,6 +189,7 @@ class MindSporeCapture(CaptureSession):
         self.notes: list[str] = []
         self._paths: dict[int, str] = {}
         self._native: dict[int, tuple[str, str]] = {}
+        self._leaf_meta: dict[str, dict[str, Any]] = {}  # capture_notes "modules"
         self._opt_ids: set[int] = set()
         self._graph: GraphProbes | None = None
         self._graph_native: dict[str, tuple[str, str]] = {}
@@ -393,7 +424,8 @@ class MindSporeCapture(CaptureSession):
             super().close()
 
     def _write_notes(self) -> None:
-        """``capture_notes.json``: notes, hook errors, the optimizers (:mod:`.optnotes`)."""
+        """``capture_notes.json``: notes, hook errors, the optimizers (:mod:`.optnotes`), the
+        leaf Cells' settings (``modules``: :func:`leaf_meta`)."""
         if self.writer is None:
             return
         from netparity.capture.notes import write_notes
@@ -406,6 +438,9 @@ class MindSporeCapture(CaptureSession):
 
             sections["optimizers"] = optimizer_section(self.model_params(), self._known_opts,
                                                        self._stepped_opts, self._lr_log)
+        meta = {k: v for k, v in self._leaf_meta.items() if v}
+        if meta:
+            sections["modules"] = meta
         if sections:
             write_notes(self.writer.rank_dir, sections)
 
@@ -569,6 +604,8 @@ class MindSporeCapture(CaptureSession):
         if self.active and p.modules and "forward" in p.directions:
             native, op = self._native[cid]
             if p.wants_name(path, op):
+                if path not in self._leaf_meta:
+                    self._leaf_meta[path] = leaf_meta(cell)
                 # positional args are "0", "1"...; keyword args "kw.name"
                 if not kwargs:
                     self._emit_call("module", path, native, op, call, 0, "forward",
