@@ -144,6 +144,7 @@ class MindSporeCapture(CaptureSession):
         self._is_tensor = adapter.is_tensor
         self._handles: list[Any] = []
         self._bwd_attr_reset: list[Any] = []
+        self._bstop: Any = None  # backward_stop.BackwardStop with stop_on_nonfinite
         self._stack: list[_Frame] = []
         self._calls: dict[tuple[str, str], int] = {}
         self._grad_names: set[str] = set()
@@ -218,8 +219,13 @@ class MindSporeCapture(CaptureSession):
             if (self.policy.modules and self.policy.wants_direction("backward")
                     and "backward" in self.policy.directions and id(cell) not in self._opt_ids):
                 self._handles.append(cell.register_backward_hook(self._bwd))
-                if not had_bwd:
-                    self._bwd_attr_reset.append(cell)
+            if self.stop_on_nonfinite and id(cell) not in self._opt_ids:
+                from netparity.frameworks.mindspore.backward_stop import BackwardStop
+
+                self._bstop = self._bstop or BackwardStop(self)
+                self._handles.extend(self._bstop.install(cell))
+            if not had_bwd and cell._cell_backward_hook is not None:
+                self._bwd_attr_reset.append(cell)
         from netparity.frameworks.mindspore.loss_scale import scale_cells
 
         for cell, how in scale_cells(self.model, self.scaler):
@@ -242,7 +248,7 @@ class MindSporeCapture(CaptureSession):
                 from netparity.frameworks.mindspore.tensor_ops import TensorOperators
 
                 ops = TensorOperators(self._observe_op, lambda: self._ops_seen,
-                                      lambda: self._busy or not self.active)
+                                      self._ops_quiet)
                 if ops.install():
                     self._tensor_ops = ops
                 else:
@@ -628,10 +634,20 @@ class MindSporeCapture(CaptureSession):
         self._emit_one(Record(kind="grad", op="grad", module=name,
                               direction="backward", role="grad", source="autodiff"), grad)
 
+    def _ops_quiet(self) -> bool:
+        """Whether Tensor operators go unobserved now (the capture's own work, or outside the
+        captured steps; a Cell replayed by the backward stop is always observed)."""
+        if self._bstop is not None and self._bstop.replay is not None:
+            return False
+        return self._busy or not self.active
+
     def _observe_op(self, prim: Any, res: Any, args: tuple[Any, ...]) -> None:
         """A primitive ran (reported by the JIT context, or a Tensor operator computed what
         ``prim`` computes): record it and, when asked, stop on a non-finite result."""
         self._ops_seen += 1
+        if self._bstop is not None and self._bstop.replay is not None:
+            self._bstop.replay.observe(prim, res, args)  # a Cell replayed by the backward stop
+            return
         self._op(prim, res, args)
         if self.stop_on_nonfinite:
             from netparity.frameworks.mindspore.nonfinite import check_op
