@@ -19,7 +19,8 @@ How each level is observed (PyNative mode; see docs/capture-mindspore.md for the
   patched by name. What escapes: Tensor methods and operators implemented in C++
   (``x + y``, ``x.sum()``, ``x.reshape()`` dispatch from ``TensorPy`` straight to the C++ pyboost
   kernels), the bodies of ``@ms.jit`` functions (the optimizer's ``construct`` among them: seen as
-  one compiled graph) and every backward primitive (run by the C++ grad executor).
+  one compiled graph) and every backward primitive (run by the C++ grad executor; the
+  backward ``stop_on_nonfinite`` names one by replaying a Cell, :mod:`.backward_stop`).
 * **Parameters** at :meth:`MindSporeCapture.step` (after the update) and **gradients** through
   ``Parameter.register_hook`` (fires with each parameter's gradient when
   ``ms.value_and_grad(fn, None, weights)`` differentiates w.r.t. it) or by hand with
@@ -785,8 +786,9 @@ def capture(
             MindSpore on CPU.
         stop_on_nonfinite: stop at the first primitive whose output holds NaN/Inf
             (:class:`~netparity.capture.nonfinite.NonFiniteStop`, its inputs saved under
-            ``path/nonfinite/``); needs ``level="op"`` or ``"both"`` (PyNative). Backward
-            primitives are not seen.
+            ``path/nonfinite/``); needs ``level="op"`` or ``"both"`` (PyNative). In backward,
+            the first Cell whose input gradient goes non-finite from finite output gradients
+            stops the run, naming the primitive whose backward did it (:mod:`.backward_stop`).
         scaler: a loss-scale Cell to read (``TrainOneStepWithLossScaleCell`` -- e.g. the
             ``_train_network`` that ``Model(..., loss_scale_manager=...)`` builds -- or a
             ``DynamicLossScaleUpdateCell``); those inside ``model`` are found without it. The
