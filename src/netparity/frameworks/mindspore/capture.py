@@ -19,7 +19,8 @@ How each level is observed (PyNative mode; see docs/capture-mindspore.md for the
   patched by name. What escapes: Tensor methods and operators implemented in C++
   (``x + y``, ``x.sum()``, ``x.reshape()`` dispatch from ``TensorPy`` straight to the C++ pyboost
   kernels), the bodies of ``@ms.jit`` functions (the optimizer's ``construct`` among them: seen as
-  one compiled graph) and every backward primitive (run by the C++ grad executor).
+  one compiled graph) and every backward primitive (run by the C++ grad executor; the
+  backward ``stop_on_nonfinite`` names one by replaying a Cell, :mod:`.backward_stop`).
 * **Parameters** at :meth:`MindSporeCapture.step` (after the update) and **gradients** through
   ``Parameter.register_hook`` (fires with each parameter's gradient when
   ``ms.value_and_grad(fn, None, weights)`` differentiates w.r.t. it) or by hand with
@@ -174,6 +175,7 @@ class MindSporeCapture(CaptureSession):
         self._is_tensor = adapter.is_tensor
         self._handles: list[Any] = []
         self._bwd_attr_reset: list[Any] = []
+        self._bstop: Any = None  # backward_stop.BackwardStop with stop_on_nonfinite
         self._stack: list[_Frame] = []
         self._calls: dict[tuple[str, str], int] = {}
         self._grad_names: set[str] = set()
@@ -249,8 +251,13 @@ class MindSporeCapture(CaptureSession):
             if (self.policy.modules and self.policy.wants_direction("backward")
                     and "backward" in self.policy.directions and id(cell) not in self._opt_ids):
                 self._handles.append(cell.register_backward_hook(self._bwd))
-                if not had_bwd:
-                    self._bwd_attr_reset.append(cell)
+            if self.stop_on_nonfinite and id(cell) not in self._opt_ids:
+                from netparity.frameworks.mindspore.backward_stop import BackwardStop
+
+                self._bstop = self._bstop or BackwardStop(self)
+                self._handles.extend(self._bstop.install(cell))
+            if not had_bwd and cell._cell_backward_hook is not None:
+                self._bwd_attr_reset.append(cell)
         from netparity.frameworks.mindspore.loss_scale import scale_cells
 
         for cell, how in scale_cells(self.model, self.scaler):
@@ -273,7 +280,7 @@ class MindSporeCapture(CaptureSession):
                 from netparity.frameworks.mindspore.tensor_ops import TensorOperators
 
                 ops = TensorOperators(self._observe_op, lambda: self._ops_seen,
-                                      lambda: self._busy or not self.active)
+                                      self._ops_quiet)
                 if ops.install():
                     self._tensor_ops = ops
                 else:
@@ -665,10 +672,20 @@ class MindSporeCapture(CaptureSession):
         self._emit_one(Record(kind="grad", op="grad", module=name,
                               direction="backward", role="grad", source="autodiff"), grad)
 
+    def _ops_quiet(self) -> bool:
+        """Whether Tensor operators go unobserved now (the capture's own work, or outside the
+        captured steps; a Cell replayed by the backward stop is always observed)."""
+        if self._bstop is not None and self._bstop.replay is not None:
+            return False
+        return self._busy or not self.active
+
     def _observe_op(self, prim: Any, res: Any, args: tuple[Any, ...]) -> None:
         """A primitive ran (reported by the JIT context, or a Tensor operator computed what
         ``prim`` computes): record it and, when asked, stop on a non-finite result."""
         self._ops_seen += 1
+        if self._bstop is not None and self._bstop.replay is not None:
+            self._bstop.replay.observe(prim, res, args)  # a Cell replayed by the backward stop
+            return
         self._op(prim, res, args)
         if self.stop_on_nonfinite:
             from netparity.frameworks.mindspore.nonfinite import check_op
@@ -806,8 +823,9 @@ def capture(
             MindSpore on CPU.
         stop_on_nonfinite: stop at the first primitive whose output holds NaN/Inf
             (:class:`~netparity.capture.nonfinite.NonFiniteStop`, its inputs saved under
-            ``path/nonfinite/``); needs ``level="op"`` or ``"both"`` (PyNative). Backward
-            primitives are not seen.
+            ``path/nonfinite/``); needs ``level="op"`` or ``"both"`` (PyNative). In backward,
+            the first Cell whose input gradient goes non-finite from finite output gradients
+            stops the run, naming the primitive whose backward did it (:mod:`.backward_stop`).
         scaler: a loss-scale Cell to read (``TrainOneStepWithLossScaleCell`` -- e.g. the
             ``_train_network`` that ``Model(..., loss_scale_manager=...)`` builds -- or a
             ``DynamicLossScaleUpdateCell``); those inside ``model`` are found without it. The

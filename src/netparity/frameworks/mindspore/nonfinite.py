@@ -57,8 +57,10 @@ def _host(cap: Any, t: Any) -> np.ndarray | None:
     return arr if arr.dtype.kind in _FLOAT_KINDS else arr.astype(np.float32)
 
 
-def _describe(cap: Any, prim: Any, args: tuple[Any, ...], outs: list[tuple[str, Any]]
-              ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def call_stats(cap: Any, args: Any, outs: list[tuple[str, Any]]
+               ) -> tuple[list[tuple[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """A primitive call's input tensors (arg path, tensor) and the statistics of its inputs and
+    outputs (``outs``: (arg path, tensor)), as :func:`classify` takes them."""
     from netparity.frameworks.mindspore.capture import _flatten
 
     ad = cap.adapter
@@ -68,6 +70,12 @@ def _describe(cap: Any, prim: Any, args: tuple[Any, ...], outs: list[tuple[str, 
              for (a, t), s in zip(ins, st)]
     out_st = [dict(s, arg=a, dtype=ad.dtype_name(t), numel=int(np.prod(t.shape)))
               for (a, t), s in zip(outs, st[len(ins):])]
+    return ins, in_st, out_st
+
+
+def _describe(cap: Any, prim: Any, args: tuple[Any, ...], outs: list[tuple[str, Any]]
+              ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    ins, in_st, out_st = call_stats(cap, args, outs)
     native = str(getattr(prim, "name", type(prim).__name__))
     op = canonical_op("mindspore", native)
     bad_in = any(s.get("nan") or s.get("posinf") or s.get("neginf") for s in in_st)

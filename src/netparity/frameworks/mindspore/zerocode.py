@@ -103,6 +103,10 @@ def _start(root: Any) -> Any:
         pol["directions"] = tuple(pol["directions"])
     cap = capture(root, path, stop_on_nonfinite=stop, manifest={"launcher": "netparity run"},
                   **_rank(), **pol)
+    if stop:  # as PyTorch's: the stop's one line at the top of the script, exit status 1
+        from netparity.frameworks.torch.launcher import _one_line_stop
+
+        _one_line_stop()
     cap.install()
     _state.update(cap=cap, root=root)
     atexit.register(_finish)
