@@ -57,19 +57,36 @@ SELF_TOLERANCE = 1e-3
 
 
 class _Params:
-    """Parameter payloads of one trace after each step: (step, name) -> float64 array."""
+    """Parameter payloads of one trace after each step (``kind="grad"``: the gradients of
+    each step): (step, name) -> float64 array."""
 
-    def __init__(self, tr: Any, rank: int) -> None:
-        self.tr, self.rank = tr, rank
+    def __init__(self, tr: Any, rank: int, kind: str = "param") -> None:
+        self.tr, self.rank, self.kind = tr, rank, kind
         self.by_step: dict[int, dict[str, Any]] = {}
 
     def get(self, step: int, name: str) -> np.ndarray | None:
         by = self.by_step.get(step)
         if by is None:
             by = self.by_step[step] = {r.module: r for r in self.tr.records(
-                kind="param", step=step, rank=self.rank) if r.has_payload}
+                kind=self.kind, step=step, rank=self.rank) if r.has_payload}
         r = by.get(name)
         return None if r is None else np.asarray(self.tr.tensor(r), np.float64)
+
+
+def leaf_notes(result: CompareResult, ref_tr: Any, rank: int) -> dict[str, Any] | None:
+    """The reference's ``modules`` notes when its leaves can be replayed here (a PyTorch
+    reference with notes, PyTorch importable, a pair table), else None."""
+    table = result.table
+    if ref_tr.framework != "torch" or table is None or not len(table):
+        return None
+    meta = read_notes(Path(ref_tr.path) / f"rank{rank}").get("modules")
+    if not isinstance(meta, dict) or not meta:
+        return None
+    try:
+        import netparity.frameworks.torch.leafmods  # noqa: F401
+    except ImportError:  # no PyTorch here: nothing to replay with
+        return None
+    return meta
 
 
 def replay_leaves(result: CompareResult, ref_tr: Any, cand_tr: Any, rank: int = 0) -> int:
@@ -79,15 +96,11 @@ def replay_leaves(result: CompareResult, ref_tr: Any, cand_tr: Any, rank: int = 
     from netparity.precision.engine import normwise
 
     table = result.table
-    if ref_tr.framework != "torch" or table is None or not len(table):
+    meta = leaf_notes(result, ref_tr, rank)
+    if meta is None:
         return 0
-    meta = read_notes(Path(ref_tr.path) / f"rank{rank}").get("modules")
-    if not isinstance(meta, dict) or not meta:
-        return 0
-    try:
-        from netparity.frameworks.torch.leafmods import build_leaf, run_leaf
-    except ImportError:  # no PyTorch here: nothing to replay with
-        return 0
+    from netparity.frameworks.torch.leafmods import build_leaf, run_leaf
+
     by_call: dict[int, list[int]] = {}
     for i, c in enumerate(table.call.tolist()):
         by_call.setdefault(c, []).append(i)
