@@ -101,8 +101,10 @@ def _replay_call(x: _Ctx, meta: dict[str, Any], module: str, step: int, bpos: in
     if (len(g_out) != 1 or len(f_out) != 1 or not f_in or not all(a.isdigit() for a in args)
             or any(t.refs[i].arg not in args for i in g_in)):
         return None
-    if not all(t.refs[i].has_payload and t.cands[i].has_payload for i in (*f_in, *g_out, *g_in)):
-        return None
+    if not all(t.refs[i].has_payload and t.cands[i].has_payload
+               and list(t.refs[i].shape) == list(t.cands[i].shape)
+               for i in (*f_in, *g_out, *g_in)):
+        return None  # (another layout, NHWC or transposed, is not replayed element-wise)
     names = meta.get("params") or []
     wanted = [args.index(t.refs[i].arg) for i in g_in]
     judged: list[_Judged] = [(t.get(i), f"input {t.refs[i].arg}", t.refs[i], t.cands[i])
@@ -110,7 +112,7 @@ def _replay_call(x: _Ctx, meta: dict[str, Any], module: str, step: int, bpos: in
     if whole:
         for n in names:
             pr = x.grads.get((step, f"{module}.{n}"))
-            if pr is not None:
+            if pr is not None and pr.ref_shape == pr.cand_shape:
                 judged.append((pr, n, None, None))
     if not any(_worth(j[0]) for j in judged):
         return []
