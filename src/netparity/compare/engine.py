@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from netparity.compare import leafreplay_back as _leafback
 from netparity.compare import rowpairs
 from netparity.compare.argpairs import group_inputs, pair_tensors
 from netparity.compare.coverage import coverage
@@ -962,6 +963,7 @@ def compare(
         from netparity.compare.leafreplay import replay_leaves
 
         replay_leaves(result, ref_tr, cand_tr, rank or 0)
+        _leafback.replay_leaves_backward(result, ref_tr, cand_tr, rank or 0)  # their gradients
     # a parameter-free op applied on the other side of a module boundary is not a divergence
     settle_moved_ops(result, ref_tr, cand_tr)
     settle_commuted(result, ref_tr, cand_tr)  # a commutative op's operands in the other order

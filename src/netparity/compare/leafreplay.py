@@ -35,7 +35,8 @@ either: classes outside ``torch.nn`` (a name from a trace is looked up in ``torc
 and nothing is ever imported), random ones (dropout in training), batch norm in eval mode (the
 running statistics are not in the trace). A MindSpore reference's leaf Cells are replayed as
 float64 PyTorch math (:func:`netparity.frameworks.torch.leafmods.build_leaf`), held to the
-same strict self-check as a subclass. Forward only.
+same strict self-check as a subclass (:func:`self_tolerance`). Backward:
+:mod:`netparity.compare.leafreplay_back`.
 """
 
 from __future__ import annotations
@@ -59,19 +60,44 @@ SELF_TOLERANCE = 1e-3
 
 
 class _Params:
-    """Parameter payloads of one trace after each step: (step, name) -> float64 array."""
+    """Parameter payloads of one trace after each step (``kind="grad"``: the gradients of
+    each step): (step, name) -> float64 array."""
 
-    def __init__(self, tr: Any, rank: int) -> None:
-        self.tr, self.rank = tr, rank
+    def __init__(self, tr: Any, rank: int, kind: str = "param") -> None:
+        self.tr, self.rank, self.kind = tr, rank, kind
         self.by_step: dict[int, dict[str, Any]] = {}
 
     def get(self, step: int, name: str) -> np.ndarray | None:
         by = self.by_step.get(step)
         if by is None:
             by = self.by_step[step] = {r.module: r for r in self.tr.records(
-                kind="param", step=step, rank=self.rank) if r.has_payload}
+                kind=self.kind, step=step, rank=self.rank) if r.has_payload}
         r = by.get(name)
         return None if r is None else np.asarray(self.tr.tensor(r), np.float64)
+
+
+def self_tolerance(meta: dict[str, Any], dtype: str) -> float:
+    """How closely a replay must make the reference's own tensor again to count as evidence:
+    a subclass, or a MindSpore Cell replayed as PyTorch math, to ``FLOOR_EPS`` units of its
+    precision (the same computation, not a kin); a ``torch.nn`` class to ``SELF_TOLERANCE``."""
+    strict = meta.get("subclass") or meta.get("framework") == "mindspore"
+    return FLOOR_EPS * unit_roundoff(dtype) if strict else SELF_TOLERANCE
+
+
+def leaf_notes(result: CompareResult, ref_tr: Any, rank: int) -> dict[str, Any] | None:
+    """The reference's ``modules`` notes when its leaves can be replayed here (a PyTorch
+    or MindSpore reference with notes, PyTorch importable, a pair table), else None."""
+    table = result.table
+    if ref_tr.framework not in ("torch", "mindspore") or table is None or not len(table):
+        return None
+    meta = read_notes(Path(ref_tr.path) / f"rank{rank}").get("modules")
+    if not isinstance(meta, dict) or not meta:
+        return None
+    try:
+        import netparity.frameworks.torch.leafmods  # noqa: F401
+    except ImportError:  # no PyTorch here: nothing to replay with
+        return None
+    return meta
 
 
 def replay_leaves(result: CompareResult, ref_tr: Any, cand_tr: Any, rank: int = 0) -> int:
@@ -81,15 +107,11 @@ def replay_leaves(result: CompareResult, ref_tr: Any, cand_tr: Any, rank: int = 
     from netparity.precision.engine import normwise
 
     table = result.table
-    if ref_tr.framework not in ("torch", "mindspore") or table is None or not len(table):
+    meta = leaf_notes(result, ref_tr, rank)
+    if meta is None:
         return 0
-    meta = read_notes(Path(ref_tr.path) / f"rank{rank}").get("modules")
-    if not isinstance(meta, dict) or not meta:
-        return 0
-    try:
-        from netparity.frameworks.torch.leafmods import build_leaf, run_leaf
-    except ImportError:  # no PyTorch here: nothing to replay with
-        return 0
+    from netparity.frameworks.torch.leafmods import build_leaf, run_leaf
+
     by_call: dict[int, list[int]] = {}
     for i, c in enumerate(table.call.tolist()):
         by_call.setdefault(c, []).append(i)
@@ -144,10 +166,7 @@ def replay_leaves(result: CompareResult, ref_tr: Any, cand_tr: Any, rank: int = 
             continue
         ref_local = normwise(ref_out.reshape(r64.shape), r64)
         a, b = recs[-1]
-        # (a subclass, or a MindSpore Cell replayed as PyTorch math, must make the reference's
-        # own output again to a few units of its precision: the same computation, not a kin)
-        strict = m.get("subclass") or m.get("framework") == "mindspore"
-        if not ref_local <= (FLOOR_EPS * unit_roundoff(a.dtype) if strict else SELF_TOLERANCE):
+        if not ref_local <= self_tolerance(m, a.dtype):
             continue  # the replay does not make the reference's own output again
         cand_local = normwise(cand_out.reshape(c64.shape), c64)
         if names:  # the weights its output was made with are not certain: try both sides'

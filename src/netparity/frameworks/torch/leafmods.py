@@ -66,6 +66,34 @@ def run_leaf(mod: Any, ins: list[np.ndarray]) -> np.ndarray | None:
     return out.numpy() if isinstance(out, torch.Tensor) else None
 
 
+def vjp_leaf(mod: Any, ins: list[np.ndarray], grad_out: np.ndarray,
+             wanted: list[int]) -> tuple[list[np.ndarray], dict[str, np.ndarray]] | None:
+    """The backward of ``mod`` (from :func:`build_leaf`) in float64: its forward on ``ins``,
+    then the vector-Jacobian product with ``grad_out``; returns the gradients w.r.t. the
+    inputs numbered in ``wanted`` and w.r.t. its own parameters (by name), or None when the
+    output is not one tensor of ``grad_out``'s size."""
+    xs = [torch.from_numpy(np.asarray(x, np.float64).copy()) for x in ins]
+    for i in wanted:
+        xs[i].requires_grad_(True)
+    params = dict(mod.named_parameters(recurse=False))
+    for p in params.values():
+        p.requires_grad_(True)
+    with torch.enable_grad():
+        # (a clone per input: an in-place leaf may not overwrite a tensor autograd differentiates)
+        out = mod(*[x.clone() if x.requires_grad else x for x in xs])
+    g = np.asarray(grad_out, np.float64)
+    if not isinstance(out, torch.Tensor) or out.numel() != g.size:
+        return None
+    targets = [xs[i] for i in wanted] + list(params.values())
+    if not targets:
+        return None
+    got = torch.autograd.grad(out, targets, torch.from_numpy(g.copy()).reshape(out.shape),
+                              allow_unused=True)
+    arrays = [np.zeros(tuple(t.shape)) if d is None else d.detach().numpy()
+              for t, d in zip(targets, got)]
+    return arrays[:len(wanted)], dict(zip(params, arrays[len(wanted):]))
+
+
 # ---- a MindSpore reference's leaf Cells, replayed as float64 PyTorch math ------------------
 # MindSpore's own float64 kernels are missing on CPU for most of these; the math is the same in
 # any framework, so the Cell's documented semantics are written here in torch.nn.functional and
