@@ -325,9 +325,9 @@ def _node_of(rows: _Rows, o: Origin) -> str:
 
 def _node_forward(rows: _Rows, o: Origin, fwd: np.ndarray) -> int | None:
     """The forward op record (an input row of ``fwd``) whose derivative ``o.node`` computes:
-    ``SqrtBackward0`` -> the ``sqrt`` of the same module and step, the one at a zero or
-    negative input first."""
-    base = re.sub(r"Backward\d*$", "", o.node).lower()
+    ``SqrtBackward0`` (or a MindSpore dump's ``Grad_Sqrt`` scope) -> the ``sqrt`` of the same
+    module and step, the one at a zero or negative input first."""
+    base = re.sub(r"^Grad_|Backward\d*$", "", o.node).lower()
     if not base:
         return None
     a = rows.a
@@ -643,6 +643,25 @@ GRAPH_DUMP_UNSEEN = [
 ]
 
 
+def graph_dump_unseen(tr: Trace, rank: int) -> list[str]:
+    """What a trace imported from a MindSpore graph dump does not show, of
+    :data:`GRAPH_DUMP_UNSEEN`: the dump's import recovers the loss, the learning rate, the
+    optimizer's parameter list and gradients by name where the dump holds them
+    (:mod:`netparity.frameworks.mindspore.dumpderive`)."""
+    from netparity.capture.notes import optimizer_notes
+    from netparity.frameworks.mindspore.dumpderive import FROZEN_UNSURE
+    from netparity.trace.coverage import contents
+
+    kinds = {k for _, _, k in contents(tr, rank)}
+    notes = optimizer_notes(tr, rank)
+    have = ["loss" in kinds, bool(notes.get("lr")), bool(notes.get("optimizers")),
+            "grad" in kinds]
+    out = [u for u, seen in zip(GRAPH_DUMP_UNSEEN, have) if not seen]
+    if notes.get("optimizers") and notes.get("frozen"):
+        out.append(FROZEN_UNSURE)
+    return out
+
+
 def analyze(trace: Trace | str | os.PathLike[str], *, rank: int | None = None,
             losses: list[tuple[int, float]] | None = None, top: int = 15,
             explosion_factor: float = 10.0) -> NumericsResult:
@@ -696,7 +715,7 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int | None = None,
                          "not hold (module-level capture): see the live stop")
     res.loss_scale = loss_scale_history(tr, rank=r0)
     if tr.manifest.get("source") == "mindspore-dump":
-        res.unseen = list(GRAPH_DUMP_UNSEEN)
+        res.unseen = graph_dump_unseen(tr, r0)
     if rank is None:
         res.ranks_consistent = rank_consistency(tr)
     return res
