@@ -295,3 +295,47 @@ def test_graph_mode_backward_nan_names_the_sqrt_gradient(tmp_path) -> None:  # t
         "backward", 2, "1", "sqrt_grad", "introduced"), o
     assert o["forward_op"] == "1 / sqrt" and "backward of sqrt" in o["cause"], o
     assert report["problems"][0] == "non-finite values from 1 / sqrt_grad (backward, step 2)"
+
+
+#: the same training by ``mindspore.train.Model`` (a GeneratorDataset, no sink mode); in-code,
+#: a Callback records the loss and ends each step
+LOOP_MODEL = textwrap.dedent(
+    """
+    import mindspore.dataset as ds
+    from mindspore.train import Callback, Model
+    cbs = []
+    if len(sys.argv) > 1:
+        import netparity
+        cap = netparity.capture(net, sys.argv[1], optimizer=opt, **KW)
+        cap.install()
+        class Step(Callback):
+            def step_end(self, run_context):
+                cap.record_loss(run_context.original_args().net_outputs)
+                cap.step()
+        cbs = [Step()]
+    def gen():
+        for step in range(STEPS):
+            x, y = batch(step)
+            yield x.asnumpy(), y.asnumpy()
+    data = ds.GeneratorDataset(gen, ["x", "y"], shuffle=False)
+    Model(net, loss_fn, opt).train(1, data, callbacks=cbs, dataset_sink_mode=False)
+    if cbs:
+        cap.close()
+    raise SystemExit(0)
+    """
+)
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_model_train_same_answer(tmp_path, way) -> None:  # type: ignore[no-untyped-def]
+    """The head/frozen script trained by ``Model.train`` (dataset_sink_mode=False): the plain
+    loop's answer both ways (zero-code the root is Model's ``TrainOneStepCell``: its wrappers'
+    prefix on the names)."""
+    out = capture_both_ways(tmp_path, HEAD_FROZEN + LOOP_MODEL, way)
+    _, stuck = weight_updates(out)
+    pre = "network._backbone."
+    assert {p.name.removeprefix(pre): p.severity for p in stuck} == {
+        "4.weight": "fail", "4.bias": "fail", "2.weight": "warn", "2.bias": "warn"}
+    rc, report = numerics(out)
+    assert rc == 1 and len(report["problems"]) == 2, report
+    assert report["explosion"]["lr"] and not report["unseen"], report
