@@ -339,3 +339,38 @@ def test_model_train_same_answer(tmp_path, way) -> None:  # type: ignore[no-unty
     rc, report = numerics(out)
     assert rc == 1 and len(report["problems"]) == 2, report
     assert report["explosion"]["lr"] and not report["unseen"], report
+
+
+#: the plain loop's step compiled whole by ``@ms.jit`` in PyNative mode
+LOOP_JIT = textwrap.dedent(
+    """
+    def fwd(x, y):
+        return loss_fn(net(x), y)
+    grad_fn = ms.value_and_grad(fwd, None, opt.parameters)
+    @ms.jit
+    def train_step(x, y):
+        loss, grads = grad_fn(x, y)
+        opt(grads)
+        return loss
+    for step in range(STEPS):
+        train_step(*batch(step))
+    raise SystemExit(0)
+    """
+)
+
+
+def test_jit_step_backward_nan_from_the_dump(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An ``@ms.jit`` train step (PyNative mode) with the sqrt backward NaN, zero-code: no Cell
+    call reaches Python, so the answer comes from the imported dump -- the sqrt's gradient
+    kernel at step 2, linked to the forward sqrt, and in words that the compiled function's
+    kernels name no Cell (the plain loop names the Norm Cell)."""
+    script = tmp_path / "train.py"
+    script.write_text(SQRT + LOOP_JIT)
+    subprocess.run([sys.executable, "-m", "netparity", "run", "-o", str(tmp_path / "zero"),
+                    "--", "python", str(script)], env=_env(), capture_output=True,
+                   timeout=300, cwd=tmp_path, check=True)
+    rc, report = numerics(tmp_path / "zero-graph")
+    o = report["first_nonfinite"]
+    assert rc == 1 and (o["direction"], o["step"], o["op"], o["verdict"]) == (
+        "backward", 2, "sqrt_grad", "introduced"), o
+    assert o["forward_op"].endswith("/ sqrt") and "names no Cell" in o["cause"], o

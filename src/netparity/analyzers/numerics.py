@@ -303,8 +303,9 @@ def _entered_cause(rows: _Rows, i: int) -> str:
     return "NaN/Inf from outside the captured calls"
 
 
-def _node_of(rows: _Rows, o: Origin) -> str:
-    """The autograd node that ran backward op ``o`` (recorded in its call's ``extra``)."""
+def _node_of(rows: _Rows, o: Origin, key: str = "node") -> str:
+    """The autograd node that ran backward op ``o`` (recorded in its call's ``extra``; another
+    ``key`` of it: e.g. a MindSpore dump kernel's full ``scope``)."""
     if o.kind != "op":
         return ""
     ev = int(rows.a["event"][rows.at(o.seq)])
@@ -315,7 +316,7 @@ def _node_of(rows: _Rows, o: Origin) -> str:
         return ""
     for t in texts:
         try:
-            node = json.loads(t).get("node") if t else None
+            node = json.loads(t).get(key) if t else None
         except (ValueError, AttributeError):
             continue
         if isinstance(node, str) and node:
@@ -422,6 +423,11 @@ def _origin(rows: _Rows, rank: int, direction: str | None = None) -> Origin | No
         if not o.cause and o.kind == "module" and o.direction == "backward" \
                 and rows.tr.framework == "mindspore":
             o.cause = MINDSPORE_BACKWARD
+        if not o.module and rows.tr.manifest.get("source") == "mindspore-dump":
+            scope = _node_of(rows, o, "scope")
+            if scope:  # a function compiled whole (@ms.jit, value_and_grad): no Cell scopes
+                o.cause += (f"; the dump's kernel {scope} names no Cell (a function compiled "
+                            "whole, e.g. @ms.jit: Cells run inside it leave no scope)")
         if not o.cause and o.direction == "update":
             o.cause = ("made by the optimizer's update from finite parameters and gradients "
                        "(learning rate, eps, or an optimizer state)")

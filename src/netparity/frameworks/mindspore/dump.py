@@ -48,7 +48,7 @@ from netparity import inputs
 from netparity.capture.notes import write_notes
 from netparity.dtypes import encode_bf16
 from netparity.errors import TraceError, UsageError
-from netparity.frameworks.mindspore.dumpderive import Derived, derive
+from netparity.frameworks.mindspore.dumpderive import UPDATE_KERNELS, Derived, derive
 from netparity.hoststats import host_stats
 from netparity.outputs import write_text_atomic
 from netparity.trace.schema import Record
@@ -354,6 +354,8 @@ def import_dump(
                                  module=name, direction="update", role="param")
                 else:
                     module, direction = scope_module(full, wrappers)
+                    if df.op_type in UPDATE_KERNELS:  # an optimizer's, whatever its scope
+                        direction = "update"
                     mk = (step, direction, module)
                     if (step, full, "call") not in op_index:
                         op_index[(step, full, "call")] = op_index.get(mk, 0)
