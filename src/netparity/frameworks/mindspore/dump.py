@@ -379,6 +379,8 @@ def import_dump(
             counts["records"] += _write_derived(w, derived, entries[-1][0], rank, root,
                                                 payload, pmap)
         if derived.notes:
+            for sec in ("frozen", "not_in_optimizer"):
+                derived.notes[sec] = [pmap.get(n, n) for n in derived.notes[sec]]
             write_notes(Path(out_trace) / f"rank{rank}", {"optimizers": derived.notes})
     if counts["ranks"] == 0:
         raise TraceError(f"{root} holds no dump .npy files (was saved_data 'statistic'?)")
