@@ -649,6 +649,13 @@ GRAPH_DUMP_UNSEEN = [
 ]
 
 
+#: a MindSpore dump of the optimizer's graph alone (a PyNative script whose ``TrainOneStepCell``
+#: or ``Model.train`` compiles only the update)
+OPTIMIZER_GRAPH_ONLY = (
+    "the network's forward and backward kernels (the dump holds only the optimizer's compiled "
+    "graph: the network ran in PyNative, judge the PyNative trace of the same run)")
+
+
 def graph_dump_unseen(tr: Trace, rank: int) -> list[str]:
     """What a trace imported from a MindSpore graph dump does not show, of
     :data:`GRAPH_DUMP_UNSEEN`: the dump's import recovers the loss, the learning rate, the
@@ -658,11 +665,14 @@ def graph_dump_unseen(tr: Trace, rank: int) -> list[str]:
     from netparity.frameworks.mindspore.dumpderive import FROZEN_UNSURE
     from netparity.trace.coverage import contents
 
-    kinds = {k for _, _, k in contents(tr, rank)}
+    got = contents(tr, rank)
+    kinds = {k for _, _, k in got}
     notes = optimizer_notes(tr, rank)
     have = ["loss" in kinds, bool(notes.get("lr")), bool(notes.get("optimizers")),
             "grad" in kinds]
     out = [u for u, seen in zip(GRAPH_DUMP_UNSEEN, have) if not seen]
+    if not any(k == "op" and d in ("forward", "backward") for _, d, k in got):
+        out.insert(0, OPTIMIZER_GRAPH_ONLY)
     if notes.get("optimizers") and notes.get("frozen"):
         out.append(FROZEN_UNSURE)
     return out

@@ -354,7 +354,8 @@ def import_dump(
                                  module=name, direction="update", role="param")
                 else:
                     module, direction = scope_module(full, wrappers)
-                    if df.op_type in UPDATE_KERNELS:  # an optimizer's, whatever its scope
+                    if df.op_type in UPDATE_KERNELS or full in derived.update_scopes:
+                        # an optimizer's, whatever its scope
                         direction = "update"
                     mk = (step, direction, module)
                     if (step, full, "call") not in op_index:

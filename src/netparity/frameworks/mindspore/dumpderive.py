@@ -59,6 +59,8 @@ class Derived:
     loss: dict[int, Any] = field(default_factory=dict)
     #: the ``optimizers`` section of capture_notes.json (empty: no update kernel seen)
     notes: dict[str, Any] = field(default_factory=dict)
+    #: kernels of the update that no optimizer scope names (the step counter's ``AssignAdd``)
+    update_scopes: set[str] = field(default_factory=set)
 
 
 def _loss_scope(full: str) -> bool:
@@ -75,6 +77,7 @@ def derive(entries: Iterable[tuple[int, str, Any]],
     updates: dict[tuple[int, str], dict[tuple[str, int], Any]] = {}  # (step, scope) -> files
     kinds: dict[str, str] = {}  # update kernel scope -> type
     loss: dict[int, Any] = {}
+    counters: list[tuple[int, str, Any]] = []  # AssignAdd outputs: the step counter's?
     for step, full, df in entries:
         if df.op_type == "Parameter":
             params.setdefault(step, {})[df.op_name] = df
@@ -83,6 +86,8 @@ def derive(entries: Iterable[tuple[int, str, Any]],
             kinds[full] = df.op_type
         elif df.io == "output" and df.index == 0 and _loss_scope(full):
             loss[step] = df
+        if df.op_type == "AssignAdd" and (df.io, df.index) == ("output", 0):
+            counters.append((step, full, df))
     out = Derived(loss={s: f for s, f in loss.items() if int(np.prod(_shape(load, f))) == 1})
     owner: dict[str, set[str]] = {}  # update kernel scope -> parameter names its output equals
     state: set[str] = set()
@@ -113,6 +118,10 @@ def derive(entries: Iterable[tuple[int, str, Any]],
                     lr_log.append([step, 0, []])
                 if val not in lr_log[-1][2]:
                     lr_log[-1][2].append(val)
+    for step, full, df in counters:  # the optimizer's global_step += 1
+        steps = [f for n, f in params.get(step, {}).items() if n.endswith("global_step")]
+        if any(np.array_equal(load(f), load(df)) for f in steps):
+            out.update_scopes.add(full)
     names = {n for ps in params.values() for n in ps}
     for n in names:
         out.kinds[n] = ("data" if _DATA.match(n) else "custom"
