@@ -91,9 +91,11 @@ def derive(entries: Iterable[tuple[int, str, Any]],
     out = Derived(loss={s: f for s, f in loss.items() if int(np.prod(_shape(load, f))) == 1})
     owner: dict[str, set[str]] = {}  # update kernel scope -> parameter names its output equals
     state: set[str] = set()
-    cache: dict[int, dict[str, np.ndarray]] = {}
-    for (step, full), files in updates.items():
-        pv = cache.setdefault(step, {n: load(f) for n, f in params.get(step, {}).items()})
+    cache: dict[int, dict[str, np.ndarray]] = {}  # one step's parameters at a time
+    for (step, full), files in sorted(updates.items()):
+        if step not in cache:
+            cache = {step: {n: load(f) for n, f in params.get(step, {}).items()}}
+        pv = cache[step]
         g_at, lr_at = UPDATE_KERNELS[kinds[full]]
         for (io, idx), f in files.items():
             arr = load(f)
