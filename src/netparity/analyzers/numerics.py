@@ -303,8 +303,9 @@ def _entered_cause(rows: _Rows, i: int) -> str:
     return "NaN/Inf from outside the captured calls"
 
 
-def _node_of(rows: _Rows, o: Origin) -> str:
-    """The autograd node that ran backward op ``o`` (recorded in its call's ``extra``)."""
+def _node_of(rows: _Rows, o: Origin, key: str = "node") -> str:
+    """The autograd node that ran backward op ``o`` (recorded in its call's ``extra``; another
+    ``key`` of it: e.g. a MindSpore dump kernel's full ``scope``)."""
     if o.kind != "op":
         return ""
     ev = int(rows.a["event"][rows.at(o.seq)])
@@ -315,7 +316,7 @@ def _node_of(rows: _Rows, o: Origin) -> str:
         return ""
     for t in texts:
         try:
-            node = json.loads(t).get("node") if t else None
+            node = json.loads(t).get(key) if t else None
         except (ValueError, AttributeError):
             continue
         if isinstance(node, str) and node:
@@ -325,9 +326,9 @@ def _node_of(rows: _Rows, o: Origin) -> str:
 
 def _node_forward(rows: _Rows, o: Origin, fwd: np.ndarray) -> int | None:
     """The forward op record (an input row of ``fwd``) whose derivative ``o.node`` computes:
-    ``SqrtBackward0`` -> the ``sqrt`` of the same module and step, the one at a zero or
-    negative input first."""
-    base = re.sub(r"Backward\d*$", "", o.node).lower()
+    ``SqrtBackward0`` (or a MindSpore dump's ``Grad_Sqrt`` scope) -> the ``sqrt`` of the same
+    module and step, the one at a zero or negative input first."""
+    base = re.sub(r"^Grad_|Backward\d*$", "", o.node).lower()
     if not base:
         return None
     a = rows.a
@@ -422,6 +423,11 @@ def _origin(rows: _Rows, rank: int, direction: str | None = None) -> Origin | No
         if not o.cause and o.kind == "module" and o.direction == "backward" \
                 and rows.tr.framework == "mindspore":
             o.cause = MINDSPORE_BACKWARD
+        if not o.module and rows.tr.manifest.get("source") == "mindspore-dump":
+            scope = _node_of(rows, o, "scope")
+            if scope:  # a function compiled whole (@ms.jit, value_and_grad): no Cell scopes
+                o.cause += (f"; the dump's kernel {scope} names no Cell (a function compiled "
+                            "whole, e.g. @ms.jit: Cells run inside it leave no scope)")
         if not o.cause and o.direction == "update":
             o.cause = ("made by the optimizer's update from finite parameters and gradients "
                        "(learning rate, eps, or an optimizer state)")
@@ -643,6 +649,35 @@ GRAPH_DUMP_UNSEEN = [
 ]
 
 
+#: a MindSpore dump of the optimizer's graph alone (a PyNative script whose ``TrainOneStepCell``
+#: or ``Model.train`` compiles only the update)
+OPTIMIZER_GRAPH_ONLY = (
+    "the network's forward and backward kernels (the dump holds only the optimizer's compiled "
+    "graph: the network ran in PyNative, judge the PyNative trace of the same run)")
+
+
+def graph_dump_unseen(tr: Trace, rank: int) -> list[str]:
+    """What a trace imported from a MindSpore graph dump does not show, of
+    :data:`GRAPH_DUMP_UNSEEN`: the dump's import recovers the loss, the learning rate, the
+    optimizer's parameter list and gradients by name where the dump holds them
+    (:mod:`netparity.frameworks.mindspore.dumpderive`)."""
+    from netparity.capture.notes import optimizer_notes
+    from netparity.frameworks.mindspore.dumpderive import FROZEN_UNSURE
+    from netparity.trace.coverage import contents
+
+    got = contents(tr, rank)
+    kinds = {k for _, _, k in got}
+    notes = optimizer_notes(tr, rank)
+    have = ["loss" in kinds, bool(notes.get("lr")), bool(notes.get("optimizers")),
+            "grad" in kinds]
+    out = [u for u, seen in zip(GRAPH_DUMP_UNSEEN, have) if not seen]
+    if not any(k == "op" and d in ("forward", "backward") for _, d, k in got):
+        out.insert(0, OPTIMIZER_GRAPH_ONLY)
+    if notes.get("optimizers") and notes.get("frozen"):
+        out.append(FROZEN_UNSURE)
+    return out
+
+
 def analyze(trace: Trace | str | os.PathLike[str], *, rank: int | None = None,
             losses: list[tuple[int, float]] | None = None, top: int = 15,
             explosion_factor: float = 10.0) -> NumericsResult:
@@ -696,7 +731,7 @@ def analyze(trace: Trace | str | os.PathLike[str], *, rank: int | None = None,
                          "not hold (module-level capture): see the live stop")
     res.loss_scale = loss_scale_history(tr, rank=r0)
     if tr.manifest.get("source") == "mindspore-dump":
-        res.unseen = list(GRAPH_DUMP_UNSEEN)
+        res.unseen = graph_dump_unseen(tr, r0)
     if rank is None:
         res.ranks_consistent = rank_consistency(tr)
     return res

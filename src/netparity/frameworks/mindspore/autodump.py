@@ -18,7 +18,9 @@ therefore, unless the user configured a dump already (``MINDSPORE_DUMP_CONFIG`` 
    (:func:`netparity.frameworks.mindspore.dump.import_dump`: module path from each kernel's
    scope, forward / backward (``Gradients/``) / update (optimizer scope), parameters after each
    step; tensors stored with ``--payload tensors``, statistics otherwise), and removes the raw
-   dump. One line says what was imported; a failed import is reported, never the run's exit
+   dump (the parameter names the zero-code bootstrap noted from the GRAPH_MODE Cells, in
+   ``NETPARITY_MSDUMP_NAMES``, restore the ``.`` the dump writes as ``_``). One line says
+   what was imported; a failed import is reported, never the run's exit
    status.
 
 Example:
@@ -39,6 +41,9 @@ from typing import Any
 from netparity.errors import NetparityError
 
 ENV = "MINDSPORE_DUMP_CONFIG"
+#: the file the zero-code bootstrap appends the GRAPH_MODE Cells' parameter names to
+#: (:mod:`.zerocode`): the dump writes ``.`` in them as ``_``, the import maps them back
+NAMES_ENV = "NETPARITY_MSDUMP_NAMES"
 #: the imported dump trace: next to the run's output, its name with this suffix
 GRAPH_TRACE = "-graph"
 
@@ -78,13 +83,16 @@ def run_with_graph_dump(cmd: Sequence[str], out: str | os.PathLike[str],
     except (OSError, NetparityError) as e:  # e.g. OUT's parent is read-only: run without it
         print(f"netparity: MindSpore's graph dump not turned on: {e}", file=sys.stderr)
         return run(cmd, out, options)
+    names = work / "param_names.txt"
     os.environ[ENV] = str(cfg.resolve())
+    os.environ[NAMES_ENV] = str(names.resolve())
     try:
         rc = run(cmd, out, options)
     finally:
         os.environ.pop(ENV, None)
+        os.environ.pop(NAMES_ENV, None)
     try:
-        line = _import(data, graph_trace(out), options)
+        line = _import(data, graph_trace(out), options, _names(names))
         if line:
             print(f"netparity: {line}", file=sys.stderr)
     finally:
@@ -112,15 +120,26 @@ def _work_dir(out: Path) -> Path | None:
     return None
 
 
-def _import(data: Path, trace: Path, options: Mapping[str, Any]) -> str | None:
-    """Import the dump in ``data`` into ``trace``; the line to show (``None``: nothing dumped)."""
+def _names(path: Path) -> list[str]:
+    """The parameter names the zero-code bootstrap wrote (none when it wrote nothing)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return sorted({n for n in text.splitlines() if n})
+
+
+def _import(data: Path, trace: Path, options: Mapping[str, Any],
+            names: list[str] | None = None) -> str | None:
+    """Import the dump in ``data`` into ``trace`` (``names``: the network's parameter names);
+    the line to show (``None``: nothing dumped)."""
     if not data.is_dir() or not any(data.glob("rank_*")):
         return None
     from netparity.frameworks.mindspore.dump import import_dump
 
     try:
         counts = import_dump(data, trace, payload=options.get("payload") == "tensors",
-                             overwrite=True,
+                             overwrite=True, param_names=names or None,
                              manifest={"launcher": "netparity run (MindSpore graph dump)"})
     except NetparityError as e:
         return f"MindSpore's graph dump could not be imported: {e}"

@@ -45,8 +45,10 @@ from typing import Any
 import numpy as np
 
 from netparity import inputs
+from netparity.capture.notes import write_notes
 from netparity.dtypes import encode_bf16
 from netparity.errors import TraceError, UsageError
+from netparity.frameworks.mindspore.dumpderive import UPDATE_KERNELS, Derived, derive
 from netparity.hoststats import host_stats
 from netparity.outputs import write_text_atomic
 from netparity.trace.schema import Record
@@ -242,6 +244,25 @@ def _read(path: Path, tag: str, root: Path) -> tuple[np.ndarray, str]:
     return arr, name
 
 
+def _write_derived(w: TraceWriter, derived: Derived, step: int, rank: int, root: Path,
+                   payload: bool, pmap: dict[str, str]) -> int:
+    """Write step ``step``'s gradients by parameter name and its loss (:mod:`.dumpderive`);
+    the number of records written."""
+    todo = [(Record(kind="grad", op="grad", module=pmap.get(name, name), direction="backward",
+                    role="grad", source="mindspore-dump"), df)
+            for name, df in derived.grads.get(step, [])]
+    if step in derived.loss:
+        todo.append((Record(kind="loss", op="loss", source="mindspore-dump"),
+                     derived.loss[step]))
+    for rec, df in todo:
+        arr, dtype = _read(df.path, df.dtype_tag, root)
+        rec.step, rec.rank, rec.event, rec.dtype = step, rank, w.next_event(), dtype
+        rec.shape = tuple(int(d) for d in arr.shape)
+        rec.stats = host_stats(arr, dtype)
+        w.add(rec, arr if payload else None, nbytes=arr.nbytes, store=payload)
+    return len(todo)
+
+
 def import_dump(
     dump_dir: str | os.PathLike[str],
     out_trace: str | os.PathLike[str],
@@ -311,10 +332,15 @@ def import_dump(
                                  "execution_mode": "GRAPH"}
         facts.update(manifest or {})
         counts["ranks"] += 1
+        derived = derive([(e[0], e[3], e[4]) for e in entries],
+                         lambda df: _read(df.path, df.dtype_tag, root)[0])
         with TraceWriter(out_trace, rank=rank, manifest=facts, overwrite=overwrite) as w:
             events: dict[tuple[int, str], int] = {}
             op_index: dict[tuple[int, str, str], int] = {}
-            for step, _pos, _ts, full, df in entries:
+            for n, (step, _pos, _ts, full, df) in enumerate(entries):
+                if n and entries[n - 1][0] != step:
+                    counts["records"] += _write_derived(w, derived, entries[n - 1][0], rank,
+                                                        root, payload, pmap)
                 arr, dtype = _read(df.path, df.dtype_tag, root)
                 counts["files"] += 1
                 key = (step, full)
@@ -322,19 +348,27 @@ def import_dump(
                     events[key] = w.next_event()
                 if df.op_type == "Parameter":
                     name = pmap.get(df.op_name, df.op_name)
-                    rec = Record(kind="param", op="param", native="Parameter", module=name,
-                                 direction="update", role="param")
+                    kind = derived.kinds.get(df.op_name, "param")
+                    rec = Record(kind=kind, op={"param": "param", "data": "data"}.get(
+                                     kind, "optimizer_state"), native="Parameter",
+                                 module=name, direction="update", role="param")
                 else:
                     module, direction = scope_module(full, wrappers)
+                    if df.op_type in UPDATE_KERNELS or full in derived.update_scopes:
+                        # an optimizer's, whatever its scope
+                        direction = "update"
                     mk = (step, direction, module)
                     if (step, full, "call") not in op_index:
                         op_index[(step, full, "call")] = op_index.get(mk, 0)
                         op_index[mk] = op_index.get(mk, 0) + 1
+                    extra = {"scope": full, "format": df.fmt}
+                    grad_of = [c for c in full.split("/")[:-1] if c.startswith("Grad_")]
+                    if direction == "backward" and grad_of:  # the forward op it derives
+                        extra["node"] = grad_of[-1]
                     rec = Record(kind="op", op=canonical_op("mindspore", df.op_type),
                                  native=df.op_type, module=module,
                                  call=op_index[(step, full, "call")], direction=direction,
-                                 role=df.io, arg=str(df.index),
-                                 extra={"scope": full, "format": df.fmt})
+                                 role=df.io, arg=str(df.index), extra=extra)
                 rec.step = step
                 rec.rank = rank
                 rec.event = events[key]
@@ -343,6 +377,12 @@ def import_dump(
                 rec.stats = host_stats(arr, dtype)
                 w.add(rec, arr if payload else None, nbytes=arr.nbytes, store=payload)
                 counts["records"] += 1
+            counts["records"] += _write_derived(w, derived, entries[-1][0], rank, root,
+                                                payload, pmap)
+        if derived.notes:
+            for sec in ("frozen", "not_in_optimizer"):
+                derived.notes[sec] = [pmap.get(n, n) for n in derived.notes[sec]]
+            write_notes(Path(out_trace) / f"rank{rank}", {"optimizers": derived.notes})
     if counts["ranks"] == 0:
         raise TraceError(f"{root} holds no dump .npy files (was saved_data 'statistic'?)")
     return counts

@@ -57,6 +57,8 @@ def _on_mindspore() -> None:
 
     def outer(cell: Any, call: Callable[[], Any]) -> Any:
         cap = st["cap"]
+        if st["torch"].get("cap") is None and cap is None and not _pynative():
+            _note_names(cell)  # GRAPH_MODE: its dump instead, named after the Cell's params
         if st["torch"].get("cap") is not None or (cap is None and not _pynative()):
             return call()  # PyTorch's capture owns the process; GRAPH_MODE: its dump instead
         if isinstance(cell, optimizer_cls):
@@ -82,6 +84,30 @@ def _on_mindspore() -> None:
         return out
 
     wrap_cell_call(st, outer)
+
+
+def _note_names(cell: Any) -> None:
+    """Append the parameter names of a top-level GRAPH_MODE Cell (each ``Parameter.name`` and
+    its attribute path) to the file :mod:`.autodump` named in ``NETPARITY_MSDUMP_NAMES``: the
+    dump writes them with ``_`` for ``.``, the import maps them back."""
+    import os
+
+    from netparity.frameworks.mindspore.autodump import NAMES_ENV
+
+    where = os.environ.get(NAMES_ENV)
+    seen = _state.setdefault("named", set())
+    if not where or id(cell) in seen:
+        return
+    seen.add(id(cell))
+    names: list[str] = []
+    for path, sub in cell.cells_and_names():
+        for attr, p in getattr(sub, "_params", {}).items():
+            names += [f"{path}.{attr}" if path else attr, str(p.name)]
+    try:
+        with open(where, "a", encoding="utf-8") as f:
+            f.write("".join(n + "\n" for n in names if n.strip() == n and n))
+    except OSError:  # the names only restore dots: the import still works without them
+        pass
 
 
 def _pynative() -> bool:

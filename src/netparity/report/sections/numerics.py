@@ -50,13 +50,13 @@ def _origin_lines(o: Origin) -> list[str]:
 def verdict(r: NumericsResult, **_: Any) -> Section:
     """One line for the whole run: healthy, or its problems."""
     probs = r.problems
+    unseen = ("; not seen by this trace (MindSpore graph dump): " + ", ".join(r.unseen)
+              if r.unseen else "")
     if not probs:
-        unseen = ("; not seen by this trace (MindSpore graph dump): " + ", ".join(r.unseen)
-                  if r.unseen else "")
         return Section("verdict", title="Verdict", status="warn" if unseen else "pass",
                        headline=f"HEALTHY: {r.path} ({len(r.steps)} step(s)){unseen}")
     return Section("verdict", title="Verdict", status="fail",
-                   headline=f"PROBLEMS in {r.path}: " + "; ".join(probs))
+                   headline=f"PROBLEMS in {r.path}: " + "; ".join(probs) + unseen)
 
 
 @section("NumericsResult", "origin")
