@@ -90,3 +90,15 @@ def test_a_foreign_class_named_by_a_trace_is_never_imported(tmp_path: Path) -> N
     assert leafmods.build_leaf({**meta, "class": "GELU", "attrs": {"__class__": "x"}}, {}) is None
     assert set(sys.modules) == before
     json.dumps(meta)
+
+
+def test_nothing_to_replay_costs_no_torch_import(ref: Path) -> None:
+    # a trace against itself: every leaf's output agrees exactly, so no call could change a
+    # verdict and plain compare must not pay for importing PyTorch (most of its time before)
+    import subprocess
+
+    code = ("import sys, netparity; r = netparity.compare(sys.argv[1], sys.argv[1]); "
+            "print(bool(r), 'leaf_replay' in r.settings, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(ref)], capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == ["True", "False", "False"]

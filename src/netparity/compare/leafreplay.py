@@ -117,10 +117,6 @@ def replay_leaves(result: CompareResult, ref_tr: Any, cand_tr: Any, rank: int = 
     meta = read_notes(Path(ref_tr.path) / f"rank{rank}").get("modules")
     if not isinstance(meta, dict) or not meta:
         return 0
-    try:
-        from netparity.frameworks.torch.leafmods import build_leaf, run_leaf
-    except ImportError:  # no PyTorch here: nothing to replay with
-        return 0
     by_call: dict[int, list[int]] = {}
     for i, c in enumerate(table.call.tolist()):
         by_call.setdefault(c, []).append(i)
@@ -149,6 +145,10 @@ def replay_leaves(result: CompareResult, ref_tr: Any, cand_tr: Any, rank: int = 
         if not could_change(table.get(outs[0]), recs[-1][0].dtype, recs[-1][1].dtype,
                             bool(names)):
             continue  # a passing output too close to be called introducing: not replayed
+        try:  # imported on the first call replayed: importing torch costs more than most replays
+            from netparity.frameworks.torch.leafmods import build_leaf, run_leaf
+        except ImportError:  # no PyTorch here: nothing to replay with
+            return 0
         try:
             wr: dict[str, np.ndarray] = {}
             wc: dict[str, np.ndarray] = {}
