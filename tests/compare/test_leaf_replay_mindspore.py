@@ -96,7 +96,6 @@ def test_mindspore_reference_against_an_independent_pytorch_port(tmp_path, bug):
                     free_running=False)
     r = netparity.compare(tmp_path / "s" / "ref", tmp_path / "s" / "cand")
     replay = r.settings.get("leaf_replay", {})
-    assert replay.get("calls", 0) > 20
     introduced = [(d["step"], d["module"]) for d in replay.get("introduced", [])]
     if bug is None:
         assert r.status != "fail" and introduced == [], (r.first_divergence, introduced)

@@ -90,7 +90,6 @@ def _replay_call(x: _Ctx, meta: dict[str, Any], module: str, step: int, bpos: in
     """The judged gradients of backward call ``bpos`` (forward call ``fpos``) with their
     ``ref_local`` and ``cand_local``; None when it cannot be replayed, ``[]`` when no pair needs
     it or the replay does not make the reference's own gradients again."""
-    from netparity.frameworks.torch.leafmods import build_leaf, vjp_leaf
     from netparity.precision.engine import normwise
 
     t = x.table
@@ -116,6 +115,9 @@ def _replay_call(x: _Ctx, meta: dict[str, Any], module: str, step: int, bpos: in
                 judged.append((pr, n, None, None))
     if not any(_worth(j[0]) for j in judged):
         return []
+    # (imported only now: importing torch costs more than most replays)
+    from netparity.frameworks.torch.leafmods import build_leaf, vjp_leaf
+
     wr: dict[str, np.ndarray] = {}
     wc: dict[str, np.ndarray] = {}
     for n in names:
