@@ -5,8 +5,11 @@ results merged into one verdict.
 rank. :func:`compare_rank` is the per-rank task: a plain picklable function of (trace paths,
 rank, options) returning a compact JSON-ready summary (status, counts, first divergences, gaps,
 notes) -- or, for the one rank whose details are shown, its whole result as
-:meth:`~netparity.compare.results.CompareResult.to_json`. :func:`compare_ranks` runs the tasks
-on an engine and :func:`merge` makes one :class:`~netparity.compare.results.CompareResult`:
+:meth:`~netparity.compare.results.CompareResult.to_json`. The engines run :func:`rank_task`:
+the summary, plus the rank's result (pickled) when the rank may be the lead rank, so the lead
+rank's result comes back from its one comparison (no rank is compared twice).
+:func:`compare_ranks` runs the tasks on an engine and :func:`merge` makes one
+:class:`~netparity.compare.results.CompareResult`:
 
 * the **lead rank** is the rank a user must look at first: the worst pair status (fail, then
   warn, then pass), then the earliest first divergence (step, then rank), then the lowest rank;
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -61,6 +65,15 @@ def compare_rank(ref: str, cand: str, rank: int, options: dict[str, Any],
     Raises:
         NetparityError: what the comparison raises (a corrupt index, a step not held...).
     """
+    out, result = _compare(ref, cand, rank, options)
+    if detail:
+        out["result"] = result.to_json()
+    return out
+
+
+def _compare(ref: str, cand: str, rank: int, options: dict[str, Any]) -> tuple[dict[str, Any],
+                                                                                 Any]:
+    """The rank's summary (see :func:`compare_rank`) and its result."""
     from netparity.analyzers.divergence import compare
 
     result = compare(ref, cand, rank=rank, workers=1, **options)
@@ -74,9 +87,7 @@ def compare_rank(ref: str, cand: str, rank: int, options: dict[str, Any],
         "first_step": min(steps) if steps else None,
         "incomplete": result.incomplete, "notes": list(result.notes),
     }
-    if detail:
-        out["result"] = result.to_json()
-    return out
+    return out, result
 
 
 def _lead_key(s: dict[str, Any]) -> tuple[int, float, int]:
@@ -84,13 +95,53 @@ def _lead_key(s: dict[str, Any]) -> tuple[int, float, int]:
     return (-_RANK.get(s["pair_status"], 0), fs if fs is not None else float("inf"), s["rank"])
 
 
-# ---- engines: each runs calls of compare_rank and yields their results in rank order ---------
-Task = tuple[str, str, int, dict[str, Any], bool]
+def _may_lead(s: dict[str, Any], lowest: int) -> bool:
+    """Whether rank ``s`` may be the lead rank, whatever the other ranks find: it diverges, or
+    has a first divergence, or is the ``lowest`` rank (the lead when every rank passes with
+    none) -- the lead rank always answers yes (see :func:`_lead_key`)."""
+    return _RANK.get(s["pair_status"], 0) > 0 or s["first_step"] is not None or \
+        s["rank"] == lowest
+
+
+#: in a pool's worker process: the smallest :func:`_lead_key` whose result a worker has sent
+#: so far (a shared array of 3 floats, see :func:`_pool`), else None
+_BEST: Any = None
+
+
+def _init_worker(best: Any) -> None:
+    global _BEST
+    _BEST = best
+
+
+def rank_task(ref: str, cand: str, rank: int, options: dict[str, Any],
+              lowest: int) -> dict[str, Any]:
+    """The per-rank task every engine runs: :func:`compare_rank`'s summary, plus ``"detail"``
+    (the result pickled) when this rank may be the lead rank (:func:`_may_lead`) and, in a
+    pool, no rank with a smaller lead key has sent its result yet: the lead rank's result
+    always comes back (so no rank is compared twice) and few others do."""
+    out, result = _compare(ref, cand, rank, options)
+    if not _may_lead(out, lowest):
+        return out
+    if _BEST is not None:
+        key = _lead_key(out)
+        with _BEST.get_lock():
+            if key >= tuple(_BEST[:]):
+                return out
+            _BEST[:] = list(key)
+    out["detail"] = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+    return out
+
+
+# ---- engines: each runs calls of rank_task and yields their results in rank order ------------
+Task = tuple[str, str, int, dict[str, Any], int]
 
 
 def _in_process(tasks: list[Task]) -> Iterator[dict[str, Any]]:
-    for t in tasks:
-        yield compare_rank(*t)
+    for ref, cand, rank, options, lowest in tasks:
+        out, result = _compare(ref, cand, rank, options)
+        if _may_lead(out, lowest):
+            out["detail"] = result  # the object itself: nothing to pickle in this process
+        yield out
 
 
 def _pool(workers: int) -> Callable[[list[Task]], Iterator[dict[str, Any]]]:
@@ -100,10 +151,12 @@ def _pool(workers: int) -> Callable[[list[Task]], Iterator[dict[str, Any]]]:
         from concurrent.futures.process import BrokenProcessPool
 
         # spawn: a worker inherits no threads, locks or open SQLite handles of this process
-        ex = ProcessPoolExecutor(min(workers, len(tasks)),
-                                 mp_context=multiprocessing.get_context("spawn"))
+        ctx = multiprocessing.get_context("spawn")
+        best = ctx.Array("d", [float("inf")] * 3)
+        ex = ProcessPoolExecutor(min(workers, len(tasks)), mp_context=ctx,
+                                 initializer=_init_worker, initargs=(best,))
         try:
-            futs = [ex.submit(compare_rank, *t) for t in tasks]
+            futs = [ex.submit(rank_task, *t) for t in tasks]
             for f in futs:  # rank order: the first rank that fails is the error raised
                 try:
                     yield f.result()
@@ -132,7 +185,7 @@ def _dask(scheduler: Any) -> Callable[[list[Task]], Iterator[dict[str, Any]]]:
             raise UsageError(f"--scheduler {scheduler}: cannot reach it ({e})") from None
         try:
             # pure=False: every call is its own task (the traces may have changed since)
-            futs = [client.submit(compare_rank, *t, pure=False) for t in tasks]
+            futs = [client.submit(rank_task, *t, pure=False) for t in tasks]
             try:
                 for f in futs:
                     yield f.result()
@@ -192,21 +245,22 @@ def compare_ranks(ref: Any, cand: Any, *, ranks: list[int] | None = None,
     else:
         engine = _in_process
     if progress is not None:
-        progress.stage("compare ranks", total=len(ranks) + 1)
-    summaries = []
-    for s in engine([(refp, candp, r, opts, False) for r in ranks]):
+        progress.stage("compare ranks", total=len(ranks))
+    summaries: list[dict[str, Any]] = []
+    kept: dict[str, Any] | None = None  # the best lead so far with its result
+    for s in engine([(refp, candp, r, opts, min(ranks)) for r in ranks]):
+        d = s.pop("detail", None)
+        if d is not None and (kept is None or _lead_key(s) < _lead_key(kept)):
+            kept = {**s, "result": d}
         summaries.append(s)
         if progress is not None:
             progress.advance()
     lead = min(summaries, key=_lead_key)["rank"]
-    if scheduler is not None:  # the traces may be readable only where the cluster runs
-        (detail,) = list(engine([(refp, candp, lead, opts, True)]))
-    else:  # here: keep the result object (no JSON round trip, no second pool to start)
-        from netparity.analyzers.divergence import compare
-
-        detail = {"rank": lead, "result": compare(refp, candp, rank=lead, workers=1, **opts)}
-    if progress is not None:
-        progress.advance()
+    if kept is None or kept["rank"] != lead:  # cannot happen (_may_lead): say so loudly
+        raise NetparityError(f"internal: the lead rank {lead}'s result did not come back")
+    detail = {"rank": lead, "result": kept["result"]}
+    if isinstance(detail["result"], bytes):  # from a worker process or a cluster
+        detail["result"] = pickle.loads(detail["result"])
     return merge(summaries, detail, held)
 
 
