@@ -89,11 +89,20 @@ def make(root: Path, ranks: int, ops: int, *, bad: tuple[int, int] | None = None
     return str(root / "ref"), str(root / "cand")
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and of its children reaped so far (a pool's workers)."""
+    import resource
+
+    return sum(resource.getrusage(w).ru_utime + resource.getrusage(w).ru_stime
+               for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+
+
 def _time(label: str, fn: object) -> tuple[float, object]:
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu()
     got = fn()  # type: ignore[operator]
     dt = time.perf_counter() - t0
-    print(f"{label:24} {dt:8.2f} s", flush=True)
+    # CPU: the work done; wall/CPU shows how much of the cores a run got (the load)
+    print(f"{label:24} {dt:8.2f} s wall {_cpu() - c0:8.2f} s CPU", flush=True)
     return dt, got
 
 
