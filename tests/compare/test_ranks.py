@@ -176,3 +176,20 @@ def test_the_lead_rank_always_sends_its_result(spec: list[tuple[str, int | None]
 
     sums = [{"rank": r, "pair_status": ps, "first_step": fs} for r, (ps, fs) in enumerate(spec)]
     assert _may_lead(min(sums, key=_lead_key), 0)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_corrupt_row_is_found_where_its_rank_is_compared(traces: Path, tmp_path: Path,
+                                                           workers: str) -> None:
+    """Each rank's rows are checked by the task comparing it (in parallel, not all ranks in
+    this process first): a bad value in rank 1's index is still one line naming it."""
+    import sqlite3
+
+    bad = tmp_path / "badrow"
+    shutil.copytree(traces / "cand", bad)
+    db = sqlite3.connect(bad / "rank1" / "index.sqlite")
+    db.executescript("CREATE TABLE r2 AS SELECT * FROM records; DROP TABLE records; "
+                     "ALTER TABLE r2 RENAME TO records; UPDATE records SET s_mean = 'abc';")
+    db.close()
+    p = run_cli("compare", str(traces / "ref"), str(bad), "--workers", workers, timeout=120)
+    assert_one_line_error(p, "rank1", "corrupt trace index", "bad s_mean")

@@ -54,29 +54,40 @@ def _path(x: Any) -> Any:
 
 
 def compare_rank(ref: str, cand: str, rank: int, options: dict[str, Any],
-                 detail: bool = False) -> dict[str, Any]:
+                 detail: bool = False, check_rows: bool = False) -> dict[str, Any]:
     """Compare rank ``rank`` of two traces (paths) with ``options`` (keywords of
     :func:`netparity.analyzers.divergence.compare` named in :data:`OPTIONS`).
 
     Returns the rank's summary ``{"rank", "status", "pair_status", "counts", "n_pairs",
     "first_divergence", "first_backward", "first_update", "first_step", "incomplete",
-    "notes"}``, plus ``"result"`` (the whole result as JSON) when ``detail``.
+    "notes"}``, plus ``"result"`` (the whole result as JSON) when ``detail``. ``check_rows``:
+    first check the rank's index rows on both sides (:meth:`~netparity.trace.Trace.check_rows`).
 
     Raises:
         NetparityError: what the comparison raises (a corrupt index, a step not held...).
     """
-    out, result = _compare(ref, cand, rank, options)
+    out, result = _compare(ref, cand, rank, options, check_rows)
     if detail:
         out["result"] = result.to_json()
     return out
 
 
-def _compare(ref: str, cand: str, rank: int, options: dict[str, Any]) -> tuple[dict[str, Any],
-                                                                                 Any]:
+def _compare(ref: str, cand: str, rank: int, options: dict[str, Any],
+             check_rows: bool) -> tuple[dict[str, Any], Any]:
     """The rank's summary (see :func:`compare_rank`) and its result."""
     from netparity.analyzers.divergence import compare
+    from netparity.trace import open_trace
 
-    result = compare(ref, cand, rank=rank, workers=1, **options)
+    trs = [open_trace(ref)]  # opened once here: checked (check_rows), then compared
+    try:
+        trs.append(open_trace(cand))
+        if check_rows:
+            for tr in trs:
+                tr.check_rows([rank])
+        result = compare(*trs, rank=rank, workers=1, **options)
+    finally:
+        for tr in trs:
+            tr.close()
     firsts = {a: getattr(result, a) for a in ("first_divergence", "first_backward",
                                                "first_update")}
     steps = [d.step for d in firsts.values() if d is not None]
@@ -113,13 +124,13 @@ def _init_worker(best: Any) -> None:
     _BEST = best
 
 
-def rank_task(ref: str, cand: str, rank: int, options: dict[str, Any],
-              lowest: int) -> dict[str, Any]:
+def rank_task(ref: str, cand: str, rank: int, options: dict[str, Any], lowest: int,
+              check_rows: bool = False) -> dict[str, Any]:
     """The per-rank task every engine runs: :func:`compare_rank`'s summary, plus ``"detail"``
     (the result pickled) when this rank may be the lead rank (:func:`_may_lead`) and, in a
     pool, no rank with a smaller lead key has sent its result yet: the lead rank's result
     always comes back (so no rank is compared twice) and few others do."""
-    out, result = _compare(ref, cand, rank, options)
+    out, result = _compare(ref, cand, rank, options, check_rows)
     if not _may_lead(out, lowest):
         return out
     if _BEST is not None:
@@ -133,12 +144,12 @@ def rank_task(ref: str, cand: str, rank: int, options: dict[str, Any],
 
 
 # ---- engines: each runs calls of rank_task and yields their results in rank order ------------
-Task = tuple[str, str, int, dict[str, Any], int]
+Task = tuple[str, str, int, dict[str, Any], int, bool]
 
 
 def _in_process(tasks: list[Task]) -> Iterator[dict[str, Any]]:
-    for ref, cand, rank, options, lowest in tasks:
-        out, result = _compare(ref, cand, rank, options)
+    for ref, cand, rank, options, lowest, check_rows in tasks:
+        out, result = _compare(ref, cand, rank, options, check_rows)
         if _may_lead(out, lowest):
             out["detail"] = result  # the object itself: nothing to pickle in this process
         yield out
@@ -204,7 +215,7 @@ def default_workers(n_ranks: int) -> int:
 
 def compare_ranks(ref: Any, cand: Any, *, ranks: list[int] | None = None,
                   workers: int | None = None, scheduler: Any = None, progress: Any = None,
-                  **options: Any) -> Any:
+                  check_rows: bool = False, **options: Any) -> Any:
     """Compare every rank both traces hold (or ``ranks``), merged into one result.
 
     Args:
@@ -213,6 +224,8 @@ def compare_ranks(ref: Any, cand: Any, *, ranks: list[int] | None = None,
         workers: worker processes (default :func:`default_workers`; 1 = this process).
         scheduler: a Dask scheduler address or ``distributed.Client`` (replaces ``workers``).
         progress: a :class:`netparity.report.progress.Progress`: one tick per rank.
+        check_rows: each task first checks its rank's index rows on both sides (what
+            ``compare`` does, in parallel, instead of checking every rank before).
         options: see :data:`OPTIONS`.
 
     Raises:
@@ -248,7 +261,7 @@ def compare_ranks(ref: Any, cand: Any, *, ranks: list[int] | None = None,
         progress.stage("compare ranks", total=len(ranks))
     summaries: list[dict[str, Any]] = []
     kept: dict[str, Any] | None = None  # the best lead so far with its result
-    for s in engine([(refp, candp, r, opts, min(ranks)) for r in ranks]):
+    for s in engine([(refp, candp, r, opts, min(ranks), check_rows) for r in ranks]):
         d = s.pop("detail", None)
         if d is not None and (kept is None or _lead_key(s) < _lead_key(kept)):
             kept = {**s, "result": d}
