@@ -107,7 +107,7 @@ def emit(result: Any, args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from netparity.analyzers.divergence import compare
     from netparity.cli._common import check_tolerance, check_traces, close_traces, parse_steps
-    from netparity.compare.shards import merged_sides, note_merges
+    from netparity.compare.shards import MANIFEST_KEY, merged_sides, note_merges
     from netparity.compare.tolerances import parse_tol_arg
 
     steps = parse_steps(args.steps) if args.steps else None
@@ -120,7 +120,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         # every rank compared on its own: each checks its rows where it is compared (in
         # parallel); else (and the other traces) here, before anything reads them
+        # (not when shards are merged: that reads the ranks first)
         per_rank = (args.rank is None and not args.shards
+                    and not any(MANIFEST_KEY in t.manifest for t in (ref, cand))
                     and len(set(ref.ranks) & set(cand.ranks)) > 1)
         for tr in traces[2:] if per_rank else traces:
             if tr is not None:
