@@ -89,11 +89,20 @@ def make(root: Path, ranks: int, ops: int, *, bad: tuple[int, int] | None = None
     return str(root / "ref"), str(root / "cand")
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and of its children reaped so far (a pool's workers)."""
+    import resource
+
+    return sum(resource.getrusage(w).ru_utime + resource.getrusage(w).ru_stime
+               for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+
+
 def _time(label: str, fn: object) -> tuple[float, object]:
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu()
     got = fn()  # type: ignore[operator]
     dt = time.perf_counter() - t0
-    print(f"{label:24} {dt:8.2f} s", flush=True)
+    # CPU: the work done; wall/CPU shows how much of the cores a run got (the load)
+    print(f"{label:24} {dt:8.2f} s wall {_cpu() - c0:8.2f} s CPU", flush=True)
     return dt, got
 
 
@@ -105,15 +114,22 @@ def main() -> None:
     ap.add_argument("--dask", action="store_true",
                     help="also a dask.distributed LocalCluster of 2 worker processes")
     ap.add_argument("--keep", metavar="DIR", help="write the traces here and keep them")
+    ap.add_argument("--traces", metavar="DIR",
+                    help="compare the traces a --keep run left in DIR (write nothing)")
     a = ap.parse_args()
     from netparity.analyzers.ranks import compare_ranks
 
-    root = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="compare_ranks."))
+    root = Path(a.traces or a.keep or tempfile.mkdtemp(prefix="compare_ranks."))
     try:
-        t0 = time.perf_counter()
-        ref, cand = make(root, a.ranks, a.ops, bad=(a.ranks - 1, a.ops // 2))
-        print(f"wrote {a.ranks} ranks x {a.ops} ops per side in "
-              f"{time.perf_counter() - t0:.1f} s (cpus: {os.cpu_count()})", flush=True)
+        if a.traces:
+            ref, cand = str(root / "ref"), str(root / "cand")
+        else:
+            t0 = time.perf_counter()
+            ref, cand = make(root, a.ranks, a.ops, bad=(a.ranks - 1, a.ops // 2))
+            print(f"wrote {a.ranks} ranks x {a.ops} ops per side in "
+                  f"{time.perf_counter() - t0:.1f} s", flush=True)
+        print(f"cpus: {os.cpu_count()}, load average: "
+              + " ".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)
         times: dict[str, float] = {}
         verdicts = set()
         for n in (int(x) for x in a.workers.split(",")):
@@ -139,7 +155,7 @@ def main() -> None:
         if len(verdicts) != 1:
             sys.exit("the engines disagree")
     finally:
-        if not a.keep:
+        if not (a.keep or a.traces):
             shutil.rmtree(root, ignore_errors=True)
 
 

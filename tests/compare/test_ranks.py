@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from tests.safety.helpers import SRC, assert_one_line_error, run_cli
 
 from netparity.analyzers.ranks import compare_ranks
@@ -131,3 +133,63 @@ def test_benchmark_runs_small() -> None:
     assert p.returncode == 0, p.stderr[-2000:]
     assert "speed-up workers=2" in p.stdout and "verdicts: [('fail', 7, 'layers.100')]" in \
         p.stdout, p.stdout
+
+
+def test_json_of_workers_1_and_2_is_byte_identical(traces: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The lead rank (2, diverging) comes back from its worker: the same bytes, pairs
+    file included, as when every rank is compared in this process."""
+    out = {}
+    for w in ("1", "2"):
+        d = tmp_path / w
+        d.mkdir()
+        assert main(["compare", str(traces / "ref"), str(traces / "cand"), "-q", "--workers",
+                     w, "--json", str(d / "r.json")]) == 1
+        capsys.readouterr()
+        out[w] = {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+    assert out["1"] == out["2"] and len(out["1"]) == 2, sorted(out["1"])
+    assert json.loads(out["1"]["r.json"])["settings"]["rank"] == 2
+
+
+def test_no_rank_is_compared_twice(traces: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lead rank's details are those of its one comparison (no second run after the
+    others: it was a sequential tail that bounded the speed-up of --workers)."""
+    from netparity.analyzers import divergence
+
+    seen: list[int] = []
+    real = divergence.compare
+
+    def counted(*a: Any, **k: Any) -> Any:
+        seen.append(k["rank"])
+        return real(*a, **k)
+
+    monkeypatch.setattr(divergence, "compare", counted)
+    res = compare_ranks(str(traces / "ref"), str(traces / "cand"), workers=1)
+    assert sorted(seen) == [0, 1, 2, 3] and res.settings["rank"] == 2
+
+
+@given(st.lists(st.tuples(st.sampled_from(["pass", "unknown", "warn", "fail"]),
+                          st.one_of(st.none(), st.integers(0, 3))), min_size=1, max_size=8))
+def test_the_lead_rank_always_sends_its_result(spec: list[tuple[str, int | None]]) -> None:
+    """Whatever the ranks find, the lead rank is one that sends its result back."""
+    from netparity.analyzers.ranks import _lead_key, _may_lead
+
+    sums = [{"rank": r, "pair_status": ps, "first_step": fs} for r, (ps, fs) in enumerate(spec)]
+    assert _may_lead(min(sums, key=_lead_key), 0)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_corrupt_row_is_found_where_its_rank_is_compared(traces: Path, tmp_path: Path,
+                                                           workers: str) -> None:
+    """Each rank's rows are checked by the task comparing it (in parallel, not all ranks in
+    this process first): a bad value in rank 1's index is still one line naming it."""
+    import sqlite3
+
+    bad = tmp_path / "badrow"
+    shutil.copytree(traces / "cand", bad)
+    db = sqlite3.connect(bad / "rank1" / "index.sqlite")
+    db.executescript("CREATE TABLE r2 AS SELECT * FROM records; DROP TABLE records; "
+                     "ALTER TABLE r2 RENAME TO records; UPDATE records SET s_mean = 'abc';")
+    db.close()
+    p = run_cli("compare", str(traces / "ref"), str(bad), "--workers", workers, timeout=120)
+    assert_one_line_error(p, "rank1", "corrupt trace index", "bad s_mean")

@@ -5,8 +5,11 @@ results merged into one verdict.
 rank. :func:`compare_rank` is the per-rank task: a plain picklable function of (trace paths,
 rank, options) returning a compact JSON-ready summary (status, counts, first divergences, gaps,
 notes) -- or, for the one rank whose details are shown, its whole result as
-:meth:`~netparity.compare.results.CompareResult.to_json`. :func:`compare_ranks` runs the tasks
-on an engine and :func:`merge` makes one :class:`~netparity.compare.results.CompareResult`:
+:meth:`~netparity.compare.results.CompareResult.to_json`. The engines run :func:`rank_task`:
+the summary, plus the rank's result (pickled) when the rank may be the lead rank, so the lead
+rank's result comes back from its one comparison (no rank is compared twice).
+:func:`compare_ranks` runs the tasks on an engine and :func:`merge` makes one
+:class:`~netparity.compare.results.CompareResult`:
 
 * the **lead rank** is the rank a user must look at first: the worst pair status (fail, then
   warn, then pass), then the earliest first divergence (step, then rank), then the lowest rank;
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -50,20 +54,40 @@ def _path(x: Any) -> Any:
 
 
 def compare_rank(ref: str, cand: str, rank: int, options: dict[str, Any],
-                 detail: bool = False) -> dict[str, Any]:
+                 detail: bool = False, check_rows: bool = False) -> dict[str, Any]:
     """Compare rank ``rank`` of two traces (paths) with ``options`` (keywords of
     :func:`netparity.analyzers.divergence.compare` named in :data:`OPTIONS`).
 
     Returns the rank's summary ``{"rank", "status", "pair_status", "counts", "n_pairs",
     "first_divergence", "first_backward", "first_update", "first_step", "incomplete",
-    "notes"}``, plus ``"result"`` (the whole result as JSON) when ``detail``.
+    "notes"}``, plus ``"result"`` (the whole result as JSON) when ``detail``. ``check_rows``:
+    first check the rank's index rows on both sides (:meth:`~netparity.trace.Trace.check_rows`).
 
     Raises:
         NetparityError: what the comparison raises (a corrupt index, a step not held...).
     """
-    from netparity.analyzers.divergence import compare
+    out, result = _compare(ref, cand, rank, options, check_rows)
+    if detail:
+        out["result"] = result.to_json()
+    return out
 
-    result = compare(ref, cand, rank=rank, workers=1, **options)
+
+def _compare(ref: str, cand: str, rank: int, options: dict[str, Any],
+             check_rows: bool) -> tuple[dict[str, Any], Any]:
+    """The rank's summary (see :func:`compare_rank`) and its result."""
+    from netparity.analyzers.divergence import compare
+    from netparity.trace import open_trace
+
+    trs = [open_trace(ref)]  # opened once here: checked (check_rows), then compared
+    try:
+        trs.append(open_trace(cand))
+        if check_rows:
+            for tr in trs:
+                tr.check_rows([rank])
+        result = compare(*trs, rank=rank, workers=1, **options)
+    finally:
+        for tr in trs:
+            tr.close()
     firsts = {a: getattr(result, a) for a in ("first_divergence", "first_backward",
                                                "first_update")}
     steps = [d.step for d in firsts.values() if d is not None]
@@ -74,9 +98,7 @@ def compare_rank(ref: str, cand: str, rank: int, options: dict[str, Any],
         "first_step": min(steps) if steps else None,
         "incomplete": result.incomplete, "notes": list(result.notes),
     }
-    if detail:
-        out["result"] = result.to_json()
-    return out
+    return out, result
 
 
 def _lead_key(s: dict[str, Any]) -> tuple[int, float, int]:
@@ -84,13 +106,53 @@ def _lead_key(s: dict[str, Any]) -> tuple[int, float, int]:
     return (-_RANK.get(s["pair_status"], 0), fs if fs is not None else float("inf"), s["rank"])
 
 
-# ---- engines: each runs calls of compare_rank and yields their results in rank order ---------
-Task = tuple[str, str, int, dict[str, Any], bool]
+def _may_lead(s: dict[str, Any], lowest: int) -> bool:
+    """Whether rank ``s`` may be the lead rank, whatever the other ranks find: it diverges, or
+    has a first divergence, or is the ``lowest`` rank (the lead when every rank passes with
+    none) -- the lead rank always answers yes (see :func:`_lead_key`)."""
+    return _RANK.get(s["pair_status"], 0) > 0 or s["first_step"] is not None or \
+        s["rank"] == lowest
+
+
+#: in a pool's worker process: the smallest :func:`_lead_key` whose result a worker has sent
+#: so far (a shared array of 3 floats, see :func:`_pool`), else None
+_BEST: Any = None
+
+
+def _init_worker(best: Any) -> None:
+    global _BEST
+    _BEST = best
+
+
+def rank_task(ref: str, cand: str, rank: int, options: dict[str, Any], lowest: int,
+              check_rows: bool = False) -> dict[str, Any]:
+    """The per-rank task every engine runs: :func:`compare_rank`'s summary, plus ``"detail"``
+    (the result pickled) when this rank may be the lead rank (:func:`_may_lead`) and, in a
+    pool, no rank with a smaller lead key has sent its result yet: the lead rank's result
+    always comes back (so no rank is compared twice) and few others do."""
+    out, result = _compare(ref, cand, rank, options, check_rows)
+    if not _may_lead(out, lowest):
+        return out
+    if _BEST is not None:
+        key = _lead_key(out)
+        with _BEST.get_lock():
+            if key >= tuple(_BEST[:]):
+                return out
+            _BEST[:] = list(key)
+    out["detail"] = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+    return out
+
+
+# ---- engines: each runs calls of rank_task and yields their results in rank order ------------
+Task = tuple[str, str, int, dict[str, Any], int, bool]
 
 
 def _in_process(tasks: list[Task]) -> Iterator[dict[str, Any]]:
-    for t in tasks:
-        yield compare_rank(*t)
+    for ref, cand, rank, options, lowest, check_rows in tasks:
+        out, result = _compare(ref, cand, rank, options, check_rows)
+        if _may_lead(out, lowest):
+            out["detail"] = result  # the object itself: nothing to pickle in this process
+        yield out
 
 
 def _pool(workers: int) -> Callable[[list[Task]], Iterator[dict[str, Any]]]:
@@ -100,10 +162,12 @@ def _pool(workers: int) -> Callable[[list[Task]], Iterator[dict[str, Any]]]:
         from concurrent.futures.process import BrokenProcessPool
 
         # spawn: a worker inherits no threads, locks or open SQLite handles of this process
-        ex = ProcessPoolExecutor(min(workers, len(tasks)),
-                                 mp_context=multiprocessing.get_context("spawn"))
+        ctx = multiprocessing.get_context("spawn")
+        best = ctx.Array("d", [float("inf")] * 3)
+        ex = ProcessPoolExecutor(min(workers, len(tasks)), mp_context=ctx,
+                                 initializer=_init_worker, initargs=(best,))
         try:
-            futs = [ex.submit(compare_rank, *t) for t in tasks]
+            futs = [ex.submit(rank_task, *t) for t in tasks]
             for f in futs:  # rank order: the first rank that fails is the error raised
                 try:
                     yield f.result()
@@ -132,7 +196,7 @@ def _dask(scheduler: Any) -> Callable[[list[Task]], Iterator[dict[str, Any]]]:
             raise UsageError(f"--scheduler {scheduler}: cannot reach it ({e})") from None
         try:
             # pure=False: every call is its own task (the traces may have changed since)
-            futs = [client.submit(compare_rank, *t, pure=False) for t in tasks]
+            futs = [client.submit(rank_task, *t, pure=False) for t in tasks]
             try:
                 for f in futs:
                     yield f.result()
@@ -151,7 +215,7 @@ def default_workers(n_ranks: int) -> int:
 
 def compare_ranks(ref: Any, cand: Any, *, ranks: list[int] | None = None,
                   workers: int | None = None, scheduler: Any = None, progress: Any = None,
-                  **options: Any) -> Any:
+                  check_rows: bool = False, **options: Any) -> Any:
     """Compare every rank both traces hold (or ``ranks``), merged into one result.
 
     Args:
@@ -160,6 +224,8 @@ def compare_ranks(ref: Any, cand: Any, *, ranks: list[int] | None = None,
         workers: worker processes (default :func:`default_workers`; 1 = this process).
         scheduler: a Dask scheduler address or ``distributed.Client`` (replaces ``workers``).
         progress: a :class:`netparity.report.progress.Progress`: one tick per rank.
+        check_rows: each task first checks its rank's index rows on both sides (what
+            ``compare`` does, in parallel, instead of checking every rank before).
         options: see :data:`OPTIONS`.
 
     Raises:
@@ -192,21 +258,22 @@ def compare_ranks(ref: Any, cand: Any, *, ranks: list[int] | None = None,
     else:
         engine = _in_process
     if progress is not None:
-        progress.stage("compare ranks", total=len(ranks) + 1)
-    summaries = []
-    for s in engine([(refp, candp, r, opts, False) for r in ranks]):
+        progress.stage("compare ranks", total=len(ranks))
+    summaries: list[dict[str, Any]] = []
+    kept: dict[str, Any] | None = None  # the best lead so far with its result
+    for s in engine([(refp, candp, r, opts, min(ranks), check_rows) for r in ranks]):
+        d = s.pop("detail", None)
+        if d is not None and (kept is None or _lead_key(s) < _lead_key(kept)):
+            kept = {**s, "result": d}
         summaries.append(s)
         if progress is not None:
             progress.advance()
     lead = min(summaries, key=_lead_key)["rank"]
-    if scheduler is not None:  # the traces may be readable only where the cluster runs
-        (detail,) = list(engine([(refp, candp, lead, opts, True)]))
-    else:  # here: keep the result object (no JSON round trip, no second pool to start)
-        from netparity.analyzers.divergence import compare
-
-        detail = {"rank": lead, "result": compare(refp, candp, rank=lead, workers=1, **opts)}
-    if progress is not None:
-        progress.advance()
+    if kept is None or kept["rank"] != lead:  # cannot happen (_may_lead): say so loudly
+        raise NetparityError(f"internal: the lead rank {lead}'s result did not come back")
+    detail = {"rank": lead, "result": kept["result"]}
+    if isinstance(detail["result"], bytes):  # from a worker process or a cluster
+        detail["result"] = pickle.loads(detail["result"])
     return merge(summaries, detail, held)
 
 

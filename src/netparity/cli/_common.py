@@ -165,14 +165,15 @@ def span(steps: list[int]) -> str:
     return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
 
 
-def check_traces(*paths: str | None) -> list[Any]:
+def check_traces(*paths: str | None, rows: bool = True) -> list[Any]:
     """Open each trace and check every index row (:meth:`Trace.check_rows
     <netparity.trace.reader.Trace.check_rows>`) before a command reads it: a corrupt row is
     one line naming it, never a traceback from deep inside a comparison.
 
     Returns the open traces (None for a path not given), for the command to read and then
     close: opening a trace again would read its columnar copy's directory and count its
-    index rows a second time."""
+    index rows a second time. ``rows=False``: open only, the caller checks the rows (a
+    multi-rank ``compare`` checks each rank where it is compared, in parallel)."""
     from netparity.trace import open_trace
 
     out: list[Any] = []
@@ -180,7 +181,7 @@ def check_traces(*paths: str | None) -> list[Any]:
         for p in paths:
             tr = open_trace(p) if p else None
             out.append(tr)
-            if tr is not None:
+            if tr is not None and rows:
                 tr.check_rows()
     except BaseException:
         close_traces(out)

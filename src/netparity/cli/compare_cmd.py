@@ -107,7 +107,7 @@ def emit(result: Any, args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from netparity.analyzers.divergence import compare
     from netparity.cli._common import check_tolerance, check_traces, close_traces, parse_steps
-    from netparity.compare.shards import merged_sides, note_merges
+    from netparity.compare.shards import MANIFEST_KEY, merged_sides, note_merges
     from netparity.compare.tolerances import parse_tol_arg
 
     steps = parse_steps(args.steps) if args.steps else None
@@ -115,9 +115,18 @@ def run(args: argparse.Namespace) -> int:
     for t, (r, a) in zip(args.tol, overrides.values()):
         check_tolerance(r, f"--tol {t!r}: rtol")
         check_tolerance(a, f"--tol {t!r}: atol")
-    traces = check_traces(args.ref, args.cand, args.fp64_ref, args.noise)
+    traces = check_traces(args.ref, args.cand, args.fp64_ref, args.noise, rows=False)
     ref, cand, fp64_ref, noise = traces
     try:
+        # every rank compared on its own: each checks its rows where it is compared (in
+        # parallel); else (and the other traces) here, before anything reads them
+        # (not when shards are merged: that reads the ranks first)
+        per_rank = (args.rank is None and not args.shards
+                    and not any(MANIFEST_KEY in t.manifest for t in (ref, cand))
+                    and len(set(ref.ranks) & set(cand.ranks)) > 1)
+        for tr in traces[2:] if per_rank else traces:
+            if tr is not None:
+                tr.check_rows()
         with merged_sides(ref, cand, args.shards, level=args.level,
                           rank=args.rank) as (ref_v, cand_v, merges):
             options = dict(mapping=args.mapping, level=args.level, steps=steps,
@@ -132,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     result = compare_ranks(ref_v, cand_v, workers=args.workers,
                                            scheduler=args.scheduler, progress=shown,
-                                           **options)
+                                           check_rows=per_rank, **options)
                 finally:
                     shown.done()
             else:

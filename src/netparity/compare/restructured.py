@@ -36,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 import numpy as np
@@ -313,19 +314,23 @@ def _moved_op(ref: np.ndarray, cand: np.ndarray, bound: float) -> str | None:
     return None
 
 
-def _ancestor_call(c: CallResult, scope: list[int], calls: list[CallResult]) -> int:
+def _ancestor_call(c: CallResult, scope: dict[str, tuple[list[int], list[int]]]) -> int:
     """Position of the innermost module call strictly enclosing ``c`` (an ancestor path that
-    finishes after it, the first to finish among equals), or -1."""
-    best, best_key = -1, (-1, 0)
-    for i in scope:
-        a = calls[i]
-        m = a.module
-        if a.order <= c.order or not (m == "" or c.module.startswith(m + ".")):
+    finishes after it, the first to finish among equals), or -1. ``scope``: module path ->
+    (orders ascending, positions) of the calls of ``c``'s step, rank and direction; the
+    enclosing paths are the dotted prefixes of ``c.module`` and ``""``, tried innermost first
+    (a bisection each: a failing run with thousands of module calls stays linear)."""
+    m = c.module
+    prefixes = [m[:i] for i in range(len(m) - 1, 0, -1) if m[i] == "."] + [""]
+    for p in prefixes:
+        got = scope.get(p)
+        if got is None:
             continue
-        key = (len(m), -a.order)
-        if key > best_key:
-            best, best_key = i, key
-    return best
+        orders, where = got
+        k = bisect.bisect_right(orders, c.order)
+        if k < len(orders):
+            return where[k]
+    return -1
 
 
 def settle_moved_ops(result: CompareResult, ref_tr: Any, cand_tr: Any) -> int:
@@ -345,10 +350,14 @@ def settle_moved_ops(result: CompareResult, ref_tr: Any, cand_tr: Any) -> int:
     table.refresh()
     _, out_rank = _bad_calls(result)
     cand_at = np.nonzero((table.code == 1) | (table.code == 2))[0]
-    scope: dict[tuple[Any, ...], list[int]] = {}
-    for i, c in enumerate(calls):
-        if c.level == "module":
-            scope.setdefault((c.step, c.rank, c.direction), []).append(i)
+    scope: dict[tuple[Any, ...], dict[str, tuple[list[int], list[int]]]] = {}
+    for i in sorted((i for i, c in enumerate(calls) if c.level == "module"),
+                    key=lambda i: calls[i].order):
+        c = calls[i]
+        orders, where = scope.setdefault((c.step, c.rank, c.direction), {}).setdefault(
+            c.module, ([], []))
+        orders.append(c.order)
+        where.append(i)
     done: dict[str, str] = {}
     tried = 0
     for i in cand_at.tolist():
@@ -358,7 +367,7 @@ def settle_moved_ops(result: CompareResult, ref_tr: Any, cand_tr: Any) -> int:
         c = calls[ci]
         if c.level != "module" or c.direction != "forward" or not c.module:
             continue
-        j = _ancestor_call(c, scope.get((c.step, c.rank, c.direction), []), calls)
+        j = _ancestor_call(c, scope.get((c.step, c.rank, c.direction), {}))
         if j < 0 or out_rank[j] != 0:
             continue
         r, k = table.refs[i], table.cands[i]

@@ -185,7 +185,7 @@ class Trace:
                 raise SchemaError(f"{p}: index schema version {v} is newer than this netparity "
                                   f"supports ({SCHEMA_VERSION}); upgrade netparity")
 
-    def check_rows(self) -> None:
+    def check_rows(self, ranks: list[int] | None = None) -> None:
         """One pass of SQL over every index for values no writer produces (NULLs, text in
         integer columns, shapes that are not flat lists of non-negative integers, negative
         offsets, text statistics): such rows would surface much later as a ``TypeError`` or a
@@ -198,14 +198,15 @@ class Trace:
         copy was written, its CRC-32 says so) is not scanned again: the copy records what this
         check found in the index then, and it holds for every reader of that index, SQL ones
         included. The copy's own rows (what scans read) are checked the same way, on its
-        arrays: a forged copy is not trusted.
+        arrays: a forged copy is not trusted. ``ranks``: only these (default every rank; a
+        multi-rank ``compare`` checks each rank in the worker that compares it).
 
         Raises:
             TraceError: the first bad row, with its ``seq`` and column.
         """
         from netparity.trace import columnar
 
-        for rank in self.ranks:
+        for rank in self.ranks if ranks is None else ranks:
             st = columnar.store(self, rank)
             known, found = st.bad_row() if st is not None else (False, None)
             bad = ([found] if found is not None else []) if known else self._query(
