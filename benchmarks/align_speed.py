@@ -92,8 +92,9 @@ class T:
 class Gen:
     """Writes the same synthetic network as one framework would capture it."""
 
-    def __init__(self, path: Path, fw: str, ops: int, flat: bool, seed: int = 0):
+    def __init__(self, path: Path, fw: str, ops: int, flat: bool, seed: int = 0, steps: int = 1):
         self.fw, self.nat, self.flat = fw, NAT[fw], flat
+        self.steps, self.step = steps, 0  # ``ops`` per step; steps 0 .. steps-1
         self.w = TraceWriter(path, manifest={"framework": fw})
         self.rng = np.random.default_rng(seed)  # same seed both sides: same network
         self.noise = np.random.default_rng(1000 + (fw == "mindspore"))
@@ -119,7 +120,7 @@ class Gen:
         self.calls[path] = call + 1
         ev = self.w.next_event()
         base = {"kind": "module", "module": path, "op": canonical_op(self.fw, cls), "native": cls,
-                "call": call}
+                "call": call, "step": self.step}
         self._recs(ev, base, "input", [x])
         h = [path, call, 0, ev, base]
         self.stack.append(h)
@@ -140,7 +141,7 @@ class Gen:
             module, mcall, n = "", 0, 0
         ev = self.w.next_event()
         base = {"kind": "op", "module": module, "module_call": mcall, "call": n,
-                "op": canonical_op(self.fw, native), "native": native}
+                "op": canonical_op(self.fw, native), "native": native, "step": self.step}
         self._recs(ev, base, "input", ins)
         self._recs(ev, base, "output", [out])
         self.nops += 1
@@ -159,6 +160,13 @@ class Gen:
         return y
 
     def run(self) -> None:
+        for step in range(self.steps):
+            self.step = step
+            self.calls.clear()  # module call numbers count within a step
+            self._step()
+        self.w.close()
+
+    def _step(self) -> None:
         ms = self.fw == "mindspore"
         x = self.new((8, 64, 28, 28))
         # the number of stages follows the reference's op count so both sides run the same net
@@ -221,7 +229,6 @@ class Gen:
                 self.op(self.nat["linear"], [bias, normed, wt], out)
             self.exit(h, out)
             x = self.new((8, 64, 28, 28))
-        self.w.close()
 
 
 def bench(size: int, flat: bool, tmp: Path, compare_too: bool = False,

@@ -42,14 +42,14 @@ def run(src: Path, ref: str, cand: str, mode: str, out: Path) -> tuple[float, fl
     return wall, user + system, kb / 1024, size
 
 
-def make(n: int, where: Path) -> tuple[str, str]:
+def make(n: int, where: Path, steps: int = 1) -> tuple[str, str]:
     sys.path.insert(0, str(Path(__file__).parent))
     from align_speed import Gen
 
     from netparity.trace.columnar import compact
 
     for name, fw in (("ref", "torch"), ("cand", "mindspore")):
-        Gen(where / name, fw, n, False).run()
+        Gen(where / name, fw, n, False, steps=steps).run()
         compact(where / name)
     return str(where / "ref"), str(where / "cand")
 
@@ -59,12 +59,18 @@ def main() -> None:
     ap.add_argument("ref", nargs="?")
     ap.add_argument("cand", nargs="?")
     ap.add_argument("--make", nargs=2, metavar=("N", "DIR"), help="write an N-op pair into DIR")
+    ap.add_argument("--steps", type=int, default=1,
+                    help="with --make: steps per trace (N ops each)")
     ap.add_argument("--baseline-src", default=None, metavar="DIR")
     ap.add_argument("--modes", default="-q,--json,--csv")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--make-only", action="store_true", help="with --make: write, do not run")
     a = ap.parse_args()
+    if a.make and a.make_only:
+        make(int(a.make[0]), Path(a.make[1]), a.steps)
+        return
     if a.make:
-        ref, cand = make(int(a.make[0]), Path(a.make[1]))
+        ref, cand = make(int(a.make[0]), Path(a.make[1]), a.steps)
     else:
         ref, cand = a.ref, a.cand
     trees = [("this", SRC)] + ([("baseline", Path(a.baseline_src))] if a.baseline_src else [])

@@ -409,3 +409,32 @@ def test_call_template_has_every_call_result_field_in_order():
     from netparity.compare.results import CallResult
 
     assert list(_CALL_TEMPLATE) == [f.name for f in dataclasses.fields(CallResult)]
+
+
+def test_localise_makes_few_pairs_of_many_failing(tmp_path):
+    """Localising an op-level comparison whose op pairs mostly fail or warn (the synthetic
+    cross-framework pair) makes only the pairs it reports (the divergences' evidence), not
+    an object per failing pair (issue 33: a 1M-op comparison's ~3M pairs); and
+    ``pairs_with_status(status, level=...)`` gives, at every level, the pairs of the full list
+    at that level."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from align_speed import Gen
+
+    ref, cand = tmp_path / "ref", tmp_path / "cand"
+    Gen(ref, "torch", 130, False).run()
+    Gen(cand, "mindspore", 130, False).run()
+    r = engine.compare(ref, cand, level="op")
+    c = r.counts()
+    assert c["fail"] + c["warn"] > 200
+    localise(r)
+    assert r.table is not None and len(r.table.made) <= 20
+    for level in ("op", "module", "both"):
+        t = engine.compare(ref, cand, level=level)
+        o = engine.compare(ref, cand, level=level)
+        o.pairs  # noqa: B018  (every pair made: the list is the truth)
+        for status in ("fail", "warn", "pass"):
+            for lv in ("op", "module"):
+                want = [p.key for p in o.pairs_with_status(status)
+                        if not p.call or p.call.startswith(lv + "|")]
+                assert [p.key for p in t.pairs_with_status(status, level=lv)] == want
+                assert [p.key for p in o.pairs_with_status(status, level=lv)] == want

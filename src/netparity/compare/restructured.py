@@ -195,7 +195,7 @@ def settle_reordered(result: CompareResult) -> int:
     the failing forward input and the failing backward input-gradient of one argument of a
     module call whose forward outputs all pass, when both hold the same values in another
     order. Returns how many pairs were taken out."""
-    bad = [p for s in _BAD for p in result.pairs_with_status(s)
+    bad = [p for s in _BAD for p in result.pairs_with_status(s, level="module")
            if p.kind == "module" and p.call]
     if not bad:
         return 0

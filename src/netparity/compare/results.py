@@ -323,15 +323,23 @@ class CompareResult:
             out[p.status] = out.get(p.status, 0) + 1
         return out
 
-    def pairs_with_status(self, status: str) -> list[PairResult]:
+    def pairs_with_status(self, status: str, level: str | None = None) -> list[PairResult]:
         """Every pair (as :meth:`all_pairs` orders them) whose status is ``status``; of a
-        table, only those are made."""
+        table, only those are made. ``level`` (``"module"`` or ``"op"``) keeps, of the pairs
+        of matched calls, only those of calls at that level (parameter, loss and data pairs
+        stay): of a table, the others are not made (a 1M-op comparison's failing op pairs
+        are millions of objects that a caller asking for module pairs would drop)."""
         t = self.table
         if t is None:
-            return [p for p in self.all_pairs() if p.status == status]
+            return [p for p in self.all_pairs() if p.status == status and (
+                level is None or p.call == "" or p.call.startswith(level + "|"))]
         t.refresh()
         code = _CODES.get(status, -1)
-        return ([t.get(i) for i in t.perm if t.code[i] == code]
+        hit = t.code == code
+        if level is not None and len(t):
+            at_level = np.array([c.level == level for c in self.calls] or [False], dtype=bool)
+            hit &= at_level[t.call]
+        return ([t.get(i) for i in t.perm if hit[i]]
                 + [p for p in self._others() if p.status == status])
 
     def clear(self, direction: str, why: str) -> int:

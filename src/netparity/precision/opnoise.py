@@ -107,7 +107,8 @@ class OpNoise:
         for tr in (ref_tr, cand_tr):
             try:
                 if not tr.count(kind="op") or not any(
-                        r.has_payload for r in tr.records(kind="op", step=tr.steps()[0])[:50]):
+                        r.has_payload for r in tr.iter_records(kind="op", step=tr.steps()[0],
+                                                               limit=50)):
                     return None
             except (IndexError, FrameworkError):
                 return None

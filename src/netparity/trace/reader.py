@@ -248,11 +248,14 @@ class Trace:
         module: str | None = None,
         op: str | None = None,
         name: str | None = None,
+        limit: int | None = None,
     ) -> Iterator[Record]:
         """Records in execution order (rank, then sequence number), filtered.
 
         ``module`` and ``op`` are glob patterns on the module path and the canonical or native op
-        name; ``name`` matches either.
+        name; ``name`` matches either. ``limit``: at most that many records (without glob
+        filters, only that many rows are read: a look at the first records of a large trace
+        costs no more than they do).
         """
         where: list[str] = []
         params: list[Any] = []
@@ -263,10 +266,15 @@ class Trace:
                 params.extend(vals)
         sql = _SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY seq"
         ranks = _as_list(rank) or self.ranks
+        left = limit
+        globs = module is not None or op is not None or name is not None
         for r in ranks:
             if r not in self.ranks:
                 continue
-            for row in self._query(sql, params, r):
+            if left is not None and left <= 0:
+                return
+            for row in self._query(sql if left is None or globs else f"{sql} LIMIT {int(left)}",
+                                   params, r):
                 try:
                     rec = row_to_record(row)
                 except (TypeError, ValueError) as e:  # (json.JSONDecodeError is a ValueError)
@@ -282,6 +290,10 @@ class Trace:
                     fnmatch.fnmatchcase(s, name) for s in (rec.module, rec.op, rec.native)
                 ):
                     continue
+                if left is not None:
+                    if left <= 0:
+                        return
+                    left -= 1
                 yield rec
 
     def records(self, **filters: Any) -> list[Record]:

@@ -1,0 +1,66 @@
+"""Memory of a statistics comparison by stage, as the ``netparity compare -q`` CLI runs it.
+
+Prints the process's resident memory (``VmRSS``) and its peak so far (``VmHWM``) after each
+stage: opening the traces, ``check_rows``, ``engine.compare`` (alignment, pairing, judging),
+localisation and the ``-q`` summary. ``--trace N`` also runs ``tracemalloc`` (slow: ~3x) and
+prints the N source lines holding most memory once the comparison has returned (what the
+result keeps) and the traced peak.
+
+Run:  PYTHONPATH=src python benchmarks/compare_memory.py REF CAND [--trace 15]
+(e.g. on a pair ``benchmarks/compare_scale.py --make N DIR [--steps S] --make-only`` writes.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tracemalloc
+
+from netparity.analyzers.divergence import localise
+from netparity.compare import engine
+from netparity.report.sections.compare import summary_lines
+from netparity.trace import open_trace
+
+
+def vm() -> str:
+    got = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS", "VmHWM")):
+                k, v = line.split(":")
+                got[k] = int(v.split()[0]) / 1024
+    return f"rss {got['VmRSS']:8.0f} MB  peak {got['VmHWM']:8.0f} MB"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("ref")
+    ap.add_argument("cand")
+    ap.add_argument("--level", default="op", choices=("module", "op"))
+    ap.add_argument("--trace", type=int, default=0, metavar="N")
+    a = ap.parse_args()
+    if a.trace:
+        tracemalloc.start(1)
+    print(f"{'start':>16} {vm()}", flush=True)
+    tr, tc = open_trace(a.ref), open_trace(a.cand)
+    tr.check_rows()
+    tc.check_rows()
+    print(f"{'check_rows':>16} {vm()}", flush=True)
+    result = engine.compare(tr, tc, level=a.level)
+    print(f"{'engine.compare':>16} {vm()}  pairs {len(result.table) if result.table else 0}",
+          flush=True)
+    if a.trace:
+        snap = tracemalloc.take_snapshot()
+        cur, peak = tracemalloc.get_traced_memory()
+        print(f"traced now {cur / 2**20:.0f} MB, traced peak {peak / 2**20:.0f} MB")
+        for st in snap.statistics("lineno")[:a.trace]:
+            print(f"  {st.size / 2**20:8.1f} MB {st.count:9d} blocks  {st.traceback[0]}")
+    localise(result)
+    print(f"{'localise':>16} {vm()}", flush=True)
+    summary_lines(result)
+    print(f"{'summary':>16} {vm()}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
