@@ -30,7 +30,10 @@ def _write(sections: Sequence[Section], f: IO[str]) -> None:
         for b in s.for_output("csv"):
             if isinstance(b, Table):
                 w.writerow(b.columns)
-                w.writerows(["" if v is None else v for v in row] for row in b.rows)
+                if getattr(b.rows, "clean", False):  # None already spelled ""
+                    w.writerows(b.rows)
+                else:
+                    w.writerows(["" if v is None else v for v in row] for row in b.rows)
 
 
 def render_csv(sections: Sequence[Section]) -> str:
