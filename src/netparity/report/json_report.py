@@ -100,7 +100,11 @@ def _stream(obj: dict[str, Any], calls: list[Any], f: Any, dest: str) -> None:
                 continue
             f.write("[")
             for lo in range(0, len(calls), _CALLS_CHUNK):
-                part = enc([call_json(c) for c in calls[lo:lo + _CALLS_CHUNK]])
+                chunk = calls[lo:lo + _CALLS_CHUNK]
+                try:  # a call's fields are flat: its own dict is what call_json copies
+                    part = enc([c.__dict__ for c in chunk])
+                except ValueError:  # a non-finite error: call_json spells it
+                    part = enc([call_json(c) for c in chunk])
                 f.write((", " if lo else "") + part[1:-1])
             f.write("]")
         f.write("}\n")

@@ -59,7 +59,21 @@ def _plain(o: Any) -> Any:
     return str(o)
 
 
-_dumps = json.JSONEncoder(default=_plain).encode
+def _encoder() -> Any:
+    """``json.dumps`` (default separators, NaN allowed, NumPy values as numbers) of one
+    object, json's C encoder made once instead of once per call."""
+    enc = json.JSONEncoder(default=_plain, check_circular=False)
+    try:
+        from _json import make_encoder  # type: ignore[import-not-found]
+    except ImportError:  # pragma: no cover - CPython has it
+        return enc.encode
+    it = make_encoder(None, enc.default, json.encoder.encode_basestring_ascii, None,
+                      enc.key_separator, enc.item_separator, False, False, True)
+    join = "".join
+    return lambda o: join(it(o, 0))
+
+
+_dumps = _encoder()
 
 
 def metric_cell(m: dict[str, Any], c: str) -> Any:
@@ -78,22 +92,33 @@ def _pick(seq: Any, at: list[int]) -> list[Any]:
     return list(operator.itemgetter(*at)(seq))
 
 
+_FIELDS_OF = operator.attrgetter(*FIELDS)
+
+
 def _object_rows(pairs: list[PairResult], out: dict[str, list[Any]], *, metrics_json: bool,
                  csv_cells: bool, histograms: bool) -> None:
     """Append the columns of pair objects to ``out``."""
-    for c in FIELDS:
-        out[c].extend([p.__dict__[c] for p in pairs])
-    out["error"].extend([float(p.error()) for p in pairs])
+    if not pairs:
+        return
+    for c, vals in zip(FIELDS, zip(*map(_FIELDS_OF, pairs))):
+        out[c].extend(vals)
+    ms = [p.metrics for p in pairs]
     if metrics_json:
-        ms = [p.metrics if histograms or "hist" not in p.metrics else
-              {k: v for k, v in p.metrics.items() if k != "hist"} for p in pairs]
-        out["metrics"].extend([_dumps(m) for m in ms])
+        out["error"].extend([float(p.error()) for p in pairs])
+        if not histograms:
+            ms = [m if "hist" not in m else {k: v for k, v in m.items() if k != "hist"}
+                  for m in ms]
+        out["metrics"].extend(map(_dumps, ms))
         out["fp64"].extend([None if p.fp64 is None else _dumps(p.fp64) for p in pairs])
     else:
         out["fp64"].extend([p.fp64 for p in pairs])
+        out["error"].extend([None] * len(pairs))
     if csv_cells:
         for c in METRIC_CELLS:
-            out[c].extend([metric_cell(p.metrics, c) for p in pairs])
+            col = [m.get(c) for m in ms]
+            if c in ("max_abs", "max_rel") and None in col:
+                col = [metric_cell(m, c) for m in ms]
+            out[c].extend(col)
 
 
 def _empty(metrics_json: bool, csv_cells: bool) -> dict[str, list[Any]]:
@@ -110,7 +135,7 @@ def chunks(result: Any, *, metrics_json: bool = False, csv_cells: bool = False,
     """The pairs of matched calls (``result.pairs``, in that order) as columns, ``size``
     pairs at a time: one list per :data:`FIELDS` entry (shapes as lists or tuples of ints),
     ``fp64`` (None, or with ``metrics_json`` its JSON text), ``error``
-    (:meth:`PairResult.error`), with ``metrics_json`` ``metrics`` (the JSON text of each
+    (:meth:`PairResult.error`; None where a pair object's is not wanted: no ``metrics_json``), with ``metrics_json`` ``metrics`` (the JSON text of each
     pair's metrics, ``hist`` left out unless ``histograms``), with ``csv_cells`` one list per
     :data:`METRIC_CELLS` entry. A result holding a pair table is read from its columns (its
     pairs are not made: ``result.pairs`` stays unasked)."""
@@ -123,7 +148,6 @@ def chunks(result: Any, *, metrics_json: bool = False, csv_cells: bool = False,
                          csv_cells=csv_cells, histograms=histograms)
             yield out
         return
-    t.refresh()
     perm = np.asarray(t.perm, dtype=np.int64)
     plain = _plain_pairs(t)
     for lo in range(0, len(perm), size):
@@ -218,16 +242,10 @@ def _table_chunk(t: Any, idx: np.ndarray, plain: np.ndarray, *, metrics_json: bo
     slow = _empty(metrics_json, csv_cells)
     _object_rows([t.get(i) for i in idx[spos].tolist()], slow, metrics_json=metrics_json,
                  csv_cells=csv_cells, histograms=histograms)
-    out: dict[str, list[Any]] = {}
-    fp, sp = fpos.tolist(), spos.tolist()
-    for name, vals in fast.items():
-        col: list[Any] = [None] * n
-        for at, v in zip(fp, vals):
-            col[at] = v
-        for at, v in zip(sp, slow[name]):
-            col[at] = v
-        out[name] = col
-    return out
+    # the chunk's rows in order: the plain ones then the others, put in place in C
+    order = np.argsort(np.concatenate([fpos, spos]), kind="stable").tolist()
+    put = operator.itemgetter(*order) if n > 1 else (lambda x: x)
+    return {name: list(put(vals + slow[name])) for name, vals in fast.items()}
 
 
 def _values(v: Any, j: np.ndarray) -> list[Any]:

@@ -295,8 +295,8 @@ def loss(result: CompareResult, **_: Any) -> Section | None:
 @section("CompareResult", "structure")
 def structure(result: CompareResult, output: str = "", **_: Any) -> Section | None:
     """The aligned calls, forward first, the culprit highlighted (JSON and HTML)."""
-    if output == "terminal":
-        return None
+    if output in ("terminal", "csv"):
+        return None  # not shown there: no row per call made for nothing
     culprit = result.first_divergence.key if result.first_divergence else None
     calls: list[CallResult] = sorted(result.calls,
                                      key=lambda c: (c.direction != "forward", c.step, c.order))
@@ -390,7 +390,8 @@ def _csv_rows(cols: dict[str, list[Any]]) -> Any:
         if c in ("ref_shape", "cand_shape"):
             col = [joined(s) for s in col]
         elif None in col:
-            col = ["" if v is None else v for v in col]
+            col = ([""] * len(col) if col.count(None) == len(col) else
+                   ["" if v is None else v for v in col])
         out.append(col)
     return zip(*out)
 
