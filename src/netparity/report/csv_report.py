@@ -47,6 +47,8 @@ def write_csv(result: Any, path: str | os.PathLike[str]) -> None:
     """Write the CSV output of one analyzer result (atomically), row by row: the rows are
     made as they are written (a comparison's pairs: :class:`~netparity.report.sections.
     compare._CsvRows`), never held as one text."""
-    with atomic_output(path, what="CSV report") as tmp, \
+    from netparity.report.pair_columns import gc_paused
+
+    with gc_paused(), atomic_output(path, what="CSV report") as tmp, \
             open(tmp, "w", encoding="utf-8", newline="") as f:
         _write(sections_for(result, output="csv"), f)

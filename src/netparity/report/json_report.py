@@ -68,15 +68,17 @@ def write_result(result: CompareResult, path: str | os.PathLike[str], *,
     if os.fspath(path) == "-":
         write_json(result.to_json(histograms=histograms), path, strict=True)
         return
+    from netparity.report.pair_columns import gc_paused
     from netparity.report.pairs_parquet import pairs_path, write_pairs
 
     side = pairs_path(path)
-    write_pairs(result, side, histograms=histograms)
-    obj = result.to_json(histograms=histograms, pairs=False, calls=False)
-    obj["pairs_file"] = side.name
-    with atomic_output(path, what="JSON") as tmp, \
-            open(tmp, "w", encoding="utf-8", newline="") as f:
-        _stream(obj, result.calls, f, str(path))
+    with gc_paused():
+        write_pairs(result, side, histograms=histograms)
+        obj = result.to_json(histograms=histograms, pairs=False, calls=False)
+        obj["pairs_file"] = side.name
+        with atomic_output(path, what="JSON") as tmp, \
+                open(tmp, "w", encoding="utf-8", newline="") as f:
+            _stream(obj, result.calls, f, str(path))
 
 
 #: calls encoded at once by :func:`_stream`
