@@ -181,7 +181,7 @@ class Divergence:
 _PAIR_FIELDS = [f.name for f in dataclasses.fields(PairResult)]
 
 
-def _call_json(c: CallResult) -> dict[str, Any]:
+def call_json(c: CallResult) -> dict[str, Any]:
     """``dataclasses.asdict(c)`` made cleaned (its fields are flat: a copy of its dict, its
     two lists copied, its floats JSON-safe) -- ~20x faster over a 100k-op comparison's calls."""
     d = dict(c.__dict__)
@@ -388,13 +388,15 @@ class CompareResult:
         return ps[:n]
 
     # ---- serialisation ---------------------------------------------------------------------
-    def to_json(self, *, histograms: bool = True, pairs: bool = True) -> dict[str, Any]:
+    def to_json(self, *, histograms: bool = True, pairs: bool = True,
+                calls: bool = True) -> dict[str, Any]:
         """Versioned JSON-ready dict (``netparity_result_version`` first).
 
         ``histograms=False`` drops the per-pair error histograms (smaller file, but ``recheck``
         then estimates less). ``pairs=False`` leaves the pairs of matched calls out (a
         result file keeps them in a Parquet file beside it:
-        :mod:`netparity.report.pairs_parquet`).
+        :mod:`netparity.report.pairs_parquet`). ``calls=False`` leaves ``"calls"`` an empty
+        list (a writer streams them: :func:`call_json` of each).
         """
 
         def pair(p: PairResult) -> dict[str, Any]:
@@ -432,7 +434,8 @@ class CompareResult:
         if self.ranks:
             out["ranks"] = self.ranks
         got: dict[str, Any] = _clean(out)
-        got["calls"] = [_call_json(c) for c in self.calls]
+        if calls:
+            got["calls"] = [call_json(c) for c in self.calls]
         return got
 
     @classmethod

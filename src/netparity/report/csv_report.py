@@ -30,7 +30,10 @@ def _write(sections: Sequence[Section], f: IO[str]) -> None:
         for b in s.for_output("csv"):
             if isinstance(b, Table):
                 w.writerow(b.columns)
-                w.writerows(["" if v is None else v for v in row] for row in b.rows)
+                if getattr(b.rows, "clean", False):  # None already spelled ""
+                    w.writerows(b.rows)
+                else:
+                    w.writerows(["" if v is None else v for v in row] for row in b.rows)
 
 
 def render_csv(sections: Sequence[Section]) -> str:
@@ -44,6 +47,8 @@ def write_csv(result: Any, path: str | os.PathLike[str]) -> None:
     """Write the CSV output of one analyzer result (atomically), row by row: the rows are
     made as they are written (a comparison's pairs: :class:`~netparity.report.sections.
     compare._CsvRows`), never held as one text."""
-    with atomic_output(path, what="CSV report") as tmp, \
+    from netparity.report.pair_columns import gc_paused
+
+    with gc_paused(), atomic_output(path, what="CSV report") as tmp, \
             open(tmp, "w", encoding="utf-8", newline="") as f:
         _write(sections_for(result, output="csv"), f)

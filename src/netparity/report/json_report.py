@@ -23,7 +23,7 @@ from typing import Any
 
 from netparity.compare.results import CompareResult
 from netparity.errors import UsageError
-from netparity.outputs import write_text_atomic
+from netparity.outputs import atomic_output, write_text_atomic
 from netparity.report.sections import Section, for_output
 from netparity.untrusted import load_json
 
@@ -68,14 +68,50 @@ def write_result(result: CompareResult, path: str | os.PathLike[str], *,
     if os.fspath(path) == "-":
         write_json(result.to_json(histograms=histograms), path, strict=True)
         return
+    from netparity.report.pair_columns import gc_paused
     from netparity.report.pairs_parquet import pairs_path, write_pairs
 
     side = pairs_path(path)
-    write_pairs(result.pairs, side, histograms=histograms)
-    obj = result.to_json(histograms=histograms, pairs=False)
-    obj["pairs_file"] = side.name
-    # one line (json's C encoder: indent makes it use the pure-Python one, ~10x slower)
-    write_json(obj, path, strict=True, indent=None)
+    with gc_paused():
+        write_pairs(result, side, histograms=histograms)
+        obj = result.to_json(histograms=histograms, pairs=False, calls=False)
+        obj["pairs_file"] = side.name
+        with atomic_output(path, what="JSON") as tmp, \
+                open(tmp, "w", encoding="utf-8", newline="") as f:
+            _stream(obj, result.calls, f, str(path))
+
+
+#: calls encoded at once by :func:`_stream`
+_CALLS_CHUNK = 4096
+
+
+def _stream(obj: dict[str, Any], calls: list[Any], f: Any, dest: str) -> None:
+    """Write ``obj`` to ``f`` as strict one-line JSON (json's C encoder; ``indent`` would make
+    it use the pure-Python one, ~10x slower), key by key, its ``"calls"`` being ``calls``
+    encoded a chunk at a time: the same text as ``json.dumps`` of the whole with the calls in
+    it, without the ~300k call dicts and the whole text held at once."""
+    from netparity.compare.results import call_json
+
+    enc = json.JSONEncoder(allow_nan=False).encode
+    try:
+        f.write("{")
+        for k, (key, v) in enumerate(obj.items()):
+            f.write((", " if k else "") + enc(key) + ": ")
+            if key != "calls":
+                f.write(enc(v))
+                continue
+            f.write("[")
+            for lo in range(0, len(calls), _CALLS_CHUNK):
+                chunk = calls[lo:lo + _CALLS_CHUNK]
+                try:  # a call's fields are flat: its own dict is what call_json copies
+                    part = enc([c.__dict__ for c in chunk])
+                except ValueError:  # a non-finite error: call_json spells it
+                    part = enc([call_json(c) for c in chunk])
+                f.write((", " if lo else "") + part[1:-1])
+            f.write("]")
+        f.write("}\n")
+    except ValueError as e:
+        raise UsageError(f"{dest}: cannot encode JSON ({e})") from None
 
 
 def read_json(path: str | os.PathLike[str]) -> CompareResult:

@@ -28,7 +28,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from netparity.compare.results import PairResult
 from netparity.errors import UsageError
 
 _TEXT = ("key", "kind", "direction", "role", "arg", "module", "op", "cand_module", "cand_op",
@@ -63,39 +62,31 @@ def pairs_path(json_path: str | os.PathLike[str]) -> Path:
     return p.with_name(stem + ".pairs.parquet")
 
 
-def write_pairs(pairs: list[PairResult], dest: str | os.PathLike[str], *,
-                histograms: bool = True) -> None:
-    """Write ``pairs`` as ``dest`` (atomically: :func:`netparity.outputs.atomic_output`)."""
+def write_pairs(pairs: Any, dest: str | os.PathLike[str], *, histograms: bool = True) -> None:
+    """Write the pairs of matched calls of ``pairs`` -- a
+    :class:`~netparity.compare.results.CompareResult` (read from its pair table's columns
+    where it has one: :func:`netparity.report.pair_columns.chunks`) or a list of
+    :class:`~netparity.compare.results.PairResult` -- as ``dest``, one row group per chunk
+    (atomically: :func:`netparity.outputs.atomic_output`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from netparity.outputs import atomic_output
+    from netparity.report.pair_columns import chunks
 
-    dumps = json.JSONEncoder(default=_plain).encode
-    cols: dict[str, list[Any]] = {c: [] for c in _types()}
-    text = [(cols[c], c) for c in (*_TEXT, *_INT, *_FLOAT, *_SHAPE)]
-    metrics, fp64, error = cols["metrics"], cols["fp64"], cols["error"]
-    for p in pairs:
-        d = p.__dict__
-        for col, c in text:
-            col.append(d[c])
-        m = p.metrics
-        if not histograms and "hist" in m:
-            m = {k: v for k, v in m.items() if k != "hist"}
-        metrics.append(dumps(m))
-        fp64.append(None if p.fp64 is None else dumps(p.fp64))
-        error.append(float(p.error()))
+    if isinstance(pairs, list):
+        from netparity.compare.results import CompareResult
+
+        held, pairs = pairs, CompareResult()
+        pairs.pairs = held
     types = _types()
-    table = pa.table({c: pa.array(v, type=types[c]) for c, v in cols.items()})
-    with atomic_output(dest, what="pair table") as tmp:
-        pq.write_table(table, tmp, compression="zstd")
-
-
-def _plain(o: Any) -> Any:
-    tolist = getattr(o, "tolist", None)  # NumPy scalars and arrays
-    if callable(tolist):
-        return tolist()
-    return str(o)
+    schema = pa.schema([(c, t) for c, t in types.items()])
+    with atomic_output(dest, what="pair table") as tmp, \
+            pq.ParquetWriter(tmp, schema, compression="zstd") as w:
+        for cols in chunks(pairs, metrics_json=True, histograms=histograms):
+            w.write_table(pa.table({c: pa.array(cols[c], type=t) for c, t in types.items()},
+                                   schema=schema))
+            del cols
 
 
 def read_pairs(path: str | os.PathLike[str], *, within: str | os.PathLike[str]) -> list[dict[str, Any]]:

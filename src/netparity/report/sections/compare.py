@@ -295,8 +295,8 @@ def loss(result: CompareResult, **_: Any) -> Section | None:
 @section("CompareResult", "structure")
 def structure(result: CompareResult, output: str = "", **_: Any) -> Section | None:
     """The aligned calls, forward first, the culprit highlighted (JSON and HTML)."""
-    if output == "terminal":
-        return None
+    if output in ("terminal", "csv"):
+        return None  # not shown there: no row per call made for nothing
     culprit = result.first_divergence.key if result.first_divergence else None
     calls: list[CallResult] = sorted(result.calls,
                                      key=lambda c: (c.direction != "forward", c.step, c.order))
@@ -348,8 +348,12 @@ def pairs(result: CompareResult, output: str = "", **_: Any) -> Section | None:
 
 
 class _CsvRows:
-    """The CSV rows of every pair, made one at a time while iterated (a 100k-op comparison's
-    ~300k rows are never all held)."""
+    """The CSV rows of every pair, made a chunk at a time while iterated (a 100k-op
+    comparison's ~300k rows are never all held; the pairs of a pair table are read from its
+    columns, not made: :func:`netparity.report.pair_columns.chunks`). Cells are raw values,
+    ``None`` already written as ``""`` (``clean``)."""
+
+    clean = True
 
     def __init__(self, result: CompareResult):
         self.result = result
@@ -358,20 +362,38 @@ class _CsvRows:
         return self.result.n_pairs()
 
     def __iter__(self) -> Any:
-        for p in self.result.all_pairs():
-            m = p.metrics
-            row: list[Any] = []
-            for c in CSV_COLUMNS:
-                if c in ("ref_shape", "cand_shape"):
-                    row.append("x".join(map(str, getattr(p, c))))
-                elif hasattr(p, c):
-                    row.append(getattr(p, c))
-                else:
-                    v = m.get(c)
-                    if v is None and c in ("max_abs", "max_rel"):
-                        v = m.get(c + "_lb")
-                    row.append(v)
-            yield row
+        from netparity.report.pair_columns import chunks
+
+        result = self.result
+        for cols in chunks(result, csv_cells=True):
+            yield from _csv_rows(cols)
+        rest = CompareResult()
+        rest.pairs = result._others()
+        for cols in chunks(rest, csv_cells=True):
+            yield from _csv_rows(cols)
+
+
+def _csv_rows(cols: dict[str, list[Any]]) -> Any:
+    """The CSV rows of one chunk of :func:`~netparity.report.pair_columns.chunks`."""
+    shape: dict[Any, str] = {}
+
+    def joined(s: Any) -> str:
+        t = tuple(s)
+        got = shape.get(t)
+        if got is None:
+            got = shape[t] = "x".join(map(str, t))
+        return got
+
+    out = []
+    for c in CSV_COLUMNS:
+        col = cols[c]
+        if c in ("ref_shape", "cand_shape"):
+            col = [joined(s) for s in col]
+        elif None in col:
+            col = ([""] * len(col) if col.count(None) == len(col) else
+                   ["" if v is None else v for v in col])
+        out.append(col)
+    return zip(*out)
 
 
 @section("CompareResult", "worst")
