@@ -26,7 +26,8 @@ test: $(STAMP)
 # verdict tests again under PyTorch's portable and AVX2 kernels, on 1 and 2 threads (the main
 # run covers the machine's own). Called from .ci/run after `make test`.
 ISA_TESTS ?= tests/workflow/test_replay.py tests/compare/test_noise_mode.py tests/workflow/test_finer_candidate.py \
-	tests/corpus/test_tree_organisation.py \
+	tests/corpus/test_tree_organisation.py tests/compare/test_leaf_replay.py tests/compare/test_leaf_replay_back.py \
+	"tests/compare/test_leaf_replay_mindspore.py::test_each_cell_kind_replays_mindspores_own_output" \
 	"tests/workflow/test_step.py::test_bug_is_named_in_the_right_phase_and_place[clean]"
 verdicts-isa: $(STAMP)
 	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 -p no:cacheprovider $(ISA_TESTS)
