@@ -67,7 +67,7 @@ def test_chaotic_faithful_compiled_pair_passes_by_the_golden_floor(tmp_path) -> 
     if os.environ.get("ATEN_CPU_CAPABILITY") != "default":
         assert r, [(p.name, p.status, p.summary) for p in r.phases]
     else:  # known limit: step 1's layer4.0.bn1.running_var (not a gradient: no golden floor)
-        assert all(p.status == "pass" for p in r.phases if p.name != "later-steps"), \
+        assert all(p.status != "fail" for p in r.phases if p.name != "later-steps"), \
             [(p.name, p.status, p.summary) for p in r.phases]
     gold = bwd.evidence["golden"]
     assert "layer3.0.bn1.bias" in gold["cleared"] or "layer4.0.bn1.bias" in gold["cleared"]
