@@ -23,10 +23,10 @@ def test_golden_entry_holds_the_candidate_to_the_references_own_distance() -> No
 
     g = np.linspace(1.0, 2.0, 50)
     ref = g * (1 + 1e-4)
-    assert golden_entry("w", ref, g * (1 + 4e-4), g, None, "float32")["within"]
-    assert not golden_entry("w", ref, g * (1 + 1e-2), g, None, "float32")["within"]
+    assert golden_entry("w", ref, g * (1 + 4e-4), g, [], "float32")["within"]
+    assert not golden_entry("w", ref, g * (1 + 1e-2), g, [], "float32")["within"]
     # the noise run is a second float32 sample: the larger distance is the floor
-    assert golden_entry("w", ref, g * (1 + 1e-2), g, g * (1 + 3e-3), "float32")["within"]
+    assert golden_entry("w", ref, g * (1 + 1e-2), g, [g * (1 + 3e-3)], "float32")["within"]
 
 
 @pytest.mark.parametrize("steps", [1, 2])
@@ -51,20 +51,28 @@ def test_compiled_only_gradient_bug_is_beyond_the_golden_floor(tmp_path, steps) 
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("ATEN_CPU_CAPABILITY") == "default",
-                    reason="known limit (README): under the portable ATen kernels the eager "
-                           "reference lands 0.039 from float64 and inductor's kernels 0.287 "
-                           "(7.4x, over the golden floor's 5x) on this chaotic row")
 def test_chaotic_faithful_compiled_pair_passes_by_the_golden_floor(tmp_path) -> None:
     """torchvision ResNet-18 at 32 px eager vs torch.compile (inductor): layer4's BatchNorms
     normalise 2 values per channel, the compiled kernels' rounding lands 0.2-0.3 (normwise) off
-    their gradients, beyond the eager noise run's sample; the float32 reference itself is
-    0.08-0.12 off the float64 answer there. It FAILed backward at layer4.0.bn1.bias; by the
-    golden floor it passes, and says which bound it used (step 0 and step 1)."""
+    their gradients, beyond the eager noise run's sample. Under ``ATEN_CPU_CAPABILITY=default``
+    the eager reference and its noise run are only 0.039 off the float64 answer there (inductor
+    7.4x that: it failed); the reference computed with oneDNN off is 0.2 off, a sample of the
+    tail the floor now takes. It FAILed backward (at layer4.0.bn1.bias with AVX-512, layer3.0.bn1
+    under default); by the golden floor it passes, under every ATen capability and thread count,
+    and says which bound it used (step 0 and step 1)."""
     r = run_step_parity(RESNET, RESNET, tmp_path / "out", steps=2, options={"image_size": 32},
                         cand_options={"compile": True}, run_eval=False, free_running=False)
-    assert r, [(p.name, p.status, p.summary) for p in r.phases]
     bwd = r.phase("backward")
-    assert "layer4.0.bn1.bias" in bwd.evidence["golden"]["cleared"]
+    assert bwd.status == "pass", bwd.summary
+    if os.environ.get("ATEN_CPU_CAPABILITY") != "default":
+        assert r, [(p.name, p.status, p.summary) for p in r.phases]
+    else:  # known limit: step 1's layer4.0.bn1.running_var (not a gradient: no golden floor)
+        assert all(p.status != "fail" for p in r.phases if p.name != "later-steps"), \
+            [(p.name, p.status, p.summary) for p in r.phases]
+    gold = bwd.evidence["golden"]
+    assert "layer3.0.bn1.bias" in gold["cleared"] or "layer4.0.bn1.bias" in gold["cleared"]
+    # the reference, its noise run and one run per other way PyTorch computes it
+    assert len(gold["samples"]) == 4 and all(len(e["sample_errs"]) == 4 for e in gold["params"])
     assert "float64 golden floor" in bwd.summary, bwd.summary
     assert (tmp_path / "out" / "ref-f64" / "manifest.json").is_file()
+    assert (tmp_path / "out" / "ref-f32-native-conv" / "manifest.json").is_file()

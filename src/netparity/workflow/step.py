@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from netparity.analyzers.golden import Golden
 from netparity.analyzers.step import (
     PHASES,
     RESULT_VERSION,
@@ -206,16 +207,22 @@ def _noise_run(src: str, options: dict[str, Any], seed: int,
 
 def _golden_run(src: str, options: dict[str, Any], seed: int,
                 batches: list[tuple[np.ndarray, np.ndarray]], path: Path, steps: int,
-                payload: str, starts: list[Any], progress: Progress) -> str | None:
+                payload: str, starts: list[Any], progress: Progress,
+                variant: str | None = None) -> str | None:
     """Capture a float64 run of the reference into ``path`` (the golden of
-    :mod:`netparity.analyzers.golden`); returns why there is none, or None.
+    :mod:`netparity.analyzers.golden`), or with ``variant`` one more float32 sample of the
+    reference computed another way (``frameworks.torch.models.REDUCTION_VARIANTS``); returns
+    why there is none, or None.
 
-    A fresh, eager build of the reference spec (a ``compile`` option dropped) converted to
-    float64, fed the batches in float64; before step ``i`` its parameters and buffers are set to
-    ``starts[i]`` (the reference's state at the start of that step), so each step's gradients
-    are the float64 answer for the float32 run's weights and batch. PyTorch models only (a
-    module's ``double()``); a spec whose ``train_step`` casts its inputs to float32 cannot run in
-    float64 (said so)."""
+    A fresh, eager build of the reference spec (a ``compile`` option dropped), converted to
+    float64 and fed the batches in float64 (no ``variant``), or float32 under the variant's
+    context; before step ``i`` its parameters and buffers are set to ``starts[i]`` (the
+    reference's state at the start of that step), so each step's gradients are the float64
+    answer (or another float32 one) for the float32 run's weights and batch. PyTorch models
+    only (a module's ``double()``); a spec whose ``train_step`` casts its inputs to float32
+    cannot run in float64 (said so)."""
+    from contextlib import nullcontext
+
     from netparity.frameworks.models import set_weights
     from netparity.seeding import seed_everything
     from netparity.workflow.compiled import KEY
@@ -226,20 +233,28 @@ def _golden_run(src: str, options: dict[str, Any], seed: int,
     double = getattr(spec.model, "double", None)
     if spec.framework != "torch" or not callable(double):
         return f"no float64 run of a {spec.framework} reference (PyTorch references only)"
-    double()  # in place: the optimizer keeps the same parameters
-    wide = [(np.asarray(x, np.float64) if np.asarray(x).dtype.kind == "f" else x, y)
-            for x, y in batches]
+    wide = np.float64 if variant is None else np.float32
+    ctx: Any = nullcontext()
+    if variant is None:
+        double()  # in place: the optimizer keeps the same parameters
+        batches = [(np.asarray(x, wide) if np.asarray(x).dtype.kind == "f" else x, y)
+                   for x, y in batches]
+    else:
+        from netparity.frameworks.torch.models import reduction_variant
+
+        ctx = reduction_variant(spec.model, variant)
 
     def start(i: int, cap: Any) -> None:
         st = starts[i]
         with cap.paused():
-            set_weights(spec.model, {k: np.asarray(v, np.float64) for k, v in st.items()
+            set_weights(spec.model, {k: np.asarray(v, wide) for k, v in st.items()
                                      if st.dtypes.get(k) != "bfloat16"
                                      and np.asarray(v).dtype.kind == "f"})
 
     try:
-        _train(spec, wide, path, steps, "module", payload, progress, before_step=start,
-               seed=seed)
+        with ctx:
+            _train(spec, batches, path, steps, "module", payload, progress, before_step=start,
+                   seed=seed)
     except UsageError as e:  # e.g. the spec's train_step casts its inputs to float32
         return f"the reference's spec does not run in float64 ({e})"
     return None
@@ -536,18 +551,28 @@ def run_step_parity(
     else:
         run.eval_skipped = "no eval in the specs" if run_eval else "not asked"
 
-    golden_runs: dict[str, str | None] = {}
+    golden_runs: dict[str, Golden | None] = {}
 
-    def golden() -> str | None:
-        """The float64 reference's trace, run on first use (None: none, ``run.golden_why``)."""
+    def golden() -> Golden | None:
+        """The float64 reference's trace and the reference's extra float32 samples, run on
+        first use (None: none, ``run.golden_why``)."""
         if "path" not in golden_runs:
+            from netparity.frameworks.torch.models import REDUCTION_VARIANTS
+
             why: str | None = "the reference was given as a built Spec (it cannot be rebuilt)"
+            samples: list[str] = []
             if isinstance(ref_spec, str):
                 say.stage(f"float64 run of the reference ({ref.framework}): the golden floor",
                           total=steps)
                 why = _golden_run(ref_spec, ref_opts, seed, batches, out / "ref-f64", steps,
                                   payload, run.ref_starts, say)
-            golden_runs["path"] = None if why else str(out / "ref-f64")
+                for v in REDUCTION_VARIANTS if why is None else ():
+                    say.stage(f"float32 run of the reference computed another way ({v}): "
+                              "a sample of the golden floor", total=steps)
+                    if _golden_run(ref_spec, ref_opts, seed, batches, out / f"ref-f32-{v}",
+                                   steps, payload, run.ref_starts, say, variant=v) is None:
+                        samples.append(str(out / f"ref-f32-{v}"))
+            golden_runs["path"] = None if why else Golden(str(out / "ref-f64"), tuple(samples))
             run.golden_why = why or ""
         return golden_runs["path"]
 
@@ -637,7 +662,8 @@ def _ops_within_agreeing_modules(result: StepResult) -> None:
         r0.clear(direction, "operators only: every module-level pair agrees")
 
 
-def _golden_backward(result: StepResult, run: StepRun, golden: Callable[[], str | None]) -> None:
+def _golden_backward(result: StepResult, run: StepRun,
+                     golden: Callable[[], Golden | None]) -> None:
     """Step 0's parameter gradients that still fail after replay and that replay could not
     judge (a compiled candidate has no inner modules' tensors) are judged against the float64
     golden floor (:mod:`netparity.analyzers.golden`)."""

@@ -65,3 +65,29 @@ def optimizer_settings(optimizer: Any, model: torch.nn.Module) -> dict[str, dict
                     "lr": float(g["lr"]) if isinstance(g.get("lr"), (int, float)) else None,
                 }
     return out
+
+
+#: float32 ways PyTorch itself computes the same network with other reduction orders and
+#: kernels, switchable in one process: the float64 golden floor's extra samples of what a
+#: faithful float32 implementation misses the float64 answer by (:mod:`netparity.analyzers.golden`).
+#: (The thread count is not one: ResNet-18's gradients were bit-identical at 1 and 2 threads.)
+REDUCTION_VARIANTS = ("native-conv", "channels-last")
+
+
+def reduction_variant(model: torch.nn.Module, name: str) -> Any:
+    """A context in which ``model`` computes float32 by the variant ``name`` of
+    :data:`REDUCTION_VARIANTS`: ``native-conv``, oneDNN (mkldnn) off, so convolutions run
+    PyTorch's own kernels (their own summation order); ``channels-last``, the model's 4-d
+    parameters stored channels-last (the layout inductor's layout optimisation picks), which
+    the convolutions and BatchNorms then follow with their channels-last kernels."""
+    if name == "native-conv":
+        return torch.backends.mkldnn.flags(enabled=False)
+    if name == "channels-last":
+        with torch.no_grad():  # in place: the optimizer keeps the same parameters
+            for t in [*model.parameters(), *model.buffers()]:
+                if t.dim() == 4:
+                    t.data = t.data.contiguous(memory_format=torch.channels_last)
+        from contextlib import nullcontext
+
+        return nullcontext()
+    raise ValueError(f"no reduction variant {name!r} (known: {', '.join(REDUCTION_VARIANTS)})")
