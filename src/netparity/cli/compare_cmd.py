@@ -127,6 +127,11 @@ def run(args: argparse.Namespace) -> int:
         for tr in traces[2:] if per_rank else traces:
             if tr is not None:
                 tr.check_rows()
+        if per_rank:  # every rank's files through the opener first; rows in each rank's task
+            from netparity.trace.columnar import check_files
+
+            for tr in traces[:2]:
+                check_files(tr)
         with merged_sides(ref, cand, args.shards, level=args.level,
                           rank=args.rank) as (ref_v, cand_v, merges):
             options = dict(mapping=args.mapping, level=args.level, steps=steps,

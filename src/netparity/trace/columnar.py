@@ -326,6 +326,21 @@ class _Members:
         return np.frombuffer(mm, dtype=dtype, count=shape[0], offset=data)
 
 
+def check_files(trace: Trace, ranks: list[int] | None = None) -> None:
+    """Every rank's columnar copy opened through the safe opener and closed (a link out of the
+    trace, a FIFO or a device is refused: :mod:`netparity.inputs`), nothing read: what a
+    multi-rank ``compare`` checks for every rank before any rank is compared, so a hostile file
+    in rank 1 is refused as such whatever rank 0's comparison would have said (the rows
+    themselves are checked where each rank is compared)."""
+    for rank in trace.ranks if ranks is None else ranks:
+        for name in (PARQUET_FILE, COLUMNS_FILE):
+            path = trace.path / f"rank{rank}" / name
+            if os.path.lexists(path):
+                fd, _ = inputs.open_fd(path, within=trace.path, error=TraceError,
+                                       what="columnar index", tree="the trace")
+                os.close(fd)
+
+
 def _open(trace: Trace, rank: int) -> Store | None:
     """The current copy of ``rank``'s index; None: none, or an outdated or unreadable one
     (SQLite has everything). A special file, a link out of the trace or a header or zip bomb
