@@ -64,11 +64,9 @@ def test_chaotic_faithful_compiled_pair_passes_by_the_golden_floor(tmp_path) -> 
                         cand_options={"compile": True}, run_eval=False, free_running=False)
     bwd = r.phase("backward")
     assert bwd.status == "pass", bwd.summary
-    if os.environ.get("ATEN_CPU_CAPABILITY") != "default":
-        assert r, [(p.name, p.status, p.summary) for p in r.phases]
-    else:  # known limit: step 1's layer4.0.bn1.running_var (not a gradient: no golden floor)
-        assert all(p.status != "fail" for p in r.phases if p.name != "later-steps"), \
-            [(p.name, p.status, p.summary) for p in r.phases]
+    # (under ATEN default, step 1's layer4.0.bn1.running_var fails its noise bound too: a
+    # running variance of 2 values per channel, judged by the same golden floor)
+    assert r, [(p.name, p.status, p.summary) for p in r.phases]
     gold = bwd.evidence["golden"]
     assert "layer3.0.bn1.bias" in gold["cleared"] or "layer4.0.bn1.bias" in gold["cleared"]
     # the reference, its noise run and one run per other way PyTorch computes it

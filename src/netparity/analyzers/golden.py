@@ -91,19 +91,25 @@ def golden_entry(name: str, ref: np.ndarray, cand: np.ndarray, gold: np.ndarray,
 
 def clear_by_golden(r: CompareResult, step: int, golden: Callable[[], Golden | None],
                     ref_trace: str, cand_trace: str, noise_trace: str | None,
-                    ref_to_cand: dict[str, str], skip: Iterable[str] = ()) -> dict[str, Any] | None:
+                    ref_to_cand: dict[str, str], skip: Iterable[str] = (),
+                    kind: str = "grad") -> dict[str, Any] | None:
     """Judge ``r``'s failing parameter gradients of ``step`` (less the modules in ``skip``:
     replay judged them) against the float64 golden floor; those within it pass (reason: the
     bound). ``golden()`` gives the float64 reference's trace and the reference's extra float32
     samples (run on first use; None: no golden, with nothing cleared); the noise run's trace
-    is one more sample. Returns the evidence (``bound``, ``params`` entries,
-    ``cleared``, ``beyond``) or None when there was nothing to judge or no golden."""
-    from netparity.analyzers.step import module_of
+    is one more sample. ``kind="running"``: BatchNorm running statistics after the step instead
+    (a running variance of 2 values per channel is as chaotic as its layer's gradients, and
+    inside a compiled candidate its layer's inputs, which bound it otherwise, are not seen).
+    Returns the evidence (``bound``, ``params`` entries, ``cleared``, ``beyond``) or None when
+    there was nothing to judge or no golden."""
+    from netparity.analyzers.step import _running_kind, module_of
     from netparity.trace import open_trace
 
     skipped = set(skip)
-    failing = [p for p in r.divergent_params("grad") if p.status == "fail" and p.step == step
-               and module_of(p.module) not in skipped]
+    rec_kind = "param" if kind == "running" else "grad"
+    failing = [p for p in r.divergent_params(rec_kind) if p.status == "fail" and p.step == step
+               and module_of(p.module) not in skipped
+               and (kind != "running" or _running_kind(p.module) is not None)]
     if not failing:
         return None
     gd = golden()
@@ -115,7 +121,7 @@ def clear_by_golden(r: CompareResult, step: int, golden: Callable[[], Golden | N
     trs.update({f"s{i}": open_trace(v) for i, v in enumerate(others)})
 
     def grads(side: str) -> dict[str, Any]:
-        return {x.module: x for x in trs[side].records(step=step, kind="grad")
+        return {x.module: x for x in trs[side].records(step=step, kind=rec_kind)
                 if x.has_payload} if side in trs else {}
 
     ref, cand, gold = grads("ref"), grads("cand"), grads("gold")
@@ -144,7 +150,9 @@ def clear_by_golden(r: CompareResult, step: int, golden: Callable[[], Golden | N
         r.table.refresh()
     cleared = [e["param"] for e in entries if e["within"]]
     if cleared:
-        r.notes.append(f"{len(cleared)} parameter gradient(s) of step {step} replay could not "
+        what = ("running statistic(s)" if kind == "running" else
+                "parameter gradient(s)")
+        r.notes.append(f"{len(cleared)} {what} of step {step} replay could not "
                        f"judge are within the {GOLDEN_BOUND}")
     return {"bound": GOLDEN_BOUND, "step": step, "params": entries, "cleared": cleared,
             "samples": ["ref", *others],
