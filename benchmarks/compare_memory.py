@@ -6,7 +6,12 @@ localisation and the ``-q`` summary. ``--trace N`` also runs ``tracemalloc`` (sl
 prints the N source lines holding most memory once the comparison has returned (what the
 result keeps) and the traced peak.
 
-Run:  PYTHONPATH=src python benchmarks/compare_memory.py REF CAND [--trace 15]
+``--align STEP`` (a step number, or ``all``) measures instead what the alignment of that step
+(``align_traces(level=op, step=STEP)`` and its two column scans, what the engine's row mode
+pairs from) adds after ``check_rows``: the share of a multi-step comparison's peak that aligning
+one step at a time would leave out.
+
+Run:  PYTHONPATH=src python benchmarks/compare_memory.py REF CAND [--trace 15 | --align all]
 (e.g. on a pair ``benchmarks/compare_scale.py --make N DIR [--steps S] --make-only`` writes.)
 """
 
@@ -38,6 +43,7 @@ def main() -> int:
     ap.add_argument("cand")
     ap.add_argument("--level", default="op", choices=("module", "op"))
     ap.add_argument("--trace", type=int, default=0, metavar="N")
+    ap.add_argument("--align", metavar="STEP", help="measure align_traces of STEP (or all)")
     a = ap.parse_args()
     if a.trace:
         tracemalloc.start(1)
@@ -46,6 +52,17 @@ def main() -> int:
     tr.check_rows()
     tc.check_rows()
     print(f"{'check_rows':>16} {vm()}", flush=True)
+    if a.align is not None:
+        from netparity.align import align_traces
+        from netparity.compare import rowpairs
+
+        step = None if a.align == "all" else int(a.align)
+        al = align_traces(tr, tc, level=a.level, step=step)
+        sides = rowpairs.sides_of(al)
+        rows = len(sides[0].rows) if sides is not None else 0
+        print(f"{'align ' + a.align:>16} {vm()}  matches {len(al.matches)}  ref scan rows {rows}",
+              flush=True)
+        return 0
     result = engine.compare(tr, tc, level=a.level)
     print(f"{'engine.compare':>16} {vm()}  pairs {len(result.table) if result.table else 0}",
           flush=True)
