@@ -69,8 +69,13 @@ def test_arrival_order_breaks_ties_and_noise_never_reorders():
 
 def test_gru_rewritten_per_step_passes_with_restructured_ops(tmp_path):
     r = gru_pair(tmp_path, bug=False)
-    bad = [(p.key, p.cand_shape, p.reason) for p in r.all_pairs() if p.status != "pass"]
+    bad = [(p.key, p.cand_shape, p.reason) for p in r.all_pairs() if p.status != "pass"
+           and not (p.status == "unknown" and p.metrics.get("restructured"))]
     assert r and not bad, bad[:4]
+    # restructured pairs stay pairs, set aside as not judged (the pair set never depends on
+    # which judges ran)
+    aside = {p.call for p in r.all_pairs() if p.metrics.get("restructured")}
+    assert aside and all(p.status == "unknown" for p in r.all_pairs() if p.call in aside)
     listed = r.unmatched.get("restructured", [])
     assert listed and all(e["module"] == "rnn" for e in listed)
     assert any("restructured" in n for n in r.notes)

@@ -4,7 +4,6 @@ the reference's own ``|ref - ref64|``, at step 0 and at every later step, and th
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np

@@ -454,13 +454,15 @@ def localise(result: CompareResult, amplification: float | None = None, *,
         table = result.table
         if table is not None:
             cols = table.tolerance_columns()
+            cols["basis"][table.code == 3] = None  # pairs not judged (set aside) need none
             extra = [row_of(p) for p in (*result.params, *result.loss, *result.data)]
             if extra:
                 more = _columns_of_rows(extra)
                 cols = {k: np.concatenate((v, more[k])) for k, v in cols.items()}
             result.min_tolerance = min_tolerance_columns(cols)
         else:
-            result.min_tolerance = min_tolerances(result.all_pairs())
+            result.min_tolerance = min_tolerances(
+                [p for p in result.all_pairs() if p.status != "unknown"])
     return result
 
 

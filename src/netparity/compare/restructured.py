@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from netparity.compare.results import CallResult, CompareResult, PairResult
+from netparity.compare.verdicts import norm_error
 
 #: the note a comparison with restructured ops carries (followed by the modules)
 NOTE = ("{n} op call(s) inside modules whose outputs agree are organised differently on the two "
@@ -153,11 +154,20 @@ def settle(result: CompareResult) -> int:
     return len(gone)
 
 
+def set_aside(p: PairResult, note: str) -> None:
+    """Mark pair ``p`` not judged (status ``unknown``, reason ``note``, ``metrics
+    ["restructured"]``): it stays a pair -- the pair set is decided before any judge runs and
+    never depends on which judges ran (issue 28) -- but counts neither as a pass nor as a
+    failure, and ``recheck`` leaves it so."""
+    p.status = "unknown"
+    p.reason = f"not judged: {note}"
+    p.metrics["restructured"] = note
+
+
 def _drop(result: CompareResult, gone: list[int]) -> None:
-    """Remove calls ``gone`` (positions) and their pairs; list them as restructured."""
+    """Set the pairs of calls ``gone`` (positions) aside (:func:`set_aside`); list the calls
+    as restructured."""
     calls = result.calls
-    drop = np.zeros(len(calls), dtype=bool)
-    drop[gone] = True
     listed = result.unmatched.setdefault("restructured", [])
     for i in gone:
         c = calls[i]
@@ -167,27 +177,40 @@ def _drop(result: CompareResult, gone: list[int]) -> None:
                        "note": "restructured, outputs agree"})
     table = result.table
     if table is not None:
-        new_pos = np.cumsum(~drop) - 1
-        keep = ~drop[table.call] if table.n else np.zeros(0, dtype=bool)
-        result.set_table(table.subset(keep, new_pos))
+        hit = np.isin(table.call, np.asarray(gone, dtype=table.call.dtype))
+        for i in np.nonzero(hit)[0].tolist():
+            set_aside(table.get(i), "restructured, outputs agree")
+        table.refresh()
     else:
         keys = {calls[i].key for i in gone}
-        result.pairs = [p for p in result.pairs if p.call not in keys]
-    result.calls = [c for c, d in zip(calls, drop.tolist()) if not d]
+        for p in result.pairs:
+            if p.call in keys:
+                set_aside(p, "restructured, outputs agree")
+
+
+#: a pair is values moved to other places only when its normwise error is at least this many
+#: times its bound, and at least :data:`_MOVED_MIN` (a permutation of values that are not all
+#: alike moves them by a sizeable part of their RMS: two concatenated feature maps swapped
+#: ~1; rounding a bfloat16 candidate ~4e-3)
+_MOVED_FACTOR, _MOVED_MIN = 10.0, 0.05
 
 
 def _same_values_reordered(p: PairResult) -> bool:
-    """Whether pair ``p`` (tensors basis) can be the same values in another order: equal shapes
-    and RMS equal within the bound the pair was judged by (its noise bound, normwise tolerance
-    or rtol; a permutation keeps the RMS)."""
+    """Whether pair ``p`` (tensors basis) can be the same values in another order: equal shapes,
+    RMS equal within the bound the pair was judged by (its noise bound, normwise tolerance
+    or rtol; a permutation keeps the RMS), and an error far beyond that bound
+    (:data:`_MOVED_FACTOR`): the values moved, they were not rounded."""
     m = p.metrics
     if m.get("basis") != "tensors" or list(p.ref_shape) != list(p.cand_shape):
         return False
     r, c = m.get("ref_rms"), m.get("cand_rms")
     if not r or c is None or m.get("nan_mismatch") or m.get("inf_mismatch"):
         return False
-    bound = m.get("noise_bound") or m.get("norm_tol") or p.rtol
-    return abs(float(c) - float(r)) <= float(bound) * float(r)
+    bound = float(m.get("noise_bound") or m.get("norm_tol") or p.rtol)
+    # values moved to other places differ by a sizeable part of their RMS; a pair failing
+    # by rounding (a bfloat16 candidate's activations) keeps its RMS too, but is not moved
+    return (abs(float(c) - float(r)) <= bound * float(r)
+            and norm_error(m) >= max(_MOVED_FACTOR * bound, _MOVED_MIN))
 
 
 def settle_reordered(result: CompareResult) -> int:
@@ -241,23 +264,21 @@ def _calls_with_outputs(result: CompareResult) -> set[str]:
 
 
 def _drop_pairs(result: CompareResult, gone: dict[str, str]) -> None:
-    """Remove the pairs whose keys are in ``gone``; list them as restructured."""
+    """Set the pairs whose keys are in ``gone`` aside (:func:`set_aside`); list them as
+    restructured."""
+    note = "input laid out differently (the same values in another order), outputs agree"
     listed = result.unmatched.setdefault("restructured", [])
     table = result.table
     pairs = ([table.get(i) for i, k in enumerate(table.keys) if k in gone]
-             if table is not None else result.pairs)
+             if table is not None else [p for p in result.pairs if p.key in gone])
     for p in pairs:
-        if p.key in gone:
-            listed.append({"name": p.name, "kind": "module", "module": p.module, "op": p.op,
-                           "cand_module": p.cand_module, "cand_op": p.cand_op,
-                           "direction": p.direction, "step": p.step, "rank": p.rank,
-                           "note": "input laid out differently (the same values in another "
-                                   "order), outputs agree"})
+        listed.append({"name": p.name, "kind": "module", "module": p.module, "op": p.op,
+                       "cand_module": p.cand_module, "cand_op": p.cand_op,
+                       "direction": p.direction, "step": p.step, "rank": p.rank,
+                       "note": note})
+        set_aside(p, note)
     if table is not None:
-        keep = np.array([k not in gone for k in table.keys], dtype=bool)
-        result.set_table(table.subset(keep, np.arange(len(result.calls))))
-    else:
-        result.pairs = [p for p in result.pairs if p.key not in gone]
+        table.refresh()
 
 
 # ---- parameter-free ops moved across a module boundary --------------------------------------
