@@ -11,6 +11,8 @@ run. A model of P parameters then needs about ``ratio x 4 P`` bytes (float32).
     PYTHONPATH=src python benchmarks/step_memory.py                      # resnet50 and vit_b32
     PYTHONPATH=src python benchmarks/step_memory.py --arch resnet50 --base /tmp/prev/src
     PYTHONPATH=src python benchmarks/step_memory.py --arch resnet50 --stages   # per stage
+    PYTHONPATH=src python benchmarks/step_memory.py --arch vit_l16 --image-size 32 \
+        --work /big/disk/dir        # ViT-L/16, 304M parameters: ~1.1 GiB of weights a copy
 
 ``--stages`` runs the workflow in the child itself (``run_step_parity``, what the command runs)
 and prints, for each of its stages, the peak resident memory during that stage (Linux: the
@@ -130,18 +132,21 @@ def stages(src: Path, arch: str, image_size: int, steps: int,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--arch", action="append", choices=["resnet50", "vit_b32"],
+    ap.add_argument("--arch", action="append", choices=["resnet50", "vit_b32", "vit_l16"],
                     help="model(s) to run (default: both)")
     ap.add_argument("--image-size", type=int, default=64)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--base", type=Path, help="another revision's src directory, run as well")
     ap.add_argument("--extra", default="", help="more `netparity step` arguments, one string")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="where the traces go (a temporary directory in it, removed after; "
+                    "default: the system's temporary directory)")
     ap.add_argument("--stages", action="store_true",
                     help="the peak resident memory of each stage of the workflow instead")
     a = ap.parse_args()
     revs = [("this", SRC)] + ([("base", a.base)] if a.base else [])
     if a.stages:
-        with tempfile.TemporaryDirectory(prefix="step_memory_") as tmp:
+        with tempfile.TemporaryDirectory(prefix="step_memory_", dir=a.work) as tmp:
             for arch in a.arch or ["resnet50", "vit_b32"]:
                 w = weight_bytes(arch, a.image_size)
                 for rev, src in revs:
@@ -154,7 +159,7 @@ def main() -> None:
         return
     print(f"{'model':9} {'rev':5} {'weights MB':>10} {'peak RSS MB':>11} {'copies':>6} "
           f"{'wall s':>7} {'exit':>4}  last line")
-    with tempfile.TemporaryDirectory(prefix="step_memory_") as tmp:
+    with tempfile.TemporaryDirectory(prefix="step_memory_", dir=a.work) as tmp:
         for arch in a.arch or ["resnet50", "vit_b32"]:
             w = weight_bytes(arch, a.image_size)
             for rev, src in revs:

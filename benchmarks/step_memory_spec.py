@@ -1,8 +1,8 @@
 """A spec for ``benchmarks/step_memory.py``: a randomly initialised large vision model.
 
 Options: ``arch`` (``resnet50``: torchvision's, SGD with momentum; ``vit_b32``: a ViT-B/32
-shaped transformer from timm, AdamW), ``image_size`` (default 64), ``batch_size`` (2),
-``steps`` (2), ``seed``. Deterministic: the same weights and batches on every build.
+shaped transformer from timm, AdamW; ``vit_l16``: ViT-L/16 from timm, 304M parameters, AdamW),
+``image_size`` (default 64), ``batch_size`` (2), ``steps`` (2), ``seed``. Deterministic: the same weights and batches on every build.
 """
 
 from __future__ import annotations
@@ -27,6 +27,10 @@ def _torchvision_models() -> Any:
     return tvm
 
 
+TIMM = {"vit_b32": "vit_base_patch32_224",  # 88M parameters
+        "vit_l16": "vit_large_patch16_224"}  # 304M parameters
+
+
 def build(arch: str = "resnet50", image_size: int = 64, batch_size: int = 2, steps: int = 2,
           seed: int = 0, **_: Any) -> dict[str, Any]:
     import numpy as np
@@ -37,12 +41,12 @@ def build(arch: str = "resnet50", image_size: int = 64, batch_size: int = 2, ste
     if arch == "resnet50":
         model = _torchvision_models().resnet50(num_classes=classes)
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    elif arch == "vit_b32":
+    elif arch in TIMM:
         _torchvision_models()  # timm imports torchvision (the CUDA build: see above)
         import timm
 
-        model = timm.create_model("vit_base_patch32_224", pretrained=False,
-                                  num_classes=classes, img_size=int(image_size))
+        model = timm.create_model(TIMM[arch], pretrained=False, num_classes=classes,
+                                  img_size=int(image_size))
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     else:
         raise ValueError(f"unknown arch {arch!r}")

@@ -137,7 +137,8 @@ class KeptList(Sequence[Any]):
         self._items: list[KeptObject] = []
 
     def append(self, obj: Any) -> None:
-        self._items.append(self.store.keep(obj))
+        """Write ``obj`` (or take one already written: a :class:`KeptObject`)."""
+        self._items.append(obj if isinstance(obj, KeptObject) else self.store.keep(obj))
 
     def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):

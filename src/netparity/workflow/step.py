@@ -155,6 +155,16 @@ def _train(spec: Spec, batches: list[tuple[np.ndarray, np.ndarray]], path: Path,
     return losses
 
 
+def _drop_gradients(spec: Spec) -> None:
+    """Let go of a trained side's parameter gradients (PyTorch's ``.grad``: a copy of the
+    weights each side): the capture wrote them, nothing after training reads them (optimizer
+    replay feeds the captured ones), and every later stage would hold them."""
+    if spec.framework != "torch" or not hasattr(spec.model, "parameters"):
+        return
+    for p in spec.model.parameters():
+        p.grad = None
+
+
 def _to_candidate(state: Any, ref_to_cand: dict[str, str],
                   cand_shapes: dict[str, tuple[int, ...]]) -> tuple[dict[str, np.ndarray],
                                                                     dict[str, str]]:
@@ -486,6 +496,7 @@ def run_step_parity(
     run.losses["ref"] = _train(ref, batches, out / "ref", steps, level, payload, say,
                                after_step=keep_ref_state, watch=watches[0], seed=seed)
     run.ref_starts = [ref_state0, *ref_states]
+    _drop_gradients(ref)
     ref_opts, cand_opts = {**opts, **(ref_options or {})}, {**opts, **(cand_options or {})}
     if noise and isinstance(ref_spec, str):
         # The noise run: the reference again, every step started from the reference's state with
@@ -503,6 +514,7 @@ def run_step_parity(
     run.losses["cand"] = _train(cand, batches, out / "cand", steps, level, payload, say,
                                 before_step=start_from_ref, watch=watches[1], seed=seed)
     run.ref_trace, run.cand_trace = str(out / "ref"), str(out / "cand")
+    _drop_gradients(cand)
     for w in watches:
         if w is not None:
             w.close()

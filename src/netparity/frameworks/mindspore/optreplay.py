@@ -69,7 +69,7 @@ class StepStates(OptimizerStates):
         return _whole(optimizer, _own(optimizer))
 
     def _pre(self, cell: Any, args: Any) -> None:
-        self.states.append(self._copy(cell))
+        self.states.append(self._take(cell))
 
 
 def _per_param(optimizer: Any, state: Mapping[str, Any]) -> list[str]:

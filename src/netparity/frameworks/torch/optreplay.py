@@ -31,8 +31,13 @@ class StepStates(OptimizerStates):
     def _copy(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         return _whole_state(optimizer, self.quiet)
 
+    def _live(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        out = optimizer.state_dict()  # the optimizer's own tensors: written at once
+        out[ATTRS_KEY] = plain_attributes(optimizer)
+        return out
+
     def _pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self.states.append(self._copy(optimizer))
+        self.states.append(self._take(optimizer))
 
 
 def _whole_state(optimizer: torch.optim.Optimizer, quiet: Any = None) -> dict[str, Any]:
