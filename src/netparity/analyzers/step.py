@@ -1182,8 +1182,8 @@ def judge_later_steps(run: StepRun, mapping: dict[str, Any], order: dict[str, in
                                          f"{e['cand_err']:.3g} from ref64 against "
                                          f"{e['bound']:.3g})")
         if (found is not None and found[0] == "update" and run.golden is not None
-                and found[2].endswith("differs after the optimizer step")
-                and _running_kind(found[2].split(" ", 1)[0]) is not None):
+                and any(_running_kind(p.module) for p in rk.divergent_params("param")
+                        if p.status == "fail" and p.step == k)):
             # a BatchNorm running statistic its layer's inputs could not bound: the float64
             # golden floor, as for the gradients that made it
             from netparity.analyzers.golden import clear_by_golden
