@@ -49,6 +49,11 @@ def test_stat_table_reads_the_scan_columns_values() -> None:
     np.testing.assert_array_equal(t.floats[rows, 2], fl[rows, 2])
     np.testing.assert_array_equal(t.floats[7], fl[7])
     np.testing.assert_array_equal(t.floats[np.zeros(0, np.intp)], fl[:0])
+    np.testing.assert_array_equal(t.null[[]], nl[[]])
+    np.testing.assert_array_equal(t.floats[[2, 5]], fl[[2, 5]])
+    np.testing.assert_array_equal(t.floats[fl[:, 0] > 0], fl[fl[:, 0] > 0])
+    np.testing.assert_array_equal(t.floats[10:20], fl[10:20])
+    assert t.null[np.array([1, 2]), 4].dtype == np.bool_
     assert t.floats[rows].dtype == np.float64 and t.null[rows].dtype == np.bool_
     norm = STAT_FIELDS.index("norm")
     for i in range(len(fl)):

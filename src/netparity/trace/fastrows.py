@@ -131,6 +131,8 @@ class _Gather:
             [rows] if scalar else rows)
         if rows.dtype == np.bool_:
             rows = np.nonzero(rows)[0]
+        elif not rows.size:  # [] (float64 to NumPy): no rows
+            rows = rows.astype(np.intp)
         if k is not None:
             c = self.cols[k]
             got = np.zeros(len(rows), self.dtype) if c is None else np.asarray(
