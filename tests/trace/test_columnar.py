@@ -186,3 +186,49 @@ def test_scanned_arrays_are_read_only(tmp_path, monkeypatch, disable, filters):
     assert np.all(tr.scan(["seq"])["seq"] >= 0)
     mine = got["seq"].copy()  # a copy is the caller's own
     mine[:] = -5
+
+
+@pytest.mark.parametrize("fmt", list(FILES))
+@pytest.mark.parametrize("filters", [{}, {"kind": "module"}, {"step": 1}])
+def test_a_constant_column_costs_no_memory_per_row(tmp_path, monkeypatch, fmt, filters):
+    """A column holding one value on every row (``rank``, the NaN/Inf counts, ``dtype`` ...:
+    about half of a large side's column bytes) is kept as one value repeated (a stride-0
+    view), whichever format the copy is and whether the scan reads every row or some; the
+    values are those SQLite gives, and read-only as every scan's arrays are."""
+    t = tmp_path / "t"
+    _write(t)
+    monkeypatch.setenv(DISABLE_ENV, "1")
+    want = open_trace(t).scan(COLUMN_NAMES, **filters)
+    every = open_trace(t).scan(COLUMN_NAMES)
+
+    def arrays(cols, c):
+        v = cols[c]
+        return [v.codes if isinstance(v, Strings) else v,
+                *([cols.nulls[c]] if c in cols.nulls else [])]
+
+    constant = [c for c in COLUMN_NAMES
+                if all(a.tobytes() == a[:1].tobytes() * len(a) for a in arrays(every, c))]
+    # integer and text columns (reals and NULL masks: test_constant_view_is_bit_exact)
+    assert {"rank", "s_posinf", "s_neginf", "dtype"} <= set(constant)
+    compact(t, fmt=fmt)
+    monkeypatch.setenv(DISABLE_ENV, "0")
+    got = open_trace(t).scan(COLUMN_NAMES, **filters)
+    assert _plain(got) == _plain(want) and got.n > 1
+    for c in constant:
+        for a in arrays(got, c):
+            assert a.strides == (0,), (c, a)
+            with pytest.raises(ValueError, match="read-only"):
+                a[:] = a[0]
+
+
+def test_constant_view_is_bit_exact():
+    from netparity.trace.columnar import constant_view
+
+    nan = np.array([np.nan] * 5)
+    assert constant_view(nan).strides == (0,) and np.isnan(constant_view(nan)).all()
+    signed = np.array([0.0, -0.0, 0.0])  # equal as numbers, not bit for bit: kept
+    assert constant_view(signed) is signed
+    for a in (np.zeros(0), np.ones(1), np.array([1, 2, 1])):
+        assert constant_view(a) is a
+    b = constant_view(np.full(4, 7, dtype=np.int32))
+    assert b.strides == (0,) and b.dtype == np.int32 and b.tolist() == [7] * 4

@@ -760,14 +760,13 @@ _ALL_IX, _BAD_IX = np.array(_ALL_AT, dtype=np.int64), np.array(_BAD_AT, dtype=np
 def table_stat_rows(table: StatTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_stat_rows` of rows ``rows`` of a :class:`~netparity.trace.fastrows.StatTable`
     (records whose statistics were never made into a dict)."""
-    # whole rows first (contiguous), then the columns read: ~2.5x faster than np.ix_
     rows = np.asarray(rows, dtype=np.intp)
-    sub = np.take(table.floats, rows, axis=0)[:, _ALL_IX]
+    sub = table.floats[rows][:, _ALL_IX]
     total = np.zeros(len(rows), dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         for k in range(sub.shape[1]):  # left to right, as Python's sum adds them
             total = total + sub[:, k]
-    good = ~np.take(table.null, rows, axis=0)[:, _ALL_IX].any(axis=1) & np.isfinite(total)
+    good = ~table.null[rows][:, _ALL_IX].any(axis=1) & np.isfinite(total)
     return sub, good
 
 
@@ -795,7 +794,7 @@ def table_rms(table: StatTable, rows: np.ndarray, cplx: np.ndarray) -> tuple[np.
     """:func:`record_rms` of rows ``rows`` of a stat table (``cplx``: complex dtype, per row):
     the values (float64, bit-identical) and where it is unknown (None: the norm is NULL)."""
     r = np.asarray(rows, dtype=np.intp)
-    fl, nl = np.take(table.floats, r, axis=0), np.take(table.null, r, axis=0)  # whole rows
+    fl, nl = table.floats[r], table.null[r]  # whole rows
     norm = fl[:, _NORM_AT]
     bad = np.where(nl[:, _BAD_IX], 0, fl[:, _BAD_IX]).astype(np.int64).sum(axis=1)
     cnt = table.numel[r] - bad

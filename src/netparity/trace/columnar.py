@@ -7,7 +7,9 @@ complete trace also gets ``index.columns.npz`` next to each rank's index: one Nu
 column, in sequence order, which :func:`netparity.trace.scan.scan` reads instead of SQLite
 (a column is a read-only view of a memory map of the file -- no zip copy; its CRC-32 checked
 on first use, see :class:`_Members` --; only the columns a scan names are touched; a scan of
-every row hands out read-only views of them, a filtered scan gathers its rows).
+every row hands out read-only views of them, a filtered scan gathers its rows; a column
+holding one value on every row is kept as that value repeated, a stride-0 view: see
+:func:`constant_view`).
 
 Layout of the ``.npz`` (a zip of ``.npy`` members, stored uncompressed):
 
@@ -66,6 +68,19 @@ _TYPES = {c: t.split()[0] for c, t in COLUMNS}
 _NULLABLE = frozenset(c for c, t in COLUMNS if "NOT NULL" not in t and "PRIMARY" not in t)
 
 
+def constant_view(a: np.ndarray) -> np.ndarray:
+    """``a`` itself, or, when every element of it is the same (bit for bit), a read-only view
+    of one copy of that element repeated (stride 0: no memory per row). Many index columns
+    are: ``rank``, a one-step trace's ``step``, the counts of NaN/Inf statistics, the payload
+    location of a trace without payloads, ... -- ~half of a 100k-op side's column bytes."""
+    if a.ndim != 1 or len(a) < 2 or a.strides == (0,):
+        return a
+    bits = a.view(f"u{a.dtype.itemsize}") if a.dtype.itemsize in (1, 2, 4, 8) else a
+    if not (bits == bits[0]).all():
+        return a
+    return np.broadcast_to(a[:1].copy(), a.shape)
+
+
 class Store:
     """The columnar copy of one rank's index, opened lazily: each column is read from the
     file the first time a scan asks for it, then kept."""
@@ -105,6 +120,13 @@ class Store:
                 raise self._corrupt(str(e)) from None
             if len(got) != self.n:
                 raise self._corrupt(f"column {name!r} has {len(got)} rows, not {self.n}")
+            if isinstance(got, Strings):
+                got.codes = constant_view(got.codes)
+            else:
+                got = constant_view(got)
+            null = self._nulls[name]
+            if null is not None:
+                self._nulls[name] = constant_view(null)
             self._cols[name] = got
         return got
 
@@ -541,13 +563,18 @@ def scan_store(st: Store, cols: list[str], filters: dict[str, Any]) -> Columns:
     idx: Any = slice(None) if keep is None else np.nonzero(keep)[0]
     data: dict[str, Any] = {}
     nulls: dict[str, np.ndarray] = {}
+    n = st.n if keep is None else len(idx)
+
+    def rows(a: np.ndarray) -> np.ndarray:  # a constant column stays a view (no gather)
+        return np.broadcast_to(a[:1], (n,)) if a.strides == (0,) and n else a[idx]
+
     for c in cols:
         v = st.column(c)
         if isinstance(v, Strings):
-            data[c] = Strings(v.codes[idx], v.values)
+            data[c] = Strings(rows(v.codes), v.values)
         else:
-            data[c] = v[idx]
+            data[c] = rows(v)
         null = st.null(c)
         if null is not None:
-            nulls[c] = null[idx]
-    return Columns(data, nulls, st.n if keep is None else len(idx))
+            nulls[c] = rows(null)
+    return Columns(data, nulls, n)

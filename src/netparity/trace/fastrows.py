@@ -81,35 +81,81 @@ def rows_to_records(rows: list[tuple[Any, ...]]) -> list[Record]:
 
 
 class StatTable:
-    """The statistics of one scan's rows, as arrays: what :class:`ScannedRecord`\\ s read their
-    ``stats`` from, and what batch code reads many rows of at once.
+    """The statistics of one scan's rows: what :class:`ScannedRecord`\\ s read their ``stats``
+    from, and what batch code reads many rows of at once.
 
-    ``floats[:, k]`` is ``s_<STAT_FIELDS[k]>`` as float64 (counts converted exactly), ``null``
-    marks NULL statistics (``floats`` holds NaN or -1 there), ``numel`` the index's element
-    counts, ``norm_ok`` whether a row's norm is not NULL.
+    It holds no copy: it reads the scan's own ``s_*`` columns (views of a columnar copy's
+    arrays) and gathers the rows asked for. ``floats[rows]`` is a ``(len(rows), 11)`` float64 matrix, column ``k`` ``s_<STAT_FIELDS[k]>``
+    (counts converted exactly); ``null`` the same shape of NULL flags (``floats`` holds NaN or
+    -1 there); ``floats[rows, k]`` one statistic. ``numel`` is the index's element counts,
+    ``norm_ok[i]`` whether row ``i``'s norm is not NULL.
     """
 
-    __slots__ = ("floats", "null", "numel", "norm_ok", "_ints")
+    __slots__ = ("floats", "null", "numel", "norm_ok", "_ints", "_vals")
 
     def __init__(self, cols: Any):
-        k = len(_STATS)
         self.numel = cols["numel"]
-        self.floats = np.empty((cols.n, k), dtype=np.float64)
-        self.null = np.zeros((cols.n, k), dtype=bool)
+        self._vals: list[np.ndarray] = [cols[f"s_{name}"] for name in _STATS]
+        self.floats = _Gather(list(self._vals), np.float64, cols.n)
+        masks = [cols.nulls.get(f"s_{name}") for name in _STATS]
+        self.null = _Gather(masks, np.bool_, cols.n)
         self._ints = [name in COUNT_STATS for name in _STATS]
-        for j, name in enumerate(_STATS):
-            self.floats[:, j] = cols[f"s_{name}"]
-            self.null[:, j] = cols.null(f"s_{name}")
-        #: per row, whether the norm is there (a list: asked once per row, from Python)
-        self.norm_ok: list[bool] = (~self.null[:, _STATS.index("norm")]).tolist()
+        self.norm_ok = _NotNull(masks[_STATS.index("norm")])
 
     def row_stats(self, i: int) -> dict[str, float | int | None]:
         """Row ``i``'s statistics as ``row_to_record`` makes them (ints for counts, None for
         NULL, NaN for a NaN statistic)."""
-        vals = self.floats[i].tolist()
-        nulls = self.null[i].tolist()
-        return {name: (None if nul else int(v) if is_int else v)
-                for name, v, nul, is_int in zip(_STATS, vals, nulls, self._ints)}
+        return {name: (None if nul is not None and nul[i] else int(float(v[i])) if is_int
+                       else float(v[i]))
+                for name, v, nul, is_int in zip(_STATS, self._vals, self.null.cols,
+                                                self._ints)}
+
+
+class _Gather:
+    """Equal-length columns seen as the ``(n, len(columns))`` matrix of them, of which only
+    the rows asked for are made (a column of None: all False/zero). Indexing: ``[rows]``,
+    ``[i]``, ``[rows, k]``."""
+
+    __slots__ = ("cols", "dtype", "shape")
+
+    def __init__(self, cols: list[np.ndarray | None], dtype: Any, n: int):
+        self.cols, self.dtype, self.shape = cols, np.dtype(dtype), (n, len(cols))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        rows, k = key if isinstance(key, tuple) else (key, None)
+        scalar = isinstance(rows, (int, np.integer))
+        rows = np.arange(self.shape[0])[rows] if isinstance(rows, slice) else np.asarray(
+            [rows] if scalar else rows)
+        if rows.dtype == np.bool_:
+            rows = np.nonzero(rows)[0]
+        elif not rows.size:  # [] (float64 to NumPy): no rows
+            rows = rows.astype(np.intp)
+        if k is not None:
+            c = self.cols[k]
+            got = np.zeros(len(rows), self.dtype) if c is None else np.asarray(
+                c[rows], dtype=self.dtype)
+            return got[0] if scalar else got
+        out = np.zeros((len(rows), self.shape[1]), dtype=self.dtype)
+        for j, c in enumerate(self.cols):
+            if c is not None:
+                out[:, j] = c[rows]
+        return out[0] if scalar else out
+
+
+class _NotNull:
+    """``[i]``: whether row ``i`` of a column with NULL mask ``mask`` (None: none) is not
+    NULL, as a Python bool."""
+
+    __slots__ = ("mask",)
+
+    def __init__(self, mask: np.ndarray | None):
+        self.mask = mask
+
+    def __getitem__(self, i: int) -> bool:
+        return self.mask is None or not self.mask[i]
 
 
 class ScannedRecord(Record):
