@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -492,17 +493,17 @@ class _CallMaker:
         new = object.__new__
         calls: list[Call] = []
         append = calls.append
-        # attributes set one by one, not a ``__dict__`` assigned: CPython (3.11+) keeps them
-        # as values inline in the object, under keys its class shares (~170 bytes a call
-        # instead of ~330); ``__dict__`` is made only when asked for
-        for k, e, m, o, nt, c, mc, d, st, r, i in zip(
+        # attributes set one by one right after making each call, not a ``__dict__`` assigned:
+        # CPython (3.11+) keeps them as values inline in the object, under keys its class
+        # shares (~170 bytes a call instead of ~330); ``__dict__`` is made only when asked for
+        srcs = repeat(None) if self.no_src else self.src[idx].tolist()
+        for k, e, m, o, nt, c, mc, d, st, r, i, sr in zip(
                 self.classes[self.kind[idx]].tolist(), event, module, op, native, call, mcall,
-                direction, step, rank, idx.tolist()):
+                direction, step, rank, idx.tolist(), srcs):
             x = new(k)
             x.event, x.module, x.op, x.native, x.call = e, m, o, nt, c
             x.module_call, x.direction, x.step, x.rank, x._row = mc, d, st, r, i
-            append(x)
-        if not self.no_src:
-            for x, sr in zip(calls, self.src[idx].tolist()):
+            if sr is not None:
                 x.source = sr
+            append(x)
         return calls
