@@ -291,3 +291,31 @@ def test_an_alignment_keeps_little_per_match(tmp_path):
     m = al.matches[0]
     assert (m.method, m.note, m.ref[0].op, m.cand[0].op) == (
         m.__dict__["method"], m.__dict__["note"], m.__dict__["ref"][0].op, m.cand[0].op)
+
+
+def test_a_table_keeps_little_per_record(tmp_path):
+    """A call table lives while both sides are aligned: it keeps ~120 bytes per index record
+    (the calls' features and the columns a later look-up needs), not every per-record column
+    of the read (~180: N:M detection's look-ups held all of them)."""
+    import gc
+    import tracemalloc
+
+    Gen(tmp_path / "a", "torch", 3000, flat=False).run()
+    tr = open_trace(tmp_path / "a")
+    read_table(tr, Pools())  # what is made once per process, made
+    gc.collect()
+    tracemalloc.start()
+    try:
+        table = read_table(tr, Pools())
+        gc.collect()
+        size = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    n = tr.count(rank=0)
+    assert n > 10000 and len(table) > 5000
+    assert size / n < 150
+    # the look-ups still answer: first-input statistics of calls, as read from the records
+    idx = np.arange(len(table))
+    eager = table_from_calls(calls_from_records(load_records(tr, kinds=("module", "op"))),
+                             Pools())
+    assert np.array_equal(table.feats.in_stats(idx), eager.feats.in_stats(idx), equal_nan=True)
