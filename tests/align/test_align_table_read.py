@@ -218,3 +218,112 @@ def test_call_spans_look_up_as_a_dict(big):
         assert cs.get(k) is None and k not in cs
         with pytest.raises(KeyError):
             cs[k]
+
+
+#: sizes measured on CPython 3.11 (objects' attributes inline under shared keys from 3.11 on)
+_SIZES = pytest.mark.skipif(sys.implementation.name != "cpython" or sys.version_info < (3, 11),
+                            reason="object sizes of CPython 3.11+")
+
+
+def _with_sources(path: Path, n: int) -> None:
+    """``n`` op calls in one module, each with its own source (a call of a captured module)."""
+    w = TraceWriter(path, manifest={"framework": "torch"})
+    st = {"min": -1.0, "max": 1.0, "mean": 0.0, "std": 0.5, "norm": 1.0, "nan": 0}
+    for k in range(n):
+        ev = w.next_event()
+        for role, arg in (("input", "0"), ("output", "")):
+            w.add(Record(kind="op", module="net", op="add", native="Add", call=k, role=role,
+                         arg=arg, dtype="float32", shape=(2,), event=ev, stats=st,
+                         source=f"model.py:{k}"))
+    w.close()
+
+
+@_SIZES
+@pytest.mark.parametrize("sources", [False, True])
+def test_calls_of_a_table_are_small(tmp_path, sources):
+    """An alignment keeps every call it pairs (2 x 10^5 at 100k ops, through the whole
+    comparison): a table's calls keep their attributes inline under keys their class shares,
+    not in a dict each (~230 bytes a call, ints included, instead of ~400), and read as before:
+    attributes, ``__dict__`` (the engine reads a call's key there), ``seq``, ``to_json``."""
+    import gc
+    import tracemalloc
+
+    if sources:
+        _with_sources(tmp_path / "a", 2500)
+    else:
+        Gen(tmp_path / "a", "torch", 1500, flat=False).run()
+    tr = open_trace(tmp_path / "a")
+    table = read_table(tr, Pools())
+    idx = np.arange(len(table))
+    table.call_objs(idx[:1])  # the classes' shared keys made
+    gc.collect()
+    tracemalloc.start()
+    try:
+        calls = table.call_objs(idx)
+        size = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert len(calls) > 2000
+    assert size / len(calls) < 300
+    eager = calls_from_records(load_records(tr, kinds=("module", "op")))
+    assert [c.to_json() for c in calls] == [c.to_json() for c in eager]
+    assert [c.seq for c in calls] == [c.seq for c in eager]
+    assert [(c.__dict__["rank"], c.__dict__["step"], c.__dict__["event"]) for c in calls] == [
+        (c.rank, c.step, c.event) for c in eager]
+    assert any(c.source for c in calls) == sources
+
+
+@_SIZES
+def test_an_alignment_keeps_little_per_match(tmp_path):
+    """What an op-level alignment keeps (its matches and their calls) is ~890 bytes a 1:1
+    match: the matches too keep their attributes inline (a dict per match: ~1020 bytes; and a
+    dict per call: ~1350)."""
+    import gc
+    import tracemalloc
+
+    Gen(tmp_path / "a", "torch", 1500, flat=False).run()
+    Gen(tmp_path / "b", "torch", 1500, flat=False).run()
+    tr, tc = open_trace(tmp_path / "a"), open_trace(tmp_path / "b")
+    align_traces(tr, tc, level="op")  # the classes' shared keys made
+    gc.collect()
+    tracemalloc.start()
+    try:
+        al = align_traces(tr, tc, level="op")
+        gc.collect()
+        size = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert len(al.matches) > 1000
+    assert size / len(al.matches) < 950
+    m = al.matches[0]
+    assert (m.method, m.note, m.ref[0].op, m.cand[0].op) == (
+        m.__dict__["method"], m.__dict__["note"], m.__dict__["ref"][0].op, m.cand[0].op)
+
+
+@_SIZES
+def test_a_table_keeps_little_per_record(tmp_path):
+    """A call table lives while both sides are aligned: it keeps ~120 bytes per index record
+    (the calls' features and the columns a later look-up needs), not every per-record column
+    of the read (~180: N:M detection's look-ups held all of them)."""
+    import gc
+    import tracemalloc
+
+    Gen(tmp_path / "a", "torch", 3000, flat=False).run()
+    tr = open_trace(tmp_path / "a")
+    read_table(tr, Pools())  # what is made once per process, made
+    gc.collect()
+    tracemalloc.start()
+    try:
+        table = read_table(tr, Pools())
+        gc.collect()
+        size = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    n = tr.count(rank=0)
+    assert n > 10000 and len(table) > 5000
+    assert size / n < 150
+    # the look-ups still answer: first-input statistics of calls, as read from the records
+    idx = np.arange(len(table))
+    eager = table_from_calls(calls_from_records(load_records(tr, kinds=("module", "op"))),
+                             Pools())
+    assert np.array_equal(table.feats.in_stats(idx), eager.feats.in_stats(idx), equal_nan=True)

@@ -25,7 +25,6 @@ import dataclasses
 import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -454,10 +453,15 @@ class _Results:
                   self.ct.module[all_c[(np.cumsum(cnt_c) - cnt_c)[vote]]])
         refs = _per_match(self.rt.call_objs(all_r), cnt_r)
         cands = _per_match(self.ct.call_objs(all_c), cnt_c)
-        # Match(...) without the dataclass __init__: exactly the attributes it sets
-        made: list[Match] = list(map(object.__new__, repeat(Match, len(conf))))
-        for mt, r, c, me, cf, nt in zip(made, refs, cands, methods, conf, notes):
-            mt.__dict__ = {"ref": r, "cand": c, "method": me, "confidence": cf, "note": nt}
+        # Match(...) without the dataclass __init__: exactly the attributes it sets, right
+        # after making each (CPython then keeps them inline under Match's shared keys: no
+        # dict per match; made all before set, the objects would each get a dict)
+        made: list[Match] = []
+        append, new = made.append, object.__new__
+        for r, c, me, cf, nt in zip(refs, cands, methods, conf, notes):
+            mt = new(Match)
+            mt.ref, mt.cand, mt.method, mt.confidence, mt.note = r, c, me, cf, nt
+            append(mt)
         # N:M op groups in the order found (only aligner pairs can be groups)
         groups = np.nonzero(~one)[0]
         out.op_groups = [(tuple(c.op for c in mt.ref), tuple(c.op for c in mt.cand))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -216,7 +217,9 @@ class _Stats:
     computes them (NaN where unknown; RMS unknown when any statistic is NULL)."""
 
     def __init__(self, ix: _Index, rec: _Records, root: np.ndarray):
-        self.ix, self.rec, self.root = ix, rec, root
+        # only the two columns a later look-up needs (N:M detection asks while aligning): not
+        # the whole of ``rec``
+        self.ix, self.seq, self.shape_id, self.root = ix, rec.seq, rec.shape_id, root
 
     def matrix(self, pos: np.ndarray, rows: np.ndarray, null: np.ndarray) -> np.ndarray:
         """``(len(pos), 5)`` for record positions ``pos`` (-1: none) given their ``(k, 5)``
@@ -224,22 +227,21 @@ class _Stats:
         out = np.full((len(pos), 5), math.nan)
         ok = pos >= 0
         out[ok, :4] = rows[ok, :4]
-        rms = rows[ok, 4] / self.root[self.rec.shape_id[pos[ok]]]
+        rms = rows[ok, 4] / self.root[self.shape_id[pos[ok]]]
         out[ok, 4] = np.where(null[ok], math.nan, rms)
         return out
 
     def by_seq(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Statistics and NULL flags of records ``pos`` (all >= 0), looked up one by one."""
-        seqs = self.rec.seq[pos]
+        seqs = self.seq[pos]
         got = self.ix.by_seq(["seq", *_STATS5], sorted(set(seqs.tolist())))
         k = _find(got["seq"], seqs)
         m, null = _matrix(got)
         return m[k], null[k]
 
-    def openings(self, pos: np.ndarray) -> np.ndarray:
+    def openings(self, rec: _Records, pos: np.ndarray) -> np.ndarray:
         """Statistics of the records ``pos`` that open calls' outputs, in one scan of the
         records that may (argument 0 or none); others by sequence number."""
-        rec = self.rec
         may = rec.output_arg0()
         got = self.ix.scan(_STATS5, role=_NOT_INPUT, arg=_ARG0)
         m, nul = _matrix(got)
@@ -326,7 +328,7 @@ def read_table(
     sigs, sig_key, io = _signatures(rec, info, ops, shape_tuples, pools, lead)
     leaves = _leaves(info, pools)
     natives = native_names_coded(info.native.codes, info.native.values, ops)
-    feats = make_feats(sigs, leaves, stats.openings(fo), ops, natives,
+    feats = make_feats(sigs, leaves, stats.openings(rec, fo), ops, natives,
                        _FirstInputs(stats, primary), view=info.op.map(is_view_op, dtype=bool),
                        ids=pools.ids)
     seq_at = np.where(fi >= 0, fi, fo)
@@ -427,14 +429,16 @@ class _TableCall(LazyCall):
     """A :class:`LazyCall` of a :class:`_CallMaker`: what is the same for every call of a
     table (its record source; ``kind``, one class per kind; ``source`` when no call has one)
     and what only ``seq`` / ``to_json`` read (sequence numbers, shapes: behind the call's
-    ``_row``) live on the class, so each call's ``__dict__`` holds 10 (or 9) keys, not 14.
-    ``__dict__`` keeps ``rank``, ``step`` and ``event`` (callers read the call's key there)."""
+    ``_row``) live on the class, so each call holds 10 (or 11) attributes, not 14, kept inline
+    under the class's shared keys (:meth:`_CallMaker.__call__`). ``__dict__`` (made when first
+    asked for) holds ``rank``, ``step`` and ``event`` (callers read the call's key there)."""
 
     _source: RecordSource
     _seq_a: np.ndarray  # per row of the table
     _sig_key: np.ndarray  # per row: its shapes in ``_io``
     _io: np.ndarray
     _key_a: np.ndarray  # per row: (rank, step, event), as in the call's ``__dict__``
+    _row: int  # the call's row of the table
 
     def _load(self) -> None:
         d = self.__dict__
@@ -444,12 +448,12 @@ class _TableCall(LazyCall):
 
     @property
     def seq(self) -> int:
-        return int(self._seq_a[self.__dict__["_row"]])
+        return int(self._seq_a[self._row])
 
     def _io_shapes(self) -> tuple[list[list[int]], list[list[int]]]:
         if "inputs" in self.__dict__:
             return Call._io_shapes(self)
-        ins, outs = self._io[self._sig_key[self.__dict__["_row"]]]
+        ins, outs = self._io[self._sig_key[self._row]]
         return [list(s) for s in ins], [list(s) for s in outs]
 
 
@@ -462,21 +466,22 @@ class _CallMaker:
     def __init__(self, rec: _Records, info: _CallInfo, seq: np.ndarray, sig_key: np.ndarray,
                  io: list[tuple[Any, Any]], source: RecordSource):
         first = rec.first
-        self.ints = [rec.event[first], info.call, info.module_call, rec.step[first],
-                     rec.rank[first]]
+        # each row's (rank, step, event): the calls' keys, for callers holding many calls (and
+        # the columns the calls' own rank, step and event are taken from: no second copy)
+        keys = np.stack([rec.rank[first], rec.step[first], rec.event[first]],
+                        axis=1).astype(np.int64, copy=False)
+        self.ints = [keys[:, 2], info.call, info.module_call, keys[:, 1], keys[:, 0]]
         self.texts = [(object_array(t.values), t.codes)
                       for t in (info.module, info.op, info.native, info.direction)]
-        self.kind = np.where(info.is_module, 1, 0)
-        self.src = info.source
+        self.kind = info.is_module.astype(np.int8)
         # no call with a source (the usual case): "" on the class, not in every call's dict
-        self.no_src = not any(self.src.tolist())
+        self.no_src = not any(info.source.tolist())
+        self.src = None if self.no_src else info.source
         ios = np.empty(len(io), dtype=object)
         for k, v in enumerate(io):  # (tuple, tuple) items: not broadcast into the array
             ios[k] = v
-        # each row's (rank, step, event): the calls' keys, for callers holding many calls
-        keys = np.stack([rec.rank[first], rec.step[first], rec.event[first]], axis=1)
         shared: dict[str, Any] = {"_source": source, "_seq_a": seq, "_sig_key": sig_key,
-                                  "_io": ios, "_key_a": keys.astype(np.int64),
+                                  "_io": ios, "_key_a": keys,
                                   "__qualname__": LazyCall.__qualname__}
         if self.no_src:
             shared["source"] = ""
@@ -487,21 +492,20 @@ class _CallMaker:
         event, call, mcall, step, rank = (a[idx].tolist() for a in self.ints)
         module, op, native, direction = (table[codes[idx]].tolist()
                                          for table, codes in self.texts)
-        rows = idx.tolist()
-        if self.no_src:
-            dicts = [{"event": e, "module": m, "op": o, "native": nt, "call": c,
-                      "module_call": mc, "direction": d, "step": st, "rank": r, "_row": i}
-                     for e, m, o, nt, c, mc, d, st, r, i in zip(
-                         event, module, op, native, call, mcall, direction, step, rank, rows)]
-        else:
-            src = self.src[idx].tolist()
-            dicts = [{"event": e, "module": m, "op": o, "native": nt, "call": c,
-                      "module_call": mc, "direction": d, "step": st, "rank": r, "source": sr,
-                      "_row": i}
-                     for e, m, o, nt, c, mc, d, st, r, sr, i in zip(
-                         event, module, op, native, call, mcall, direction, step, rank, src,
-                         rows)]
-        calls: list[Call] = list(map(object.__new__, self.classes[self.kind[idx]].tolist()))
-        for c, d in zip(calls, dicts):
-            c.__dict__ = d
+        new = object.__new__
+        calls: list[Call] = []
+        append = calls.append
+        # attributes set one by one right after making each call, not a ``__dict__`` assigned:
+        # CPython (3.11+) keeps them as values inline in the object, under keys its class
+        # shares (~170 bytes a call instead of ~330); ``__dict__`` is made only when asked for
+        srcs = repeat(None) if self.src is None else self.src[idx].tolist()
+        for k, e, m, o, nt, c, mc, d, st, r, i, sr in zip(
+                self.classes[self.kind[idx]].tolist(), event, module, op, native, call, mcall,
+                direction, step, rank, idx.tolist(), srcs):
+            x = new(k)
+            x.event, x.module, x.op, x.native, x.call = e, m, o, nt, c
+            x.module_call, x.direction, x.step, x.rank, x._row = mc, d, st, r, i
+            if sr is not None:
+                x.source = sr
+            append(x)
         return calls
