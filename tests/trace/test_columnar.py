@@ -232,3 +232,67 @@ def test_constant_view_is_bit_exact():
         assert constant_view(a) is a
     b = constant_view(np.full(4, 7, dtype=np.int32))
     assert b.strides == (0,) and b.dtype == np.int32 and b.tolist() == [7] * 4
+
+
+def _steps_trace(path: Path, steps: int, calls: int) -> None:
+    """``steps`` steps of ``calls`` module calls each (input and output records, varied
+    statistics and names: no column is constant)."""
+    from netparity.stats import compute_stats
+
+    rng = np.random.default_rng(0)
+    with TraceWriter(path, manifest={"framework": "numpy"}) as w:
+        for step in range(steps):
+            for k in range(calls):
+                ev = w.next_event()
+                for role in ("input", "output"):
+                    a = rng.standard_normal(4).astype(np.float32)
+                    w.add(Record(kind="module", module=f"m{k}", op="linear", native="Linear",
+                                 step=step, event=ev, role=role, dtype="float32",
+                                 shape=(4,), stats=compute_stats(a)))
+
+
+@pytest.mark.parametrize("fmt", list(FILES))
+def test_a_scan_of_some_steps_reads_only_their_rows(tmp_path, monkeypatch, fmt):
+    """A copy too large to hold whole (more rows than ``CHECK_ROWS``) is checked part by part,
+    and a scan of some steps then reads those steps' rows only: the same values as SQLite's,
+    in a fraction of the memory of a scan of every step (Parquet: NumPy's and Arrow's
+    allocations; an npz copy's columns are views of its memory map either way)."""
+    import gc
+    import tracemalloc
+
+    import pyarrow as pa
+
+    from netparity.trace import columnar
+
+    t = tmp_path / "t"
+    _steps_trace(t, steps=8, calls=300)
+    monkeypatch.setenv(DISABLE_ENV, "1")
+    sql = open_trace(t)
+    filters = [{"step": 3}, {"step": [2, 5]}, {"step": 7, "role": "output"},
+               {"step": 0, "seq": [0, 1, 4000]}, {"step": 9}]
+    want = [_plain(sql.scan(COLUMN_NAMES, **f)) for f in filters]
+    compact(t, fmt=fmt)
+    monkeypatch.setenv(DISABLE_ENV, "0")
+    monkeypatch.setattr(columnar, "CHECK_ROWS", 1000, raising=False)  # 4800 rows: 5 parts
+
+    def kept(scan_filters):
+        tr = open_trace(t)
+        gc.collect()
+        arrow = pa.total_allocated_bytes()
+        tracemalloc.start()
+        tr.check_rows()
+        cols = tr.scan(COLUMN_NAMES, **scan_filters)
+        gc.collect()
+        got = tracemalloc.get_traced_memory()[0] + pa.total_allocated_bytes() - arrow
+        tracemalloc.stop()
+        return cols, got
+
+    kept({"step": 1})  # once first: what the first scan of a process allocates for good
+    one, one_bytes = kept({"step": 3})
+    every, every_bytes = kept({})
+    assert one.n == 600 and every.n == 4800
+    if fmt == "parquet":
+        assert one_bytes < every_bytes / 3, (one_bytes, every_bytes)
+    tr = open_trace(t)
+    tr.check_rows()
+    assert [_plain(tr.scan(COLUMN_NAMES, **f)) for f in filters] == want

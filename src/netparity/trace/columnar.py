@@ -64,6 +64,10 @@ FORMAT = 1
 #: set to 1 to ignore columnar copies (read SQLite only), e.g. to time the SQLite path
 DISABLE_ENV = "NETPARITY_NO_COLUMNAR"
 
+#: rows :meth:`Store.check_rows` checks at a time in a large copy (a row group's worth)
+CHECK_ROWS = 1 << 20
+#: the columns that check looks at (in the schema's order: it names the first bad one)
+_CHECKED = [c for c in COLUMN_NAMES if c in ("shape", "extra", "offset", "nbytes")]
 _TYPES = {c: t.split()[0] for c, t in COLUMNS}
 _NULLABLE = frozenset(c for c, t in COLUMNS if "NOT NULL" not in t and "PRIMARY" not in t)
 
@@ -85,13 +89,54 @@ class Store:
     """The columnar copy of one rank's index, opened lazily: each column is read from the
     file the first time a scan asks for it, then kept."""
 
-    def __init__(self, path: Path, meta: dict[str, Any], npz: _Members | ParquetMembers):
+    def __init__(self, path: Path, meta: dict[str, Any],
+                 npz: _Members | ParquetMembers | _Window):
         self.path, self.n, self.max_seq = path, int(meta["n"]), int(meta["max_seq"])
         self.meta = meta
         self._npz = npz
         self._cols: dict[str, Any] = {}
         self._nulls: dict[str, np.ndarray | None] = {}
         self._seq_up: bool | None = None
+        self._step_up: bool | None = None
+        #: a window's whole-copy store and first row (see :meth:`for_steps`)
+        self._parent: Store | None = None
+        self._first = 0
+        self._window: Store | None = None
+
+    def for_steps(self, steps: list[Any] | None) -> Store | None:
+        """The rows of steps ``steps`` as a store of their own (None: read the whole copy).
+
+        Compaction writes rows in sequence order, so a trace's steps are consecutive runs of
+        rows: a scan of some steps (``compare --steps``, the alignment of one step) reads
+        the columns of those rows only, from the row groups holding them, instead of every
+        step's -- its memory is the steps asked for, not the trace. The last such window is
+        kept for the scans that follow (the same step's other columns). Not used when the
+        steps cover every row, when the ``step`` column is not in order (a copy some other
+        tool wrote), or when every column is read whole already."""
+        if steps is None or self._parent is not None or not steps or not all(
+                isinstance(v, int) for v in steps):
+            return None
+        step = self.column("step")
+        if self._step_up is None:
+            self._step_up = bool(np.all(step[1:] >= step[:-1]))
+        if not self._step_up:
+            return None
+        a = int(np.searchsorted(step, min(steps), "left"))
+        b = int(np.searchsorted(step, max(steps), "right"))
+        if b - a >= self.n:
+            return None
+        w = self._window
+        if w is None or (w._first, w._first + w.n) != (a, b):
+            w = self._window = self._rows_store(a, b)
+        return w
+
+    def _rows_store(self, a: int, b: int) -> Store:
+        """Rows ``[a, b)`` as a store (its columns read from those rows only)."""
+        npz = self._npz
+        assert not isinstance(npz, _Window), "a window of a window"
+        w = Store(self.path, {**self.meta, "n": b - a}, npz.window(a, b))
+        w._parent, w._first = self, a
+        return w
 
     def column(self, name: str) -> Any:
         """Column ``name`` for every row: an array, or a ``Strings`` for text. Checked as
@@ -101,6 +146,14 @@ class Store:
         from netparity.trace.scan import Strings
 
         got = self._cols.get(name)
+        if got is None and self._parent is not None and name in self._parent._cols:
+            # read whole already: this window's rows are a view of it
+            whole, null = self._parent._cols[name], self._parent._nulls[name]
+            rows = slice(self._first, self._first + self.n)
+            got = Strings(whole.codes[rows], whole.values) if isinstance(whole, Strings) \
+                else whole[rows]
+            self._nulls[name] = None if null is None else null[rows]
+            self._cols[name] = got
         if got is None:
             t = _TYPES[name]
             try:
@@ -143,16 +196,31 @@ class Store:
     def check_rows(self) -> tuple[Any, str] | None:
         """The copy's first row (``(seq, column)``) holding what no writer produces -- what
         :data:`~netparity.trace.reader._BAD_ROW_SQL` finds in an index, checked on the arrays
-        a scan reads (a few vectorised passes); None: every row is clean."""
+        a scan reads (a few vectorised passes); None: every row is clean.
+
+        Every column is read (:meth:`column` checks its type, length and codes: a forged
+        copy is refused here, whatever the command goes on to read). A copy of more than
+        :data:`CHECK_ROWS` rows is checked that many rows at a time and nothing is kept, so
+        that a scan of some steps then holds only those steps' rows (:meth:`for_steps`); a
+        whole-copy scan reads the columns again (~3 s per 1M-op side)."""
+        if self.n <= CHECK_ROWS:
+            return self._check_rows()
+        for a in range(0, self.n, CHECK_ROWS):
+            got = self._rows_store(a, min(self.n, a + CHECK_ROWS))._check_rows()
+            if got is not None:  # the first part holding a bad row holds the first one
+                return got
+        return None
+
+    def _check_rows(self) -> tuple[Any, str] | None:
         from netparity.trace.scan import Strings
 
         bad = np.zeros(self.n, dtype=bool)
         first: dict[int, str] = {}
         for c in COLUMN_NAMES:
             v, null = self.column(c), self.null(c)
+            if c not in _CHECKED:
+                continue
             if isinstance(v, Strings):
-                if c not in ("shape", "extra"):
-                    continue
                 wrong = _shapes_wrong(v.values) if c == "shape" else _extras_wrong(v.values)
                 m = wrong[v.codes] if len(wrong) else np.zeros(self.n, dtype=bool)
                 if null is not None:
@@ -290,6 +358,10 @@ class _Members:
         self.path, self.size, self._root = path, size, root
         self.files = list(self._infos)
 
+    def window(self, a: int, b: int) -> _Window:
+        """The members at rows ``[a, b)`` (views of the map)."""
+        return _Window(self, a, b)
+
     def text(self, name: str) -> tuple[np.ndarray, list[str]]:
         """Codes and distinct values of text column ``name`` (members ``c.`` and ``v.``)."""
         values = json.loads(bytes(self._typed(f"v.{name}", "u1")).decode("utf-8"))
@@ -346,6 +418,25 @@ class _Members:
         if crc != info.CRC:
             raise ValueError(f"member {name!r}: CRC-32 mismatch (the file is damaged)")
         return np.frombuffer(mm, dtype=dtype, count=shape[0], offset=data)
+
+
+class _Window:
+    """Rows ``[a, b)`` of an ``.npz`` copy's members: views of the memory map (its pages are
+    the file's, read only when touched)."""
+
+    def __init__(self, members: _Members, a: int, b: int):
+        self._m, self._rows = members, slice(a, b)
+
+    def text(self, name: str) -> tuple[np.ndarray, list[str]]:
+        codes, values = self._m.text(name)
+        return codes[self._rows], values
+
+    def get(self, name: str) -> np.ndarray | None:
+        got = self._m.get(name)
+        return None if got is None else got[self._rows]
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._m[name][self._rows]
 
 
 def check_files(trace: Trace, ranks: list[int] | None = None) -> None:
@@ -529,6 +620,9 @@ def scan_store(st: Store, cols: list[str], filters: dict[str, Any]) -> Columns:
     :func:`netparity.trace.scan.scan`), from a columnar copy, in sequence order."""
     from netparity.trace.scan import Columns, Strings, _filter_values, check_columns
 
+    part = st.for_steps(dict(_filter_values(filters)).get("step"))
+    if part is not None:  # a scan of some steps reads those steps' rows only
+        st = part
     keep: np.ndarray | None = None
 
     def narrow(mask: np.ndarray) -> None:
