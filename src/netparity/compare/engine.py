@@ -480,6 +480,7 @@ def _fast_results(fast: rowpairs.FastCalls, lv: str, matches: list[Any], base: i
                      dtype=object)
     ix = names[pos * 2 + is_out].tolist()
     keys = [a + b + c for a, b, c in zip(pres[co].tolist(), ix, evs[co].tolist())]
+    del pres, evs  # the keys are made: their parts' strings go before the calls are made
     acc.fast(fast, ix, keys, np.array(cks, dtype=object)[co].tolist() if cks else [],
              np.asarray(fast.match, dtype=np.int64)[co] + base)
     n_in, n_out = np.asarray(fast.n_in, dtype=np.int64), np.asarray(fast.n_out, dtype=np.int64)
