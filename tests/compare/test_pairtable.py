@@ -401,14 +401,20 @@ def test_row_mode_real_bert_groups(tmp_path):
         _same_as_record_path(fast, tmp_path / "ref", cand_dir, "op")
 
 
-def test_call_template_has_every_call_result_field_in_order():
-    """Calls made without the dataclass __init__ carry exactly CallResult's attributes."""
+def test_call_results_are_slotted_and_their_json_keeps_the_field_order():
+    """A CallResult has no ``__dict__`` (issue 33: ~200 bytes a call, not ~800); its JSON
+    dict has every field, in the dataclass's order (the saved result's key order)."""
     import dataclasses
 
-    from netparity.compare.engine import _CALL_TEMPLATE
-    from netparity.compare.results import CallResult
+    from netparity.compare.results import CallResult, call_fields, call_json
 
-    assert list(_CALL_TEMPLATE) == [f.name for f in dataclasses.fields(CallResult)]
+    c = CallResult("k", "op", "m", "relu", "", "m", "relu", "forward", 0, 0, "", "", 3,
+                   ["a"], ["b"], in_error=math.inf, module_call=7)
+    assert not hasattr(c, "__dict__")
+    names = [f.name for f in dataclasses.fields(CallResult)]
+    assert list(call_fields(c)) == names == list(call_json(c))
+    assert call_fields(c)["module_call"] == 7 and call_json(c)["in_error"] == "inf"
+    assert call_json(c) == {**dataclasses.asdict(c), "in_error": "inf"}
 
 
 def test_localise_makes_few_pairs_of_many_failing(tmp_path):

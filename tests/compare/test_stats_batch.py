@@ -110,3 +110,53 @@ def test_scanned_records_batch_equals_scalar(tmp_path):
     assert refs[0] == plain and plain == refs[0]
     assert type(pickle.loads(pickle.dumps(refs[0]))) is Record
     assert copy.copy(refs[0]) == plain
+
+
+def _kept_bytes(b: object) -> int:
+    """The bytes a batch's columns hold (arrays; lists and object arrays: a slot each)."""
+    import sys
+
+    n = 0
+    for v in vars(b).values() if hasattr(b, "__dict__") else ():
+        if isinstance(v, np.ndarray):
+            n += v.nbytes
+        elif isinstance(v, list):
+            n += sys.getsizeof(v) + sum(sys.getsizeof(x) for x in v
+                                       if isinstance(x, int) and not -5 <= x <= 256)
+    return n
+
+
+def test_batch_keeps_few_bytes_per_pair_and_the_same_metrics():
+    """Issue 33: a 1M-op comparison's batch holds ~3M pairs. Of clean pairs with no NaN/Inf,
+    it keeps the columns its metrics need, no float copies of the tolerances, no count
+    columns of zeros, no Python int per numel (<= 128 bytes a pair, was ~230), and every
+    pair's metrics and verdict stay the scalar path's; with counts, they are kept."""
+    from netparity.compare.metrics import _STAT_ALL, stats_batch_arrays
+
+    rng = np.random.default_rng(1)
+    n = 2000
+    x = np.abs(rng.standard_normal((n, len(_STAT_ALL)))) + 1.0
+    x[:, 0] *= -1
+    x[:, 5:] = 0.0
+    y = x * (1 + 1e-4 * rng.standard_normal(x.shape))
+    y[:, 5:] = 0.0
+    ok = np.ones(n, dtype=bool)
+    numels = (rng.integers(1, 10**6, n)).tolist()
+    rtol = np.empty(n, dtype=object)
+    rtol[:] = [1e-4] * n
+    atol = np.empty(n, dtype=object)
+    atol[:] = [1e-5 * (1 + k % 3) for k in range(n)]
+    b = stats_batch_arrays(x, ok, y, ok, numels, np.zeros(n, bool), rtol, atol)
+    assert _kept_bytes(b) <= 128 * n
+    y[7, 5] = 2.0  # a NaN count differs: kept, and the pair fails
+    c = stats_batch_arrays(x, ok, y, ok, numels, np.zeros(n, bool), rtol, atol)
+    for batch in (b, c):
+        st = batch.status().tolist()
+        for j in (0, 7, 1999):
+            m = batch.metrics(j)
+            assert m["numel"] == numels[j] and type(m["numel"]) is int
+            assert m["rtol"] is rtol[j] and m["atol"] is atol[j]
+            assert st[j] == {"pass": 0, "warn": 1, "fail": 2}[judge(m, rtol[j], atol[j])[0]]
+    assert c.metrics(7)["nan_mismatch"] == 2 and c.status()[7] == 2
+    assert b.metrics(7)["nonfinite_counts"] == {"nan": [0, 0], "posinf": [0, 0],
+                                                "neginf": [0, 0]}

@@ -480,28 +480,20 @@ def _fast_results(fast: rowpairs.FastCalls, lv: str, matches: list[Any], base: i
                      dtype=object)
     ix = names[pos * 2 + is_out].tolist()
     keys = [a + b + c for a, b, c in zip(pres[co].tolist(), ix, evs[co].tolist())]
+    del pres, evs  # the keys are made: their parts' strings go before the calls are made
     acc.fast(fast, ix, keys, np.array(cks, dtype=object)[co].tolist() if cks else [],
              np.asarray(fast.match, dtype=np.int64)[co] + base)
     n_in, n_out = np.asarray(fast.n_in, dtype=np.int64), np.asarray(fast.n_out, dtype=np.int64)
     ends = np.cumsum(n_in + n_out)
     mids = ends - n_out
-    # CallResult(...) without the dataclass __init__ (one per matched call, ~10^5): a copy of
-    # the template, then the call's own values
-    copy = dict(_CALL_TEMPLATE, level=lv).copy
     out: list[CallResult] = []
     append = out.append
     for (st, rk, kd, d, mo, op, ca, _, na, so, mc), (cmo, cop, cso), ck, m, order, b, s, e in zip(
             refs, cands, cks, ms, fast.order, (mids - n_in).tolist(), mids.tolist(),
             ends.tolist()):
-        call = _new(CallResult)
-        x = call.__dict__ = copy()
-        x["key"], x["module"], x["op"], x["native"] = ck, mo, op, na
-        x["cand_module"], x["cand_op"], x["direction"] = cmo, cop, d
-        x["step"], x["rank"], x["source"], x["cand_source"] = st, rk, so, cso
-        x["order"], x["inputs"], x["outputs"] = order, keys[b:s], keys[s:e]
-        x["method"], x["confidence"] = m.method, float(m.confidence)
-        x["module_call"] = ca if kd == "module" else mc
-        append(call)
+        append(CallResult(ck, lv, mo, op, na, cmo, cop, d, st, rk, so, cso, order, keys[b:s],
+                          keys[s:e], "pass", "", "", m.method, float(m.confidence), 0.0, 0.0,
+                          ca if kd == "module" else mc))
     for i in np.nonzero(np.asarray(fast.aux, dtype=bool)
                         & (np.asarray(fast.n_out_ref, dtype=np.int64) > 1))[0].tolist():
         call, nr = out[i], fast.n_out_ref[i]
@@ -512,22 +504,10 @@ def _fast_results(fast: rowpairs.FastCalls, lv: str, matches: list[Any], base: i
     return out
 
 
-#: every attribute ``CallResult(...)`` sets, in its order, defaults included: calls are made
-#: from a copy of this without the dataclass ``__init__`` (~10^5 per 100k-op comparison)
-_CALL_TEMPLATE: dict[str, Any] = {
-    "key": "", "level": "", "module": "", "op": "", "native": "", "cand_module": "",
-    "cand_op": "", "direction": "", "step": 0, "rank": 0, "source": "", "cand_source": "",
-    "order": 0, "inputs": None, "outputs": None, "status": "pass", "origin": "", "note": "",
-    "method": "", "confidence": 1.0, "in_error": 0.0, "out_error": 0.0, "module_call": -1,
-}
-
-
 def _match_call(m: Any, lv: str, ck: str, order: int) -> CallResult:
     """The :class:`CallResult` of a match, no tensors yet."""
     r0, c0 = m.ref[0], m.cand[0]
-    call = _new(CallResult)
-    call.__dict__ = x = _CALL_TEMPLATE.copy()
-    x.update(
+    return CallResult(
         key=ck, level=lv, module=r0.module,
         op=r0.op if len(m.ref) == 1 else "+".join(c.op for c in m.ref),
         native=r0.native, cand_module=c0.module,
@@ -536,7 +516,6 @@ def _match_call(m: Any, lv: str, ck: str, order: int) -> CallResult:
         cand_source=c0.source, order=order, inputs=[], outputs=[], method=m.method,
         confidence=float(m.confidence),
         module_call=r0.call if r0.kind == "module" else r0.module_call)
-    return call
 
 
 def _group_result(sides: tuple[rowpairs.Side, rowpairs.Side], m: Any, io: Any, lv: str,

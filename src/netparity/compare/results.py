@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,9 +113,12 @@ class PairResult:
         return 0.0
 
 
-@dataclass
+@dataclass(slots=True)
 class CallResult:
-    """One matched module/op call (or N:M group), judged from its tensors."""
+    """One matched module/op call (or N:M group), judged from its tensors.
+
+    Slotted (~200 bytes a call, not ~800 with a ``__dict__``: a 1M-op comparison holds 10^6
+    of them); :func:`call_json` gives its fields as a dict, in their order."""
 
     key: str
     level: str
@@ -182,15 +186,20 @@ _PAIR_FIELDS = [f.name for f in dataclasses.fields(PairResult)]
 
 
 def call_json(c: CallResult) -> dict[str, Any]:
-    """``dataclasses.asdict(c)`` made cleaned (its fields are flat: a copy of its dict, its
+    """``dataclasses.asdict(c)`` made cleaned (its fields are flat: its fields' values, its
     two lists copied, its floats JSON-safe) -- ~20x faster over a 100k-op comparison's calls."""
-    d = dict(c.__dict__)
+    d = call_fields(c)
     d["inputs"], d["outputs"] = list(c.inputs), list(c.outputs)
     for k in ("confidence", "in_error", "out_error"):
         v = d[k]
         if isinstance(v, float) and not math.isfinite(v):
             d[k] = _clean(v)
     return d
+
+
+def call_fields(c: CallResult) -> dict[str, Any]:
+    """The fields of ``c`` as a dict, in their order (the values themselves, not copied)."""
+    return dict(zip(_CALL_FIELDS, _call_values(c)))
 
 
 def pair_from_dict(d: dict[str, Any]) -> PairResult:
@@ -201,6 +210,7 @@ def pair_from_dict(d: dict[str, Any]) -> PairResult:
     """
     return PairResult(**{k: d[k] for k in _PAIR_FIELDS if k in d})
 _CALL_FIELDS = [f.name for f in dataclasses.fields(CallResult)]
+_call_values = operator.attrgetter(*_CALL_FIELDS)
 _DIV_FIELDS = [f.name for f in dataclasses.fields(Divergence)]
 
 

@@ -90,7 +90,7 @@ def _stream(obj: dict[str, Any], calls: list[Any], f: Any, dest: str) -> None:
     it use the pure-Python one, ~10x slower), key by key, its ``"calls"`` being ``calls``
     encoded a chunk at a time: the same text as ``json.dumps`` of the whole with the calls in
     it, without the ~300k call dicts and the whole text held at once."""
-    from netparity.compare.results import call_json
+    from netparity.compare.results import call_fields, call_json
 
     enc = json.JSONEncoder(allow_nan=False).encode
     try:
@@ -103,8 +103,8 @@ def _stream(obj: dict[str, Any], calls: list[Any], f: Any, dest: str) -> None:
             f.write("[")
             for lo in range(0, len(calls), _CALLS_CHUNK):
                 chunk = calls[lo:lo + _CALLS_CHUNK]
-                try:  # a call's fields are flat: its own dict is what call_json copies
-                    part = enc([c.__dict__ for c in chunk])
+                try:  # a call's fields are flat: they are what call_json copies
+                    part = enc([call_fields(c) for c in chunk])
                 except ValueError:  # a non-finite error: call_json spells it
                     part = enc([call_json(c) for c in chunk])
                 f.write((", " if lo else "") + part[1:-1])

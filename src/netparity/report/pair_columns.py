@@ -237,7 +237,7 @@ def _table_chunk(t: Any, idx: np.ndarray, plain: np.ndarray, *, metrics_json: bo
     fast["reason"] = reason
     if metrics_json:
         rin, ain = _values(b.rtol_in, j), _values(b.atol_in, j)
-        numel = _pick(b.numel, j.tolist())
+        numel = b.numel[j].tolist()
         nr, nc = b.cnt_r[j].tolist(), b.cnt_c[j].tolist()
         rel, rms = fast["error"], b.rms[j].tolist()
         mina, minr = b.min_atol[j].tolist(), b.min_rtol[j].tolist()
