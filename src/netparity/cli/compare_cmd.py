@@ -109,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
     from netparity.cli._common import check_tolerance, check_traces, close_traces, parse_steps
     from netparity.compare.shards import MANIFEST_KEY, merged_sides, note_merges
     from netparity.compare.tolerances import parse_tol_arg
+    from netparity.heap import return_large_blocks
 
+    return_large_blocks()  # the columns' and tables' arrays go back to the system when dropped
     steps = parse_steps(args.steps) if args.steps else None
     overrides = dict(parse_tol_arg(t) for t in args.tol)
     for t, (r, a) in zip(args.tol, overrides.values()):

@@ -98,6 +98,9 @@ class ParquetMembers:
         self._nulls: dict[str, np.ndarray | None] = {}
         #: the rows this reader reads, ``[a, b)`` (None: every row; see :meth:`window`)
         self._rows: tuple[int, int] | None = None
+        #: per text column, the last dictionary a window read and its values (shared by the
+        #: windows: a file's row groups share one dictionary, converted once)
+        self._dicts: dict[str, tuple[Any, list[str]]] = {}
 
     def window(self, a: int, b: int) -> ParquetMembers:
         """A reader of rows ``[a, b)`` only: each column is decoded from the row groups those
@@ -162,9 +165,15 @@ class ParquetMembers:
                 # side: 5 groups of ~900k module names): converted once
                 d, remap = last[1], last[2]
             else:
-                d = chunk.dictionary.to_pylist()
-                if any(v is None for v in d):
-                    raise ValueError(f"values of {name!r} hold a null")
+                seen = self._dicts.get(name)
+                if seen is not None and chunk.dictionary.equals(seen[0]):
+                    d = seen[1]
+                else:
+                    d = chunk.dictionary.to_pylist()
+                    if any(v is None for v in d):
+                        raise ValueError(f"values of {name!r} hold a null")
+                    if self._rows is not None:
+                        self._dicts[name] = (chunk.dictionary, d)
                 remap = np.array([index.setdefault(v, len(index)) for v in d] or [0],
                                  dtype=np.int32)
                 last = (chunk.dictionary, d, remap)
