@@ -11,7 +11,7 @@ from pathlib import Path
 import netparity
 
 PKG = Path(netparity.__file__).parent
-CORE = ("errors", "dtypes", "_fastvec", "param_names", "sequences", "gcpause", "mapfile",
+CORE = ("errors", "dtypes", "_fastvec", "param_names", "sequences", "gcpause", "heap", "mapfile",
         "outputs", "inputs", "untrusted", "statestore")
 RANK: dict[str, int] = {
     **dict.fromkeys(CORE, 0),
