@@ -431,9 +431,14 @@ class _RowAcc:
     def table(self, sides: tuple[rowpairs.Side, rowpairs.Side], tols: Tolerances) -> PairTable:
         rr, cr, cpos, out = self.columns()
         tl, tid = rowpairs.resolve_tolerances(tols, sides[0], sides[1], rr, cr)
+        # the odd pairs' lists appended to the common case's in place (each a copy of ~3M
+        # references at 1M ops otherwise); the accumulator is done with
+        for whole, rest in ((self.fidx, self.idx), (self.fkeys, self.keys),
+                            (self.fcks, self.cks)):
+            whole.extend(rest)
+            rest.clear()
         return PairTable.of_rows(sides[0].rows, sides[1].rows, rr, cr, tl, tid,
-                                 self.fidx + self.idx, self.fkeys + self.keys,
-                                 self.fcks + self.cks, cpos, out)
+                                 self.fidx, self.fkeys, self.fcks, cpos, out)
 
     def as_objects(self, sides: tuple[rowpairs.Side, rowpairs.Side],
                    resolve: Any) -> list[tuple[Any, ...]]:
@@ -452,6 +457,8 @@ class _RowAcc:
 
 
 _first = operator.itemgetter(0)
+#: calls whose results :func:`_fast_results` makes at a time
+_CALLS_AT_ONCE = 1 << 16
 #: what a fast call's keys and result read of the reference's call, and of the candidate's
 _REF_FIELDS = operator.attrgetter("step", "rank", "kind", "direction", "module", "op", "call",
                                   "event", "native", "source", "module_call")
@@ -463,37 +470,51 @@ def _fast_results(fast: rowpairs.FastCalls, lv: str, matches: list[Any], base: i
     """The :class:`CallResult` of every call of ``fast`` (in its order) and its pairs' keys,
     all at once: what the per-match loop makes for a call paired as rows, built from columns
     (``base + match``: the call's position in ``result.calls``; the auxiliary outputs left
-    unpaired are added to ``notes`` with their match)."""
-    refs = list(map(_REF_FIELDS, fast.refs))
-    cands = list(map(_CAND_FIELDS, fast.cands))
-    ms = [matches[k] for k in fast.match]
-    cks = [f"{lv}|{st}|{rk}|{d}|{mo}|{op}|{ca}|{ev}"
-           for st, rk, _, d, mo, op, ca, ev, _, _, _ in refs]
-    # a pair's key: "<level>|<step>|<rank>|<kind>|<direction>|<module>|<op>|<call>|"
-    # + "in<j>" / "out<j>" + "|<event>", as pair_key makes it from the pair's records
-    pres = np.array([f"{lv}|{st}|{rk}|{kd}|{d}|{mo}|{op}|{ca}|"
-                     for st, rk, kd, d, mo, op, ca, _, _, _, _ in refs] or [""], dtype=object)
-    evs = np.array([f"|{r[7]}" for r in refs] or [""], dtype=object)
+    unpaired are added to ``notes`` with their match). Made :data:`_CALLS_AT_ONCE` calls at a
+    time: the calls' fields as tuples and the keys' parts are temporaries (~0.4 GB at 1M ops
+    when made for every call at once)."""
     co, pos, is_out = fast.call_of, fast.pos, fast.is_out
     width = int(pos.max()) + 1 if len(pos) else 0
     names = np.array([f"{role}{j}" for j in range(width) for role in ("in", "out")] or [""],
                      dtype=object)
-    ix = names[pos * 2 + is_out].tolist()
-    keys = [a + b + c for a, b, c in zip(pres[co].tolist(), ix, evs[co].tolist())]
-    del pres, evs  # the keys are made: their parts' strings go before the calls are made
-    acc.fast(fast, ix, keys, np.array(cks, dtype=object)[co].tolist() if cks else [],
-             np.asarray(fast.match, dtype=np.int64)[co] + base)
     n_in, n_out = np.asarray(fast.n_in, dtype=np.int64), np.asarray(fast.n_out, dtype=np.int64)
     ends = np.cumsum(n_in + n_out)
     mids = ends - n_out
+    starts = mids - n_in
+    ix: list[str] = []
+    keys: list[str] = []
+    pair_cks: list[str] = []
     out: list[CallResult] = []
     append = out.append
-    for (st, rk, kd, d, mo, op, ca, _, na, so, mc), (cmo, cop, cso), ck, m, order, b, s, e in zip(
-            refs, cands, cks, ms, fast.order, (mids - n_in).tolist(), mids.tolist(),
-            ends.tolist()):
-        append(CallResult(ck, lv, mo, op, na, cmo, cop, d, st, rk, so, cso, order, keys[b:s],
-                          keys[s:e], "pass", "", "", m.method, float(m.confidence), 0.0, 0.0,
-                          ca if kd == "module" else mc))
+    for c0 in range(0, len(fast.refs), _CALLS_AT_ONCE):
+        c1 = min(len(fast.refs), c0 + _CALLS_AT_ONCE)
+        refs = list(map(_REF_FIELDS, fast.refs[c0:c1]))
+        cands = list(map(_CAND_FIELDS, fast.cands[c0:c1]))
+        cks = [f"{lv}|{st}|{rk}|{d}|{mo}|{op}|{ca}|{ev}"
+               for st, rk, _, d, mo, op, ca, ev, _, _, _ in refs]
+        # a pair's key: "<level>|<step>|<rank>|<kind>|<direction>|<module>|<op>|<call>|"
+        # + "in<j>" / "out<j>" + "|<event>", as pair_key makes it from the pair's records
+        pres = np.array([f"{lv}|{st}|{rk}|{kd}|{d}|{mo}|{op}|{ca}|"
+                         for st, rk, kd, d, mo, op, ca, _, _, _, _ in refs], dtype=object)
+        evs = np.array([f"|{r[7]}" for r in refs], dtype=object)
+        p0, p1 = int(starts[c0]), int(ends[c1 - 1])
+        here = co[p0:p1] - c0
+        got = names[pos[p0:p1] * 2 + is_out[p0:p1]].tolist()
+        made = [a + b + c for a, b, c in zip(pres[here].tolist(), got, evs[here].tolist())]
+        del pres, evs  # the keys are made: their parts' strings go before the calls are made
+        ix += got
+        keys += made
+        pair_cks += np.array(cks, dtype=object)[here].tolist()
+        for (st, rk, kd, d, mo, op, ca, _, na, so, mc), (cmo, cop, cso), ck, k, order, b, s, e \
+                in zip(refs, cands, cks, fast.match[c0:c1], fast.order[c0:c1],
+                       (starts[c0:c1] - p0).tolist(), (mids[c0:c1] - p0).tolist(),
+                       (ends[c0:c1] - p0).tolist()):
+            m = matches[k]
+            append(CallResult(ck, lv, mo, op, na, cmo, cop, d, st, rk, so, cso, order,
+                              made[b:s], made[s:e], "pass", "", "", m.method,
+                              float(m.confidence), 0.0, 0.0, ca if kd == "module" else mc))
+        del refs, cands, cks, made, got
+    acc.fast(fast, ix, keys, pair_cks, np.asarray(fast.match, dtype=np.int64)[co] + base)
     for i in np.nonzero(np.asarray(fast.aux, dtype=bool)
                         & (np.asarray(fast.n_out_ref, dtype=np.int64) > 1))[0].tolist():
         call, nr = out[i], fast.n_out_ref[i]
