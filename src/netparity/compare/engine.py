@@ -25,6 +25,7 @@ from netparity.compare import rowpairs
 from netparity.compare.argpairs import group_inputs, pair_tensors
 from netparity.compare.coverage import coverage
 from netparity.compare.metrics import (
+    StatsBatch,
     records_rms,
     stats_batch,
     stats_batch_arrays,
@@ -358,13 +359,18 @@ def _batch_stats_pairs(table: PairTable, sides: Any = None) -> list[int]:
         ca = np.nonzero(rowpairs.stats_only(sides[0], sides[1], table.rrow, table.crow))[0]
         if len(ca) < 2:
             return list(range(len(table)))
-        rr, cr = table.rrow[ca], table.crow[ca]
-        xr, okr = rowpairs.stat_rows(sides[0], rr)
-        xc, okc = rowpairs.stat_rows(sides[1], cr)
-        both = np.nonzero(okr & okc)[0]
-        b = stats_batch_arrays(
-            xr, okr, xc, okc, sides[0].cols["numel"][rr[both]].tolist(),
-            rowpairs.complex_rows(sides[0], rr[both]), rtol[ca], atol[ca])
+        parts = []
+        for s in range(0, len(ca), _BATCH_PAIRS):  # the gathered statistics: in parts
+            at = ca[s:s + _BATCH_PAIRS]
+            rr, cr = table.rrow[at], table.crow[at]
+            xr, okr = rowpairs.stat_rows(sides[0], rr)
+            xc, okc = rowpairs.stat_rows(sides[1], cr)
+            both = np.nonzero(okr & okc)[0]
+            parts.append(stats_batch_arrays(
+                xr, okr, xc, okc, sides[0].cols["numel"][rr[both]].tolist(),
+                rowpairs.complex_rows(sides[0], rr[both]), rtol[at], atol[at]))
+            del xr, xc
+        b = StatsBatch.join(parts)
         handled = ca[b.at]
     else:
         cand = [i for i, (a, c) in enumerate(zip(refs, cands)) if _stats_only(a, c)]
@@ -456,6 +462,9 @@ class _RowAcc:
         return out
 
 
+#: pairs whose statistics a row-mode batch gathers at a time (two (n, 11) float64 matrices
+#: and the batch's temporaries: ~0.5 GB at 1M ops when gathered for every pair at once)
+_BATCH_PAIRS = 1 << 18
 _first = operator.itemgetter(0)
 #: calls whose results :func:`_fast_results` makes at a time
 _CALLS_AT_ONCE = 1 << 16

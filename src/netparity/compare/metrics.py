@@ -865,6 +865,32 @@ class StatsBatch:
     def __len__(self) -> int:
         return len(self.at)
 
+    @classmethod
+    def join(cls, parts: list[StatsBatch]) -> StatsBatch:
+        """The batches of consecutive runs of pairs as one batch (what one call on all the
+        pairs gives: every column is computed row by row)."""
+        if len(parts) == 1:
+            return parts[0]
+        out = cls(0)
+        out.ok = np.concatenate([b.ok for b in parts])
+        offsets = np.cumsum([0] + [len(b.ok) for b in parts[:-1]])
+        out.at = np.concatenate([b.at + o for b, o in zip(parts, offsets)])
+        out.diffs = np.concatenate([b.diffs for b in parts])
+        for name in ("lb", "rel", "mag", "rms", "min_atol", "min_rtol"):
+            setattr(out, name, np.concatenate([getattr(b, name) for b in parts]))
+        if any(b.counts is not None for b in parts):
+            out.counts = np.concatenate([b.counts if b.counts is not None
+                                         else np.zeros((len(b.at), 6), dtype=np.int64)
+                                         for b in parts])
+        out.numel = np.concatenate([b.numel for b in parts])
+        if all(isinstance(b.rtol_in, np.ndarray) for b in parts):
+            out.rtol_in = np.concatenate([b.rtol_in for b in parts])
+            out.atol_in = np.concatenate([b.atol_in for b in parts])
+        else:
+            out.rtol_in = [x for b in parts for x in b.rtol_in]
+            out.atol_in = [x for b in parts for x in b.atol_in]
+        return out
+
     # what a batch does not keep (a 1M-op comparison's ~3M pairs): made when asked for
     @property
     def rtol(self) -> np.ndarray:
