@@ -160,3 +160,24 @@ def test_batch_keeps_few_bytes_per_pair_and_the_same_metrics():
     assert c.metrics(7)["nan_mismatch"] == 2 and c.status()[7] == 2
     assert b.metrics(7)["nonfinite_counts"] == {"nan": [0, 0], "posinf": [0, 0],
                                                 "neginf": [0, 0]}
+
+
+def test_a_batch_made_in_parts_equals_one_made_whole():
+    """The engine judges a large comparison's statistics pairs in parts (bounded memory) and
+    joins them: every pair's metrics and status are those of one batch over all pairs."""
+    from netparity.compare.metrics import StatsBatch, stats_batch
+
+    pairs = _pairs()
+    refs, cands = [a for a, _ in pairs], [b for _, b in pairs]
+    rtol = [1e-4 if k % 2 else 0 for k in range(len(pairs))]
+    atol = [1e-5] * len(pairs)
+    whole = stats_batch(refs, cands, rtol, atol)
+    for size in (1, 7, 64, len(pairs)):
+        parts = [stats_batch(refs[s:s + size], cands[s:s + size], rtol[s:s + size],
+                             atol[s:s + size]) for s in range(0, len(pairs), size)]
+        got = StatsBatch.join(parts)
+        assert got.ok.tolist() == whole.ok.tolist() and got.at.tolist() == whole.at.tolist()
+        assert got.status().tolist() == whole.status().tolist()
+        assert [json.dumps(got.metrics(j)) for j in range(len(got))] == \
+            [json.dumps(whole.metrics(j)) for j in range(len(whole))]
+        assert got.nonfinite_mismatch()[0].tolist() == whole.nonfinite_mismatch()[0].tolist()
