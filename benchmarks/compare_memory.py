@@ -11,7 +11,12 @@ result keeps) and the traced peak.
 pairs from) adds after ``check_rows``: the share of a multi-step comparison's peak that aligning
 one step at a time would leave out.
 
-Run:  PYTHONPATH=src python benchmarks/compare_memory.py REF CAND [--trace 15 | --align all]
+``--stages`` also prints RSS after each stage inside ``engine.compare`` (alignment, the row
+sides, the call results, the tolerances, the statistics batch ...), with the heap set as the CLI
+sets it (:mod:`netparity.heap`).
+
+Run:  PYTHONPATH=src python benchmarks/compare_memory.py REF CAND [--trace 15 | --align all |
+      --stages]
 (e.g. on a pair ``benchmarks/compare_scale.py --make N DIR [--steps S] --make-only`` writes.)
 """
 
@@ -37,6 +42,28 @@ def vm() -> str:
     return f"rss {got['VmRSS']:8.0f} MB  peak {got['VmHWM']:8.0f} MB"
 
 
+def _watch_stages() -> None:
+    """Print RSS / peak after each inner stage of the engine (its functions wrapped)."""
+    import netparity.align as align_pkg
+    from netparity.compare import rowpairs
+
+    def wrap(mod: object, name: str) -> None:
+        f = getattr(mod, name)
+
+        def g(*args: object, **kw: object) -> object:
+            out = f(*args, **kw)
+            print(f"{'  ' + name:>24} {vm()}", flush=True)
+            return out
+        setattr(mod, name, g)
+
+    wrap(align_pkg, "align_traces")
+    for name in ("sides_of", "fast_calls", "GroupRows"):
+        wrap(rowpairs, name)
+    for name in ("_fast_results", "_scale_tolerances", "_batch_stats_pairs",
+                 "_treat_rounding_noise", "settle_moved_ops"):
+        wrap(engine, name)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("ref")
@@ -44,7 +71,14 @@ def main() -> int:
     ap.add_argument("--level", default="op", choices=("module", "op"))
     ap.add_argument("--trace", type=int, default=0, metavar="N")
     ap.add_argument("--align", metavar="STEP", help="measure align_traces of STEP (or all)")
+    ap.add_argument("--stages", action="store_true",
+                    help="also RSS after each stage inside engine.compare (as the CLI runs it)")
     a = ap.parse_args()
+    if a.stages:
+        from netparity.heap import return_large_blocks
+
+        return_large_blocks()  # as the CLI's compare does
+        _watch_stages()
     if a.trace:
         tracemalloc.start(1)
     print(f"{'start':>16} {vm()}", flush=True)
