@@ -110,9 +110,9 @@ class Store:
         rows: a scan of some steps (``compare --steps``, the alignment of one step) reads
         the columns of those rows only, from the row groups holding them, instead of every
         step's -- its memory is the steps asked for, not the trace. The last such window is
-        kept for the scans that follow (the same step's other columns). Not used when the
-        steps cover every row, when the ``step`` column is not in order (a copy some other
-        tool wrote), or when every column is read whole already."""
+        kept for the scans that follow (the same step's other columns); a column read whole
+        already is a view of it there. Not used when the steps cover every row or when the
+        ``step`` column is not in order (a copy some other tool wrote)."""
         if steps is None or self._parent is not None or not steps or not all(
                 isinstance(v, int) for v in steps):
             return None
