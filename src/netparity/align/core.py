@@ -280,34 +280,12 @@ def align_tables(rt: CallTable, ct: CallTable, *, level: str, mapping: Mapping,
     out = Alignment()
     res = _Results(rt, ct)
     module_votes, op_votes = _Votes(), _Votes()
-    want_modules = level in ("module", "both")
-    want_ops = level in ("op", "both")
-    for ia, ib in _buckets(rt, ct, pools):
-        ra, cb = ia[rt.is_module[ia]], ib[ct.is_module[ib]]
-        paired = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        if len(ra) or len(cb):
-            fa, fb = rt.feats.take(ra), ct.feats.take(cb)
-            mods = module_pass(fa, ra, fb, cb, rt, ct, mp, pools.paths)
-            # a module's repeated calls (micro-batches, a recurrent cell) pair by content
-            pair_by_content(mods.pairs, fa, fb, rt.module[ra], ct.module[cb])
-            paired = ra[mods.pairs.a], cb[mods.pairs.b]
-            module_votes.add(rt.module[paired[0]], ct.module[paired[1]])
-            if want_modules:
-                res.add(mods.pairs, ra, cb)
-                res.unmatched(ra[mods.un_a], cb[mods.un_b])
-        if want_ops:
-            ra, cb = ia[~rt.is_module[ia]], ib[~ct.is_module[ib]]
-            if len(ra) and len(cb):
-                cx = OpContext(rt.module[paired[0]], rt.call[paired[0]], ct.module[paired[1]],
-                               ct.call[paired[1]], module_votes.path_map(len(pools.paths.strs)),
-                               mp, pools.paths, cross_framework)
-                chunks, un_a, un_b = op_pass(rt.feats.take(ra), ra, ct.feats.take(cb), cb, rt,
-                                             ct, cx)
-                for ch in chunks:  # their 1:1 pairs vote for module pairs (in finish)
-                    res.add(ch, ra, cb, votes=True)
-                res.unmatched(ra[un_a], cb[un_b])
-            else:
-                res.unmatched(ra, cb)
+    for ia, ib in _buckets(rt, ct, pools):  # (one call per bucket: its arrays die with it)
+        _align_bucket(ia, ib, rt, ct, res, module_votes, level, mp, pools, cross_framework)
+    # the features are read by the passes only: dropped before the calls and matches are made
+    # (at the peak of an op-level alignment they were half of what it held)
+    rt.release_feats()
+    ct.release_feats()
     res.finish(out, op_votes)
     strs = pools.paths.strs
     for votes in (module_votes, op_votes):  # module votes first; op votes add what they lack
@@ -317,6 +295,40 @@ def align_tables(rt: CallTable, ct: CallTable, *, level: str, mapping: Mapping,
             more = ((a, b) for a, b in more if a not in out.module_map)  # type: ignore[assignment]
         out.module_map.update(more)
     return out
+
+
+def _align_bucket(ia: np.ndarray, ib: np.ndarray, rt: CallTable, ct: CallTable, res: _Results,
+                  module_votes: _Votes, level: str, mp: Mapping, pools: Pools,
+                  cross_framework: bool) -> None:
+    """Steps 1 and 2 of the module docstring in one bucket (calls ``ia`` of ``rt``, ``ib`` of
+    ``ct``): its pairs and unmatched calls go to ``res``, its module pairs vote."""
+    want_modules = level in ("module", "both")
+    ra, cb = ia[rt.is_module[ia]], ib[ct.is_module[ib]]
+    paired = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if len(ra) or len(cb):
+        fa, fb = rt.feats.take(ra), ct.feats.take(cb)
+        mods = module_pass(fa, ra, fb, cb, rt, ct, mp, pools.paths)
+        # a module's repeated calls (micro-batches, a recurrent cell) pair by content
+        pair_by_content(mods.pairs, fa, fb, rt.module[ra], ct.module[cb])
+        del fa, fb
+        paired = ra[mods.pairs.a], cb[mods.pairs.b]
+        module_votes.add(rt.module[paired[0]], ct.module[paired[1]])
+        if want_modules:
+            res.add(mods.pairs, ra, cb)
+            res.unmatched(ra[mods.un_a], cb[mods.un_b])
+    if level not in ("op", "both"):
+        return
+    ra, cb = ia[~rt.is_module[ia]], ib[~ct.is_module[ib]]
+    if not (len(ra) and len(cb)):
+        res.unmatched(ra, cb)
+        return
+    cx = OpContext(rt.module[paired[0]], rt.call[paired[0]], ct.module[paired[1]],
+                   ct.call[paired[1]], module_votes.path_map(len(pools.paths.strs)),
+                   mp, pools.paths, cross_framework)
+    chunks, un_a, un_b = op_pass(rt.feats.take(ra), ra, ct.feats.take(cb), cb, rt, ct, cx)
+    for ch in chunks:  # their 1:1 pairs vote for module pairs (in finish)
+        res.add(ch, ra, cb, votes=True)
+    res.unmatched(ra[un_a], cb[un_b])
 
 
 def _buckets(rt: CallTable, ct: CallTable, pools: Pools) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -104,6 +104,11 @@ class CallTable:
     def __len__(self) -> int:
         return len(self.seq)
 
+    def release_feats(self) -> None:
+        """Drop the features (the alignment passes read them; :func:`align_tables` calls this
+        once they are done): ``feats`` is then empty."""
+        self.feats = build_feats([], Interner())
+
     def call_obj(self, i: int) -> Call:
         """The :class:`Call` of row ``i`` (the same object on every request)."""
         return self.call_objs([i])[0]
