@@ -868,27 +868,33 @@ class StatsBatch:
     @classmethod
     def join(cls, parts: list[StatsBatch]) -> StatsBatch:
         """The batches of consecutive runs of pairs as one batch (what one call on all the
-        pairs gives: every column is computed row by row)."""
+        pairs gives: every column is computed row by row). Consumes ``parts``: each column
+        of theirs is dropped once joined (the whole batch is then held once, not twice)."""
         if len(parts) == 1:
             return parts[0]
+
+        def joined(name: str) -> Any:
+            cols = [getattr(b, name) for b in parts]
+            for b in parts:
+                setattr(b, name, None)
+            if all(isinstance(c, np.ndarray) for c in cols):
+                return np.concatenate(cols)
+            return [x for c in cols for x in c]
+
         out = cls(0)
-        out.ok = np.concatenate([b.ok for b in parts])
-        offsets = np.cumsum([0] + [len(b.ok) for b in parts[:-1]])
-        out.at = np.concatenate([b.at + o for b, o in zip(parts, offsets)])
-        out.diffs = np.concatenate([b.diffs for b in parts])
-        for name in ("lb", "rel", "mag", "rms", "min_atol", "min_rtol"):
-            setattr(out, name, np.concatenate([getattr(b, name) for b in parts]))
-        if any(b.counts is not None for b in parts):
-            out.counts = np.concatenate([b.counts if b.counts is not None
-                                         else np.zeros((len(b.at), 6), dtype=np.int64)
-                                         for b in parts])
-        out.numel = np.concatenate([b.numel for b in parts])
-        if all(isinstance(b.rtol_in, np.ndarray) for b in parts):
-            out.rtol_in = np.concatenate([b.rtol_in for b in parts])
-            out.atol_in = np.concatenate([b.atol_in for b in parts])
-        else:
-            out.rtol_in = [x for b in parts for x in b.rtol_in]
-            out.atol_in = [x for b in parts for x in b.atol_in]
+        sizes = [len(b.ok) for b in parts]
+        offsets = np.cumsum([0] + sizes[:-1])
+        for b, o in zip(parts, offsets):
+            b.at = b.at + o
+        # NaN/Inf counts: kept only where some pair has one (as one batch over all does)
+        counts = any(b.counts is not None for b in parts)
+        if counts:
+            for b in parts:
+                if b.counts is None:
+                    b.counts = np.zeros((len(b.at), 6), dtype=np.int64)
+        for name in ("ok", "at", "diffs", "lb", "rel", "mag", "rms", "min_atol", "min_rtol",
+                     "numel", "rtol_in", "atol_in") + (("counts",) if counts else ()):
+            setattr(out, name, joined(name))
         return out
 
     # what a batch does not keep (a 1M-op comparison's ~3M pairs): made when asked for

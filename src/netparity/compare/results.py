@@ -349,7 +349,7 @@ class CompareResult:
         if level is not None and len(t):
             at_level = np.array([c.level == level for c in self.calls] or [False], dtype=bool)
             hit &= at_level[t.call]
-        return ([t.get(i) for i in t.perm if hit[i]]
+        return ([t.get(i) for i in t.perm[hit[t.perm]].tolist()]
                 + [p for p in self._others() if p.status == status])
 
     def clear(self, direction: str, why: str) -> int:
@@ -387,10 +387,10 @@ class CompareResult:
         if t is not None and n < len(t) and not np.isnan(err := t.errors()).any():
             # the table's n worst (same order as the sort below: stable, so ties keep the
             # pairs' order), then the other pairs; only those candidates are made
-            perm = np.asarray(t.perm, dtype=np.int64)
+            perm = t.perm
             rank = CODE_RANK_F[t.code[perm]]
             o = np.lexsort((-err[perm], -rank))[:n]
-            ps = [t.get(t.perm[i]) for i in o.tolist()] + self._others()
+            ps = [t.get(i) for i in perm[o].tolist()] + self._others()
             ps = [p for p in ps if p.metrics]
         else:
             ps = [p for p in self.all_pairs() if p.metrics]
