@@ -36,3 +36,34 @@ def test_dropped_arrays_go_back_to_the_system():
                        check=True)
     # 39 x 6 MiB handed back (glibc 2.36 with its moving threshold: ~0 MB, the heap keeps them)
     assert float(p.stdout.split()[-1]) > 200, p.stdout
+
+
+_TRIM_CHILD = """
+from netparity.heap import return_large_blocks, trim
+return_large_blocks()
+def rss_mb():
+    with open("/proc/self/status") as f:
+        return next(int(x.split()[1]) for x in f if x.startswith("VmRSS")) / 1024
+# 1 MiB blocks (below the threshold: the heap's) with a small live one after each, as a
+# stage's temporaries sit between what a result keeps
+blocks, keep = [], []
+for _ in range(200):
+    blocks.append(b"x" * (1 << 20))  # (written: its pages resident)
+    keep.append(b"y" * 100_000)  # (from the C heap, after it: no free chunk that large)
+del blocks
+before = rss_mb()
+trim()
+print(before - rss_mb())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_trim_hands_back_free_heap_between_live_blocks():
+    from netparity.heap import trim
+
+    if not trim() and not return_large_blocks():
+        pytest.skip("not glibc")
+    p = subprocess.run([sys.executable, "-c", _TRIM_CHILD], capture_output=True, text=True,
+                       check=True)
+    # ~200 MiB freed between live blocks: kept resident until trimmed
+    assert float(p.stdout.split()[-1]) > 150, p.stdout

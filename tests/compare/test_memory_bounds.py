@@ -51,3 +51,27 @@ def test_op_noise_probe_reads_few_records(pair, monkeypatch):
     assert tr.count(kind="op") > 400
     assert OpNoise.for_traces(tr, tc) is None  # statistics only
     assert len(made) <= 50  # the first side's look answers it
+
+
+def test_a_frozen_comparison_leaves_nothing_of_its_alignment(pair, monkeypatch):
+    """A large comparison freezes its objects for the garbage collector when it ends; what its
+    alignment made (one call class per table and kind, whose attributes hold the tables' arrays
+    and record sources: each its own reference cycle) is collected first, not frozen with them
+    for good (~0.5 GB of a 1M-op comparison stayed alive after it returned)."""
+    import gc
+
+    from netparity.align.tableread import _TableCall
+    from netparity.compare import engine
+
+    monkeypatch.setattr(engine, "_FREEZE_PAIRS", 1)  # this small pair freezes too
+    gc.collect()
+    before = len(_TableCall.__subclasses__())
+    try:
+        for level in ("op", "module"):
+            res = engine.compare(pair[0], pair[1], level=level)
+            assert res.n_pairs() > 100 and gc.get_freeze_count() > 0
+            del res
+            gc.collect()
+            assert len(_TableCall.__subclasses__()) == before, level
+    finally:
+        gc.unfreeze()

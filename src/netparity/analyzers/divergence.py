@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from netparity import heap
 from netparity.compare import engine
 from netparity.compare.pairtable import CODE_RANK, PairTable, row_of
 from netparity.compare.restructured import settle as settle_restructured
@@ -229,9 +230,11 @@ def min_tolerance_columns(cols: Mapping[str, np.ndarray]) -> list[dict[str, Any]
     basis = cols["basis"]
     is_stats = basis == "stats"
     is_tensors = basis == "tensors"
-    keep = np.nonzero(is_stats | is_tensors)[0]
+    keep: Any = np.nonzero(is_stats | is_tensors)[0]
     if not len(keep):
         return []
+    if len(keep) == len(basis):  # every pair (the usual case): views, not copies
+        keep = slice(None)
     rtol, atol = cols["rtol"][keep], cols["atol"][keep]
     memo: dict[Any, bool] = {}
     rel = np.array([memo[x] if x in memo else memo.setdefault(x, "(atol x rms)" in x)
@@ -453,6 +456,7 @@ def localise(result: CompareResult, amplification: float | None = None, *,
     if tolerances:
         table = result.table
         if table is not None:
+            heap.trim()  # what classifying dropped, before the columns (netparity.heap)
             cols = table.tolerance_columns()
             cols["basis"][table.code == 3] = None  # pairs not judged (set aside) need none
             extra = [row_of(p) for p in (*result.params, *result.loss, *result.data)]

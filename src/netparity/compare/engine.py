@@ -9,17 +9,19 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import gc
 import math
 import operator
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from statistics import median
-from typing import Any
+from typing import Any, ParamSpec
 
 import numpy as np
 
+from netparity import heap
 from netparity.compare import leafreplay_back as _leafback
 from netparity.compare import rowpairs
 from netparity.compare.argpairs import group_inputs, pair_tensors
@@ -52,6 +54,9 @@ LEVELS = ("module", "op", "both")
 ROW_MODE = True
 #: pairs from which a comparison freezes its objects for the garbage collector (see compare)
 _FREEZE_PAIRS = 50_000
+#: calls from which a comparison collects its alignment's garbage once its pairs are made
+_COLLECT_CALLS = 20_000
+_P = ParamSpec("_P")
 #: unit roundoff per dtype: the fp64 mode's floor is eps * rms(fp64 reference)
 _EPS = {
     "float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8,
@@ -481,7 +486,8 @@ def _fast_results(fast: rowpairs.FastCalls, lv: str, matches: list[Any], base: i
     (``base + match``: the call's position in ``result.calls``; the auxiliary outputs left
     unpaired are added to ``notes`` with their match). Made :data:`_CALLS_AT_ONCE` calls at a
     time: the calls' fields as tuples and the keys' parts are temporaries (~0.4 GB at 1M ops
-    when made for every call at once)."""
+    when made for every call at once). Consumes its calls: each part's entries of ``matches``
+    and of ``fast.refs`` / ``fast.cands`` are set to None once its results are made."""
     co, pos, is_out = fast.call_of, fast.pos, fast.is_out
     width = int(pos.max()) + 1 if len(pos) else 0
     names = np.array([f"{role}{j}" for j in range(width) for role in ("in", "out")] or [""],
@@ -523,6 +529,11 @@ def _fast_results(fast: rowpairs.FastCalls, lv: str, matches: list[Any], base: i
                               made[b:s], made[s:e], "pass", "", "", m.method,
                               float(m.confidence), 0.0, 0.0, ca if kd == "module" else mc))
         del refs, cands, cks, made, got
+        # these calls' results hold what they need of their matches: the matches and their
+        # calls go part by part (~0.7 GB at 1M ops), not with the alignment
+        for k in fast.match[c0:c1]:
+            matches[k] = None
+        fast.refs[c0:c1] = fast.cands[c0:c1] = [None] * (c1 - c0)
     acc.fast(fast, ix, keys, pair_cks, np.asarray(fast.match, dtype=np.int64)[co] + base)
     for i in np.nonzero(np.asarray(fast.aux, dtype=bool)
                         & (np.asarray(fast.n_out_ref, dtype=np.int64) > 1))[0].tolist():
@@ -603,6 +614,32 @@ def _rec_dict(r: Record) -> dict[str, Any]:
             "rank": r.rank, "dtype": r.dtype, "shape": list(r.shape)}
 
 
+def _collect_then_freeze(fn: Callable[_P, CompareResult]) -> Callable[_P, CompareResult]:
+    """Run ``fn`` (a comparison); when its result holds :data:`_FREEZE_PAIRS` pairs or more,
+    collect the garbage it left, then freeze what is alive.
+
+    The collector is paused while a comparison makes ~10^6 objects; once it runs again, its
+    young-generation passes would walk all of them two or three times over (seconds, in
+    whatever code allocates next: localisation). Freezing hands them to the permanent
+    generation instead; they are still freed by reference counting when released. But cycles
+    among them never are: the alignment's calls have one class per table and kind (a class is
+    its own cycle), whose attributes hold the table's arrays and record source -- frozen while
+    the comparison's frame still held its last calls, ~0.5 GB of a 1M-op comparison stayed
+    for good. So the freeze comes after the comparison's frame is gone and one full
+    collection (~0.8 s at 1M ops) has freed what became garbage."""
+
+    @functools.wraps(fn)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> CompareResult:
+        result = fn(*args, **kwargs)
+        if result.n_pairs() >= _FREEZE_PAIRS:
+            gc.collect()
+            gc.freeze()
+        return result
+
+    return run
+
+
+@_collect_then_freeze
 @paused_gc()  # a large comparison builds ~10^6 objects and no garbage (see netparity.gcpause)
 def compare(
     ref: Any,
@@ -840,6 +877,16 @@ def compare(
     # the alignment is done with (the calls' results hold what they need of it): freed before
     # the pairs' columns and the statistics batch are made (~1 GB of a 1M-op comparison)
     del al, ms, fast, groups, slots, todo
+    # (and the last call the loop above looked at: its class -- one per table and kind, a
+    # reference cycle -- holds the alignment's arrays and record source; with the sides' own,
+    # ~0.5 GB at 1M ops, collected now, not when the comparison returns)
+    m = r0 = c0 = rl = cl = None  # type: ignore[assignment]
+    if sides is not None:
+        for side in sides:
+            side.done_pairing()
+    if len(result.calls) >= _COLLECT_CALLS:
+        gc.collect()
+    heap.trim()  # and the heap's pages they were made in (netparity.heap)
     table = acc.table(sides, tols) if sides is not None else PairTable(rows)
     del rows, acc
     _scale_tolerances(table, sides)
@@ -849,6 +896,7 @@ def compare(
     # statistics trace -- are judged as whole arrays and stay columns of the table
     one_by_one = (_batch_stats_pairs(table, sides) if fp64_tr is None
                   else list(range(len(table))))
+    heap.trim()  # the batch's parts and gathers
     jobs = [_Job(table.refs[i], table.cands[i], table.tol(i), table.new_object(i))
             for i in one_by_one] + pjobs
     # without an fp64 trace, op pairs with tensors are judged against the reference op's own
@@ -979,13 +1027,6 @@ def compare(
     # a parameter-free op applied on the other side of a module boundary is not a divergence
     settle_moved_ops(result, ref_tr, cand_tr)
     settle_commuted(result, ref_tr, cand_tr)  # a commutative op's operands in the other order
-    if len(table) + len(pjobs) >= _FREEZE_PAIRS:
-        # The collector was paused while ~10^6 objects were made; once it runs again, its
-        # young-generation passes would walk all of them two or three times over (seconds, in
-        # whatever code allocates next: localisation). Freezing hands them to the permanent
-        # generation instead. They are still freed by reference counting when released; only
-        # reference cycles among them would outlive that, and a result holds none.
-        gc.freeze()
     return result  # calls are classified and localised by netparity.analyzers.divergence
 
 
