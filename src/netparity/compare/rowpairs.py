@@ -530,34 +530,38 @@ class GroupRows:
             sets.append((k, fr.external(a, b), fc.external(c, d), fr.outputs(b - 1),
                          fc.outputs(d - 1)))
         # every distance a group may ask for, in one pass: each role's ref x cand matrix,
-        # flattened and concatenated (the same element-wise operations as per matrix)
-        ri: list[int] = []
-        ci: list[int] = []
+        # flattened and concatenated (the same element-wise operations as per matrix); index
+        # arrays and distances stay arrays (as Python lists, ~0.25 GB for a moment at 1M ops)
+        ri: list[np.ndarray] = []
+        ci: list[np.ndarray] = []
         for _, ins_r, ins_c, outs_r, outs_c in sets:
             for rs, cs in ((ins_r, ins_c), (outs_r, outs_c)):
-                for i in rs:
-                    ri += [i] * len(cs)
-                    ci += cs
-        ria, cia = np.asarray(ri, dtype=np.int64), np.asarray(ci, dtype=np.int64)
+                if rs and cs:  # row-major: each ref row against every cand row
+                    ri.append(np.repeat(np.asarray(rs, dtype=np.int64), len(cs)))
+                    ci.append(np.tile(np.asarray(cs, dtype=np.int64), len(rs)))
+        z = np.zeros(0, dtype=np.int64)
+        ria, cia = (np.concatenate(ri) if ri else z), (np.concatenate(ci) if ci else z)
         del ri, ci
         flat = np.zeros(len(ria))
         for s in range(0, len(ria), _DIST_ROWS):  # row by row: in parts, exactly the same
             flat[s:s + _DIST_ROWS] = row_distance(fr.stat[ria[s:s + _DIST_ROWS]],
                                                   fc.stat[cia[s:s + _DIST_ROWS]])
         del ria, cia
-        dist: list[float] = np.where(np.isfinite(flat), flat, 1.0).tolist()
+        dist = np.where(np.isfinite(flat), flat, 1.0)
         del flat
         at = 0
         for k, ins_r, ins_c, outs_r, outs_c in sets:
             got = []
             for rs, cs, first_only in ((ins_r, ins_c, False), (outs_r, outs_c, True)):
-                w = len(cs)
-                mat = [dist[at + i * w: at + (i + 1) * w] for i in range(len(rs))]
-                at += w * len(rs)
+                w, n = len(cs), len(rs)
+                # the group's matrix as lists of floats, made if pairing asks for it
+                mat = (lambda a=at, w=w, n=n:  # noqa: E731
+                       dist[a:a + w * n].reshape(n, w).tolist())
+                at += w * n
                 got.append((fr.rows_of(rs), fc.rows_of(cs), fr.prefixes(rs), pair_by_value(
                     [fr.sq[i] for i in rs], [fc.sq[j] for j in cs], [fr.numel[i] for i in rs],
                     [fc.numel[j] for j in cs], [fr.payload[i] for i in rs],
-                    [fc.payload[j] for j in cs], lambda m=mat: m, group=True,
+                    [fc.payload[j] for j in cs], mat, group=True,
                     first_only=first_only)))
             self.pairs[k] = (got[0], got[1])
 
@@ -585,28 +589,35 @@ class _RowFacts:
         self.numel: list[int] = cols["numel"][rows].tolist()
         self.payload: list[bool] = (~cols.null("shard")[rows]).tolist()
         # argpairs._identity: (shape, dtype, mean, std, min, max, norm), None when one of
-        # the statistics is unknown (shape and dtype as codes: compared within a side only)
+        # the statistics is unknown (shape and dtype as codes: compared within a side only);
+        # made per group when asked (:meth:`_ident`: as tuples for every row at once, ~0.25 GB
+        # for a moment at 1M ops)
         v = table.floats[rows][:, [2, 3, 0, 1, 4]]
         null = table.null[rows][:, [2, 3, 0, 1, 4]]
         known = ~null.any(axis=1)
-        self.ident: list[Any] = [
-            (sh, dt, *x) if k else None for sh, dt, x, k in zip(
-                side.shape_a[rows].tolist(), cols["dtype"].codes[rows].tolist(), v.tolist(),
-                known.tolist())]
+        self._id_cols = (side.shape_a[rows], cols["dtype"].codes[rows], v, known)
         # align.features.stat_row: mean, std, min, max, norm/sqrt(numel or 1), NaN unknown
         st = np.where(null[:, :4], np.nan, v[:, :4])
         n = np.maximum(cols["numel"][rows], 1).astype(np.float64)
         rms = np.where(known, v[:, 4] / np.sqrt(n), np.nan)
         self.stat = np.concatenate([st, rms[:, None]], axis=1)
 
+    def _ident(self, lo: int, hi: int) -> list[Any]:
+        """The identities of positions ``lo..hi-1`` (see ``__init__``)."""
+        sh, dt, v, known = (x[lo:hi] for x in self._id_cols)
+        return [(a, b, *x) if k else None
+                for a, b, x, k in zip(sh.tolist(), dt.tolist(), v.tolist(), known.tolist())]
+
     def external(self, a: int, b: int) -> list[int]:
         """:func:`~netparity.compare.argpairs.group_inputs` of calls ``a..b-1``."""
-        ident = self.ident
+        if b - a <= 1:
+            return list(range(self.span[a][0], self.span[a][1]))
+        lo = self.span[a][0]
+        ident = self._ident(lo, self.span[b - 1][2])
         io = []
         for s, m, e in self.span[a:b]:
-            io.append((range(s, m), ident[s:m], ident[m:e]))
-        return external_inputs(io) if b - a > 1 else list(range(self.span[a][0],
-                                                                self.span[a][1]))
+            io.append((range(s, m), ident[s - lo:m - lo], ident[m - lo:e - lo]))
+        return external_inputs(io)
 
     def outputs(self, k: int) -> list[int]:
         s, m, e = self.span[k]
