@@ -97,3 +97,22 @@ def test_minimum_tolerances_as_arrays_match_the_definition(rows):
 
     for g, w in zip(got, want):
         assert all(same(g[k], w[k]) for k in w), (g, w)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_row, max_size=40), st.lists(st.integers(0, 40), max_size=4))
+def test_minimum_tolerances_part_by_part_match_the_definition(rows, cuts):
+    """A large table's minimum tolerances are computed a part of its pairs at a time
+    (``PairTable.tolerance_parts``): the groups, their values and their order are those of
+    all pairs at once, wherever the parts are cut (a group spanning parts, NaN keys, a
+    group's first pair in a later part)."""
+    at = sorted({min(c, len(rows)) for c in cuts} | {0, len(rows)})
+    parts = [div._columns_of_rows(rows[a:b]) for a, b in zip(at, at[1:]) if b > a]
+    got, want = div.min_tolerance_parts(parts), _oracle(rows)
+    assert [list(g) for g in got] == [list(g) for g in want]
+
+    def same(a: Any, b: Any) -> bool:
+        return a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))
+
+    for g, w in zip(got, want):
+        assert all(same(g[k], w[k]) for k in w), (g, w)

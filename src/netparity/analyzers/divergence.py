@@ -25,8 +25,9 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -221,20 +222,52 @@ def _groups(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def min_tolerance_columns(cols: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
     """:func:`min_tolerances` of pairs given as columns (those of
-    :meth:`PairTable.tolerance_columns <netparity.compare.pairtable.PairTable.tolerance_columns>`),
+    :meth:`PairTable.tolerance_parts <netparity.compare.pairtable.PairTable.tolerance_parts>`),
     as whole arrays: one group per (rtol, atol) in order of first use, largest first.
 
     A pair whose atol is relative to its tensor's RMS (the cross profile: ``(atol x rms)`` in
     its tolerance source) has its own absolute atol, so such pairs group by rtol alone and
     report atol in units of each tensor's RMS instead of one line per pair."""
+    return min_tolerance_parts([cols])
+
+
+def min_tolerance_parts(parts: Iterable[Mapping[str, np.ndarray]]) -> list[dict[str, Any]]:
+    """:func:`min_tolerance_columns` of the pairs of consecutive parts (each a mapping of
+    columns), one part at a time: the same groups, values and order as one call on all of
+    them (a group is its ``(rtol, atol)`` key, floats compared with ``==``: a NaN key is a
+    group of its own; counts add up, maxima take the larger, a group's first pair decides its
+    ``rtol``, ``atol`` and unit)."""
+    groups: dict[Any, dict[str, Any]] = {}
+    offset = 0
+    for cols in parts:
+        _part_groups(cols, offset, groups)
+        offset += len(cols["basis"])
+    out = []
+    for g in sorted(groups.values(), key=lambda g: g["first"]):  # in order of first use
+        grp: dict[str, Any] = {
+            "rtol": g["rtol"], "atol": g["atol"], "min_atol": g["min_atol"],
+            "min_rtol": g["min_rtol"], "pairs": g["pairs"],
+            "nonfinite_mismatch": g["nonfinite"],
+            "basis": "+".join(b for b, k in zip(("stats", "tensors"), g["kinds"]) if k)}
+        if g["rms"]:
+            grp["atol_unit"] = "rms"
+        out.append(grp)
+    out.sort(key=lambda g: -int(g["pairs"]))
+    return out
+
+
+def _part_groups(cols: Mapping[str, np.ndarray], offset: int,
+                 groups: dict[Any, dict[str, Any]]) -> None:
+    """Add the pairs of one part (its first at position ``offset`` of all) to ``groups``."""
     basis = cols["basis"]
     is_stats = basis == "stats"
     is_tensors = basis == "tensors"
     keep: Any = np.nonzero(is_stats | is_tensors)[0]
     if not len(keep):
-        return []
+        return
     if len(keep) == len(basis):  # every pair (the usual case): views, not copies
         keep = slice(None)
+    at = np.arange(len(basis))[keep]
     rtol, atol = cols["rtol"][keep], cols["atol"][keep]
     memo: dict[Any, bool] = {}
     rel = np.array([memo[x] if x in memo else memo.setdefault(x, "(atol x rms)" in x)
@@ -243,14 +276,16 @@ def min_tolerance_columns(cols: Mapping[str, np.ndarray]) -> list[dict[str, Any]
     with np.errstate(invalid="ignore"):
         pos, nonpos = rms > 0, rms <= 0
     scale = np.where(pos, rms, 1.0)
-    inv, first = _groups(rtol, np.where(nonpos, atol, -1.0))
+    akey = np.where(nonpos, atol, -1.0)
+    inv, first = _groups(rtol, akey)
     ng = len(first)
-    pairs = np.bincount(inv, minlength=ng)
+    pairs = np.bincount(inv, minlength=ng).tolist()
     nf = cols["nonfinite"][keep]
-    n_nf = np.bincount(inv[nf], minlength=ng)
+    n_nf = np.bincount(inv[nf], minlength=ng).tolist()
     ok = ~nf
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         ma = cols["min_atol"][keep] / scale
+        a_unit = atol / scale  # a group's atol: its first pair's, in RMS units where relative
     mr = cols["min_rtol"][keep]
     most = []
     for v in (ma, mr):  # Python's max(0.0, x) in order: NaN never wins, 0.0 is the floor
@@ -259,20 +294,23 @@ def min_tolerance_columns(cols: Mapping[str, np.ndarray]) -> list[dict[str, Any]
         good = ~np.isnan(x)
         np.maximum.at(m, g[good], x[good])
         most.append((m + 0.0).tolist())
-    kinds = [np.bincount(inv[flag[keep]], minlength=ng) > 0 for flag in (is_stats, is_tensors)]
-    out = []
-    for g in np.argsort(first, kind="stable").tolist():  # groups in order of first use
-        f = int(first[g])
-        grp: dict[str, Any] = {
-            "rtol": float(rtol[f]), "atol": float(atol[f] / scale[f]),
-            "min_atol": most[0][g], "min_rtol": most[1][g], "pairs": int(pairs[g]),
-            "nonfinite_mismatch": int(n_nf[g]),
-            "basis": "+".join(b for b, k in zip(("stats", "tensors"), kinds) if k[g])}
-        if pos[f]:
-            grp["atol_unit"] = "rms"
-        out.append(grp)
-    out.sort(key=lambda g: -int(g["pairs"]))
-    return out
+    kinds = [(np.bincount(inv[flag[keep]], minlength=ng) > 0).tolist()
+             for flag in (is_stats, is_tensors)]
+    for g, f in enumerate(first.tolist()):
+        r, a = float(rtol[f]), float(akey[f])
+        key: Any = (r, a) if r == r and a == a else ("nan", offset + int(at[f]))
+        got = groups.get(key)
+        if got is None:
+            groups[key] = {
+                "first": offset + int(at[f]), "rtol": r, "atol": float(a_unit[f]),
+                "rms": bool(pos[f]), "min_atol": most[0][g], "min_rtol": most[1][g],
+                "pairs": pairs[g], "nonfinite": n_nf[g], "kinds": [kinds[0][g], kinds[1][g]]}
+            continue
+        got["pairs"] += pairs[g]
+        got["nonfinite"] += n_nf[g]
+        got["min_atol"] = max(got["min_atol"], most[0][g])
+        got["min_rtol"] = max(got["min_rtol"], most[1][g])
+        got["kinds"] = [got["kinds"][0] or kinds[0][g], got["kinds"][1] or kinds[1][g]]
 
 
 class _TablePairs(Mapping[str, PairResult]):
@@ -457,13 +495,11 @@ def localise(result: CompareResult, amplification: float | None = None, *,
         table = result.table
         if table is not None:
             heap.trim()  # what classifying dropped, before the columns (netparity.heap)
-            cols = table.tolerance_columns()
-            cols["basis"][table.code == 3] = None  # pairs not judged (set aside) need none
             extra = [row_of(p) for p in (*result.params, *result.loss, *result.data)]
+            parts: Iterable[Mapping[str, np.ndarray]] = table.tolerance_parts()
             if extra:
-                more = _columns_of_rows(extra)
-                cols = {k: np.concatenate((v, more[k])) for k, v in cols.items()}
-            result.min_tolerance = min_tolerance_columns(cols)
+                parts = itertools.chain(parts, [_columns_of_rows(extra)])
+            result.min_tolerance = min_tolerance_parts(parts)
         else:
             result.min_tolerance = min_tolerances(
                 [p for p in result.all_pairs() if p.status != "unknown"])

@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,8 @@ STATUS_CODE = {"pass": 0, "warn": 1, "fail": 2, "unknown": 3}
 CODE_STATUS = ("pass", "warn", "fail", "unknown")
 #: the rank of a code for :func:`~netparity.compare.results.worst` (unknown counts as pass)
 CODE_RANK = np.array([0, 1, 2, 0], dtype=np.int8)
+#: pairs per part of :meth:`PairTable.tolerance_parts`
+TOLERANCE_PART = 1 << 18
 
 _new = object.__new__
 
@@ -278,40 +281,55 @@ class PairTable:
         obj = self.obj
         return any(obj[i].metrics.get("basis") == "stats" for i in self.made)  # type: ignore[union-attr]
 
-    def tolerance_columns(self) -> dict[str, np.ndarray]:
-        """Per pair in ``result.pairs`` order, what
-        :func:`~netparity.analyzers.divergence.min_tolerances` reads, as columns (``basis``,
-        ``source``: object arrays; ``rtol``, ``atol``, ``ref_rms``, ``min_atol``, ``min_rtol``:
-        float, 0.0 where a pair has none; ``nonfinite``: bool) -- the columns of
-        :func:`row_of` for every pair, without a tuple per pair."""
+    def tolerance_parts(self, size: int = TOLERANCE_PART) -> Iterator[dict[str, np.ndarray]]:
+        """What :func:`~netparity.analyzers.divergence.min_tolerances` reads of every pair, as
+        columns, ``size`` pairs at a time in ``result.pairs`` order (``basis``, ``source``:
+        object arrays; ``rtol``, ``atol``, ``ref_rms``, ``min_atol``, ``min_rtol``: float, 0.0
+        where a pair has none; ``nonfinite``: bool) -- the columns of :func:`row_of`, without a
+        tuple per pair, and never all at once (eight columns of a 3M-pair table are ~0.2 GB).
+        Pairs set aside unjudged (status code 3) have no basis: they need no tolerance."""
         n = self.n
-        basis = np.full(n, None, dtype=object)
-        source = np.array([t.source for t in self.tols], dtype=object) if n else \
-            np.zeros(0, dtype=object)
-        rtol = np.array([t.rtol for t in self.tols], dtype=np.float64)
-        atol = np.array(self.atol, dtype=np.float64)
-        rms, mina, minr = (np.zeros(n) for _ in range(3))
-        nf = np.zeros(n, dtype=bool)
         b = self.batch
+        nonfinite = None
         if b is not None and len(b):
-            at = np.nonzero(self.brow >= 0)[0]
-            j = self.brow[at]
             nan_m, inf_m = b.nonfinite_mismatch()
-            basis[at] = "stats"
-            rms[at], mina[at], minr[at] = b.rms[j], b.min_atol[j], b.min_rtol[j]
-            nf[at] = ((nan_m != 0) | (inf_m != 0))[j]
-        obj = self.obj
-        for i in self.made:
-            (basis[i], rtol[i], atol[i], source[i], rms[i], nf[i], mina[i],
-             minr[i]) = _float_row(row_of(obj[i]))  # type: ignore[arg-type]
-        # put in result.pairs order one column at a time (each unordered one dropped as its
-        # ordered copy is made: ~0.2 GB less at the peak of a 3M-pair table)
-        cols = {"basis": basis, "rtol": rtol, "atol": atol, "source": source, "ref_rms": rms,
-                "nonfinite": nf, "min_atol": mina, "min_rtol": minr}
-        del basis, rtol, atol, source, rms, nf, mina, minr
-        for name in list(cols):
-            cols[name] = cols[name][self.perm]
-        return cols
+            nonfinite = (nan_m != 0) | (inf_m != 0)
+        # the pairs judged one by one, by their position in result.pairs order
+        made = np.asarray(self.made, dtype=np.int64)
+        made_at = made
+        if len(made):
+            where = np.empty(n, dtype=np.int64)
+            where[self.perm] = np.arange(n)
+            made_at = where[made]
+            o = np.argsort(made_at, kind="stable")
+            made, made_at = made[o], made_at[o]
+        tols, obj = self.tols, self.obj
+        for lo in range(0, n, size):
+            idx = self.perm[lo:lo + size]
+            k = len(idx)
+            part = [tols[i] for i in idx.tolist()]
+            basis = np.full(k, None, dtype=object)
+            source = np.empty(k, dtype=object)
+            source[:] = [t.source for t in part]
+            rtol = np.array([t.rtol for t in part], dtype=np.float64)
+            atol = np.array(self.atol[idx], dtype=np.float64)
+            del part
+            rms, mina, minr = (np.zeros(k) for _ in range(3))
+            nf = np.zeros(k, dtype=bool)
+            if nonfinite is not None and b is not None:
+                j = self.brow[idx]
+                at = np.nonzero(j >= 0)[0]
+                j = j[at]
+                basis[at] = "stats"
+                rms[at], mina[at], minr[at] = b.rms[j], b.min_atol[j], b.min_rtol[j]
+                nf[at] = nonfinite[j]
+            s, e = np.searchsorted(made_at, [lo, lo + k]).tolist()
+            for i, p in zip(made[s:e].tolist(), (made_at[s:e] - lo).tolist()):
+                (basis[p], rtol[p], atol[p], source[p], rms[p], nf[p], mina[p],
+                 minr[p]) = _float_row(row_of(obj[i]))  # type: ignore[arg-type]
+            basis[self.code[idx] == 3] = None
+            yield {"basis": basis, "rtol": rtol, "atol": atol, "source": source,
+                   "ref_rms": rms, "nonfinite": nf, "min_atol": mina, "min_rtol": minr}
 
 
 def _float_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
