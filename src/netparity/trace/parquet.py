@@ -151,7 +151,7 @@ class ParquetMembers:
         try:
             return self._text(name)
         finally:
-            _release()
+            _release(self._pf)
 
     def _text(self, name: str) -> tuple[np.ndarray, list[str]]:
         col = self._read(name)
@@ -211,7 +211,7 @@ class ParquetMembers:
             try:
                 return self._number(col, "i8" if kind == "i" else "f8")
             finally:
-                _release()
+                _release(self._pf)
         raise KeyError(name)
 
     def get(self, name: str) -> np.ndarray | None:
@@ -222,10 +222,12 @@ class ParquetMembers:
         return self._nulls[col]
 
 
-def _release() -> None:
+def _release(pf: Any) -> None:
     """Hand the memory Arrow's pool holds unused back to the system: what decoding a column
     used and freed (~55 MB for a column of 200k distinct strings), which the pool (mimalloc)
-    would otherwise keep for the life of the process, one such block per column read."""
+    would otherwise keep for the life of the process, one such block per column read; and the
+    pages of the file the read brought in (:func:`netparity.inputs.drop_read_pages`)."""
     import pyarrow as pa
 
     pa.default_memory_pool().release_unused()
+    inputs.drop_read_pages(pf)
