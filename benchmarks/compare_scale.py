@@ -4,7 +4,8 @@ Runs ``netparity compare REF CAND --level op`` as a fresh process with ``-q``, `
 and ``--csv FILE`` for this tree's ``src`` and, with ``--baseline-src DIR``, for another
 revision's ``src`` (e.g. a ``git worktree`` of the previous commit), rounds interleaved, and
 prints wall time, CPU time (user + system) and peak RSS of each (``/usr/bin/time``), and the
-size of what was written (the JSON, its pair table, the CSV). The traces: any pair, e.g. the
+size of what was written (the JSON, its pair table, the CSV); mode ``--by-step`` is ``-q`` a step
+at a time (``--modes=-q,--by-step`` on a multi-step pair). The traces: any pair, e.g. the
 100k-op pair ``benchmarks/align_speed.py --sizes 100000`` writes (or ``--make N DIR``: write
 that pair here, N ops per side, compacted as a capture does).
 
@@ -23,7 +24,9 @@ import tempfile
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-MODES = {"-q": [], "--json": ["--json", "{out}/r.json"], "--csv": ["--csv", "{out}/r.csv"]}
+MODES = {"-q": [], "--json": ["--json", "{out}/r.json"], "--csv": ["--csv", "{out}/r.csv"],
+         # one step at a time (a multi-step pair: its peak against one step's)
+         "--by-step": ["--by-step"]}
 
 
 def run(src: Path, ref: str, cand: str, mode: str, out: Path) -> tuple[float, float, float, int]:

@@ -105,7 +105,7 @@ def align_traces(
     mp = _as_mapping(mapping)
     if mp.from_file:
         check_mapping_names(mp, ref, cand, rank)
-    mp, owned = _with_ownership(mp, ref, cand, rank)
+    mp, owned = _with_ownership(mp, ref, cand, rank, step)
     call_kinds = ("module",) if level == "module" else ("module", "op")
     with paused_gc():  # hundreds of thousands of small objects, none of them garbage
         pools = Pools()
@@ -156,15 +156,22 @@ def check_mapping_names(mp: Mapping, ref: Trace, cand: Trace, rank: int) -> None
                            f"traces do not hold (rank {rank})")
 
 
-def _owned_params(trace: Trace, rank: int) -> list[tuple[str, tuple[int, ...]]]:
+def _owned_params(trace: Trace, rank: int, step: Any = None) -> list[tuple[str, tuple[int, ...]]]:
     """(parameter name, shape) in the order the model holds them: the parameters recorded after
-    the first captured update, else the first step's gradients (made in reverse order).
+    the first captured update, else the first step's gradients (made in reverse order) -- of
+    the steps ``step`` aligns when they hold any (a step's rows only: a comparison of one step
+    of many reads no other step's), else of the whole trace.
 
     Read with a column scan of three columns (no record objects); names and shapes are
     decoded once per distinct value."""
     check_rank(trace, rank)
     for kind, backwards in (("param", False), ("grad", True)):
-        cols = trace.scan(["step", "module", "shape"], rank=rank, kind=kind)
+        cols = trace.scan(["step", "module", "shape"], rank=rank, kind=kind,
+                          **({"step": step} if step is not None else {}))
+        if not cols.n and step is not None and trace.count(rank=rank, kind=kind):
+            # (other steps hold them: counted by the index, no column read for a trace that
+            # holds none, e.g. an inference capture compared a step at a time)
+            cols = trace.scan(["step", "module", "shape"], rank=rank, kind=kind)
         if not cols.n:
             continue
         step = cols["step"]
@@ -182,12 +189,12 @@ def _owned_params(trace: Trace, rank: int) -> list[tuple[str, tuple[int, ...]]]:
     return []
 
 
-def _with_ownership(mp: Mapping, ref: Trace, cand: Trace,
-                    rank: int) -> tuple[Mapping, dict[str, str]]:
+def _with_ownership(mp: Mapping, ref: Trace, cand: Trace, rank: int,
+                    step: Any = None) -> tuple[Mapping, dict[str, str]]:
     """``mp`` plus the module pairs the two traces' parameters imply
     (:mod:`netparity.align.ownership`); the user's own module entries win. Also returns every
-    pair ownership found (same paths included)."""
-    rp, cp = _owned_params(ref, rank), _owned_params(cand, rank)
+    pair ownership found (same paths included). ``step``: the steps aligned."""
+    rp, cp = _owned_params(ref, rank, step), _owned_params(cand, rank, step)
     if not rp or not cp:
         return mp, {}
     try:

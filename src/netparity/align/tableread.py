@@ -71,8 +71,11 @@ class _Index:
         return self.trace.scan(cols, rank=self.rank, **self.filters, **more)
 
     def by_seq(self, cols: list[str], seqs: list[int]) -> Columns:
-        """Columns of the records with these sequence numbers, in sequence order."""
-        return self.trace.scan(cols, rank=self.rank, seq=seqs)
+        """Columns of the records with these sequence numbers, in sequence order (records of
+        this selection: looked up within its steps, whose rows are all a scan then reads)."""
+        step = self.filters.get("step")
+        return self.trace.scan(cols, rank=self.rank, seq=seqs,
+                               **({"step": step} if step is not None else {}))
 
 
 class _Records:

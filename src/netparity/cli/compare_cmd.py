@@ -49,6 +49,10 @@ def register(subparsers: Any) -> None:
               "the layout a capture recorded, netparity.shard_layout; docs/compare.md)")
     p.add_argument("--level", choices=("module", "op", "both"), default="module")
     p.add_argument("--steps", metavar="S", help="steps to compare, e.g. 0 or 0,2-4 (default all)")
+    p.add_argument("--by-step", action=argparse.BooleanOptionalAction, default=None,
+                   help="compare one step at a time and merge (memory of one step, whatever "
+                   "the number of steps; the details shown are the lead step's). Default: "
+                   "by itself when several steps hold 4M index rows or more (both sides)")
     p.add_argument("--rank", type=INDEX, default=None,
                    help="rank to compare (default: every rank both traces hold, each on its "
                    "own, merged into one verdict); naming it narrows the comparison to it")
@@ -106,6 +110,7 @@ def emit(result: Any, args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from netparity.analyzers.divergence import compare
+    from netparity.analyzers.ranks import by_step, compare_steps
     from netparity.cli._common import check_tolerance, check_traces, close_traces, parse_steps
     from netparity.compare.shards import MANIFEST_KEY, merged_sides, note_merges
     from netparity.compare.tolerances import parse_tol_arg
@@ -144,11 +149,22 @@ def run(args: argparse.Namespace) -> int:
             if args.rank is None and len(shared) > 1:
                 from netparity.analyzers.ranks import compare_ranks
 
+                if args.by_step:
+                    raise UsageError("--by-step compares one rank a step at a time: name it "
+                                     f"with --rank N (the traces share ranks {sorted(shared)})")
+
                 shown = progress(args, console())
                 try:
                     result = compare_ranks(ref_v, cand_v, workers=args.workers,
                                            scheduler=args.scheduler, progress=shown,
                                            check_rows=per_rank, **options)
+                finally:
+                    shown.done()
+            elif by_step(ref_v, cand_v, args.rank, steps, args.by_step, options):
+                shown = progress(args, console())
+                try:
+                    result = compare_steps(ref_v, cand_v, rank=args.rank, progress=shown,
+                                           **options)
                 finally:
                     shown.done()
             else:

@@ -266,6 +266,9 @@ class CompareResult:
     #: a comparison of several ranks (:mod:`netparity.analyzers.ranks`): one summary per rank
     #: (status, counts, first divergences, gaps); the rest of the result is the lead rank's
     ranks: list[dict[str, Any]] = field(default_factory=list)
+    #: a comparison of one rank a step at a time (:func:`netparity.analyzers.ranks.
+    #: compare_steps`): one summary per step; the rest of the result is the lead step's
+    steps: list[dict[str, Any]] = field(default_factory=list)
 
     # ---- the pairs of matched calls as a table (see the class docstring) ---------------------
     def set_table(self, table: Any) -> None:
@@ -443,6 +446,8 @@ class CompareResult:
         }
         if self.ranks:
             out["ranks"] = self.ranks
+        if self.steps:
+            out["steps"] = self.steps
         got: dict[str, Any] = _clean(out)
         if calls:
             got["calls"] = [call_json(c) for c in self.calls]
@@ -485,6 +490,7 @@ class CompareResult:
                 notes=obj.get("notes", []),
                 coverage=obj.get("coverage") or {},
                 ranks=obj.get("ranks") or [],
+                steps=obj.get("steps") or [],
             )
         except (TypeError, KeyError) as e:
             raise UsageError(f"corrupt compare result ({e})") from None
