@@ -118,3 +118,17 @@ def test_by_step_names_one_rank(traces, capsys, tmp_path):
     assert rc == 2 and len(err) == 1 and "--rank N" in err[0], err
     rc, doc = _compare(capsys, tmp_path, two, two, "--by-step", "--rank", "1")
     assert rc == 0 and [s["step"] for s in doc["steps"]] == [0, 1, 2]
+
+
+def test_the_summary_says_whose_details_it_shows(traces, capsys):
+    """Counts, parameters and tolerances shown step by step are the lead step's: each of
+    those lines says so (one pass: no step named)."""
+    ref, late = str(traces["ref"]), str(traces["late"])
+    assert main(["compare", ref, late, "-q", "--by-step"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("FAIL") and "in step 1" in lines[0], lines[0]
+    tol = [ln for ln in lines if ln.startswith("minimum passing tolerance")]
+    grads = [ln for ln in lines if ln.startswith("parameter gradients")]
+    assert tol and grads and all(" in step 1" in ln for ln in tol + grads), lines
+    assert main(["compare", ref, late, "-q"]) == 1
+    assert not any(" in step " in ln for ln in capsys.readouterr().out.splitlines())

@@ -86,21 +86,33 @@ def headline(result: CompareResult) -> str:
     n = sum(counts.values())
     status = result.status
     gaps = result.incomplete
+    at = _shown_step(result)
     if status == "incomplete":
         agree = "agree" if counts["warn"] == 0 else f"agree, {counts['warn']} warn"
         return (f"INCOMPLETE: {gaps[0]} (no verdict on missing evidence; the {n} pairs both "
-                f"hold {agree})")
+                f"hold{at} {agree})")
     if status == "pass":
-        return f"PASS: the runs agree ({n} tensor pairs compared)"
+        return f"PASS: the runs agree ({n} tensor pairs compared{at})"
     if status == "warn":
-        return f"WARN: the runs agree within a looser tolerance ({counts['warn']} of {n} pairs warn)"
-    return f"FAIL: the runs diverge ({counts['fail']} of {n} pairs fail, {counts['warn']} warn)"
+        return (f"WARN: the runs agree within a looser tolerance ({counts['warn']} of {n} pairs"
+                f"{at} warn)")
+    return f"FAIL: the runs diverge ({counts['fail']} of {n} pairs{at} fail, {counts['warn']} warn)"
+
+
+def _shown_step(result: CompareResult) -> str:
+    """`` in step N`` when the result is one step's details of a comparison made a step at a
+    time (:func:`netparity.analyzers.ranks.compare_steps`: its counts, parameters and
+    tolerances are the lead step's), else ``""``."""
+    lead = result.settings.get("step_shown") if result.steps else None
+    return f" in step {lead}" if lead is not None else ""
 
 
 def _findings(result: CompareResult) -> list[str]:
     """The lines under the culprits: params, loss, data, minimum tolerances, unmatched, notes."""
     lines: list[str] = []
-    for kind, label in (("grad", "parameter gradients"), ("param", "updated parameters")):
+    at = _shown_step(result)
+    for kind, label in (("grad", f"parameter gradients{at}"),
+                        ("param", f"updated parameters{at}")):
         allp = [p for p in result.params if p.kind == kind]
         bad = result.divergent_params(kind)
         if allp:
@@ -118,7 +130,7 @@ def _findings(result: CompareResult) -> list[str]:
         lines.append(f"data: {len(bad_data)} input record(s) differ -- the runs were not fed the same data")
     for t in result.min_tolerance:
         lines.append(
-            f"minimum passing tolerance: atol>={fmt(t['min_atol'])}{unit(t)} at "
+            f"minimum passing tolerance{at}: atol>={fmt(t['min_atol'])}{unit(t)} at "
             f"rtol={fmt(t['rtol'])}, or rtol>={fmt(t['min_rtol'])} at atol={fmt(t['atol'])}"
             f"{unit(t)} ({t['pairs']} pairs"
             + (f", {t['nonfinite_mismatch']} with NaN/Inf mismatches that no tolerance passes"
@@ -129,7 +141,7 @@ def _findings(result: CompareResult) -> list[str]:
     parts = [f"{len(um.get(k, []))} {k.replace('_', ' ')}" for k in
              ("calls_ref", "calls_cand", "params_ref", "params_cand", "tensors") if um.get(k)]
     if parts:
-        lines.append("unmatched: " + ", ".join(parts))
+        lines.append(f"unmatched{at}: " + ", ".join(parts))
     lines += [f"note: {x}" for x in result.notes]
     if result.status == "fail" and not any(
             d is not None for d in (result.first_divergence, result.first_backward,
