@@ -72,8 +72,8 @@ def compare_rank(ref: str, cand: str, rank: int, options: dict[str, Any],
     return out
 
 
-def _compare(ref: str, cand: str, rank: int | None, options: dict[str, Any],
-             check_rows: bool, workers: int | None = 1) -> tuple[dict[str, Any], Any]:
+def _compare(ref: str, cand: str, rank: int, options: dict[str, Any],
+             check_rows: bool) -> tuple[dict[str, Any], Any]:
     """The rank's summary (see :func:`compare_rank`) and its result."""
     from netparity.analyzers.divergence import compare
     from netparity.trace import open_trace
@@ -83,12 +83,12 @@ def _compare(ref: str, cand: str, rank: int | None, options: dict[str, Any],
         trs.append(open_trace(cand))
         if check_rows:
             for tr in trs:
-                tr.check_rows([rank or 0])
-        result = compare(*trs, rank=rank, workers=workers, **options)
+                tr.check_rows([rank])
+        result = compare(*trs, rank=rank, workers=1, **options)
     finally:
         for tr in trs:
             tr.close()
-    return _summary(result, rank or 0), result
+    return _summary(result, rank), result
 
 
 def _summary(result: Any, rank: int) -> dict[str, Any]:
@@ -348,9 +348,10 @@ def compare_steps(ref: Any, cand: Any, *, rank: int | None = None, steps: list[i
 
     The **lead step** is the first step with the worst pair status (the first step when all
     pass); its calls, pairs and minimum tolerances are the result's, as the lead rank's are in
-    :func:`merge`; each direction's first divergence is the earliest step's (one pass's). ``steps``: one summary per step (status, counts, first
-    divergences). The coverage is the whole comparison's (every step, from the indexes), so
-    INCOMPLETE means what it means in one pass. A step's pairs are those of a comparison of
+    :func:`merge`; each direction's first divergence is the earliest step's (one pass's).
+    ``result.steps``: one summary per step (status, counts, first divergences). The coverage
+    is the whole comparison's (every step, from the indexes), so INCOMPLETE means what it
+    means in one pass. A step's pairs are those of a comparison of
     that step alone: alignment pairs calls within a step, so they are the one-pass pairs
     unless the module map learnt in earlier steps decided one (measured equal on the synthetic
     25k x 4 pair: 298,480 pairs, same keys and statuses).
