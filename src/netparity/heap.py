@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import sys
 
 __all__ = ["return_large_blocks", "trim"]
@@ -40,41 +41,31 @@ _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
 THRESHOLD = 1 << 22
 
 
-_libc: list[ctypes.CDLL | None] = []
-
-
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
     """The C library when it is glibc (has ``mallopt`` and ``malloc_trim``), else None."""
-    if not _libc:
-        lib = None
-        if sys.platform.startswith("linux"):
-            try:
-                lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-                lib.mallopt, lib.malloc_trim  # noqa: B018  (musl has neither)
-            except (OSError, AttributeError):
-                lib = None
-        _libc.append(lib)
-    return _libc[0]
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        lib.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]  # (musl has neither)
+        lib.mallopt.restype = ctypes.c_int
+        lib.malloc_trim.argtypes = [ctypes.c_size_t]
+        lib.malloc_trim.restype = ctypes.c_int
+    except (OSError, AttributeError):
+        return None
+    return lib
 
 
 def return_large_blocks() -> bool:
     """Have the C heap map every block of :data:`THRESHOLD` bytes or more and hand it back on
     ``free``; True when set (glibc), False where there is no such setting."""
     libc = _glibc()
-    if libc is None:
-        return False
-    mallopt = libc.mallopt
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, THRESHOLD))
+    return libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, THRESHOLD))
 
 
 def trim() -> bool:
     """Hand the heap's free pages back to the system (``malloc_trim(0)``); True when some
     were (glibc), False otherwise."""
     libc = _glibc()
-    if libc is None:
-        return False
-    libc.malloc_trim.argtypes = [ctypes.c_size_t]
-    libc.malloc_trim.restype = ctypes.c_int
-    return bool(libc.malloc_trim(0))
+    return libc is not None and bool(libc.malloc_trim(0))
